@@ -1,0 +1,1 @@
+"""The LangGraph control plane: goal -> candidates -> approval -> tools -> learn -> decide -> report."""

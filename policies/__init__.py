@@ -1,0 +1,1 @@
+"""How to choose: the performance model, its calibration, goal presets and the search strategy."""

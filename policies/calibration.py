@@ -1,0 +1,301 @@
+"""Calibration: fit a Profile's free numbers to measurements by regularised least squares (scipy).
+
+Every free parameter has a prior (a value and a spread in log space) so a fit with few measurements
+stays physical; measurements pull it from there. The same machinery fits the shipped profiles to the
+published cells and lets the agent recalibrate after each benchmark.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from worldtune.policies import perf_model
+from worldtune.tools.gpus import get_gpu
+from worldtune.tools.plan import Plan
+from worldtune.tools.profile import Profile
+from worldtune.tools.workload import Workload, anchor_workload
+
+PUBLISHED_FILE = Path(__file__).parent / "published.yaml"
+PROFILES_DIR = Path(__file__).parent / "profiles"
+
+# The fixed part is fitted as one number and split by these shares (assumed; VAE decode dominates).
+FIXED_SHARES = {"text_encode_s": 0.15, "vae_decode_s": 0.75, "mux_s": 0.10}
+FREE_DEFAULT = (
+    "linear_tflops",
+    "attn_tflops",
+    "link_gbps",
+    "collective_latency_us",
+    "half_rate_tokens",
+    "fixed_s",
+)
+
+
+@dataclass(frozen=True)
+class Prior:
+    value: float
+    log_sigma: float  # spread in log space: 0.1 ~ +-10%
+
+
+@dataclass(frozen=True)
+class LatencyObs:
+    """A measured end-to-end latency (server stage or wall) of one request."""
+
+    workload: Workload
+    plan: Plan
+    latency_s: float
+    rel_sigma: float = 0.01
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class StepObs:
+    """Per-step and fixed time measured by short-step probes (affine fit of latency over steps)."""
+
+    workload: Workload
+    plan: Plan
+    per_step_s: float
+    fixed_s: float
+    rel_sigma: float = 0.01
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class RateObs:
+    """An effective rate of one operation measured in isolation at a token count."""
+
+    op: str  # "linear" | "attention"
+    tflops: float
+    tokens: int
+    rel_sigma: float = 0.01
+    label: str = ""
+
+
+Observation = LatencyObs | StepObs | RateObs
+
+
+def _fixed_total(profile: Profile) -> float:
+    return profile.text_encode_s + profile.vae_decode_s + profile.mux_s
+
+
+def _apply(profile: Profile, names: Sequence[str], values: Sequence[float]) -> Profile:
+    changes: dict[str, Any] = {}
+    for name, value in zip(names, values, strict=True):
+        if name == "fixed_s":
+            for key, share in FIXED_SHARES.items():
+                changes[key] = value * share
+        else:
+            changes[name] = value
+    return profile.model_copy(update=changes)
+
+
+def _current(profile: Profile, name: str) -> float:
+    return _fixed_total(profile) if name == "fixed_s" else float(getattr(profile, name))
+
+
+def predict_obs(obs: Observation, profile: Profile) -> list[tuple[float, float, float]]:
+    """(predicted, measured, relative sigma) pairs for one observation."""
+    if isinstance(obs, RateObs):
+        peak = profile.linear_tflops if obs.op == "linear" else profile.attn_tflops
+        predicted = peak * obs.tokens / (obs.tokens + profile.half_rate_tokens)
+        return [(predicted, obs.tflops, obs.rel_sigma)]
+    prediction = perf_model.predict(obs.workload, obs.plan, profile)
+    if isinstance(obs, LatencyObs):
+        return [(prediction.latency_s, obs.latency_s, obs.rel_sigma)]
+    return [
+        (prediction.per_step_s, obs.per_step_s, obs.rel_sigma),
+        (prediction.fixed_s, obs.fixed_s, obs.rel_sigma * 3),
+    ]
+
+
+def fit_profile(
+    base: Profile,
+    observations: Sequence[Observation],
+    priors: dict[str, Prior],
+    source: str,
+) -> Profile:
+    """Fit the parameters named in `priors` to the observations; returns a new profile with fit notes."""
+    from scipy.optimize import least_squares  # imported here: only fitting needs scipy
+
+    names = list(priors)
+    x0 = np.log([priors[n].value for n in names])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        profile = _apply(base, names, np.exp(x).tolist())
+        out: list[float] = []
+        for obs in observations:
+            for predicted, measured, sigma in predict_obs(obs, profile):
+                out.append(math.log(predicted / measured) / sigma)
+        for i, name in enumerate(names):
+            out.append((x[i] - math.log(priors[name].value)) / priors[name].log_sigma)
+        return np.asarray(out)
+
+    solution = least_squares(residuals, x0, method="trf")
+    fitted = _apply(base, names, np.exp(solution.x).tolist())
+    cells = []
+    for obs in observations:
+        for predicted, measured, _ in predict_obs(obs, fitted):
+            cells.append(
+                {
+                    "label": obs.label,
+                    "measured": round(measured, 4),
+                    "predicted": round(predicted, 4),
+                    "rel_error": round(predicted / measured - 1, 5),
+                }
+            )
+    fit = {"method": "scipy least_squares on log-parameters with log-normal priors", "cells": cells}
+    return fitted.model_copy(update={"source": source, "date": date.today().isoformat(), "fit": fit})
+
+
+# ---- the published data ------------------------------------------------------------------------
+def load_published() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(PUBLISHED_FILE.read_text())
+    return data
+
+
+def published_observations(gpu: str, data: dict[str, Any] | None = None) -> list[Observation]:
+    """The published cells and floors of one GPU type as fit observations."""
+    data = data or load_published()
+    out: list[Observation] = []
+    for cell in data["cells"]:
+        if cell["gpu"] != gpu:
+            continue
+        wl = anchor_workload(steps=cell["steps"])
+        label = f"{cell['gpu']} {cell['plan']} {cell['steps']} steps"
+        out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], 0.01, label))
+    for floor in data["floors"]:
+        if floor["gpu"] == gpu:
+            label = f"{gpu} {floor['op']} floor at {floor['tokens']} tokens"
+            out.append(RateObs(floor["op"], floor["tflops"], floor["tokens"], 0.01, label))
+    return out
+
+
+def _pipelined_from_concurrency(data: dict[str, Any], gpu: str) -> float | None:
+    """The part of a request that overlaps the next: latency at c=1 minus service time when queued."""
+    rows = [r for r in data["concurrency"] if r["gpu"] == gpu]
+    single = [r for r in rows if r["concurrency"] == 1]
+    queued = [r for r in rows if r["concurrency"] > 1]
+    if not single or not queued:
+        return None
+    service = 3600.0 / (sum(float(r["clips_per_hour"]) for r in queued) / len(queued))
+    return max(0.0, float(single[0]["mean_latency_s"]) - service)
+
+
+def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, dict[str, Prior]]:
+    """A starting profile and priors for a GPU type, from its datasheet (and a fitted reference GPU)."""
+    spec = get_gpu(gpu)
+    # ~63% of datasheet BF16 is what the H200 floor measured; links ~80% of NVLink per direction.
+    if reference is not None:
+        ref_spec = get_gpu(reference.gpu)
+        ratio = spec.bf16_tflops / ref_spec.bf16_tflops
+        linear = reference.linear_tflops * ratio
+        attention = reference.attn_tflops * ratio
+        link = reference.link_gbps * spec.link_gbps / ref_spec.link_gbps
+        fixed = _fixed_total(reference)
+    else:
+        linear = attention = 0.63 * spec.bf16_tflops
+        link = 0.8 * spec.link_gbps
+        fixed = 14.4
+    base = Profile(
+        gpu=spec.name,
+        source="prior from datasheet",
+        date=date.today().isoformat(),
+        linear_tflops=linear,
+        attn_tflops=attention,
+        half_rate_tokens=256.0,
+        link_gbps=link,
+        collective_latency_us=30.0,
+        text_encode_s=fixed * FIXED_SHARES["text_encode_s"],
+        vae_decode_s=fixed * FIXED_SHARES["vae_decode_s"],
+        mux_s=fixed * FIXED_SHARES["mux_s"],
+        guardrail_base_s=1.0,
+        guardrail_per_word_s=0.25,
+        assumed=[
+            "fp8_linear_speedup",
+            "step_overhead_s",
+            "hsdp_overlap",
+            "ring_overlap",
+            "vae_parallel_efficiency",
+            "fixed shares (text 15%, VAE 75%, mux 10%)",
+            "guardrail_base_s",
+            "guardrail_per_word_s",
+            "load_base_s",
+            "memory terms (fitted by hand to the 1xB200 and HSDP8 H200 peaks)",
+        ],
+    )
+    priors = {
+        "linear_tflops": Prior(linear, 0.3),
+        "attn_tflops": Prior(attention, 0.3),
+        "link_gbps": Prior(link, 0.5),
+        "collective_latency_us": Prior(30.0, 1.0),
+        "half_rate_tokens": Prior(256.0, 1.5),
+        "fixed_s": Prior(fixed, 0.3),
+    }
+    return base, priors
+
+
+def fit_published(gpu: str, exclude: set[str] | None = None, reference: Profile | None = None) -> Profile:
+    """Fit one GPU type's profile to the published data (optionally leaving cells out)."""
+    data = load_published()
+    observations = [o for o in published_observations(gpu, data) if o.label not in (exclude or set())]
+    base, priors = prior_profile(gpu, reference)
+    pipelined = _pipelined_from_concurrency(data, gpu)
+    if pipelined is None and reference is not None:
+        pipelined = reference.pipelined_s  # assumed the same HTTP/mux overlap on the other GPU
+    if pipelined is not None:
+        base = base.model_copy(update={"pipelined_s": round(pipelined, 2)})
+    source = "fit to published cells (REFERENCE.md section 5)"
+    if gpu == "H200":
+        source += " and the H200 single-operation floor"
+    if reference is not None:
+        source += f"; priors scaled from the {reference.gpu} fit by datasheet ratios"
+    return fit_profile(base, observations, priors, source)
+
+
+def fit_all() -> dict[str, Profile]:
+    """H200 first (it has the floor), then B200 with priors scaled from the H200 fit."""
+    h200 = fit_published("H200")
+    b200 = fit_published("B200", reference=h200)
+    return {"H200": h200, "B200": b200}
+
+
+def write_shipped_profiles(directory: Path = PROFILES_DIR) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for gpu, profile in fit_all().items():
+        path = directory / f"{gpu}.yaml"
+        rounded = profile.model_copy(
+            update={k: round(v, 4) for k, v in profile.model_dump().items() if isinstance(v, float)}
+        )
+        rounded.dump(path)
+        paths.append(path)
+    return paths
+
+
+def shipped_profile(gpu: str) -> Profile:
+    """The calibrated profile worldtune ships for a GPU type; a clear error names the way out."""
+    from worldtune.tools.errors import InvalidInput
+
+    spec = get_gpu(gpu)
+    path = PROFILES_DIR / f"{spec.name}.yaml"
+    if not path.is_file():
+        shipped = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+        raise InvalidInput(
+            "gpu",
+            gpu,
+            f"a GPU with a calibrated profile ({', '.join(shipped)})",
+            f"run `worldtune calibrate --gpu {spec.name}` or pass --profile FILE",
+        )
+    return Profile.load(path)
+
+
+if __name__ == "__main__":
+    for written in write_shipped_profiles():
+        print(written)

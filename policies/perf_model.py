@@ -1,0 +1,238 @@
+"""The performance model: latency, per-step and fixed time, memory and throughput of a plan.
+
+latency = fixed + steps x per_step (+ guardrails). Per step, every GPU of a replica runs its share of
+the generator's linear layers and attention at the workload's token count over effective rates, plus
+the communication its scheme needs (Ulysses all-to-all, TP all-reduce, ring K/V passing, HSDP weight
+all-gather, CFG gather) over effective bus bandwidth, hidden behind compute where the scheme allows.
+The numbers come from a Profile; nothing here is specific to one GPU type.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from worldtune.tools.models import ModelSpec, get_model
+from worldtune.tools.plan import Plan
+from worldtune.tools.profile import Profile
+from worldtune.tools.workload import Workload
+
+BYTES_BF16 = 2
+ANCHOR_PIXELS_X_FRAMES = 1280 * 720 * 189
+ANCHOR_FRAMES = 189
+ANCHOR_PROMPT_TOKENS = 4096
+SUPER_REASONER_B = 31.2
+LATENT_CHANNELS = 64  # 16 VAE channels x 2 x 2 patch: what the CFG gather moves per token
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where the time of one denoising step goes on one GPU of a replica (seconds)."""
+
+    linear_s: float
+    attention_s: float
+    ulysses_s: float
+    tp_s: float
+    ring_s: float
+    hsdp_s: float
+    cfg_s: float
+    overhead_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.linear_s + self.attention_s
+
+    @property
+    def comm_s(self) -> float:
+        return self.ulysses_s + self.tp_s + self.ring_s + self.hsdp_s + self.cfg_s
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.comm_s + self.overhead_s
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Peak memory of one GPU while serving (GiB)."""
+
+    weights_gib: float
+    hsdp_buffers_gib: float
+    activations_gib: float
+    vae_gib: float
+    runtime_gib: float
+
+    @property
+    def total_gib(self) -> float:
+        return self.weights_gib + self.hsdp_buffers_gib + self.activations_gib + self.vae_gib + self.runtime_gib
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the model predicts for one replica of a plan on one workload."""
+
+    per_step_s: float
+    fixed_s: float
+    guardrail_s: float
+    latency_s: float
+    service_s: float  # time a replica is busy per clip when requests queue
+    load_s: float
+    memory: MemoryBreakdown
+    step: StepBreakdown
+    clips_per_hour_per_replica: float
+    clips_per_hour_per_node: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def memory_gib_per_gpu(self) -> float:
+        return self.memory.total_gib
+
+
+def _rate(peak_tflops: float, tokens_per_gpu: float, profile: Profile) -> float:
+    """Effective FLOP/s at a given amount of work per GPU (small work runs less efficiently)."""
+    efficiency = tokens_per_gpu / (tokens_per_gpu + profile.half_rate_tokens)
+    return peak_tflops * 1e12 * efficiency
+
+
+def _collective_s(bytes_moved: float, collective: str, profile: Profile, calls: int = 1) -> float:
+    return calls * profile.collective_latency_us * 1e-6 + bytes_moved / profile.bandwidth(collective)
+
+
+def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> StepBreakdown:
+    """Per-step time of one replica, by component (the slowest GPU's view; all GPUs are symmetric)."""
+    g = spec.generator
+    branches = workload.cfg_branches
+    passes = max(1, branches // plan.cfg)  # forward passes each GPU group runs per step
+    sp = plan.sequence_parallel
+    tokens = workload.video_tokens
+    keys = tokens + workload.prompt_tokens
+    tokens_per_gpu = math.ceil(tokens / sp)
+    q_dim, kv_dim = g.q_heads * g.head_dim, g.kv_heads * g.head_dim
+
+    linear_flops = 2.0 * tokens_per_gpu * g.params_per_layer / plan.tp
+    linear_rate = _rate(profile.linear_tflops, tokens_per_gpu, profile)
+    if plan.fp8:
+        linear_rate *= profile.fp8_linear_speedup
+    attention_flops = 4.0 * tokens * keys * q_dim / (sp * plan.tp)
+    attention_rate = _rate(profile.attn_tflops, tokens_per_gpu, profile)
+    linear_s = linear_flops / linear_rate
+    attention_s = attention_flops / attention_rate
+    compute_layer_s = linear_s + attention_s
+
+    ulysses_s = tp_s = ring_s = hsdp_s = 0.0
+    if plan.ulysses > 1:
+        # q, k, v scattered to head groups before attention, the output gathered back after it
+        moved = tokens_per_gpu * (2 * q_dim + 2 * kv_dim) * BYTES_BF16 / plan.tp
+        ulysses_s = _collective_s(moved * (plan.ulysses - 1) / plan.ulysses, "a2a", profile, calls=2)
+    if plan.tp > 1:
+        # two all-reduces of the hidden state per layer (after attention and after the MLP)
+        size = tokens_per_gpu * g.hidden * BYTES_BF16
+        tp_s = _collective_s(2 * size * 2 * (plan.tp - 1) / plan.tp, "allreduce", profile, calls=2)
+    if plan.ring > 1:
+        chunk = (tokens / sp) * 2 * kv_dim / plan.tp * BYTES_BF16
+        ring = _collective_s(chunk * (plan.ring - 1), "a2a", profile, calls=plan.ring - 1)
+        ring_s = max(ring * (1 - profile.ring_overlap), ring - attention_s)
+    if plan.hsdp > 1:
+        layer_bytes = g.params_per_layer * (1 if plan.fp8 else BYTES_BF16)
+        gather = _collective_s(layer_bytes * (plan.hsdp - 1) / plan.hsdp, "allgather", profile)
+        hsdp_s = max(gather * (1 - profile.hsdp_overlap), gather - compute_layer_s)
+    cfg_s = 0.0
+    if plan.cfg > 1 and branches > 1:
+        cfg_s = _collective_s(tokens * LATENT_CHANNELS * BYTES_BF16 / 2, "allgather", profile)
+    scale = passes * g.layers
+    return StepBreakdown(
+        linear_s=linear_s * scale,
+        attention_s=attention_s * scale,
+        ulysses_s=ulysses_s * scale,
+        tp_s=tp_s * scale,
+        ring_s=ring_s * scale,
+        hsdp_s=hsdp_s * scale,
+        cfg_s=cfg_s,
+        overhead_s=profile.step_overhead_s,
+    )
+
+
+def fixed_time_s(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> float:
+    """Text encode + VAE decode + muxing: independent of the generator's parallel scheme."""
+    text = profile.text_encode_s * (workload.prompt_tokens / ANCHOR_PROMPT_TOKENS)
+    text *= spec.reasoner_params_b / SUPER_REASONER_B
+    vae_speedup = 1.0 + (plan.vae - 1) * profile.vae_parallel_efficiency
+    vae = profile.vae_decode_s * (workload.pixels_x_frames / ANCHOR_PIXELS_X_FRAMES) / vae_speedup
+    mux = profile.mux_s * (workload.num_frames / ANCHOR_FRAMES)
+    return text + vae + mux
+
+
+def guardrail_time_s(workload: Workload, profile: Profile) -> float:
+    if not workload.guardrails:
+        return 0.0
+    return profile.guardrail_base_s + profile.guardrail_per_word_s * workload.prompt_words
+
+
+def memory_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> MemoryBreakdown:
+    """Peak memory per GPU: weight shards, HSDP buffers, activations, VAE decode workspace, runtime."""
+    bytes_per_param = 1 if plan.fp8 else BYTES_BF16
+    tower_gib = (spec.generator_params_b + spec.reasoner_params_b) * 1e9 * bytes_per_param / 2**30
+    other_gib = spec.other_params_b * 1e9 * BYTES_BF16 / 2**30
+    if plan.hsdp:
+        weights = tower_gib / plan.hsdp + other_gib
+        layer_gib = spec.generator.params_per_layer * bytes_per_param / 2**30
+        # two gathered layers in flight plus FSDP2's buffers, which grow with the shard count
+        buffers = 2 * layer_gib + profile.hsdp_buffer_gib * (1 - 1 / plan.hsdp)
+    else:
+        weights = tower_gib / plan.tp + other_gib
+        buffers = 0.0
+    tokens_per_gpu = workload.video_tokens / plan.sequence_parallel
+    activations = profile.activation_gib_per_ktoken * tokens_per_gpu / 1000 / max(1, plan.tp // 2)
+    vae = profile.vae_decode_gib * (workload.pixels_x_frames / ANCHOR_PIXELS_X_FRAMES) / plan.vae
+    return MemoryBreakdown(
+        weights_gib=weights,
+        hsdp_buffers_gib=buffers,
+        activations_gib=activations,
+        vae_gib=vae,
+        runtime_gib=profile.runtime_gib,
+    )
+
+
+def load_time_s(spec: ModelSpec, profile: Profile, cold: bool = False) -> float:
+    """Seconds from process start to ready (weights from page cache unless cold)."""
+    rate = profile.load_gib_per_s_cold if cold else profile.load_gib_per_s_warm
+    return profile.load_base_s + spec.weights_gib_bf16 / rate
+
+
+def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | None = None) -> Prediction:
+    """Predict one replica of `plan` serving `workload` on the profile's GPU type.
+
+    node_gpus: GPUs of the node the plan runs on; per-node throughput counts the replicas the plan
+    puts there (its Nx prefix), which is what a node of that size pays for.
+    """
+    spec = get_model(workload.model)
+    step = step_breakdown(spec, workload, plan, profile)
+    per_step = step.total_s
+    fixed = fixed_time_s(spec, workload, plan, profile)
+    guard = guardrail_time_s(workload, profile)
+    latency = fixed + workload.steps * per_step + guard
+    service = max(latency - profile.pipelined_s, workload.steps * per_step)
+    per_replica = 3600.0 / service
+    notes: list[str] = []
+    replicas = plan.replicas
+    if node_gpus is not None and plan.gpus < node_gpus:
+        notes.append(f"uses {plan.gpus} of {node_gpus} GPUs on the node")
+    return Prediction(
+        per_step_s=per_step,
+        fixed_s=fixed,
+        guardrail_s=guard,
+        latency_s=latency,
+        service_s=service,
+        load_s=load_time_s(spec, profile),
+        memory=memory_breakdown(spec, workload, plan, profile),
+        step=step,
+        clips_per_hour_per_replica=per_replica,
+        clips_per_hour_per_node=per_replica * replicas,
+        notes=notes,
+    )
+
+
+def queued_latency_s(prediction: Prediction, concurrency: int) -> float:
+    """Mean latency of a closed loop with `concurrency` clients on one replica (requests serialise)."""
+    if concurrency <= 1:
+        return prediction.latency_s
+    return prediction.latency_s + (concurrency - 1) * prediction.service_s

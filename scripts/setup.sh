@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up worldtune on a fresh machine: .venv/ in the repo root with worldtune installed editable,
+# with every extra (agent, SkyPilot, dev tools). Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export SKYPILOT_DISABLE_USAGE_COLLECTION=1
+
+PY=${PYTHON:-python3}
+need_apt=()
+command -v rsync >/dev/null || need_apt+=(rsync)        # SkyPilot needs rsync even for dry runs
+"$PY" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.worldtune-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -m pip install -q -e '.[agent,sky,dev]' 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -c 'import worldtune.tools.estimate, worldtune.policies.perf_model' \
+    || { echo "setup: worldtune did not install" >&2; exit 1; }
+  touch "$stamp"
+fi
+echo "setup: .venv/bin/worldtune ready"

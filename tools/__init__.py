@@ -1,0 +1,1 @@
+"""The domain words (Workload, Plan, Offer, Goal, Profile, Result) and the typed capabilities over them."""

@@ -1,0 +1,179 @@
+"""Estimate and plans: what the performance model predicts for a plan, and every plan for a GPU count.
+
+Plain typed functions with pydantic outputs; the CLI and the MCP server are thin wrappers over them.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from worldtune.policies import perf_model
+from worldtune.policies.calibration import shipped_profile
+from worldtune.tools import plan_rules
+from worldtune.tools.errors import InvalidInput
+from worldtune.tools.gpus import get_gpu
+from worldtune.tools.offer import Offer
+from worldtune.tools.offers import list_offers
+from worldtune.tools.plan import Plan
+from worldtune.tools.profile import Profile
+from worldtune.tools.workload import Workload, anchor_workload
+
+
+class Breakdown(BaseModel):
+    """Where one denoising step's time goes (seconds per step)."""
+
+    linear_s: float
+    attention_s: float
+    ulysses_s: float
+    tp_s: float
+    ring_s: float
+    hsdp_s: float
+    cfg_s: float
+    overhead_s: float
+
+
+class Estimate(BaseModel):
+    """The model's prediction for one plan on one GPU type, with the cheapest matching offer."""
+
+    valid: bool
+    reason: str = Field(description="why the plan is refused, or a warning / 'ok'")
+    rule: str = ""
+    alternative: str = ""
+    model: str
+    gpu: str
+    plan: str
+    gpus: int = Field(description="GPUs the plan uses (replicas x world size)")
+    world_size: int
+    replicas: int
+    steps: int
+    latency_s: float | None = None
+    per_step_s: float | None = None
+    fixed_s: float | None = None
+    guardrail_s: float | None = None
+    service_s: float | None = None
+    load_s: float | None = None
+    memory_gib_per_gpu: float | None = None
+    clips_per_hour_per_replica: float | None = None
+    clips_per_hour_per_node: float | None = None
+    usd_per_clip: float | None = None
+    offer: Offer | None = None
+    breakdown: Breakdown | None = None
+    profile_source: str = ""
+
+
+def resolve_profile(gpu: str, profile_path: str | None = None) -> Profile:
+    """The profile to predict with: the given file, else the calibrated one shipped for the GPU."""
+    if profile_path:
+        profile = Profile.load(profile_path)
+        if profile.gpu.lower() != get_gpu(gpu).name.lower():
+            raise InvalidInput("profile", profile_path, f"a profile for {gpu}", f"it is for {profile.gpu}")
+        return profile
+    return shipped_profile(gpu)
+
+
+def _best_offer(gpu: str, plan: Plan, clips_per_hour_per_node: float, capacities: list[str]) -> Offer | None:
+    """The offer with the lowest cost per clip among nodes big enough for the plan."""
+    fitting = [o for o in list_offers(gpu=gpu, capacity=capacities) if o.gpu_count >= plan.gpus]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda o: (o.usd_per_clip(clips_per_hour_per_node), o.usd_per_hour))
+
+
+def estimate_plan(
+    workload: Workload,
+    gpu: str,
+    plan: Plan,
+    profile: Profile,
+    capacities: list[str] | None = None,
+    node_gpus: int | None = None,
+    pool: list[Plan] | None = None,
+) -> Estimate:
+    """Validate `plan` and, if valid, predict latency, throughput, memory and cost per clip."""
+    spec = get_gpu(gpu)
+    verdict = plan_rules.check(plan, workload, spec, profile, node_gpus, pool=pool)
+    base = Estimate(
+        valid=verdict.valid,
+        reason=verdict.message,
+        rule=verdict.rule,
+        alternative=verdict.alternative,
+        model=workload.model,
+        gpu=spec.name,
+        plan=str(plan),
+        gpus=plan.gpus,
+        world_size=plan.world_size,
+        replicas=plan.replicas,
+        steps=workload.steps,
+        profile_source=profile.source,
+    )
+    if not verdict.valid:
+        return base
+    p = perf_model.predict(workload, plan, profile)
+    offer = _best_offer(spec.name, plan, p.clips_per_hour_per_node, capacities or ["on-demand"])
+    step = p.step
+    return base.model_copy(
+        update={
+            "latency_s": p.latency_s,
+            "per_step_s": p.per_step_s,
+            "fixed_s": p.fixed_s,
+            "guardrail_s": p.guardrail_s,
+            "service_s": p.service_s,
+            "load_s": p.load_s,
+            "memory_gib_per_gpu": p.memory_gib_per_gpu,
+            "clips_per_hour_per_replica": p.clips_per_hour_per_replica,
+            "clips_per_hour_per_node": p.clips_per_hour_per_node,
+            "usd_per_clip": offer.usd_per_clip(p.clips_per_hour_per_node) if offer else None,
+            "offer": offer,
+            "breakdown": Breakdown(
+                linear_s=step.linear_s,
+                attention_s=step.attention_s,
+                ulysses_s=step.ulysses_s,
+                tp_s=step.tp_s,
+                ring_s=step.ring_s,
+                hsdp_s=step.hsdp_s,
+                cfg_s=step.cfg_s,
+                overhead_s=step.overhead_s,
+            ),
+        }
+    )
+
+
+def estimate(
+    model: str = "cosmos3-super",
+    gpu: str = "H200",
+    plan: str = "cfg2-u4-hsdp8",
+    steps: int | None = None,
+    profile_path: str | None = None,
+    capacity: str = "on-demand",
+    workload: Workload | None = None,
+) -> Estimate:
+    """Predict one plan on the anchor workload (or the given one) with the calibrated (or given) profile."""
+    wl = workload or anchor_workload(model)
+    if steps is not None:
+        wl = wl.with_changes(steps=steps)
+    return estimate_plan(wl, gpu, Plan.parse(plan), resolve_profile(gpu, profile_path), [capacity])
+
+
+def list_plans(
+    model: str = "cosmos3-super",
+    gpu: str = "H200",
+    gpus: int = 8,
+    steps: int | None = None,
+    profile_path: str | None = None,
+    capacity: str = "on-demand",
+    include_invalid: bool = True,
+    workload: Workload | None = None,
+) -> list[Estimate]:
+    """Every plan that uses exactly `gpus` GPUs of one node, valid ones first, fastest first."""
+    spec = get_gpu(gpu)
+    if gpus < 1 or gpus > spec.max_gpus_per_node:
+        raise InvalidInput("gpus", gpus, f"1 to {spec.max_gpus_per_node} GPUs of one {spec.name} node")
+    wl = workload or anchor_workload(model)
+    if steps is not None:
+        wl = wl.with_changes(steps=steps)
+    profile = resolve_profile(gpu, profile_path)
+    candidates = list(plan_rules.candidate_plans(gpus, spec.max_gpus_per_node))
+    pool = [p for p in candidates if plan_rules.check(p, wl, spec, profile, gpus, suggest=False).valid]
+    found = [estimate_plan(wl, spec.name, p, profile, [capacity], node_gpus=gpus, pool=pool) for p in candidates]
+    if not include_invalid:
+        found = [e for e in found if e.valid]
+    return sorted(found, key=lambda e: (not e.valid, e.latency_s or 0.0, e.plan))

@@ -1,0 +1,73 @@
+"""Goal: what a tuning run optimises (objective) and what it must respect (constraints)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from worldtune.tools.errors import InvalidInput, one_of
+from worldtune.tools.gpus import get_gpu
+from worldtune.tools.offer import CAPACITIES
+from worldtune.tools.workload import Workload
+
+Objective = Literal["min_latency", "max_throughput", "min_cost_per_clip"]
+PERCENTILES = (50, 90, 95, 99)
+
+
+class Goal(BaseModel):
+    """Objective plus constraints: latency bound at a percentile, throughput floor, budget, allowed infra."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    objective: Objective = "min_cost_per_clip"
+    workload: Workload = Field(default_factory=Workload)
+    latency_bound_s: float | None = Field(default=None, gt=0)
+    latency_percentile: int = 95
+    throughput_floor_clips_per_hour: float | None = Field(default=None, gt=0)
+    budget_usd: float = Field(default=300.0, gt=0, description="most the search may spend")
+    gpus: list[str] = Field(default_factory=lambda: ["H200", "B200"])
+    infras: list[str] = Field(default_factory=list, description="allowed infra; empty = any")
+    capacities: list[str] = Field(default_factory=lambda: ["on-demand"])
+    max_gpus_per_node: int = Field(default=8, ge=1, le=8)
+
+    @field_validator("latency_percentile")
+    @classmethod
+    def _percentile(cls, value: int) -> int:
+        if value not in PERCENTILES:
+            raise one_of("latency_percentile", value, PERCENTILES)
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise InvalidInput("gpus", value, "at least one GPU type")
+        return [get_gpu(v).name for v in value]
+
+    @field_validator("capacities")
+    @classmethod
+    def _capacities(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise InvalidInput("capacities", value, f"at least one of {', '.join(CAPACITIES)}")
+        for cap in value:
+            if cap not in CAPACITIES:
+                raise one_of("capacity", cap, CAPACITIES)
+        return value
+
+    def describe(self) -> str:
+        """One line a person can confirm."""
+        parts = [
+            self.objective.replace("_", " "),
+            f"{self.workload.model} {self.workload.size} x{self.workload.num_frames}",
+        ]
+        if self.latency_bound_s:
+            parts.append(f"p{self.latency_percentile} <= {self.latency_bound_s:g} s")
+        if self.throughput_floor_clips_per_hour:
+            parts.append(f">= {self.throughput_floor_clips_per_hour:g} clips/h")
+        parts.append(f"GPUs {'/'.join(self.gpus)}")
+        parts.append(f"capacity {'/'.join(self.capacities)}")
+        if self.infras:
+            parts.append(f"infra {'/'.join(self.infras)}")
+        parts.append(f"budget ${self.budget_usd:g}")
+        return ", ".join(parts)

@@ -1,0 +1,95 @@
+"""Profile: the calibrated numbers of the performance model for one GPU type.
+
+The performance model (policies/perf_model.py) reads a Profile; so does the twin engine, which lets a
+rehearsal run against a profile that differs from what the agent believes. A profile is a YAML file
+that users can edit and refit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from worldtune.tools.errors import InvalidInput
+
+
+class Profile(BaseModel):
+    """Effective rates, link bandwidths, fixed costs, load time, memory terms and noise of one GPU type."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str
+    source: str = Field(description="where the numbers come from (fit, measurement, hand edit)")
+    date: str = Field(description="ISO date the numbers were made")
+    hardware: str = ""
+
+    # compute (generator, BF16)
+    linear_tflops: float = Field(gt=0, description="effective rate of the linear layers at large size")
+    attn_tflops: float = Field(gt=0, description="effective rate of attention at large size")
+    half_rate_tokens: float = Field(
+        ge=0, description="tokens per GPU at which both rates halve (small work runs less efficiently)"
+    )
+    fp8_linear_speedup: float = Field(default=1.6, gt=0, description="FP8 over BF16 on linear layers")
+    step_overhead_s: float = Field(default=0.02, ge=0, description="scheduler and launch time per step")
+
+    # links (per-GPU bus bandwidth as NCCL tests report it)
+    link_gbps: float = Field(gt=0, description="effective collective bus bandwidth, GB/s")
+    a2a_gbps: float | None = Field(default=None, description="all-to-all bus bandwidth; link_gbps if unset")
+    allreduce_gbps: float | None = Field(default=None, description="all-reduce bus bandwidth")
+    allgather_gbps: float | None = Field(default=None, description="all-gather bus bandwidth")
+    collective_latency_us: float = Field(ge=0, description="fixed cost of one collective call")
+    hsdp_overlap: float = Field(default=0.9, ge=0, le=1, description="share of HSDP gathers hidden")
+    ring_overlap: float = Field(default=0.8, ge=0, le=1, description="share of ring K/V passing hidden")
+
+    # per-request fixed part at the anchor workload for Cosmos3-Super (VAE decode on one GPU)
+    text_encode_s: float = Field(ge=0)
+    vae_decode_s: float = Field(ge=0)
+    mux_s: float = Field(ge=0)
+    vae_parallel_efficiency: float = Field(default=0.8, gt=0, le=1)
+    pipelined_s: float = Field(default=0.0, ge=0, description="part of one request that overlaps the next queued one")
+    guardrail_base_s: float = Field(default=2.0, ge=0, description="guard model cost per clip, short prompt")
+    guardrail_per_word_s: float = Field(default=0.2, ge=0, description="extra guard cost per prompt word")
+    guardrail_startup_s: float = Field(default=20.0, ge=0)
+
+    # start-up
+    load_base_s: float = Field(default=40.0, ge=0, description="process start, CUDA init, warm-up")
+    load_gib_per_s_warm: float = Field(default=0.47, gt=0, description="weights from page cache")
+    load_gib_per_s_cold: float = Field(default=0.2, gt=0, description="weights from disk")
+
+    # memory per GPU
+    runtime_gib: float = Field(default=3.6, ge=0, description="CUDA context, NCCL and allocator slack")
+    activation_gib_per_ktoken: float = Field(default=0.1, ge=0)
+    vae_decode_gib: float = Field(default=8.0, ge=0, description="VAE decode workspace at the anchor workload")
+    hsdp_buffer_gib: float = Field(default=14.0, ge=0, description="FSDP2 gather/prefetch buffers at large shards")
+
+    noise_cv: float = Field(default=0.002, ge=0, description="run-to-run spread of per-step time")
+    assumed: list[str] = Field(default_factory=list, description="fields set by assumption, not data")
+    fit: dict[str, Any] = Field(default_factory=dict, description="how the fit went (residuals, cells)")
+
+    def bandwidth(self, collective: str) -> float:
+        """Bus bandwidth for 'a2a', 'allreduce' or 'allgather', in bytes per second."""
+        value = {"a2a": self.a2a_gbps, "allreduce": self.allreduce_gbps, "allgather": self.allgather_gbps}[collective]
+        return (value or self.link_gbps) * 1e9
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        """Read a profile file; a missing or malformed file is a clear error."""
+        file = Path(path)
+        if not file.is_file():
+            raise InvalidInput("profile", str(path), "a readable profile YAML file")
+        data = yaml.safe_load(file.read_text())
+        if not isinstance(data, dict):
+            raise InvalidInput("profile", str(path), "a YAML mapping of profile fields")
+        return cls.model_validate(data)
+
+    def dump(self, path: str | Path) -> None:
+        """Write the profile as YAML (stable key order, readable by people)."""
+        Path(path).write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
+
+    def with_changes(self, **changes: Any) -> Profile:
+        data = self.model_dump()
+        data.update(changes)
+        return Profile.model_validate(data)
