@@ -1,0 +1,255 @@
+"""The results database: runs, deployments, benchmarks, every sample, and the cluster ledger (SQLite, WAL).
+
+Each write commits at once, so a crash or a kill loses nothing already measured. Every process
+opens its own short-lived connections; WAL lets readers (the CLI, the MCP server) look while a
+benchmark writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from worldtune.tools.deployment import Deployment
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL, goal TEXT,
+    created_at REAL NOT NULL, finished_at REAL, summary TEXT
+);
+CREATE TABLE IF NOT EXISTS deployments (
+    id TEXT PRIMARY KEY, run_id TEXT, state TEXT NOT NULL, infra TEXT NOT NULL,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS benchmarks (
+    id TEXT PRIMARY KEY, run_id TEXT, deployment_id TEXT, status TEXT NOT NULL,
+    progress REAL NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '', config TEXT NOT NULL,
+    started_at REAL NOT NULL, finished_at REAL, result TEXT, error TEXT
+);
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, benchmark_id TEXT NOT NULL, seq INTEGER NOT NULL,
+    phase TEXT NOT NULL, steps INTEGER NOT NULL, concurrency INTEGER NOT NULL, endpoint TEXT NOT NULL,
+    sent_at REAL NOT NULL, latency_s REAL, server_time_s REAL, ok INTEGER NOT NULL,
+    error_kind TEXT, status_code INTEGER, body TEXT NOT NULL,
+    UNIQUE (benchmark_id, seq)
+);
+CREATE INDEX IF NOT EXISTS samples_by_benchmark ON samples (benchmark_id, seq);
+CREATE TABLE IF NOT EXISTS ledger (
+    cluster TEXT PRIMARY KEY, backend TEXT NOT NULL, deployment_id TEXT, run_id TEXT,
+    launched_at REAL NOT NULL, gone_at REAL, state TEXT NOT NULL, detail TEXT NOT NULL DEFAULT ''
+);
+"""
+
+
+def default_db_path() -> Path:
+    """$WORLDTUNE_DB, else $XDG_DATA_HOME/worldtune/worldtune.db (~/.local/share/... by default)."""
+    override = os.environ.get("WORLDTUNE_DB")
+    if override:
+        return Path(override)
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "worldtune" / "worldtune.db"
+
+
+class Store:
+    """A handle on one results database file."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else default_db_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30)
+        db.row_factory = sqlite3.Row
+        try:
+            with db:  # commits on success, rolls back on error
+                yield db
+        finally:
+            db.close()
+
+    # ---- runs --------------------------------------------------------------------------------------
+    def add_run(self, run_id: str, kind: str, goal: dict[str, Any] | None = None) -> None:
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO runs (id, kind, status, goal, created_at) VALUES (?, ?, 'running', ?, ?)",
+                (run_id, kind, json.dumps(goal) if goal is not None else None, time.time()),
+            )
+
+    def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        with self._connect() as db:
+            db.execute(
+                "UPDATE runs SET status = ?, summary = ?, finished_at = ? WHERE id = ?",
+                (status, json.dumps(summary, default=str), time.time(), run_id),
+            )
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return _decode(row, ("goal", "summary")) if row else None
+
+    def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
+        return [_decode(r, ("goal", "summary")) for r in rows]
+
+    # ---- deployments -------------------------------------------------------------------------------
+    def save_deployment(self, deployment: Deployment) -> None:
+        now = time.time()
+        with self._connect() as db:
+            db.execute(
+                "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
+                "updated_at = excluded.updated_at, body = excluded.body, run_id = excluded.run_id",
+                (
+                    deployment.id,
+                    deployment.run_id,
+                    deployment.state,
+                    deployment.infra,
+                    deployment.created_at,
+                    now,
+                    deployment.model_dump_json(),
+                ),
+            )
+
+    def get_deployment(self, deployment_id: str) -> Deployment | None:
+        with self._connect() as db:
+            row = db.execute("SELECT body FROM deployments WHERE id = ?", (deployment_id,)).fetchone()
+        return Deployment.model_validate_json(row["body"]) if row else None
+
+    def list_deployments(self, run_id: str | None = None, alive_only: bool = False) -> list[Deployment]:
+        query, args = "SELECT body FROM deployments", []
+        if run_id:
+            query += " WHERE run_id = ?"
+            args.append(run_id)
+        with self._connect() as db:
+            rows = db.execute(query + " ORDER BY created_at", args).fetchall()
+        found = [Deployment.model_validate_json(r["body"]) for r in rows]
+        return [d for d in found if d.alive] if alive_only else found
+
+    # ---- benchmarks and samples ---------------------------------------------------------------------
+    def create_benchmark(
+        self, benchmark_id: str, config: dict[str, Any], deployment_id: str | None = None, run_id: str | None = None
+    ) -> None:
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO benchmarks (id, run_id, deployment_id, status, config, started_at) "
+                "VALUES (?, ?, ?, 'running', ?, ?)",
+                (benchmark_id, run_id, deployment_id, json.dumps(config, default=str), time.time()),
+            )
+
+    def update_benchmark(
+        self,
+        benchmark_id: str,
+        *,
+        status: str | None = None,
+        progress: float | None = None,
+        message: str | None = None,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        sets, args = [], []
+        for column, value in (("status", status), ("progress", progress), ("message", message), ("error", error)):
+            if value is not None:
+                sets.append(f"{column} = ?")
+                args.append(value)
+        if result is not None:
+            sets.append("result = ?")
+            args.append(json.dumps(result, default=str))
+        if status in ("completed", "failed", "cancelled"):
+            sets.append("finished_at = ?")
+            args.append(time.time())
+        if not sets:
+            return
+        with self._connect() as db:
+            db.execute(f"UPDATE benchmarks SET {', '.join(sets)} WHERE id = ?", (*args, benchmark_id))
+
+    def get_benchmark(self, benchmark_id: str) -> dict[str, Any] | None:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM benchmarks WHERE id = ?", (benchmark_id,)).fetchone()
+        return _decode(row, ("config", "result")) if row else None
+
+    def list_benchmarks(self, run_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        query, args = "SELECT * FROM benchmarks", []
+        if run_id:
+            query += " WHERE run_id = ?"
+            args.append(run_id)
+        with self._connect() as db:
+            rows = db.execute(query + " ORDER BY started_at DESC LIMIT ?", (*args, limit)).fetchall()
+        return [_decode(r, ("config", "result")) for r in rows]
+
+    def add_sample(self, benchmark_id: str, seq: int, sample: dict[str, Any]) -> None:
+        """Write one measured request at once (idempotent on (benchmark, seq))."""
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO samples (benchmark_id, seq, phase, steps, concurrency, endpoint, sent_at, "
+                "latency_s, server_time_s, ok, error_kind, status_code, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    benchmark_id,
+                    seq,
+                    sample.get("phase", "full"),
+                    int(sample.get("steps", 0)),
+                    int(sample.get("concurrency", 1)),
+                    str(sample.get("endpoint", "")),
+                    float(sample.get("sent_at", time.time())),
+                    sample.get("latency_s"),
+                    sample.get("server_time_s"),
+                    1 if sample.get("ok") else 0,
+                    sample.get("error_kind"),
+                    sample.get("status_code"),
+                    json.dumps(sample, default=str),
+                ),
+            )
+
+    def samples(self, benchmark_id: str) -> list[dict[str, Any]]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT body FROM samples WHERE benchmark_id = ? ORDER BY seq", (benchmark_id,)
+            ).fetchall()
+        return [json.loads(r["body"]) for r in rows]
+
+    # ---- the cluster ledger -------------------------------------------------------------------------
+    def ledger_launch(
+        self, cluster: str, backend: str, deployment_id: str | None = None, run_id: str | None = None
+    ) -> None:
+        """Record a cluster BEFORE launching it, so a crash mid-launch still leaves a trace to clean up."""
+        with self._connect() as db:
+            db.execute(
+                "INSERT INTO ledger (cluster, backend, deployment_id, run_id, launched_at, state) "
+                "VALUES (?, ?, ?, ?, ?, 'launching') ON CONFLICT(cluster) DO UPDATE SET gone_at = NULL, "
+                "state = 'launching', launched_at = excluded.launched_at",
+                (cluster, backend, deployment_id, run_id, time.time()),
+            )
+
+    def ledger_update(self, cluster: str, state: str, detail: str = "") -> None:
+        with self._connect() as db:
+            db.execute("UPDATE ledger SET state = ?, detail = ? WHERE cluster = ?", (state, detail, cluster))
+
+    def ledger_gone(self, cluster: str, detail: str = "") -> None:
+        with self._connect() as db:
+            db.execute(
+                "UPDATE ledger SET state = 'gone', gone_at = ?, detail = ? WHERE cluster = ?",
+                (time.time(), detail, cluster),
+            )
+
+    def ledger(self, open_only: bool = False) -> list[dict[str, Any]]:
+        query = "SELECT * FROM ledger" + (" WHERE gone_at IS NULL" if open_only else "") + " ORDER BY launched_at"
+        with self._connect() as db:
+            return [dict(r) for r in db.execute(query).fetchall()]
+
+
+def _decode(row: sqlite3.Row, json_columns: tuple[str, ...]) -> dict[str, Any]:
+    out = dict(row)
+    for column in json_columns:
+        if out.get(column):
+            out[column] = json.loads(out[column])
+    return out
