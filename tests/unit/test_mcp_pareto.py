@@ -30,7 +30,7 @@ def test_frontier_direction_matters() -> None:
 
 
 def test_frontier_refuses_unknown_direction() -> None:
-    with pytest.raises(InvalidInput, match="'x'.*min, max"):
+    with pytest.raises(InvalidInput, match=r"'x'.*min, max"):
         pareto_frontier([{"x": 1.0}], {"x": "lowest"})  # type: ignore[dict-item]
 
 
