@@ -1,0 +1,140 @@
+"""Goal parsing: the common phrasings become the right Goal; anything ambiguous becomes a question."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+
+from worldtune.agent.goal_parser import GoalQuestion, parse_goal, parse_goal_with_llm, read_goal
+
+
+def test_the_issue_example_reads_every_part() -> None:
+    parsed = parse_goal(
+        "Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, cheapest per clip, H200 or B200, spot ok, budget $300"
+    )
+    goal = parsed.goal
+    assert goal.objective == "min_cost_per_clip"
+    assert goal.workload.model == "cosmos3-super"
+    assert (goal.workload.width, goal.workload.height, goal.workload.num_frames) == (1280, 720, 189)
+    assert goal.latency_bound_s == 150 and goal.latency_percentile == 95
+    assert goal.gpus == ["H200", "B200"]
+    assert goal.capacities == ["on-demand", "spot"]
+    assert goal.budget_usd == 300
+    assert parsed.assumptions == []  # nothing was left to a default
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("at least 100 clips/hour, cheapest per clip", {"throughput_floor_clips_per_hour": 100.0}),
+        ("sustain 2 clips per minute, lowest cost", {"throughput_floor_clips_per_hour": 120.0}),
+        ("fastest", {"objective": "min_latency"}),
+        ("highest throughput on B200", {"objective": "max_throughput", "gpus": ["B200"]}),
+        ("cheapest, on nebius", {"infras": ["nebius"]}),
+        ("fastest on aws or lambda", {"infras": ["aws", "lambda"]}),
+        ("cheapest, no spot", {"capacities": ["on-demand"]}),
+        ("cheapest, spot only", {"capacities": ["spot"]}),
+        ("cheapest, scale to zero ok", {"capacities": ["on-demand", "serverless"]}),
+        ("fastest, no B200", {"gpus": ["H200"]}),
+        ("p99 under 2 min, cheapest", {"latency_bound_s": 120.0, "latency_percentile": 99}),
+        ("median latency under 100 s", {"latency_bound_s": 100.0, "latency_percentile": 50}),
+        ("p90 below 95 seconds", {"latency_bound_s": 95.0, "latency_percentile": 90}),
+        ("cheapest, spend up to $50", {"budget_usd": 50.0}),
+        ("cheapest, $1.5k budget", {"budget_usd": 1500.0}),
+        ("cheapest, at most $300 to find out", {"budget_usd": 300.0}),
+        ("fastest, at most 4 GPUs per node", {"max_gpus_per_node": 4}),
+    ],
+)
+def test_common_phrasings(text: str, expected: dict[str, object]) -> None:
+    goal = parse_goal(text).goal
+    for key, value in expected.items():
+        assert getattr(goal, key) == value, (text, key)
+
+
+@pytest.mark.parametrize(
+    ("text", "workload"),
+    [
+        ("480p, cheapest", {"width": 832, "height": 480}),
+        ("50 steps, cheapest", {"steps": 50}),
+        ("121 frames, fastest", {"num_frames": 121}),
+        ("Nano, cheapest", {"model": "cosmos3-nano"}),
+        ("Cosmos3-Edge fastest", {"model": "cosmos3-edge", "width": 832, "height": 480}),
+        ("1280x704 at 16 fps, guardrails on, fastest", {"width": 1280, "height": 704, "fps": 16, "guardrails": True}),
+        ("nvidia/Cosmos3-Nano 35-step 720p clips, cheapest", {"model": "cosmos3-nano", "steps": 35}),
+    ],
+)
+def test_model_and_workload_changes(text: str, workload: dict[str, object]) -> None:
+    wl = parse_goal(text).goal.workload
+    for key, value in workload.items():
+        assert getattr(wl, key) == value, (text, key)
+
+
+def test_defaults_are_listed_for_confirmation() -> None:
+    parsed = parse_goal("p95 under 150 s")
+    assert parsed.goal.objective == "min_cost_per_clip"
+    text = " ".join(parsed.assumptions)
+    assert "cheapest per clip" in text and "budget" in text and "on-demand" in text
+
+
+def test_command_line_budget_and_infra_win_over_the_text() -> None:
+    goal = parse_goal("cheapest, budget $300, on aws", budget_usd=20, infras=["nebius"]).goal
+    assert goal.budget_usd == 20 and goal.infras == ["nebius"]
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("latency under 150 s, cheapest", "percentile"),
+        ("p95 under 150, cheapest", "seconds or minutes"),
+        ("cheapest and fastest", "Which should win"),
+        ("A100 only, fastest", "A100"),
+        ("H100, fastest", "no calibrated profile"),
+        ("cheapest on azure", "azure"),
+        ("under $1 per clip", "price ceiling"),
+        ("256p, cheapest", "WIDTHxHEIGHT"),
+        ("p97 under 100 s", "percentile"),
+        ("Nano and Super, cheapest", "Which model"),
+        ("cheapest, $300", "What is '$300' for"),
+        ("p95 under 150 s, make it blue", "blue"),
+        ("", "What should worldtune tune for"),
+        ("cheapest, 1000 frames", "num_frames"),
+    ],
+)
+def test_ambiguous_goals_become_questions(text: str, asks: str) -> None:
+    with pytest.raises(GoalQuestion) as info:
+        parse_goal(text)
+    assert any(asks in q for q in info.value.questions), info.value.questions
+
+
+def test_every_ambiguity_is_asked_at_once() -> None:
+    with pytest.raises(GoalQuestion) as info:
+        parse_goal("latency under 150 s, cheapest and fastest, on azure")
+    assert len(info.value.questions) == 3
+
+
+def test_llm_path_with_a_fake_chat_model_validates_like_the_parser() -> None:
+    answer = {"objective": "min_latency", "gpus": ["B200"], "workload": {"model": "cosmos3-nano", "steps": 50}}
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="Here it is: " + json.dumps(answer))]))
+    parsed = parse_goal_with_llm("the quickest Nano you can find on the new Blackwells, fifty steps", model)
+    assert parsed.goal.objective == "min_latency" and parsed.goal.gpus == ["B200"]
+    assert parsed.goal.workload.model == "cosmos3-nano" and parsed.goal.workload.steps == 50
+    assert parsed.source.startswith("llm:")
+
+
+def test_llm_questions_and_invalid_answers_reach_the_user() -> None:
+    asking = GenericFakeChatModel(messages=iter([AIMessage(content='{"questions": ["Which percentile?"]}')]))
+    with pytest.raises(GoalQuestion, match="Which percentile"):
+        parse_goal_with_llm("fast-ish", asking)
+    wrong = GenericFakeChatModel(messages=iter([AIMessage(content='{"gpus": ["TPU"]}')]))
+    with pytest.raises(GoalQuestion, match="TPU"):
+        parse_goal_with_llm("on tpus", wrong)
+
+
+def test_without_a_configured_model_questions_stay_questions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLDTUNE_LLM_MODEL", raising=False)
+    with pytest.raises(GoalQuestion):
+        read_goal("latency under 150 s")
+    assert read_goal("fastest").goal.objective == "min_latency"

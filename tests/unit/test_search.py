@@ -1,0 +1,135 @@
+"""The search policy: ranking under the goal, probes before full runs, learning, and each stopping rule."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from worldtune.policies import perf_model
+from worldtune.policies import search as ws
+from worldtune.policies.calibration import shipped_profile
+from worldtune.tools.goal import Goal
+from worldtune.tools.offers import all_offers
+from worldtune.tools.plan import Plan
+from worldtune.tools.profile import Profile
+from worldtune.tools.workload import anchor_workload
+
+
+def _goal(**changes: object) -> Goal:
+    base: dict[str, object] = {
+        "objective": "min_cost_per_clip",
+        "workload": anchor_workload(),
+        "latency_bound_s": 150,
+        "gpus": ["H200", "B200"],
+        "capacities": ["on-demand", "spot"],
+        "budget_usd": 300,
+    }
+    base.update(changes)
+    return Goal.model_validate(base)
+
+
+def _simulate(state: ws.SearchState, truth: dict[str, Profile], seed: int = 0) -> ws.SearchState:
+    """Drive the search to its stop against a profile 'truth' (the twin's timing model with its noise)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        decision = ws.decide(state)
+        if decision.stop_reason:
+            return state
+        cands = {c.key: c for c in ws.candidates(state)}
+        for action in decision.actions:
+            cand = cands[action.key]
+            plan = Plan.parse(cand.plan)
+            cv = truth[cand.gpu].noise_cv
+
+            def latency(steps: int, cand: ws.Candidate = cand, plan: Plan = plan, cv: float = cv) -> float:
+                p = perf_model.predict(anchor_workload(steps=steps), plan, truth[cand.gpu])
+                return float(p.fixed_s * (1 + cv * rng.standard_normal()) + steps * p.per_step_s)
+
+            if action.kind == "probe":
+                a, b = latency(4), latency(8)
+                m = ws.Measurement(key=cand.key, kind="probe", per_step_s=(b - a) / 4, fixed_s=a - 4 * (b - a) / 4)
+            else:
+                m = ws.Measurement(key=cand.key, kind="full", latencies_s=[latency(35) for _ in range(5)])
+            assert action.expected_usd <= state.goal.budget_usd - state.spent_usd
+            state = ws.record(state, m.model_copy(update={"usd": action.expected_usd / 1.25}))
+    raise AssertionError("the search did not stop")
+
+
+def test_candidates_are_offers_times_valid_plans_ranked_under_the_goal() -> None:
+    state = ws.initial_state(_goal(), all_offers("snapshot"))
+    ranked = ws.candidates(state)
+    assert len({c.offer.id for c in ranked}) == len(state.offers) > 3
+    assert all(c.feasible for c in ranked[:10])
+    feasible = [c for c in ranked if c.feasible]
+    assert [c.usd_per_clip for c in feasible] == sorted(c.usd_per_clip for c in feasible)
+    assert all(c.latency_q_s <= 150 for c in feasible)
+    assert any(not c.feasible and "exceeds the bound" in c.violations[0] for c in ranked)
+    assert all("fp8" not in c.plan for c in ranked)  # quantisation changes outputs: never chosen silently
+
+
+def test_throughput_floor_sets_the_number_of_nodes() -> None:
+    state = ws.initial_state(_goal(throughput_floor_clips_per_hour=500), all_offers("snapshot"))
+    top = ws.candidates(state)[0]
+    assert top.nodes * top.clips_per_hour_per_node >= 500 > (top.nodes - 1) * top.clips_per_hour_per_node
+
+
+def test_first_actions_are_probes_then_a_full_run_for_a_contender() -> None:
+    state = ws.initial_state(_goal(), all_offers("snapshot"))
+    first = ws.decide(state, parallel=2)
+    assert [a.kind for a in first.actions] == ["probe", "probe"] and all(a.needs_deploy for a in first.actions)
+    key = first.actions[0].key
+    cand = next(c for c in ws.candidates(state) if c.key == key)
+    probe = ws.Measurement(key=key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
+    state = ws.record(state, probe).model_copy(update={"deployed": [key]})
+    nxt = ws.decide(state)
+    assert nxt.actions[0].key == key and nxt.actions[0].kind == "full" and not nxt.actions[0].needs_deploy
+
+
+def test_search_converges_on_the_truth_and_says_why() -> None:
+    truth = {g: shipped_profile(g) for g in ("H200", "B200")}
+    state = _simulate(ws.initial_state(_goal(), all_offers("snapshot")), truth)
+    decision = ws.decide(state)
+    assert decision.stop_kind == "converged" and "confidence" in (decision.stop_reason or "")
+    best = ws.recommendation(state)
+    assert best is not None and best.stage == "measured" and best.latency_q_s <= 150
+    optimum = ws.candidates(state.model_copy(update={"beliefs": truth, "measurements": []}))[0]
+    assert best.usd_per_clip <= optimum.usd_per_clip * 1.05
+    assert state.iterations < 20  # far fewer measurements than the hundreds of candidates
+
+
+def test_recalibration_learns_a_larger_fixed_cost() -> None:
+    shipped = shipped_profile("H200")
+    truth = {"H200": shipped.with_changes(vae_decode_s=shipped.vae_decode_s * 2.5)}
+    goal = _goal(gpus=["H200"], objective="min_latency", latency_bound_s=None)
+    state = _simulate(ws.initial_state(goal, all_offers("snapshot")), truth)
+    learned = state.beliefs["H200"]
+    assert learned.vae_decode_s + learned.text_encode_s + learned.mux_s > 1.4 * (
+        shipped.vae_decode_s + shipped.text_encode_s + shipped.mux_s
+    )
+    assert state.surprises["H200"][0] > 0.01  # the first measurement was a surprise, and that was recorded
+
+
+def test_impossible_goal_stops_as_infeasible() -> None:
+    state = ws.initial_state(_goal(latency_bound_s=5), all_offers("snapshot"))
+    decision = ws.decide(state)
+    assert decision.stop_kind == "infeasible" and not decision.actions
+
+
+def test_budget_caps_the_search_and_is_never_exceeded() -> None:
+    truth = {g: shipped_profile(g) for g in ("H200", "B200")}
+    state = _simulate(ws.initial_state(_goal(budget_usd=6), all_offers("snapshot")), truth)
+    decision = ws.decide(state)
+    assert decision.stop_kind == "budget" and "budget" in (decision.stop_reason or "")
+    assert state.spent_usd <= 6
+
+
+def test_iteration_cap_is_a_stop_reason() -> None:
+    state = ws.initial_state(_goal(), all_offers("snapshot")).model_copy(update={"iterations": 3})
+    assert ws.decide(state, max_iterations=3).stop_kind == "iterations"
+
+
+def test_tolerance_bound_is_conservative_and_tightens_with_samples() -> None:
+    rng = np.random.default_rng(1)
+    few = list(120 + rng.normal(0, 1, 5))
+    many = list(120 + rng.normal(0, 1, 200))
+    assert ws.tolerance_bound(few, 95) > np.percentile(few, 95)
+    assert ws.tolerance_bound(few, 95) - 120 > ws.tolerance_bound(many, 95) - 120 > 1.2
