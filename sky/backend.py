@@ -1,0 +1,361 @@
+"""SkyPilotBackend: launch, watch, benchmark next to the server, and tear down a Deployment through SkyPilot's SDK.
+
+Every SDK call returns a request id that is resolved here (`sky.get`, or `sky.stream_and_get` for
+launch, whose log becomes progress). Every rendered task passes SkyPilot's own validation first.
+Clusters are named `worldtune-<deployment id>` and written to the ledger before launch and marked
+gone after `down`. As a safety net the cluster is launched with `down=True` and an idle timeout, so
+SkyPilot tears it down by itself once nothing runs on it (the server job ends when a server dies).
+
+Readiness is read from the serve job's log (the run script prints one marker per replica after its
+own `GET /v1/models` succeeded), so it works without open ports. Benchmarks run on the cluster as a
+`sky exec` job (sky/bench_job.py) against the server on loopback; its log carries every sample,
+which is copied into the local Store as it appears. When the cluster disappears under a benchmark
+(a spot preemption; on Slurm, `scancel`), the samples already copied stay, the deployment is
+relaunched and the benchmark runs again to completion on the new cluster. SkyPilot's managed-job
+recovery is not used: its preemption check contacts public addresses (see PLATFORM.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from worldtune.sky import home
+from worldtune.sky.bench_job import ERROR_MARKER, RESULT_MARKER, SAMPLE_MARKER
+from worldtune.sky.dryrun import validate_task
+from worldtune.sky.render import (
+    ALL_READY_MARKER,
+    FAILED_MARKER,
+    HF_TOKEN,
+    RenderOptions,
+    cluster_name,
+    render_task,
+    replica_slices,
+)
+from worldtune.tools.deployment import Deployment, Progress
+from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.plan import Plan
+from worldtune.tools.store import Store
+
+AUTODOWN_IDLE_MINUTES = 10
+BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
+CLUSTER_WORLDTUNE_ENV = "WORLDTUNE_CLUSTER_WORLDTUNE"
+
+
+class LaunchError(WorldtuneError, RuntimeError):
+    """A cluster or its servers did not come up."""
+
+
+def _free_port_range(count: int, start: int = 18000, stop: int = 30000) -> int:
+    """The first port of `count` consecutive free loopback ports (Slurm here shares this machine's ports)."""
+    for base in range(start, stop, 10):
+        ok = True
+        for port in range(base, base + count):
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise LaunchError(f"no {count} consecutive free ports between {start} and {stop}")
+
+
+def cluster_python() -> str:
+    """The Python of the worldtune installation the cluster runs (the local venv: Slurm here is this machine).
+
+    $WORLDTUNE_CLUSTER_WORLDTUNE names another `worldtune` executable; its folder's python is used.
+    """
+    override = os.environ.get(CLUSTER_WORLDTUNE_ENV)
+    if override:
+        return str(Path(override).parent / "python")
+    return str(Path(sys.prefix) / "bin" / "python")
+
+
+def render_options_for(deployment: Deployment) -> RenderOptions:
+    """Render options per infra: on Slurm the servers bind loopback on free ports and run this venv's worldtune."""
+    if deployment.infra.startswith("slurm/"):
+        base = os.environ.get(BASE_PORT_ENV)
+        port = int(base) if base else _free_port_range(Plan.parse(deployment.plan).replicas)
+        worldtune = os.environ.get(CLUSTER_WORLDTUNE_ENV) or str(Path(sys.prefix) / "bin" / "worldtune")
+        return RenderOptions(host="127.0.0.1", base_port=port, worldtune=worldtune, open_ports=False)
+    # Elsewhere this checkout travels as the workdir, so the benchmark client runs next to the server.
+    return RenderOptions(ship_worldtune=True, worldtune="~/.worldtune-venv/bin/worldtune")
+
+
+class SkyPilotBackend:
+    """The Backend for `slurm/<cluster>` and SkyPilot clouds."""
+
+    name = "skypilot"
+
+    def __init__(
+        self,
+        store: Store,
+        options: RenderOptions | None = None,
+        poll_s: float = 2.0,
+        autodown: bool = True,
+    ) -> None:
+        self.store = store
+        self.options = options
+        self.poll_s = poll_s
+        self.autodown = autodown
+        self.sky = home.import_skypilot(home.chosen_home(dry_run=False))
+        self._serve_jobs: dict[str, int] = {}
+
+    # ---- SDK helpers ------------------------------------------------------------------------------
+    def _get(self, request_id: Any) -> Any:
+        return self.sky.get(request_id)
+
+    def _options(self, deployment: Deployment) -> RenderOptions:
+        return self.options or render_options_for(deployment)
+
+    def _job_log(self, cluster: str, job_id: int) -> str:
+        import io
+
+        buffer = io.StringIO()
+        try:
+            self.sky.tail_logs(cluster, job_id, follow=False, output_stream=buffer)
+        except Exception as exc:  # the cluster may be gone: the caller checks status next
+            return buffer.getvalue() + f"\n(log unavailable: {exc})"
+        return buffer.getvalue()
+
+    def _job_status(self, cluster: str, job_id: int) -> str | None:
+        try:
+            found = self._get(self.sky.job_status(cluster, [job_id]))
+        except Exception:  # cluster not up / gone
+            return None
+        status = found.get(job_id) if isinstance(found, dict) else None
+        return status.value if status is not None else None
+
+    # ---- the Backend protocol ---------------------------------------------------------------------
+    def launch(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
+        say: Progress = progress or (lambda message, fraction: None)
+        options = self._options(deployment)
+        config = render_task(deployment, options)
+        task = validate_task(config)
+        token = os.environ.get(HF_TOKEN)
+        if deployment.engine == "vllm-omni" and token:
+            task.update_secrets({HF_TOKEN: token})  # in memory only; SkyPilot redacts secrets in its logs
+        cluster = cluster_name(deployment)
+        self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
+        dep = deployment.model_copy(update={"cluster": cluster, "state": "provisioning", "detail": "launching"})
+        self.store.save_deployment(dep)
+        say(f"launching {cluster} on {deployment.infra}", 0.0)
+        started = time.time()
+        try:
+            request = self.sky.launch(
+                task,
+                cluster_name=cluster,
+                down=self.autodown,
+                idle_minutes_to_autostop=AUTODOWN_IDLE_MINUTES if self.autodown else None,
+            )
+            job_id, _handle = self._get(request)
+        except Exception as exc:
+            self.store.ledger_update(cluster, "failed", str(exc)[:500])
+            self._down_quietly(cluster)
+            raise LaunchError(f"SkyPilot launch of {cluster} failed: {exc}") from exc
+        if job_id is None:
+            self._down_quietly(cluster)
+            raise LaunchError(f"SkyPilot launched {cluster} but submitted no job")
+        self._serve_jobs[deployment.id] = int(job_id)
+        say(f"{cluster} up in {time.time() - started:.0f} s; serve job {job_id}; waiting for the servers", 0.5)
+        self.store.ledger_update(cluster, "loading", f"serve job {job_id}")
+        dep = dep.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
+        self.store.save_deployment(dep)
+        try:
+            self._wait_ready(cluster, int(job_id), deployment, say)
+        except LaunchError:
+            self._down_quietly(cluster)
+            self.store.ledger_gone(cluster, "servers did not come up")
+            raise
+        endpoints = self._endpoints(cluster, deployment, options)
+        dep = dep.model_copy(update={"state": "ready", "ready_at": time.time(), "endpoints": endpoints})
+        self.store.ledger_update(cluster, "ready", f"serve job {job_id}")
+        self.store.save_deployment(dep)
+        say(f"ready: {', '.join(endpoints)}", 1.0)
+        return dep
+
+    def _wait_ready(self, cluster: str, job_id: int, deployment: Deployment, say: Progress) -> None:
+        from worldtune.sky.render import startup_allowance_s
+
+        deadline = time.time() + startup_allowance_s(deployment) + 120
+        while time.time() < deadline:
+            log = self._job_log(cluster, job_id)
+            if ALL_READY_MARKER in log:
+                return
+            if FAILED_MARKER in log:
+                raise LaunchError(f"{cluster}: " + _marker_lines(log, FAILED_MARKER))
+            status = self._job_status(cluster, job_id)
+            if status in ("FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED", "SUCCEEDED"):
+                raise LaunchError(f"{cluster}: serve job {job_id} ended ({status}) before ready:\n{log[-2000:]}")
+            say(f"{cluster}: serve job {status or '?'}; {log.count('WORLDTUNE_READY')} replica(s) ready", None)
+            time.sleep(self.poll_s)
+        raise LaunchError(f"{cluster}: servers not ready within the start-up allowance")
+
+    def _endpoints(self, cluster: str, deployment: Deployment, options: RenderOptions) -> list[str]:
+        slices = replica_slices(Plan.parse(deployment.plan), options.base_port)
+        if deployment.infra.startswith("slurm/"):
+            # The local Slurm cluster is this machine: its servers are on loopback.
+            return [f"http://127.0.0.1:{r.port}" for r in slices]
+        urls = self._get(self.sky.endpoints(cluster))
+        return [f"http://{urls[r.port]}" if not str(urls[r.port]).startswith("http") else str(urls[r.port])
+                for r in slices if r.port in urls]  # fmt: skip
+
+    def status(self, deployment: Deployment) -> Deployment:
+        """Ask SkyPilot (refreshing from the infra); a ready cluster that vanished or stopped was preempted."""
+        if deployment.state == "terminated" or not deployment.cluster:
+            return deployment
+        from sky.utils import common
+
+        records = self._get(self.sky.status([deployment.cluster], refresh=common.StatusRefreshMode.FORCE))
+        up = [r for r in records if str(_field(r, "status")).endswith("UP")]
+        if not up:
+            state = "preempted" if deployment.state in ("ready", "loading") else deployment.state
+            return deployment.model_copy(update={"state": state, "detail": "cluster gone or not UP"})
+        job_id = self._serve_jobs.get(deployment.id) or _job_from_detail(deployment.detail)
+        if job_id is not None:
+            status = self._job_status(deployment.cluster, job_id)
+            if status not in ("RUNNING", "PENDING", "SETTING_UP", "INIT", None):
+                return deployment.model_copy(update={"state": "failed", "detail": f"serve job {job_id} {status}"})
+        return deployment
+
+    def teardown(self, deployment: Deployment) -> Deployment:
+        cluster = deployment.cluster or cluster_name(deployment)
+        self.down(cluster)
+        return deployment.model_copy(update={"state": "terminated", "terminated_at": time.time()})
+
+    def down(self, cluster: str) -> str:
+        """`sky down` the cluster (idempotent) and mark it gone in the ledger."""
+        from sky import exceptions
+
+        try:
+            self._get(self.sky.down(cluster))
+            result = "down"
+        except exceptions.ClusterDoesNotExist:
+            result = "already gone"
+        self.store.ledger_gone(cluster, result)
+        return result
+
+    def _down_quietly(self, cluster: str) -> None:
+        try:
+            self.down(cluster)
+        except Exception as exc:  # keep the ledger row open so `worldtune gc` retries
+            self.store.ledger_update(cluster, "down-failed", str(exc)[:500])
+
+    # ---- benchmarks next to the server ------------------------------------------------------------
+    def benchmark(
+        self,
+        deployment: Deployment,
+        bench_args: list[str],
+        benchmark_id: str,
+        progress: Progress | None = None,
+        max_recoveries: int = 2,
+        on_job: Callable[[Deployment, int], None] | None = None,
+    ) -> tuple[Deployment, dict[str, Any]]:
+        """Run `worldtune bench <bench_args>` on the cluster against replica 0..N on loopback.
+
+        Samples land in the local Store under `benchmark_id` as they are measured. On preemption the
+        deployment is relaunched and the benchmark run again (up to `max_recoveries` times); samples of
+        the cut-short attempt are kept with `attempt` and `interrupted` in their body. Returns the
+        (possibly relaunched) deployment and the benchmark's result. `on_job(deployment, job_id)` is
+        called once each bench job is submitted (tests use it to cut a job short).
+        """
+        say: Progress = progress or (lambda message, fraction: None)
+        config = {"bench_args": bench_args, "deployment": deployment.id, "where": "cluster (sky exec)"}
+        self.store.create_benchmark(benchmark_id, config, deployment.id, deployment.run_id)
+        dep = deployment
+        for attempt in range(1, max_recoveries + 2):
+            outcome, result = self._bench_attempt(dep, bench_args, benchmark_id, attempt, say, on_job)
+            if outcome == "completed":
+                assert result is not None
+                self.store.update_benchmark(benchmark_id, status="completed", progress=1.0, result=result,
+                                            message=f"completed on attempt {attempt}")  # fmt: skip
+                return dep, result
+            if outcome != "preempted" or attempt > max_recoveries:
+                self.store.update_benchmark(benchmark_id, status="failed", error=outcome)
+                raise LaunchError(f"benchmark {benchmark_id} failed: {outcome}")
+            kept = len(self.store.samples(benchmark_id))
+            message = f"attempt {attempt} cut short by preemption; {kept} samples kept; relaunching"
+            say(message, None)
+            self.store.update_benchmark(benchmark_id, message=message)
+            self._down_quietly(dep.cluster or cluster_name(dep))
+            dep = self.launch(dep.model_copy(update={"state": "pending", "endpoints": []}), progress)
+        raise AssertionError("unreachable")
+
+    def _bench_attempt(
+        self,
+        dep: Deployment,
+        bench_args: list[str],
+        benchmark_id: str,
+        attempt: int,
+        say: Progress,
+        on_job: Callable[[Deployment, int], None] | None,
+    ) -> tuple[str, dict[str, Any] | None]:
+        import shlex
+
+        cluster = dep.cluster or cluster_name(dep)
+        options = self._options(dep)
+        offset = max((int(s.get("seq", -1)) for s in self.store.samples(benchmark_id)), default=-1) + 1
+        remote_db = f"~/.worldtune/bench/{benchmark_id}-a{attempt}.db"
+        endpoints = [f"http://127.0.0.1:{r.port}" for r in replica_slices(Plan.parse(dep.plan), options.base_port)]
+        args = [a for e in endpoints for a in ("--endpoint", e)] + list(bench_args)
+        python = cluster_python() if dep.infra.startswith("slurm/") else "~/.worldtune-venv/bin/python"
+        run = f"{python} -m worldtune.sky.bench_job --db {remote_db} -- {shlex.join(args)}"
+        task = self.sky.Task(name=f"worldtune-bench-{benchmark_id}", run=run)
+        job_id, _ = self._get(self.sky.exec(task, cluster_name=cluster))
+        say(f"bench job {job_id} on {cluster} (attempt {attempt})", None)
+        if on_job:
+            on_job(dep, int(job_id))
+        seen: set[int] = set()
+        finished_polls = 0
+        while True:
+            log = self._job_log(cluster, int(job_id))
+            for line in log.splitlines():
+                if line.startswith(SAMPLE_MARKER):
+                    sample = json.loads(line[len(SAMPLE_MARKER) :])
+                    seq = int(sample["seq"])
+                    if seq not in seen:
+                        seen.add(seq)
+                        body = {**sample, "attempt": attempt, "cluster": cluster, "remote_seq": seq}
+                        self.store.add_sample(benchmark_id, offset + seq, body)
+                        self.store.update_benchmark(benchmark_id, message=f"{len(seen)} samples (attempt {attempt})")
+                elif line.startswith(RESULT_MARKER):
+                    return "completed", json.loads(line[len(RESULT_MARKER) :])
+                elif line.startswith(ERROR_MARKER):
+                    return line, None
+            status = self._job_status(cluster, int(job_id))
+            if status in (None, "FAILED", "FAILED_DRIVER", "CANCELLED", "SUCCEEDED"):
+                refreshed = self.status(dep)
+                if refreshed.state == "preempted":
+                    for seq in seen:  # mark what was measured before the cut
+                        sample = next(s for s in self.store.samples(benchmark_id) if s.get("remote_seq") == seq
+                                      and s.get("attempt") == attempt)  # fmt: skip
+                        self.store.add_sample(benchmark_id, offset + seq, {**sample, "interrupted": True})
+                    return "preempted", None
+                finished_polls += 1
+                if status == "SUCCEEDED" and finished_polls < 3:
+                    time.sleep(self.poll_s)
+                    continue  # the result line may land in the log a moment after the status
+                return f"bench job {job_id} {status}: {log[-1500:]}", None
+            time.sleep(self.poll_s)
+
+
+def _field(record: Any, name: str) -> Any:
+    return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
+
+
+def _job_from_detail(detail: str) -> int | None:
+    parts = detail.split()
+    return int(parts[2]) if len(parts) >= 3 and parts[:2] == ["serve", "job"] and parts[2].isdigit() else None
+
+
+def _marker_lines(log: str, marker: str) -> str:
+    return "\n".join(line for line in log.splitlines() if marker in line)[-2000:]

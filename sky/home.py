@@ -1,0 +1,52 @@
+"""Which SkyPilot home worldtune drives, and importing SkyPilot under it (never phoning home).
+
+SkyPilot resolves `~/.sky` (catalogs, state, API-server files) from HOME when it is imported, so the
+home must be chosen before the first `import sky` of a process. `$WORLDTUNE_SKY_HOME` names a private
+home (tests and the local Slurm cluster use one, so a user's real `~/.sky` is never touched); without
+it, dry runs use a private offline home under the user's cache folder and real launches use the
+user's own HOME (where their cloud credentials live).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from worldtune.tools.errors import InvalidInput
+
+HOME_ENV = "WORLDTUNE_SKY_HOME"
+
+
+def dryrun_home() -> Path:
+    """The private home dry runs use when $WORLDTUNE_SKY_HOME is unset: offline catalog rows only."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "worldtune" / "sky-dryrun-home"
+
+
+def chosen_home(dry_run: bool) -> Path | None:
+    """$WORLDTUNE_SKY_HOME, else the dry-run home for dry runs, else None (the user's own HOME)."""
+    override = os.environ.get(HOME_ENV)
+    if override:
+        return Path(override).expanduser().resolve()
+    return dryrun_home() if dry_run else None
+
+
+def import_skypilot(home: Path | None) -> ModuleType:
+    """Import SkyPilot with usage collection off and HOME pointing at `home` (None: leave HOME alone).
+
+    Refuses to switch homes inside one process: SkyPilot has already fixed its paths at import.
+    """
+    os.environ["SKYPILOT_DISABLE_USAGE_COLLECTION"] = "1"
+    if home is not None:
+        home.mkdir(parents=True, exist_ok=True)
+        current = os.environ.get("HOME")
+        if "sky" in sys.modules and current and Path(current).resolve() != home.resolve():
+            raise InvalidInput(
+                "sky home", str(home), f"the home SkyPilot was imported with in this process ({current})"
+            )
+        os.environ["HOME"] = str(home)
+    import sky
+
+    return sky

@@ -1,0 +1,370 @@
+"""Kubernetes: a Deployment's manifests (a Deployment + Service per replica, or a LeaderWorkerSet) and their backend.
+
+Each replica of a plan is its own pod asking for `world_size` GPUs (`nvidia.com/gpu` limits; the
+device plugin then sets CUDA_VISIBLE_DEVICES), with a memory-backed /dev/shm for NCCL, startup /
+readiness / liveness probes on `GET /v1/models` (the startup probe allows the model's cold load
+time), and the Hugging Face token read from a Secret. A replica wider than one node becomes a
+LeaderWorkerSet: the leader starts a Ray head and `vllm serve ... --worker-backend ray`, the workers
+join it. KubernetesBackend applies and deletes them with the official `kubernetes` client.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from worldtune.sky.render import (
+    PROBE_PATH,
+    RenderOptions,
+    ReplicaSlice,
+    serve_argv,
+    server_envs,
+    startup_allowance_s,
+)
+from worldtune.tools.deployment import Deployment, Progress
+from worldtune.tools.errors import InvalidInput
+from worldtune.tools.models import get_model
+from worldtune.tools.plan import Plan
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "worldtune"}
+DEPLOYMENT_LABEL = "worldtune.io/deployment"
+REPLICA_LABEL = "worldtune.io/replica"
+HF_SECRET_KEY = "HF_TOKEN"
+RAY_PORT = 6379
+LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+
+
+class K8sOptions(BaseModel):
+    """Where and how the manifests run: namespace, image, node size, secret name, shared memory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = "default"
+    image: str = Field(default="", description="server image; default: the pinned vLLM-Omni image")
+    twin_image: str = Field(default="", description="an image with worldtune installed (engine twin)")
+    gpus_per_node: int = Field(default=8, ge=1)
+    hf_secret: str = Field(default="worldtune-hf-token", description="Secret holding key HF_TOKEN")
+    shm_gib: int = Field(default=64, ge=1)
+    port: int = Field(default=8000, ge=1024, le=65535)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+
+
+def resource_name(deployment: Deployment, replica: int) -> str:
+    """`worldtune-<id>-r<i>`: DNS-1035 (lowercase, starts with a letter), so it also names a Service."""
+    return f"worldtune-{deployment.id}-r{replica}".lower().replace("_", "-")
+
+
+def _labels(deployment: Deployment, replica: int) -> dict[str, str]:
+    return {**MANAGED_BY, DEPLOYMENT_LABEL: deployment.id.lower(), REPLICA_LABEL: str(replica)}
+
+
+def _container(deployment: Deployment, options: K8sOptions, argv: list[str], gpus: int) -> dict[str, Any]:
+    image = _image(deployment, options)
+    allowance = startup_allowance_s(deployment)
+    probe = {"httpGet": {"path": PROBE_PATH, "port": options.port}}
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in server_envs(deployment).items()]
+    if deployment.engine == "vllm-omni":
+        ref = {"secretKeyRef": {"name": options.hf_secret, "key": HF_SECRET_KEY}}
+        env.append({"name": HF_SECRET_KEY, "valueFrom": ref})
+    limits = {GPU_RESOURCE: str(gpus)} if deployment.engine == "vllm-omni" else {}
+    return {
+        "name": "server",
+        "image": image,
+        "command": argv,
+        "env": env,
+        "ports": [{"name": "http", "containerPort": options.port, "protocol": "TCP"}],
+        "resources": {"limits": limits, "requests": dict(limits)},
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "hf-cache", "mountPath": "/root/.cache"}],
+        # The startup probe covers the model load; readiness and liveness take over once it passes.
+        "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": math.ceil(allowance / 10)},
+        "readinessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3, "timeoutSeconds": 5},
+        "livenessProbe": {**probe, "periodSeconds": 30, "failureThreshold": 5, "timeoutSeconds": 10},
+    }
+
+
+def _image(deployment: Deployment, options: K8sOptions) -> str:
+    if deployment.engine == "twin":
+        if not options.twin_image:
+            raise InvalidInput(
+                "twin_image", "", "an image with worldtune installed for engine twin on Kubernetes", "set --twin-image"
+            )
+        return options.twin_image
+    return options.image or RenderOptions().image
+
+
+def _pod_spec(deployment: Deployment, options: K8sOptions, containers: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": containers,
+        "volumes": [
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{options.shm_gib}Gi"}},
+            {"name": "hf-cache", "emptyDir": {}},
+        ],
+        "terminationGracePeriodSeconds": 30,
+    }
+    if options.node_selector:
+        spec["nodeSelector"] = dict(options.node_selector)
+    return spec
+
+
+def _argv(deployment: Deployment, options: K8sOptions) -> list[str]:
+    opts = RenderOptions(base_port=options.port, host="0.0.0.0", worldtune="worldtune")
+    return serve_argv(deployment, ReplicaSlice(index=0, gpus=(), port=options.port), opts)
+
+
+def _service(deployment: Deployment, replica: int, options: K8sOptions, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": resource_name(deployment, replica),
+            "namespace": options.namespace,
+            "labels": _labels(deployment, replica),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": options.port, "targetPort": options.port, "protocol": "TCP"}],
+        },
+    }
+
+
+def _deployment(deployment: Deployment, replica: int, options: K8sOptions, world: int) -> dict[str, Any]:
+    labels = _labels(deployment, replica)
+    container = _container(deployment, options, _argv(deployment, options), world)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": resource_name(deployment, replica), "namespace": options.namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            # GPUs are the scarce resource: never run old and new pods side by side.
+            "strategy": {"type": "Recreate"},
+            "template": {"metadata": {"labels": labels}, "spec": _pod_spec(deployment, options, [container])},
+        },
+    }
+
+
+def _leader_worker_set(deployment: Deployment, replica: int, options: K8sOptions, nodes: int) -> dict[str, Any]:
+    """One replica spanning `nodes` nodes: a Ray cluster per group, the server on the leader."""
+    labels = _labels(deployment, replica)
+    serve = shlex.join([*_argv(deployment, options), "--worker-backend", "ray"])
+    leader_cmd = ["bash", "-c", f"ray start --head --port={RAY_PORT} && exec {serve}"]
+    worker_cmd = ["bash", "-c", f"ray start --address=$(LWS_LEADER_ADDRESS):{RAY_PORT} --block"]
+    per_node = options.gpus_per_node
+    leader = _container(deployment, options, leader_cmd, per_node)
+    worker = _container(deployment, options, worker_cmd, per_node)
+    worker["name"] = "worker"
+    worker["ports"] = []
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        worker.pop(probe)
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": resource_name(deployment, replica), "namespace": options.namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": nodes,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": {
+                    "metadata": {"labels": {**labels, "role": "leader"}},
+                    "spec": _pod_spec(deployment, options, [leader]),
+                },
+                "workerTemplate": {
+                    "metadata": {"labels": {**labels, "role": "worker"}},
+                    "spec": _pod_spec(deployment, options, [worker]),
+                },
+            },
+        },
+    }
+
+
+def render_manifests(deployment: Deployment, options: K8sOptions | None = None) -> list[dict[str, Any]]:
+    """Every object the deployment needs, in apply order (workloads first, then their Services)."""
+    opts = options or K8sOptions()
+    plan = Plan.parse(deployment.plan)
+    get_model(deployment.model)
+    world = plan.world_size
+    objects: list[dict[str, Any]] = []
+    for replica in range(plan.replicas):
+        if world > opts.gpus_per_node:
+            if world % opts.gpus_per_node:
+                raise InvalidInput(
+                    "plan", deployment.plan, f"a world size that is a multiple of {opts.gpus_per_node} GPUs per node"
+                )
+            objects.append(_leader_worker_set(deployment, replica, opts, world // opts.gpus_per_node))
+            selector = {**_labels(deployment, replica), "role": "leader"}
+        else:
+            objects.append(_deployment(deployment, replica, opts, world))
+            selector = _labels(deployment, replica)
+        objects.append(_service(deployment, replica, opts, selector))
+    return objects
+
+
+def manifest_filename(obj: dict[str, Any]) -> str:
+    """`<kind>-<name>.yaml`, lowercase, for writing manifests/ out."""
+    return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def service_url(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"http://{meta['name']}.{meta['namespace']}.svc.cluster.local:{obj['spec']['ports'][0]['port']}"
+
+
+class KubernetesBackend:
+    """Applies a deployment's manifests to a cluster and deletes them, recording each in the ledger.
+
+    The API objects can be injected (tests pass mocks); by default they come from the kubeconfig.
+    Endpoints are the Services' in-cluster DNS names: the benchmark runs inside the cluster or
+    through `kubectl port-forward`.
+    """
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        store: Any,
+        options: K8sOptions | None = None,
+        apps: Any = None,
+        core: Any = None,
+        custom: Any = None,
+        poll_s: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.options = options or K8sOptions()
+        self.poll_s = poll_s
+        if apps is None or core is None or custom is None:
+            from kubernetes import client, config
+
+            config.load_kube_config()
+            apps, core, custom = client.AppsV1Api(), client.CoreV1Api(), client.CustomObjectsApi()
+        self.apps, self.core, self.custom = apps, core, custom
+
+    # ---- apply / delete -------------------------------------------------------------------------
+    def _apply(self, obj: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        ns, name, kind = self.options.namespace, obj["metadata"]["name"], obj["kind"]
+        calls = {
+            "Deployment": (self.apps.create_namespaced_deployment, self.apps.replace_namespaced_deployment),
+            "Service": (self.core.create_namespaced_service, self.core.patch_namespaced_service),
+            "Secret": (self.core.create_namespaced_secret, self.core.replace_namespaced_secret),
+        }
+        try:
+            if kind == "LeaderWorkerSet":
+                self.custom.create_namespaced_custom_object(*LWS_API[:2], ns, LWS_API[2], obj)
+            else:
+                calls[kind][0](ns, obj)
+        except ApiException as exc:
+            if exc.status != 409:  # already there: replace it
+                raise
+            if kind == "LeaderWorkerSet":
+                self.custom.patch_namespaced_custom_object(*LWS_API[:2], ns, LWS_API[2], name, obj)
+            else:
+                calls[kind][1](name, ns, obj)
+
+    def _delete(self, obj: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        ns, name, kind = self.options.namespace, obj["metadata"]["name"], obj["kind"]
+        try:
+            if kind == "Deployment":
+                self.apps.delete_namespaced_deployment(name, ns)
+            elif kind == "Service":
+                self.core.delete_namespaced_service(name, ns)
+            elif kind == "LeaderWorkerSet":
+                self.custom.delete_namespaced_custom_object(*LWS_API[:2], ns, LWS_API[2], name)
+        except ApiException as exc:
+            if exc.status != 404:  # already gone is what we want
+                raise
+
+    def _ensure_secret(self, deployment: Deployment) -> None:
+        """Create the HF token Secret from $HF_TOKEN when set (the value goes to the API only, never a file)."""
+        token = os.environ.get(HF_SECRET_KEY)
+        if deployment.engine != "vllm-omni" or not token:
+            return
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": self.options.hf_secret, "namespace": self.options.namespace, "labels": MANAGED_BY},
+            "type": "Opaque",
+            "stringData": {HF_SECRET_KEY: token},
+        }
+        self._apply(secret)
+
+    # ---- the Backend protocol -------------------------------------------------------------------
+    def launch(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
+        objects = render_manifests(deployment, self.options)
+        cluster = f"k8s/{self.options.namespace}/worldtune-{deployment.id}"
+        self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
+        dep = deployment.model_copy(update={"cluster": cluster, "state": "provisioning"})
+        self._ensure_secret(dep)
+        for obj in objects:
+            self._apply(obj)
+            if progress:
+                progress(f"applied {obj['kind']} {obj['metadata']['name']}", None)
+        self.store.ledger_update(cluster, "loading")
+        deadline = time.time() + startup_allowance_s(deployment) + 600  # + scheduling and image pull
+        while True:
+            dep = self.status(dep.model_copy(update={"state": "loading"}))
+            if dep.state == "ready" or time.time() > deadline:
+                break
+            if progress:
+                progress(dep.detail, None)
+            time.sleep(self.poll_s)
+        if dep.state != "ready":
+            self.teardown(dep)
+            raise TimeoutError(f"{cluster} not ready in time: {dep.detail}")
+        dep = dep.model_copy(update={"ready_at": time.time(), "endpoints": self.endpoints(deployment)})
+        self.store.ledger_update(cluster, "ready")
+        return dep
+
+    def endpoints(self, deployment: Deployment) -> list[str]:
+        return [service_url(o) for o in render_manifests(deployment, self.options) if o["kind"] == "Service"]
+
+    def status(self, deployment: Deployment) -> Deployment:
+        from kubernetes.client.exceptions import ApiException
+
+        if deployment.state == "terminated":
+            return deployment
+        ready, missing = 0, []
+        workloads = [o for o in render_manifests(deployment, self.options) if o["kind"] != "Service"]
+        for obj in workloads:
+            ns, name = self.options.namespace, obj["metadata"]["name"]
+            try:
+                if obj["kind"] == "Deployment":
+                    got = self.apps.read_namespaced_deployment_status(name, ns)
+                    count = (got.status.ready_replicas or 0) if got.status else 0
+                else:
+                    got = self.custom.get_namespaced_custom_object_status(*LWS_API[:2], ns, LWS_API[2], name)
+                    count = int((got.get("status") or {}).get("readyReplicas") or 0)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                missing.append(name)
+                continue
+            ready += 1 if count >= 1 else 0
+        if missing:
+            # Someone (or node loss with no controller) removed what we applied: it is not coming back.
+            state = "preempted" if deployment.state == "ready" else "failed"
+            return deployment.model_copy(update={"state": state, "detail": f"missing: {', '.join(missing)}"})
+        if ready == len(workloads):
+            return deployment.model_copy(update={"state": "ready", "detail": f"{ready}/{len(workloads)} ready"})
+        # A ready deployment whose pods are gone (node drained or reclaimed) is waiting for new ones.
+        state = "preempted" if deployment.state == "ready" else "loading"
+        return deployment.model_copy(update={"state": state, "detail": f"{ready}/{len(workloads)} ready"})
+
+    def teardown(self, deployment: Deployment) -> Deployment:
+        for obj in reversed(render_manifests(deployment, self.options)):
+            self._delete(obj)
+        cluster = deployment.cluster or f"k8s/{self.options.namespace}/worldtune-{deployment.id}"
+        self.store.ledger_gone(cluster, "manifests deleted")
+        return deployment.model_copy(update={"state": "terminated", "terminated_at": time.time()})

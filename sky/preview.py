@@ -1,0 +1,197 @@
+"""What a deploy would do, without spending: the Deployment, its offer, what it renders, SkyPilot's verdict.
+
+`preview_deploy` is the typed core of `worldtune deploy --dry-run` (and of the first half of a real
+deploy): it checks the plan against vLLM-Omni's rules, picks the offer, renders the SkyPilot task
+(or the SkyServe service, or the Kubernetes manifests), has SkyPilot validate the task, and, where
+the infra can be priced offline, asks SkyPilot's optimizer which node it would rent and its price.
+`write_preview` writes what would be applied into a folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+from worldtune.sky import render
+from worldtune.sky.dryrun import OFFLINE_CLOUDS, OptimizerChoice
+from worldtune.tools.deployment import ENGINES, Deployment
+from worldtune.tools.errors import InvalidInput, one_of
+from worldtune.tools.estimate import estimate_plan, resolve_profile
+from worldtune.tools.gpus import get_gpu
+from worldtune.tools.models import get_model
+from worldtune.tools.offer import CAPACITIES, Offer
+from worldtune.tools.offers import list_offers
+from worldtune.tools.plan import Plan
+from worldtune.tools.workload import anchor_workload
+
+UNPRICED_INFRAS = ("local", "kubernetes")
+
+
+class DeployPreview(BaseModel):
+    """Everything a deploy would apply, and what it would cost."""
+
+    deployment: Deployment
+    kind: str = Field(description="skypilot-task | skyserve-service | kubernetes | local")
+    task: dict[str, Any] | None = None
+    manifests: list[dict[str, Any]] = Field(default_factory=list)
+    serve_commands: list[str]
+    validated_by: list[str] = Field(default_factory=list, description="checks the rendered output passed")
+    optimizer: OptimizerChoice | None = None
+    optimizer_note: str = ""
+    usd_per_hour: float = 0.0
+    startup_allowance_s: int
+    cold_start_s: float | None = Field(default=None, description="serverless: wait of a request at zero replicas")
+
+
+def is_skypilot_infra(infra: str) -> bool:
+    return infra not in UNPRICED_INFRAS
+
+
+def pick_offer(gpu: str, plan: Plan, capacity: str, infra: str) -> Offer | None:
+    """The cheapest node big enough for the plan on that infra (serverless: one replica's node)."""
+    if not is_skypilot_infra(infra) or infra.startswith("slurm/"):
+        return None
+    need = plan.world_size if capacity == "serverless" else plan.gpus
+    cloud = infra.split("/")[0]
+    found = [o for o in list_offers(gpu=gpu, capacity=[capacity], infra=[cloud]) if o.gpu_count >= need]
+    if not found:
+        raise InvalidInput(
+            "infra", infra, f"an infra that rents {need}x{gpu} at capacity {capacity}", "see `worldtune plans`"
+        )
+    return min(found, key=lambda o: (o.usd_per_hour, o.gpu_count))
+
+
+def build_deployment(
+    gpu: str,
+    plan: str,
+    model: str = "cosmos3-super",
+    infra: str = "nebius",
+    engine: str = "vllm-omni",
+    capacity: str = "on-demand",
+    time_scale: float = 1.0,
+    twin_profile: str | None = None,
+    run_id: str | None = None,
+) -> Deployment:
+    """A pending Deployment after checking every input (the plan against vLLM-Omni's rules and memory)."""
+    spec = get_gpu(gpu)
+    get_model(model)
+    if engine not in ENGINES:
+        raise one_of("engine", engine, ENGINES)
+    if capacity not in CAPACITIES:
+        raise one_of("capacity", capacity, CAPACITIES)
+    if not infra or infra != infra.strip() or " " in infra:
+        raise InvalidInput("infra", infra, "local, slurm/NAME, kubernetes or a SkyPilot cloud such as nebius")
+    if infra.startswith("slurm/") and capacity != "on-demand":
+        raise InvalidInput("capacity", capacity, "on-demand on Slurm (SkyPilot has no spot or SkyServe there)")
+    if infra in UNPRICED_INFRAS and capacity == "serverless":
+        raise InvalidInput("capacity", capacity, f"on-demand or spot on {infra} (serverless is SkyServe)")
+    parsed = Plan.parse(plan)
+    verdict = estimate_plan(anchor_workload(model), spec.name, parsed, resolve_profile(spec.name))
+    if not verdict.valid:
+        raise InvalidInput("plan", plan, f"a plan vLLM-Omni accepts on {spec.name}", verdict.reason)
+    offer = pick_offer(spec.name, parsed, capacity, infra)
+    return Deployment(
+        run_id=run_id,
+        model=get_model(model).key,
+        gpu=spec.name,
+        plan=str(parsed),
+        infra=infra,
+        engine=engine,  # checked against ENGINES above
+        capacity=capacity,
+        offer=offer,
+        usd_per_hour=offer.usd_per_hour if offer else 0.0,
+        time_scale=time_scale,
+        twin_profile=twin_profile,
+    )
+
+
+def preview_deploy(
+    deployment: Deployment,
+    options: render.RenderOptions | None = None,
+    k8s_options: Any = None,
+    optimize: bool = True,
+) -> DeployPreview:
+    """Render and check what `deployment` would apply. SkyPilot must already be importable (sky/home.py)."""
+    opts = options or render.RenderOptions()
+    allowance = render.startup_allowance_s(deployment)
+    if deployment.infra == "kubernetes":
+        from worldtune.sky.kubernetes import K8sOptions, render_manifests
+
+        manifests = render_manifests(deployment, k8s_options or K8sOptions())
+        commands = [" ".join(c["command"]) for m in manifests if m["kind"] == "Deployment"
+                    for c in m["spec"]["template"]["spec"]["containers"]]  # fmt: skip
+        return DeployPreview(
+            deployment=deployment,
+            kind="kubernetes",
+            manifests=manifests,
+            serve_commands=commands,
+            startup_allowance_s=allowance,
+        )
+    if deployment.infra == "local":
+        return DeployPreview(
+            deployment=deployment,
+            kind="local",
+            serve_commands=render.serve_commands(deployment, opts),
+            startup_allowance_s=allowance,
+        )
+    from worldtune.sky.dryrun import optimize_task, validate_task
+
+    task = render.render_task(deployment, opts)
+    validate_task(task)
+    validated = ["sky.Task.from_yaml_config"]
+    choice: OptimizerChoice | None = None
+    note = ""
+    cloud = deployment.infra.split("/")[0]
+    if optimize and cloud in OFFLINE_CLOUDS:
+        choice = optimize_task(task)
+        validated.append("sky optimizer (offline catalog)")
+    elif cloud == "slurm":
+        note = "Slurm: priced at $0; the optimizer asks the live cluster at launch"
+    else:
+        note = f"{cloud}: no offline catalog rows; the optimizer runs at launch with your credentials"
+    serverless = deployment.capacity == "serverless"
+    if serverless:
+        single = deployment.model_copy(update={"plan": str(Plan.parse(deployment.plan).single_replica())})
+        commands = render.serve_commands(single, opts.model_copy(update={"host": "0.0.0.0"}))
+    else:
+        commands = render.serve_commands(deployment, opts)
+    price = choice.usd_per_hour if choice else deployment.usd_per_hour
+    return DeployPreview(
+        deployment=deployment.model_copy(update={"usd_per_hour": price}),
+        kind="skyserve-service" if serverless else "skypilot-task",
+        task=task,
+        serve_commands=commands,
+        validated_by=validated,
+        optimizer=choice,
+        optimizer_note=note,
+        usd_per_hour=price,
+        startup_allowance_s=allowance,
+        cold_start_s=render.cold_start_s(deployment) if serverless else None,
+    )
+
+
+def write_preview(preview: DeployPreview, out: Path) -> list[Path]:
+    """task.yaml (service.yaml for serverless) and, for Kubernetes, manifests/*.yaml; returns the files."""
+    from worldtune.sky.kubernetes import manifest_filename
+
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if preview.task is not None:
+        path = out / ("service.yaml" if preview.kind == "skyserve-service" else "task.yaml")
+        path.write_text(render.to_yaml(preview.task))
+        written.append(path)
+    if preview.manifests:
+        folder = out / "manifests"
+        folder.mkdir(exist_ok=True)
+        for obj in preview.manifests:
+            path = folder / manifest_filename(obj)
+            path.write_text(yaml.safe_dump(obj, sort_keys=False))
+            written.append(path)
+    commands = out / "serve-commands.sh"
+    commands.write_text("#!/bin/sh\n# one line per replica (worldtune deploy --dry-run)\n" +
+                        "\n".join(preview.serve_commands) + "\n")  # fmt: skip
+    written.append(commands)
+    return written

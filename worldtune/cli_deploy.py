@@ -1,0 +1,181 @@
+"""`worldtune deploy` and `worldtune gc`: bring a plan up on an infra (or show what would be applied), and clean up.
+
+SkyPilot and the Kubernetes client are imported inside the commands, under the SkyPilot home that
+sky/home.py chooses, so the rest of the CLI starts fast and a dry run never touches ~/.sky.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from worldtune.cli import console, emit_json, err_console, fail
+from worldtune.tools.errors import WorldtuneError
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
+DbOpt = Annotated[str | None, typer.Option("--db", help="results database (default: $WORLDTUNE_DB or ~/.local/share)")]
+
+
+def deploy(
+    gpu: Annotated[str, typer.Option(help="GPU type: H200 or B200")] = "H200",
+    plan: Annotated[str, typer.Option(help="plan string, e.g. cfg2-u4-hsdp8, tp8, 8x1gpu")] = "cfg2-u4-hsdp8",
+    model: Annotated[str, typer.Option(help="cosmos3-super | cosmos3-nano | cosmos3-edge | ...")] = "cosmos3-super",
+    infra: Annotated[str, typer.Option(help="nebius | lambda | slurm/NAME | kubernetes | local")] = "nebius",
+    engine: Annotated[str, typer.Option(help="vllm-omni (real server) | twin (modelled GPUs)")] = "vllm-omni",
+    capacity: Annotated[str, typer.Option(help="on-demand | spot | serverless")] = "on-demand",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="render and check; launch nothing")] = False,
+    out: Annotated[str | None, typer.Option(help="write task.yaml / service.yaml / manifests/ here")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="approve the spend without asking")] = False,
+    time_scale: Annotated[float, typer.Option(help="twin only: divide its sleeps by K")] = 1.0,
+    twin_profile: Annotated[str | None, typer.Option(help="twin only: profile YAML it runs with")] = None,
+    image: Annotated[str | None, typer.Option(help="vLLM-Omni docker image (default: pinned release)")] = None,
+    install: Annotated[str, typer.Option(help="docker | pip (pinned vllm-omni on the host)")] = "docker",
+    spot_fallback: Annotated[bool, typer.Option(help="spot: fall back to on-demand if none")] = False,
+    namespace: Annotated[str, typer.Option(help="Kubernetes namespace")] = "default",
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Deploy a plan through SkyPilot (clouds, Slurm) or Kubernetes; --dry-run shows the task and its price."""
+    from worldtune.sky import home
+    from worldtune.sky.backend import render_options_for
+    from worldtune.sky.catalog import write_catalog
+    from worldtune.sky.kubernetes import K8sOptions
+    from worldtune.sky.preview import build_deployment, preview_deploy, write_preview
+    from worldtune.tools.store import Store
+
+    try:
+        store = None if dry_run else Store(db)  # resolved before HOME may change for SkyPilot
+        deployment = build_deployment(
+            gpu, plan, model=model, infra=infra, engine=engine, capacity=capacity,
+            time_scale=time_scale, twin_profile=twin_profile,
+        )  # fmt: skip
+        options = render_options_for(deployment).model_copy(
+            update={"spot_fallback": spot_fallback, "install": install, **({"image": image} if image else {})}
+        )
+        options = type(options).model_validate(options.model_dump())
+        if infra not in ("local", "kubernetes"):
+            sky_home = home.chosen_home(dry_run)
+            if sky_home is not None:
+                write_catalog(sky_home)
+            home.import_skypilot(sky_home)
+        k8s = K8sOptions(namespace=namespace, **({"image": image} if image else {}))
+        preview = preview_deploy(deployment, options, k8s_options=k8s)
+    except (WorldtuneError, ValueError) as exc:
+        raise fail(str(exc), as_json, {"gpu": gpu, "plan": plan, "infra": infra}) from exc
+
+    files = [str(p) for p in write_preview(preview, Path(out))] if out else []
+    if as_json and dry_run:
+        emit_json({"dry_run": True, **preview.model_dump(mode="json"), "files": files})
+        return
+    if not as_json:
+        _print_preview(preview, files)
+    if dry_run:
+        return
+    if preview.usd_per_hour > 0 and not yes:
+        if not sys.stdin.isatty():
+            raise fail(f"launching costs ${preview.usd_per_hour:.2f}/h: pass --yes to approve", as_json)
+        if not typer.confirm(f"Launch at ${preview.usd_per_hour:.2f}/h?"):
+            raise typer.Exit(1)
+    backend = _backend(infra, store, k8s, options)
+
+    def progress(message: str, fraction: float | None) -> None:
+        if not as_json:
+            err_console.print(f"[dim]{message}[/]")
+
+    assert store is not None
+    store.save_deployment(preview.deployment)
+    try:
+        ready = backend.launch(preview.deployment, progress)
+    except (WorldtuneError, ValueError, RuntimeError, TimeoutError) as exc:
+        store.save_deployment(preview.deployment.model_copy(update={"state": "failed", "detail": str(exc)}))
+        raise fail(f"launch failed: {exc}", as_json) from exc
+    store.save_deployment(ready)
+    if as_json:
+        emit_json(ready.model_dump(mode="json"))
+    else:
+        console.print(f"[bold green]ready[/] {ready.id} on {ready.cluster}: " + ", ".join(ready.endpoints))
+        console.print(f"tear down: worldtune gc --yes   (or keep it: it costs ${ready.usd_per_hour:.2f}/h)")
+
+
+def _backend(infra: str, store: Any, k8s: Any, options: Any) -> Any:
+    if infra == "kubernetes":
+        from worldtune.sky.kubernetes import KubernetesBackend
+
+        return KubernetesBackend(store, k8s)
+    if infra == "local":
+        from worldtune.tools.deploy import backend_for  # type: ignore[import-not-found, unused-ignore]
+
+        return backend_for(infra, store)
+    from worldtune.sky.backend import SkyPilotBackend
+
+    return SkyPilotBackend(store, options=options)
+
+
+def _print_preview(preview: Any, files: list[str]) -> None:
+    from worldtune.sky.render import to_yaml
+
+    d = preview.deployment
+    console.print(f"[bold]{d.model} on {d.gpu}, plan {d.plan}, {d.engine} on {d.infra} ({d.capacity})[/]")
+    if preview.task is not None:
+        console.rule("SkyPilot " + ("service" if preview.kind == "skyserve-service" else "task"))
+        console.print(to_yaml(preview.task), markup=False, highlight=False)
+    if preview.manifests:
+        console.rule(f"Kubernetes manifests ({len(preview.manifests)})")
+        for obj in preview.manifests:
+            console.print(f"{obj['kind']} {obj['metadata']['name']}", markup=False)
+    console.rule("serve command per replica")
+    for line in preview.serve_commands:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.rule("cost")
+    if preview.optimizer:
+        o = preview.optimizer
+        console.print(
+            f"SkyPilot's optimizer picks {o.cloud} {o.region} {o.instance_type} ({o.accelerators}"
+            f"{', spot' if o.use_spot else ''}) at ${o.usd_per_hour:.2f}/h",
+            markup=False,
+        )
+    else:
+        console.print(f"${preview.usd_per_hour:.2f}/h. {preview.optimizer_note}", markup=False)
+    console.print(f"start-up allowance per replica: {preview.startup_allowance_s} s")
+    if preview.cold_start_s is not None:
+        console.print(f"cold start at zero replicas: ~{preview.cold_start_s:.0f} s (provisioning + model load)")
+    if preview.validated_by:
+        console.print("validated by: " + ", ".join(preview.validated_by))
+    for path in files:
+        console.print(f"wrote {path}")
+
+
+def gc(
+    yes: Annotated[bool, typer.Option("--yes", help="tear down without asking (else list only)")] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tear down every cluster the ledger says is still up and no running tuning run needs."""
+    from worldtune.sky.garbage import collect_garbage, garbage
+    from worldtune.tools.store import Store
+
+    store = Store(db)
+    found = garbage(store)
+    if not yes:
+        if as_json:
+            emit_json({"would_tear_down": found, "torn_down": []})
+        else:
+            for row in found:
+                console.print(f"{row['cluster']} ({row['backend']}, state {row['state']})")
+            console.print(f"{len(found)} to tear down; pass --yes to do it")
+        return
+    done = collect_garbage(store, found)
+    if as_json:
+        emit_json({"would_tear_down": found, "torn_down": done})
+    else:
+        for row in done:
+            console.print(f"{row['cluster']}: {row['result']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `deploy` and `gc` to the worldtune command line."""
+    app.command()(deploy)
+    app.command()(gc)
