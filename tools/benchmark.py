@@ -1,0 +1,522 @@
+"""Benchmark: the controlled run against vLLM-Omni (or twin) endpoints, and its job API.
+
+Public API (plain, typed, pydantic in/out; the MCP server and the agent call these):
+
+    BenchmarkSpec(endpoints=[url, ...], workload=anchor_workload(), steps=35, repeats=3, concurrency=[1],
+                  poisson_rate_per_hour=None, poisson_requests=20, seed=17, probe_steps=[4, 8], warmup=2,
+                  full=True, check_video=True, expected_latency_s=None, deployment_id=None, run_id=None, label="")
+    run_benchmark(spec, store=None, benchmark_id=None, progress=None) -> BenchmarkResult    # blocks
+    start_benchmark(spec, store_path=None) -> BenchmarkStatus        # returns at once, runs in a thread
+    get_benchmark(benchmark_id, store_path=None) -> BenchmarkStatus  # any process can ask (reads the Store)
+    wait_benchmark(benchmark_id, timeout_s, store_path=None) -> BenchmarkStatus
+
+One run: wait for /health, warm-up requests (not counted), short-step probes (two step counts x repeats)
+whose affine fit `fixed + steps x per_step` predicts the full-step latency, closed-loop levels (c clients
+spread over every endpoint, each sending `repeats` full-step requests), then optional open-loop Poisson
+arrivals from a seeded generator. Requests go to POST /v1/videos/sync as multipart forms; each answer's
+MP4 is checked (frames, size, fps) and every sample is written to the Store as it arrives, so a killed
+benchmark keeps everything it finished. Client timeouts are derived from the expected queue ahead of
+the request (expected latency x (requests ahead + 1) x factor + margin), never a fixed number.
+Against a twin, the X-Twin-Time-Scale header gives K and wall times are reported x K (model seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from worldtune.tools.errors import InvalidInput
+from worldtune.tools.result import AffineFit, BenchmarkResult, compute_result, fit_affine, fit_time
+from worldtune.tools.store import Store
+from worldtune.tools.workload import Workload, anchor_workload
+
+Progress = Callable[[str, float | None], None]
+TIME_SCALE_HEADER = "X-Twin-Time-Scale"
+READY_TIMEOUT_S = 1800.0  # model seconds to wait for /health (vLLM-Omni's --init-timeout for Super)
+
+
+def new_benchmark_id() -> str:
+    return f"bm-{secrets.token_hex(4)}"
+
+
+class BenchmarkSpec(BaseModel):
+    """What to measure, against which endpoints, and how hard to push."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoints: list[str] = Field(min_length=1, description="base URLs, one per replica (http://host:port)")
+    workload: Workload = Field(default_factory=anchor_workload, description="the request; steps set below")
+    steps: int = Field(default=35, ge=1, le=200, description="full-step count of the measured runs")
+    repeats: int = Field(default=3, ge=1, description="requests per client per level, and per probe step count")
+    concurrency: list[int] = Field(default_factory=lambda: [1], description="closed-loop levels (clients)")
+    poisson_rate_per_hour: float | None = Field(default=None, gt=0, description="open-loop arrivals per hour")
+    poisson_requests: int = Field(default=20, ge=1)
+    seed: int = Field(default=17, description="seed of the Poisson arrivals")
+    probe_steps: list[int] = Field(default_factory=lambda: [4, 8], description="short step counts for the fit")
+    warmup: int = Field(default=2, ge=0, description="warm-up requests per endpoint (not counted)")
+    warmup_steps: int | None = Field(default=None, ge=1, le=200, description="default: the smallest probe")
+    full: bool = Field(default=True, description="run the full-step closed-loop levels")
+    check_video: bool = True
+    expected_latency_s: float | None = Field(
+        default=None, gt=0, description="model seconds at `steps` before anything is measured (e.g. an estimate)"
+    )
+    timeout_factor: float = Field(default=3.0, ge=1.0, description="client timeout = expected queue x this + margin")
+    timeout_margin_s: float = Field(default=120.0, ge=0, description="model seconds added to every client timeout")
+    deployment_id: str | None = None
+    run_id: str | None = None
+    label: str = ""
+
+    @field_validator("endpoints")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        out = []
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise InvalidInput("endpoint", url, "a base URL such as http://127.0.0.1:8000")
+            out.append(url.rstrip("/"))
+        return out
+
+    @field_validator("concurrency", "probe_steps")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        for v in value:
+            if v < 1 or v > 4096:
+                raise InvalidInput("concurrency/probe_steps", v, "integers between 1 and 4096")
+        return value
+
+    @property
+    def planned_requests(self) -> int:
+        levels = sum(c * self.repeats for c in self.concurrency) if self.full else 0
+        poisson = self.poisson_requests if self.poisson_rate_per_hour else 0
+        return self.warmup * len(self.endpoints) + len(self.probe_steps) * self.repeats + levels + poisson
+
+
+class BenchmarkStatus(BaseModel):
+    """A benchmark job as any process sees it in the Store."""
+
+    id: str
+    status: str = Field(description="running | completed | failed | cancelled")
+    progress: float = 0.0
+    message: str = ""
+    started_at: float
+    finished_at: float | None = None
+    samples_done: int = 0
+    deployment_id: str | None = None
+    run_id: str | None = None
+    result: BenchmarkResult | None = Field(default=None, description="final, or partial from the stored samples")
+    error: str | None = None
+
+
+class _Runner:
+    """One benchmark in one event loop: sends requests, checks answers, stores samples."""
+
+    def __init__(self, spec: BenchmarkSpec, store: Store, benchmark_id: str, progress: Progress | None) -> None:
+        self.spec = spec
+        self.store = store
+        self.id = benchmark_id
+        self.progress = progress
+        self.seq = 0
+        self.done = 0
+        self.samples: list[dict[str, Any]] = []
+        self.scale = 1.0
+        self.t0 = time.monotonic()
+        self.in_flight = dict.fromkeys(spec.endpoints, 0)
+        self.fit: AffineFit | None = None
+        self.seen: dict[int, list[float]] = {}  # steps -> measured model seconds (before a fit exists)
+        self.rr = 0
+        self.pending: set[asyncio.Task[None]] = set()
+
+    # ---- time and timeouts ---------------------------------------------------------------------
+    def model_now(self) -> float:
+        return (time.monotonic() - self.t0) * self.scale
+
+    def expected_latency(self, steps: int) -> float:
+        """Model seconds one request of `steps` should take: the fit, else what was seen, else a bound."""
+        if self.fit is not None:
+            return max(self.fit.predict(steps), 1e-3)
+        if self.seen:
+            # latency grows at most proportionally with steps (the fixed part does not grow)
+            return max(max(v) * max(1.0, steps / s) for s, v in self.seen.items())
+        if self.spec.expected_latency_s:
+            return self.spec.expected_latency_s * max(1.0, steps / self.spec.steps)
+        return _slowest_plausible_latency(self.spec.workload.with_changes(steps=steps))
+
+    def timeout_s(self, steps: int, ahead: int) -> float:
+        """Wall seconds to wait for one answer with `ahead` requests of this client queued before it."""
+        model = self.expected_latency(steps) * (ahead + 1) * self.spec.timeout_factor + self.spec.timeout_margin_s
+        return model / self.scale
+
+    def pick_endpoint(self) -> str:
+        """The endpoint with the fewest requests in flight from this client (round-robin on ties)."""
+        eps = self.spec.endpoints
+        order = eps[self.rr % len(eps) :] + eps[: self.rr % len(eps)]
+        self.rr += 1
+        return min(order, key=lambda e: self.in_flight[e])
+
+    # ---- readiness ------------------------------------------------------------------------------
+    async def wait_ready(self, client: Any) -> None:
+        import httpx
+
+        scales: dict[str, float] = {}
+        for endpoint in self.spec.endpoints:
+            started = time.monotonic()
+            while True:
+                try:
+                    answer = await client.get(f"{endpoint}/health", timeout=10.0)
+                    raw = answer.headers.get(TIME_SCALE_HEADER)
+                    scale = float(raw) if raw else 1.0
+                    if answer.status_code == 200:
+                        scales[endpoint] = scale
+                        break
+                except (httpx.TransportError, ValueError):
+                    scale = 1.0
+                if (time.monotonic() - started) * scale > READY_TIMEOUT_S:
+                    raise InvalidInput(
+                        "endpoint", endpoint, f"a server whose /health is 200 within {READY_TIMEOUT_S:.0f} s"
+                    )
+                await asyncio.sleep(0.2)
+        if len(set(scales.values())) > 1:
+            raise InvalidInput("endpoints", scales, "endpoints running at one time scale")
+        self.scale = next(iter(scales.values()))
+        self.t0 = time.monotonic()
+
+    # ---- one request ----------------------------------------------------------------------------
+    async def request(self, client: Any, phase: str, steps: int, concurrency: int, endpoint: str | None = None,
+                      extra: dict[str, Any] | None = None) -> None:  # fmt: skip
+        """Send one request and wait for its answer; checking the clip and storing the sample run on in a task,
+        so a closed-loop client sends its next request at once (its think time stays near zero)."""
+        import httpx
+
+        endpoint = endpoint or self.pick_endpoint()
+        seq = self.seq
+        self.seq += 1
+        workload = self.spec.workload.with_changes(steps=steps)
+        form = [(k, (None, v)) for k, v in workload.form_fields().items()]  # (None, value): a plain multipart field
+        ahead = self.in_flight[endpoint]
+        timeout = self.timeout_s(steps, ahead)
+        self.in_flight[endpoint] += 1
+        sample: dict[str, Any] = {
+            "seq": seq, "phase": phase, "steps": steps, "concurrency": concurrency, "endpoint": endpoint,
+            "sent_at": time.time(), "sent_at_model": self.model_now(), "client_timeout_s": timeout * self.scale,
+            "queue_ahead": ahead, "ok": False, "error_kind": None, "status_code": None,
+            "video_seconds": workload.video_seconds, **(extra or {}),
+        }  # fmt: skip
+        body: bytes | None = None
+        started = time.monotonic()
+        try:
+            answer = await client.post(f"{endpoint}/v1/videos/sync", files=form, timeout=timeout)
+            wall = time.monotonic() - started
+            sample["status_code"] = answer.status_code
+            if answer.status_code == 200:
+                body = answer.content
+                self._accept_headers(sample, answer.headers)
+            else:
+                sample["error_kind"] = _error_kind(answer.status_code, answer.text)
+                sample["detail"] = _error_message(answer)
+        except httpx.TimeoutException:
+            wall = time.monotonic() - started
+            sample["error_kind"] = "client_timeout"
+            sample["detail"] = f"no answer within {timeout * self.scale:.0f} model s ({ahead} queued ahead)"
+        except httpx.TransportError as exc:
+            wall = time.monotonic() - started
+            sample["error_kind"] = "connection"
+            sample["detail"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.in_flight[endpoint] -= 1
+        sample["wall_latency_s"] = wall
+        sample["latency_s"] = wall * self.scale
+        sample["done_at_model"] = self.model_now()
+        if sample["ok"] and phase in ("warmup", "probe"):
+            self.seen.setdefault(steps, []).append(float(fit_time(sample) or sample["latency_s"]))
+        task = asyncio.create_task(self._record(sample, body, workload))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    def _accept_headers(self, sample: dict[str, Any], headers: Any) -> None:
+        sample["request_id"] = headers.get("X-Request-Id")
+        sample["server_time_s"] = _float_or_none(headers.get("X-Inference-Time-S"))
+        sample["peak_memory_mb"] = _float_or_none(headers.get("X-Peak-Memory-MB"))
+        sample["stage_durations"] = _json_or_empty(headers.get("X-Stage-Durations"))
+        sample["ok"] = True
+
+    async def _record(self, sample: dict[str, Any], body: bytes | None, workload: Workload) -> None:
+        """Check the clip, then write the sample to the Store (a sample counts once it is written)."""
+        if body is not None and self.spec.check_video:
+            from worldtune.tools.video import check_mp4
+
+            try:
+                info = await asyncio.to_thread(check_mp4, body)
+            except InvalidInput as exc:
+                sample.update(ok=False, error_kind="bad_video", detail=str(exc))
+            else:
+                sample.update(video_frames=info.frames, video_width=info.width, video_height=info.height,
+                              video_fps=info.fps, video_bytes=info.bytes)  # fmt: skip
+                wrong = info.mismatches(workload.num_frames, workload.width, workload.height, workload.fps)
+                if wrong:
+                    sample.update(ok=False, error_kind="bad_video", detail="; ".join(wrong))
+        await asyncio.to_thread(self.store.add_sample, self.id, int(sample["seq"]), sample)
+        self.samples.append(sample)
+        self.done += 1
+        state = "ok" if sample["ok"] else sample["error_kind"]
+        self.report(f"{sample['phase']} {sample['steps']} steps c={sample['concurrency']}: {state}")
+
+    async def drain(self) -> None:
+        """Wait until every answered request is checked and stored."""
+        while self.pending:
+            await asyncio.gather(*list(self.pending))
+
+    def report(self, message: str) -> None:
+        fraction = min(1.0, self.done / max(1, self.spec.planned_requests))
+        self.store.update_benchmark(self.id, progress=fraction, message=message)
+        if self.progress:
+            self.progress(message, fraction)
+
+    # ---- phases ---------------------------------------------------------------------------------
+    async def run(self) -> None:
+        import httpx
+
+        spec = self.spec
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        async with httpx.AsyncClient(limits=limits, timeout=None) as client:
+            await self.wait_ready(client)
+            warm_steps = spec.warmup_steps or (min(spec.probe_steps) if spec.probe_steps else 4)
+            if spec.warmup:
+                await asyncio.gather(*(self._sequence(client, "warmup", warm_steps, spec.warmup, e)
+                                       for e in spec.endpoints))  # fmt: skip
+            for steps in spec.probe_steps:
+                for _ in range(spec.repeats):
+                    await self.request(client, "probe", steps, 1)
+            await self.drain()
+            probe = [s for s in self.samples if s["phase"] == "probe" and s["ok"]]
+            self.fit = fit_affine([(int(s["steps"]), float(fit_time(s) or 0.0)) for s in probe]) or self.fit
+            if spec.full:
+                for c in spec.concurrency:
+                    await asyncio.gather(*(self._closed_loop_client(client, c) for _ in range(c)))
+            if spec.poisson_rate_per_hour:
+                await self._poisson(client, spec.poisson_rate_per_hour, spec.poisson_requests)
+            await self.drain()
+
+    async def _sequence(self, client: Any, phase: str, steps: int, n: int, endpoint: str) -> None:
+        for _ in range(n):
+            await self.request(client, phase, steps, 1, endpoint=endpoint)
+
+    async def _closed_loop_client(self, client: Any, concurrency: int) -> None:
+        for _ in range(self.spec.repeats):
+            await self.request(client, "full", self.spec.steps, concurrency)
+
+    async def _poisson(self, client: Any, rate_per_hour: float, n: int) -> None:
+        rng = np.random.default_rng(self.spec.seed)
+        gaps = rng.exponential(3600.0 / rate_per_hour, size=n)  # model seconds between arrivals
+        tasks = []
+        start = time.monotonic()
+        at = 0.0
+        for gap in gaps:
+            at += float(gap)
+            delay = start + at / self.scale - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            extra = {"rate_per_hour": rate_per_hour}
+            tasks.append(asyncio.create_task(self.request(client, "poisson", self.spec.steps, 0, extra=extra)))
+        await asyncio.gather(*tasks)
+
+    def result(self, wall: float) -> BenchmarkResult:
+        return compute_result(
+            self.samples, benchmark_id=self.id, endpoints=self.spec.endpoints, model=self.spec.workload.model,
+            steps=self.spec.steps, time_scale=self.scale, wall_duration=wall,
+        )  # fmt: skip
+
+
+def _preload() -> None:
+    """Import what the loop needs before it starts: a first import inside it (scipy: ~2 s) would stall requests."""
+    import av  # noqa: F401
+    import httpx  # noqa: F401
+    import scipy.stats  # noqa: F401
+
+
+def _slowest_plausible_latency(workload: Workload) -> float:
+    """Before any answer: the model's latency of the whole model on one H200 (slower than any real plan)."""
+    from worldtune.policies import perf_model
+    from worldtune.tools.estimate import resolve_profile
+    from worldtune.tools.plan import Plan
+
+    return perf_model.predict(workload, Plan.parse("1gpu"), resolve_profile("H200")).latency_s
+
+
+def _float_or_none(raw: str | None) -> float | None:
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _json_or_empty(raw: str | None) -> dict[str, Any]:
+    import json
+
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _error_kind(status: int, text: str) -> str:
+    if status == 400 and "guardrail" in text.lower():
+        return "guardrail"
+    return {400: "bad_request", 404: "not_found", 503: "unavailable", 504: "server_timeout"}.get(
+        status, "server_error" if status >= 500 else f"http_{status}"
+    )
+
+
+def _error_message(answer: Any) -> str:
+    try:
+        body = answer.json()
+    except ValueError:
+        return str(answer.text)[:500]
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if body.get("detail"):
+            return str(body["detail"])
+    return str(body)[:500]
+
+
+# ---- running and the job API -----------------------------------------------------------------
+def _config(spec: BenchmarkSpec) -> dict[str, Any]:
+    return {**spec.model_dump(mode="json"), "pid": os.getpid(), "host": socket.gethostname()}
+
+
+def run_benchmark(
+    spec: BenchmarkSpec,
+    store: Store | None = None,
+    benchmark_id: str | None = None,
+    progress: Progress | None = None,
+) -> BenchmarkResult:
+    """Run one benchmark to the end (blocking), storing every sample and the result."""
+    store = store or Store()
+    bid = benchmark_id or new_benchmark_id()
+    if store.get_benchmark(bid) is None:
+        store.create_benchmark(bid, _config(spec), deployment_id=spec.deployment_id, run_id=spec.run_id)
+    runner = _Runner(spec, store, bid, progress)
+    _preload()
+    started = time.monotonic()
+    try:
+        asyncio.run(runner.run())
+    except BaseException as exc:
+        status = "cancelled" if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError) else "failed"
+        partial = runner.result(time.monotonic() - started)
+        store.update_benchmark(bid, status=status, error=f"{type(exc).__name__}: {exc}",
+                               result=partial.model_dump(mode="json"))  # fmt: skip
+        raise
+    result = runner.result(time.monotonic() - started)
+    store.update_benchmark(bid, status="completed", progress=1.0, message="done", result=result.model_dump(mode="json"))
+    return result
+
+
+_THREADS: dict[str, threading.Thread] = {}
+
+
+def start_benchmark(spec: BenchmarkSpec, store_path: str | None = None) -> BenchmarkStatus:
+    """Start a benchmark in a background thread of this process and return its id and status at once."""
+    store = Store(store_path)
+    bid = new_benchmark_id()
+    store.create_benchmark(bid, _config(spec), deployment_id=spec.deployment_id, run_id=spec.run_id)
+
+    def work() -> None:
+        with contextlib.suppress(Exception):  # the failure is recorded in the Store by run_benchmark
+            run_benchmark(spec, store=store, benchmark_id=bid)
+
+    thread = threading.Thread(target=work, name=f"benchmark-{bid}", daemon=True)
+    _THREADS[bid] = thread
+    thread.start()
+    return get_benchmark(bid, store_path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def get_benchmark(benchmark_id: str, store_path: str | None = None) -> BenchmarkStatus:
+    """Status, progress and (final or partial) result of a benchmark, from the Store."""
+    store = Store(store_path)
+    row = store.get_benchmark(benchmark_id)
+    if row is None:
+        raise InvalidInput("benchmark_id", benchmark_id, f"an id in {store.path} (see `worldtune results list`)")
+    config = row.get("config") or {}
+    samples = store.samples(benchmark_id)
+    status, error, message = row["status"], row.get("error"), row.get("message") or ""
+    pid = config.get("pid")
+    if status == "running" and isinstance(pid, int) and config.get("host") == socket.gethostname():
+        thread = _THREADS.get(benchmark_id)
+        gone = not _alive(pid) or (pid == os.getpid() and (thread is None or not thread.is_alive()))
+        if gone:
+            status, message = "failed", f"the benchmark process ({pid}) is gone; result from {len(samples)} samples"
+    result = None
+    if row.get("result"):
+        result = BenchmarkResult.model_validate(row["result"])
+    elif samples:
+        result = compute_result(
+            samples, benchmark_id=benchmark_id, endpoints=config.get("endpoints", []),
+            model=(config.get("workload") or {}).get("model", ""), steps=int(config.get("steps", 0)),
+            time_scale=_scale_of(samples),
+        )  # fmt: skip
+    return BenchmarkStatus(
+        id=benchmark_id,
+        status=status,
+        progress=float(row.get("progress") or 0.0),
+        message=message,
+        started_at=float(row["started_at"]),
+        finished_at=row.get("finished_at"),
+        samples_done=len(samples),
+        deployment_id=row.get("deployment_id"),
+        run_id=row.get("run_id"),
+        result=result,
+        error=error,
+    )
+
+
+def _scale_of(samples: list[dict[str, Any]]) -> float:
+    for s in samples:
+        wall, model = s.get("wall_latency_s"), s.get("latency_s")
+        if wall and model:
+            return float(model) / float(wall)
+    return 1.0
+
+
+def wait_benchmark(benchmark_id: str, timeout_s: float, store_path: str | None = None) -> BenchmarkStatus:
+    """Poll until the benchmark is no longer running or `timeout_s` wall seconds pass."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = get_benchmark(benchmark_id, store_path)
+        if status.status != "running" or time.monotonic() >= deadline:
+            return status
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+__all__ = [
+    "BenchmarkResult",
+    "BenchmarkSpec",
+    "BenchmarkStatus",
+    "get_benchmark",
+    "run_benchmark",
+    "start_benchmark",
+    "wait_benchmark",
+]

@@ -1,0 +1,270 @@
+"""LocalBackend: hosts a deployment as twin-engine processes on this machine (infra "local").
+
+One `worldtune twin` process per replica of the plan, each on a free loopback port, all in one
+process group so teardown stops them together. The cluster is written to the Store's ledger before
+anything starts and marked gone after teardown; launch and teardown are safe to call twice. Only the
+twin runs here: vLLM-Omni needs GPUs this machine does not have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from worldtune.policies import perf_model
+from worldtune.tools.deployment import Deployment, Progress
+from worldtune.tools.errors import InvalidInput, WorldtuneError
+from worldtune.tools.estimate import resolve_profile
+from worldtune.tools.models import get_model
+from worldtune.tools.plan import Plan
+from worldtune.tools.profile import Profile
+from worldtune.tools.store import Store
+
+HOST = "127.0.0.1"
+STOP_GRACE_S = 5.0
+
+# Processes this process started (pid -> Popen), so it can reap them; another process finds them by pgid.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class DeploymentFailed(WorldtuneError):
+    """A deployment did not come up; the message says why (with the engine's last log lines)."""
+
+
+def cluster_name(deployment: Deployment) -> str:
+    return f"local-{deployment.id}"
+
+
+def free_port(host: str = HOST) -> int:
+    """A port the kernel says is free right now (bound and released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _state_of(pid: int) -> str | None:
+    """The kernel's state letter of a process (Z for a zombie), None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def _alive(pid: int) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
+    state = _state_of(pid)
+    return state is not None and state != "Z"
+
+
+def _is_our_twin(pid: int) -> bool:
+    """Never signal a stranger: a recycled pid would not be running `worldtune ... twin`."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(b"worldtune" in a for a in argv) and b"twin" in argv
+
+
+class LocalBackend:
+    """Runs the twin engine as local processes; the Backend for infra 'local'."""
+
+    name = "local"
+
+    def __init__(self, store: Store, log_dir: Path | None = None, ready_timeout_s: float | None = None) -> None:
+        self.store = store
+        self.log_dir = log_dir or store.path.parent / "logs"
+        self.ready_timeout_s = ready_timeout_s
+
+    # ---- launch ------------------------------------------------------------------------------------
+    def launch(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
+        """Start one twin per replica, wait until every /health answers 200, return the ready deployment."""
+        if deployment.engine != "twin":
+            raise InvalidInput(
+                "engine", deployment.engine, "twin on infra local (this machine has no GPU)",
+                "use infra slurm/NAME, kubernetes or a cloud for vllm-omni",
+            )  # fmt: skip
+        if deployment.state in ("loading", "ready") and self._pids(deployment):
+            current = self.status(deployment)
+            if current.state in ("loading", "ready"):
+                return self._wait_ready(current, progress) if current.state == "loading" else current
+        plan = Plan.parse(deployment.plan)
+        profile = self._profile(deployment)
+        cluster = cluster_name(deployment)
+        self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        ports, pids, pgid = [], [], 0
+        try:
+            for i in range(plan.replicas):
+                port = free_port()
+                log = open(self.log_dir / f"{deployment.id}-r{i}.log", "ab")  # noqa: SIM115 (the child keeps it)
+                cmd = [
+                    sys.executable, "-m", "worldtune.cli", "twin", "--host", HOST, "--port", str(port),
+                    "--gpu", deployment.gpu, "--plan", str(plan.single_replica()), "--model", deployment.model,
+                    "--time-scale", repr(deployment.time_scale), "--seed", str(i),
+                ]  # fmt: skip
+                if deployment.twin_profile:
+                    cmd += ["--profile", deployment.twin_profile]
+                # one process group (in our session: setpgid cannot cross sessions) so teardown stops all at once
+                group: dict[str, Any] = {"process_group": pgid}
+                child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **group)
+                log.close()
+                _CHILDREN[child.pid] = child
+                pgid = pgid or child.pid
+                ports.append(port)
+                pids.append(child.pid)
+        except OSError as exc:
+            self._kill(pgid, pids)
+            self.store.ledger_gone(cluster, f"spawn failed: {exc}")
+            raise DeploymentFailed(f"could not start the twin: {exc}") from exc
+        detail = json.dumps({"pgid": pgid, "pids": pids, "ports": ports, "profile": profile.source})
+        self.store.ledger_update(cluster, "running", detail)
+        current = deployment.model_copy(
+            update={
+                "state": "loading",
+                "cluster": cluster,
+                "endpoints": [f"http://{HOST}:{p}" for p in ports],
+                "detail": detail,
+            }
+        )
+        self.store.save_deployment(current)
+        if progress:
+            progress(f"started {len(pids)} twin process(es) on ports {', '.join(map(str, ports))}", 0.1)
+        return self._wait_ready(current, progress, profile)
+
+    def _profile(self, deployment: Deployment) -> Profile:
+        if deployment.twin_profile:
+            return Profile.load(deployment.twin_profile)
+        return resolve_profile(deployment.gpu)
+
+    def _wait_ready(
+        self, deployment: Deployment, progress: Progress | None, profile: Profile | None = None
+    ) -> Deployment:
+        import httpx
+
+        profile = profile or self._profile(deployment)
+        # the twin loads for the profile's load time (+ guardrail start-up) divided by its time scale
+        load_s = perf_model.load_time_s(get_model(deployment.model), profile) + profile.guardrail_startup_s
+        timeout = self.ready_timeout_s or (2.0 * load_s / deployment.time_scale + 60.0)
+        deadline = time.monotonic() + timeout
+        pending = list(deployment.endpoints)
+        reported = -1
+        while pending:
+            dead = [pid for pid in self._pids(deployment) if not _alive(pid)]
+            if dead:
+                tail = self._log_tail(deployment)
+                self.teardown(deployment)
+                self._fail(deployment, f"twin process {dead[0]} exited while loading: {tail}")
+            for url in list(pending):
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                        pending.remove(url)
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                self.teardown(deployment)
+                self._fail(deployment, f"not healthy within {timeout:.0f} s: {', '.join(pending)}")
+            done = len(deployment.endpoints) - len(pending)
+            if progress and done != reported:
+                reported = done
+                total = len(deployment.endpoints)
+                progress(f"loading: {done}/{total} replicas healthy", 0.1 + 0.8 * done / total)
+            time.sleep(0.1)
+        ready = deployment.model_copy(update={"state": "ready", "ready_at": time.time()})
+        self.store.save_deployment(ready)
+        if ready.cluster:
+            self.store.ledger_update(ready.cluster, "ready", ready.detail)
+        if progress:
+            progress(f"{ready.id} ready at {', '.join(ready.endpoints)}", 1.0)
+        return ready
+
+    def _fail(self, deployment: Deployment, reason: str) -> None:
+        failed = (self.store.get_deployment(deployment.id) or deployment).model_copy(
+            update={"state": "failed", "detail": reason[-2000:]}
+        )
+        self.store.save_deployment(failed)
+        raise DeploymentFailed(f"deployment {deployment.id} failed: {reason}")
+
+    def _log_tail(self, deployment: Deployment, lines: int = 8) -> str:
+        texts = []
+        for path in sorted(self.log_dir.glob(f"{deployment.id}-r*.log")):
+            with contextlib.suppress(OSError):
+                texts.append(" | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]))
+        return " || ".join(t for t in texts if t) or "(no log output)"
+
+    # ---- status ------------------------------------------------------------------------------------
+    @staticmethod
+    def _detail(deployment: Deployment) -> dict[str, Any]:
+        try:
+            data = json.loads(deployment.detail or "{}")
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _pids(self, deployment: Deployment) -> list[int]:
+        return [int(p) for p in self._detail(deployment).get("pids", [])]
+
+    def status(self, deployment: Deployment) -> Deployment:
+        """Ready when every replica answers /health 200; failed when a replica process is gone."""
+        import httpx
+
+        if not deployment.alive:
+            return deployment
+        pids = self._pids(deployment)
+        if not pids or not all(_alive(pid) for pid in pids):
+            current = deployment.model_copy(update={"state": "failed", "detail": deployment.detail + " (process gone)"})
+            self.store.save_deployment(current)
+            return current
+        healthy = 0
+        for url in deployment.endpoints:
+            with contextlib.suppress(httpx.HTTPError):
+                healthy += httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+        state = "ready" if healthy == len(deployment.endpoints) else "loading"
+        if state != deployment.state:
+            deployment = deployment.model_copy(update={"state": state})
+            self.store.save_deployment(deployment)
+        return deployment
+
+    # ---- teardown ----------------------------------------------------------------------------------
+    def teardown(self, deployment: Deployment) -> Deployment:
+        """Stop the process group (TERM, then KILL after a grace period), mark the ledger gone; idempotent."""
+        detail = self._detail(deployment)
+        self._kill(int(detail.get("pgid") or 0), self._pids(deployment))
+        cluster = deployment.cluster or cluster_name(deployment)
+        if any(row["cluster"] == cluster for row in self.store.ledger(open_only=True)):
+            self.store.ledger_gone(cluster, "torn down")
+        if deployment.state == "terminated":
+            return deployment
+        state = "failed" if deployment.state == "failed" else "terminated"
+        current = deployment.model_copy(update={"state": state, "terminated_at": time.time()})
+        self.store.save_deployment(current)
+        return current
+
+    def _kill(self, pgid: int, pids: list[int]) -> None:
+        # a child we hold cannot have its pid recycled (we have not reaped it); others must show our command line
+        ours = [pid for pid in pids if _alive(pid) and (pid in _CHILDREN or _is_our_twin(pid))]
+        if pgid and ours:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while any(_alive(pid) for pid in ours) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in ours:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            child = _CHILDREN.pop(pid, None)
+            if child is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=STOP_GRACE_S)
