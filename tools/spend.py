@@ -83,14 +83,14 @@ def load_guardrails(path: str | Path | None = None) -> Guardrails:
         raise InvalidInput(field, err.get("input"), err["msg"], f"in {' + '.join(sources)}") from exc
 
 
-def infra_kind(infra: str) -> str:
+def infra_name(infra: str) -> str:
     """The infra's name without its cluster part: slurm/mycluster -> slurm."""
     return infra.split("/", 1)[0].lower()
 
 
 def needs_confirmation(infra: str, engine: str) -> bool:
     """Everything but the twin on this machine starts real processes on real (possibly paid) GPUs."""
-    return not (infra_kind(infra) == "local" and engine == "twin")
+    return not (infra_name(infra) == "local" and engine == "twin")
 
 
 def quote(
@@ -117,7 +117,7 @@ def quote(
     spec = get_gpu(gpu)
     parsed = Plan.parse(plan)
     load_s = load_time_s(get_model(model), resolve_profile(spec.name))
-    kind = infra_kind(infra)
+    kind = infra_name(infra)
     fitting = [o for o in list_offers(gpu=spec.name, infra=[kind], capacity=[capacity]) if o.gpu_count >= parsed.gpus]
     offer = min(fitting, key=lambda o: (o.usd_per_hour, o.gpu_count)) if fitting else None
     note = ""
@@ -156,7 +156,7 @@ def check_spend(spend: SpendQuote, guardrails: Guardrails | None = None, spent_u
     """Refuse (InvalidInput naming field, value and limit) an action the guardrails do not allow."""
     rails = guardrails or load_guardrails()
     where = f"guardrails {rails.source}"
-    if infra_kind(spend.infra) not in rails.allowed_infras:
+    if infra_name(spend.infra) not in rails.allowed_infras:
         raise InvalidInput("infra", spend.infra, f"one of allowed_infras: {', '.join(rails.allowed_infras)}", where)
     if spend.capacity not in rails.allowed_capacities:
         raise InvalidInput(
