@@ -6,6 +6,14 @@ cd "$(dirname "$0")/.."
 export SKYPILOT_DISABLE_USAGE_COLLECTION=1
 bash scripts/setup.sh
 
+# ---- MCP Inspector CLI (npm) for tests/integration/test_mcp_inspector.py; pinned, installed once ----
+# (Its package.json asks for node >= 22.19; its CLI runs on this machine's node 20, npm only warns.)
+INSPECTOR_VERSION=2.12.0
+if ! grep -qs "\"version\": \"$INSPECTOR_VERSION\"" .cache/npm/node_modules/@modelcontextprotocol/inspector/package.json; then
+    npm install --prefix .cache/npm --no-audit --no-fund "@modelcontextprotocol/inspector@$INSPECTOR_VERSION"
+fi
+# ---- end MCP Inspector ----
+
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
