@@ -24,4 +24,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     || { echo "setup: worldtune did not install" >&2; exit 1; }
   touch "$stamp"
 fi
+# `worldtune calibrate`'s CPU tests run the micro-benchmarks when torch is importable. Install it only when
+# this machine holds the CPU wheel on disk (seconds, no download; the exact +cpu pin can never pull the
+# multi-GB CUDA build from PyPI); elsewhere those tests skip and say why.
+torch_wheel=(/opt/wheels/torch-2.13.0+cpu-*.whl)
+if [ -f "${torch_wheel[0]}" ] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+  .venv/bin/python -m pip install -q --find-links /opt/wheels 'torch==2.13.0+cpu' 2>&1 | grep -v "^WARNING: Location" || true
+fi
 echo "setup: .venv/bin/worldtune ready"

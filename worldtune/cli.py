@@ -29,7 +29,13 @@ console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 # Modules that add their own commands with register(app); each imports its heavy parts lazily.
-COMMAND_MODULES: tuple[str, ...] = ("worldtune.cli_deploy", "worldtune.cli_bench", "worldtune.cli_mcp")
+COMMAND_MODULES: tuple[str, ...] = (
+    "worldtune.cli_deploy",
+    "worldtune.cli_bench",
+    "worldtune.cli_mcp",
+    "worldtune.cli_calibrate",
+    "worldtune.cli_tune",
+)
 
 EXIT_INVALID = 2
 
