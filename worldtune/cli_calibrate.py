@@ -127,7 +127,8 @@ def run_microbench(raw_out: Path, world: int | None, tiny: bool, device: str) ->
     if tiny:
         argv.append("--tiny")
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-    done = subprocess.run(argv, env=env, check=False)
+    # progress goes to stderr: stdout carries only the result (--json promises that)
+    done = subprocess.run(argv, env=env, check=False, stdout=sys.stderr)
     if done.returncode != 0:
         from worldtune.tools.errors import InvalidInput
 
