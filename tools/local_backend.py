@@ -189,9 +189,9 @@ class LocalBackend:
         return ready
 
     def _fail(self, deployment: Deployment, reason: str) -> None:
-        failed = (self.store.get_deployment(deployment.id) or deployment).model_copy(
-            update={"state": "failed", "detail": reason[-2000:]}
-        )
+        current = self.store.get_deployment(deployment.id) or deployment
+        detail = json.dumps({**self._detail(current), "reason": reason[-2000:]})
+        failed = current.model_copy(update={"state": "failed", "detail": detail})
         self.store.save_deployment(failed)
         raise DeploymentFailed(f"deployment {deployment.id} failed: {reason}")
 
@@ -222,7 +222,7 @@ class LocalBackend:
             return deployment
         pids = self._pids(deployment)
         if not pids or not all(_alive(pid) for pid in pids):
-            current = deployment.model_copy(update={"state": "failed", "detail": deployment.detail + " (process gone)"})
+            current = deployment.model_copy(update={"state": "failed"})  # detail keeps the pids teardown needs
             self.store.save_deployment(current)
             return current
         healthy = 0

@@ -314,18 +314,33 @@ def fit_time(sample: dict[str, Any]) -> float | None:
     return float(value) if value is not None else sample.get("latency_s")
 
 
+def steady_rate(ok: list[dict[str, Any]], duration: float) -> float:
+    """Answers per second once the start-up transient is over, summed over endpoints.
+
+    Per endpoint: answers after its first one over the time from its first to its last answer (the
+    first request's full latency is start-up, not throughput). Replicas answer in step, so pooling them
+    would count a pair of simultaneous answers as one interval.
+    """
+    by_endpoint: dict[str, list[float]] = {}
+    for s in ok:
+        by_endpoint.setdefault(str(s.get("endpoint", "")), []).append(float(s["done_at_model"]))
+    rate = 0.0
+    for ends in by_endpoint.values():
+        ends.sort()
+        if len(ends) >= 2 and ends[-1] > ends[0]:
+            rate += (len(ends) - 1) / (ends[-1] - ends[0])
+        elif duration > 0:
+            rate += len(ends) / duration
+    return rate
+
+
 def level_result(samples: list[dict[str, Any]], phase: str, concurrency: int, rate: float | None) -> LevelResult:
     """Throughput and latency of one load level from its samples (model seconds)."""
     ok = [s for s in samples if s.get("ok")]
     starts = [float(s["sent_at_model"]) for s in samples]
     ends = sorted(float(s["done_at_model"]) for s in samples if s.get("done_at_model") is not None)
-    ok_ends = sorted(float(s["done_at_model"]) for s in ok)
     duration = (max(ends) - min(starts)) if ends and starts else 0.0
-    # steady rate: answers between the first and the last answer, which drops the start-up transient
-    if len(ok_ends) >= 2 and ok_ends[-1] > ok_ends[0]:
-        rate_per_s = (len(ok_ends) - 1) / (ok_ends[-1] - ok_ends[0])
-    else:
-        rate_per_s = len(ok) / duration if duration > 0 else 0.0
+    rate_per_s = steady_rate(ok, duration)
     video_s = sum(float(s.get("video_seconds", 0.0)) for s in ok)
     return LevelResult(
         phase=phase,

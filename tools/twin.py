@@ -561,6 +561,9 @@ async def serve(config: TwinConfig, host: str = "127.0.0.1", port: int = 8000, r
 
     count = replica_count(config, replicas)
     profile = resolve_profile(config.gpu, config.profile_path)
+    # encode the model's default clip now (part of "loading"), not inside the first request's time
+    default = anchor_workload(config.model)
+    make_mp4(default.width, default.height, default.num_frames, default.fps)
 
     class _Server(uvicorn.Server):
         # one process, several servers: signals are handled once below, for all of them

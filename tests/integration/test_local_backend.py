@@ -1,0 +1,78 @@
+"""Local deployments: a 2x plan starts two real twin processes, both healthy; teardown leaves nothing running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from worldtune.tools import deploy as deploying
+from worldtune.tools.errors import InvalidInput
+from worldtune.tools.local_backend import LocalBackend, _alive
+from worldtune.tools.store import Store
+
+pytestmark = pytest.mark.integration
+
+
+def test_two_replicas_deploy_serve_and_tear_down(tmp_path: Path) -> None:
+    store = Store(tmp_path / "w.db")
+    seen: list[str] = []
+    dep = deploying.deploy("H200", "2xcfg2-u2-hsdp4", time_scale=1000.0, run_id="r1", store=store,
+                           progress=lambda message, fraction: seen.append(message))  # fmt: skip
+    try:
+        assert dep.state == "ready" and len(dep.endpoints) == 2 and dep.endpoints[0] != dep.endpoints[1]
+        for url in dep.endpoints:
+            assert httpx.get(f"{url}/health").json() == {"status": "healthy"}
+            assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "nvidia/Cosmos3-Super"
+        assert dep.usd_per_hour == 0.0 and dep.offer is not None and dep.offer.gpu_count >= 8
+        (open_row,) = store.ledger(open_only=True)
+        assert open_row["cluster"] == dep.cluster and open_row["deployment_id"] == dep.id
+        assert deploying.get_deployment(dep.id, store=store).state == "ready"
+        assert [d.id for d in deploying.list_deployments(run_id="r1", store=store)] == [dep.id]
+        assert seen and "ready" in seen[-1]
+        # launching again is harmless: the same processes, still ready
+        again = LocalBackend(store).launch(dep)
+        assert again.endpoints == dep.endpoints and again.state == "ready"
+    finally:
+        pids = [int(p) for p in json.loads(dep.detail)["pids"]]
+        gone = deploying.teardown(dep.id, store=store)
+    assert gone.state == "terminated" and gone.terminated_at is not None
+    assert not any(_alive(pid) for pid in pids)
+    assert store.ledger(open_only=True) == []
+    assert deploying.teardown(dep.id, store=store).state == "terminated"  # twice is harmless
+    for url in dep.endpoints:
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{url}/health", timeout=2.0)
+
+
+def test_a_dead_replica_is_reported_failed(tmp_path: Path) -> None:
+    store = Store(tmp_path / "w.db")
+    dep = deploying.deploy("H200", "2xcfg2-u2-hsdp4", time_scale=1000.0, store=store)
+    pids = [int(p) for p in json.loads(dep.detail)["pids"]]
+    try:
+        first = pids[0]
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _alive(first) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert deploying.get_deployment(dep.id, store=store).state == "failed"
+    finally:
+        deploying.teardown(dep.id, store=store)
+    assert not any(_alive(pid) for pid in pids)  # the surviving replica is stopped too
+    assert store.ledger(open_only=True) == []
+
+
+def test_refusals_start_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "w.db")
+    with pytest.raises(InvalidInput, match="no GPU"):
+        deploying.deploy("H200", "cfg2-u4-hsdp8", engine="vllm-omni", store=store)
+    with pytest.raises(InvalidInput, match="plan"):
+        deploying.deploy("H200", "tp3", store=store)
+    with pytest.raises(InvalidInput, match="gpu"):
+        deploying.deploy("Z100", "tp8", store=store)
+    assert store.list_deployments() == [] and store.ledger() == []

@@ -1,0 +1,94 @@
+"""Benchmark client logic: the spec refuses bad input, timeouts follow the queue, the job API reads the Store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from worldtune.tools.benchmark import (
+    BenchmarkSpec,
+    _error_kind,
+    _Runner,
+    get_benchmark,
+)
+from worldtune.tools.errors import InvalidInput
+from worldtune.tools.result import fit_affine
+from worldtune.tools.store import Store
+
+
+def spec(**changes: object) -> BenchmarkSpec:
+    return BenchmarkSpec.model_validate({"endpoints": ["http://127.0.0.1:9/"], **changes})
+
+
+def test_spec_defaults_are_the_anchor_and_urls_are_normalised() -> None:
+    s = spec()
+    assert s.endpoints == ["http://127.0.0.1:9"]
+    assert (s.steps, s.repeats, s.concurrency, s.probe_steps) == (35, 3, [1], [4, 8])
+    assert s.workload.width == 1280 and s.workload.num_frames == 189 and s.workload.seed == 17
+    assert s.planned_requests == 2 + 2 * 3 + 3
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"endpoints": []}, {"endpoints": ["127.0.0.1:8000"]}, {"steps": 0}, {"concurrency": [0]}, {"repeats": 0},
+     {"poisson_rate_per_hour": -1.0}, {"timeout_factor": 0.5}],
+)  # fmt: skip
+def test_spec_refuses_bad_input(changes: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        spec(**changes)
+
+
+def test_timeouts_grow_with_the_queue_ahead_and_shrink_with_the_time_scale(tmp_path: Path) -> None:
+    runner = _Runner(spec(expected_latency_s=120.0), Store(tmp_path / "w.db"), "bm-t", None)
+    alone, behind_three = runner.timeout_s(35, 0), runner.timeout_s(35, 3)
+    assert alone == pytest.approx(120.0 * 3.0 + 120.0)  # expected x factor + margin, model s = wall s at K=1
+    assert behind_three == pytest.approx(120.0 * 4 * 3.0 + 120.0)
+    runner.fit = fit_affine([(4, 26.0), (8, 38.0)])  # a measured fit replaces the initial expectation
+    assert runner.expected_latency(35) == pytest.approx(14.0 + 35 * 3.0)
+    runner.scale = 100.0
+    assert runner.timeout_s(35, 0) == pytest.approx(((14.0 + 105.0) * 3.0 + 120.0) / 100.0)
+
+
+def test_first_timeout_is_derived_not_fixed(tmp_path: Path) -> None:
+    runner = _Runner(spec(), Store(tmp_path / "w.db"), "bm-t", None)
+    # nothing measured, nothing expected: the slowest plausible layout (whole model on one H200) bounds it
+    bound = runner.expected_latency(35)
+    assert bound > 500.0 and runner.timeout_s(35, 0) != 600.0
+    runner.seen[4] = [26.0]  # one warm-up answer at 4 steps bounds 35 steps by proportion
+    assert runner.expected_latency(35) == pytest.approx(26.0 * 35 / 4)
+
+
+def test_requests_spread_to_the_least_busy_endpoint(tmp_path: Path) -> None:
+    runner = _Runner(spec(endpoints=["http://a:1", "http://b:1"]), Store(tmp_path / "w.db"), "bm-t", None)
+    first = runner.pick_endpoint()
+    runner.in_flight[first] += 1
+    second = runner.pick_endpoint()
+    assert {first, second} == {"http://a:1", "http://b:1"}
+    runner.in_flight[second] += 1
+    assert runner.pick_endpoint() in ("http://a:1", "http://b:1")
+
+
+def test_error_kinds() -> None:
+    assert _error_kind(400, '{"error": {"message": "Input was blocked by Cosmos3 guardrails."}}') == "guardrail"
+    assert _error_kind(400, "num_frames bad") == "bad_request"
+    assert _error_kind(503, "") == "unavailable"
+    assert _error_kind(504, "") == "server_timeout"
+    assert _error_kind(500, "") == "server_error"
+    assert _error_kind(422, "") == "http_422"
+
+
+def test_get_benchmark_reports_a_dead_process_and_a_partial_result(tmp_path: Path) -> None:
+    store = Store(tmp_path / "w.db")
+    config = {"endpoints": ["http://e"], "steps": 35, "workload": {"model": "cosmos3-super"}, "pid": 2**22 + 7,
+              "host": __import__("socket").gethostname()}  # fmt: skip
+    store.create_benchmark("bm-dead", config)
+    for i, (steps, t) in enumerate([(4, 26.0), (8, 38.0)]):
+        store.add_sample("bm-dead", i, {"phase": "probe", "steps": steps, "ok": True, "latency_s": t + 1,
+                                        "server_time_s": t, "sent_at_model": 0.0, "done_at_model": t})  # fmt: skip
+    status = get_benchmark("bm-dead", str(store.path))
+    assert status.status == "failed" and "gone" in status.message
+    assert status.samples_done == 2 and status.result is not None
+    assert status.result.per_step_s == pytest.approx(3.0) and status.result.fixed_s == pytest.approx(14.0)
+    with pytest.raises(InvalidInput, match="benchmark_id"):
+        get_benchmark("bm-nope", str(store.path))
