@@ -35,7 +35,7 @@ PROBE_STEPS: tuple[int, ...] = (4, 8)  # two short step counts fix latency = fix
 FULL_REQUESTS = 5  # full anchor-step requests per verified candidate
 CONFIDENCE = 0.95  # of the tolerance bound on a latency percentile
 PRIOR_SIGMA = 0.10  # relative error of an unmeasured prediction before anything on its GPU type is measured
-MIN_SIGMA = 0.02  # never trust the model more than this for a candidate nobody measured
+MIN_SIGMA = 0.015  # never trust the model more than this for a candidate nobody measured
 PROBED_SIGMA = 0.01  # a probe fixes latency to the affine fit's accuracy (REFERENCE: within 0.3%)
 OPTIMISM_Z = 1.645  # one-sided 95%
 MAX_NODES = 64
@@ -127,6 +127,7 @@ class SearchState(BaseModel):
     spent_gpu_hours: float = 0.0
     iterations: int = 0
     include_fp8: bool = False
+    failed: list[str] = Field(default_factory=list, description="candidate keys whose deployment or benchmark failed")
 
 
 # ---- candidates ------------------------------------------------------------------------------------
@@ -402,7 +403,10 @@ def decide(
     contenders = [
         c
         for c in ranked
-        if c.stage != "measured" and could_be_feasible(goal, c) and optimistic_value(goal, c) < threshold
+        if c.stage != "measured"
+        and c.key not in state.failed
+        and could_be_feasible(goal, c)
+        and optimistic_value(goal, c) < threshold
     ]
     if not contenders:
         if best:
@@ -550,6 +554,18 @@ def recalibrated(state: SearchState, gpu: str, fit: Callable[..., Profile] = fit
     }
     profile = fit(shipped, obs, priors, source=f"recalibrated on {len(obs)} measurement(s) of this run")
     return state.model_copy(update={"beliefs": {**state.beliefs, gpu: profile}})
+
+
+def record_failure(state: SearchState, key: str, usd: float, gpu_hours: float) -> SearchState:
+    """A candidate that could not be deployed or measured: bill what it used and never pick it again."""
+    return state.model_copy(
+        update={
+            "failed": [*state.failed, key],
+            "spent_usd": state.spent_usd + usd,
+            "spent_gpu_hours": state.spent_gpu_hours + gpu_hours,
+            "iterations": state.iterations + 1,
+        }
+    )
 
 
 def recommendation(state: SearchState) -> Candidate | None:

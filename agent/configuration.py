@@ -1,0 +1,64 @@
+"""Configuration of one tuning run: where it runs, with what engine, how fast, how much it may spend.
+
+`TuneOptions` is plain data kept in the graph state (so `worldtune resume THREAD_ID` needs nothing
+else); `Context` carries what cannot be checkpointed (the MCP client, the progress printer) and is
+handed to the graph at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A 120-s clip takes 120 / 300 = 0.4 s of wall time on the local twin: fast, yet well above the HTTP and
+# video-encoding overhead of one request, which the time scale would otherwise magnify into model seconds.
+LOCAL_TWIN_TIME_SCALE = 300.0
+
+
+class TuneOptions(BaseModel):
+    """Everything a tuning run needs besides its goal; JSON-serialisable and checkpointed with the state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    infra: str = Field(default="local", description="local | slurm/NAME | kubernetes | a SkyPilot cloud")
+    engine: str = Field(default="twin", description="twin | vllm-omni")
+    twin_profile: str | None = Field(default=None, description="what the twin runs with; the agent never reads it")
+    time_scale: float = Field(default=LOCAL_TWIN_TIME_SCALE, gt=0, description="twin only: sleeps divided by it")
+    budget_usd: float | None = Field(default=None, gt=0, description="overrides the goal's budget")
+    parallel: int = Field(default=1, ge=1, le=8, description="candidates verified at once on separate deployments")
+    yes: bool = Field(default=False, description="approve the spend estimate without asking")
+    db_path: str | None = Field(default=None, description="results database ($WORLDTUNE_DB or the default)")
+    mcp_url: str | None = Field(default=None, description="a remote worldtune MCP server; in-process if unset")
+    max_iterations: int = Field(default=30, ge=1, description="most measurements (probes + full runs)")
+    margin: float = Field(default=0.03, ge=0, le=0.5, description="an unverified candidate must beat the best by this")
+    hold_hours: float = Field(default=0.25, gt=0, description="hours each deployment is quoted for")
+
+    @property
+    def twin(self) -> bool:
+        return self.engine == "twin"
+
+    def checkpoint_path(self) -> Path:
+        """LangGraph checkpoints live next to the results database, in their own file."""
+        from worldtune.tools.store import default_db_path
+
+        db = Path(self.db_path) if self.db_path else default_db_path()
+        return db.with_name(db.stem + "-checkpoints.sqlite")
+
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+def _quiet(kind: str, data: dict[str, Any]) -> None:
+    del kind, data
+
+
+@dataclass
+class Context:
+    """Run-time things the nodes use and the checkpoint must not hold."""
+
+    tools: Any  # agent.tools_client.ToolsClient (typed loosely: LangGraph builds Context from a dict too)
+    progress: Progress = field(default=_quiet)

@@ -1,0 +1,431 @@
+"""The LangGraph control plane: goal -> candidates -> spend estimate -> approval -> verify -> learn -> decide -> finish.
+
+Read top to bottom it is the flow of ARCHITECTURE.md: `prepare` lists offers (MCP) and ranks every
+candidate with the performance model; `approve` shows the spend estimate and waits (interrupt) unless
+--yes; `decide` asks the search policy for the next actions or the reason to stop; `verify` branches
+(one per action, in parallel through Send) deploy, probe or run the full anchor benchmark through MCP
+tools and bill what they used; `learn` folds the measurements in and recalibrates the belief; `finish`
+tears down everything the run started and writes the record. Every node's side effects are idempotent
+(a live deployment or a finished benchmark of the same candidate is reused), so a run resumed after a
+crash never repeats a finished measurement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from typing import Any
+
+from langgraph.config import get_stream_writer
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Send, interrupt
+
+from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.state import TuneState, VerifyTask
+from worldtune.agent.tools_client import ToolCallFailed
+from worldtune.policies import search as ws
+from worldtune.tools.goal import Goal
+from worldtune.tools.offer import Offer
+from worldtune.tools.plan import Plan
+
+POLL_S = 0.2  # how often a running benchmark is checked against its spending cap (wall seconds)
+
+
+def _emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
+    """Progress for people: to the stream (stream_mode 'custom') and the runner's printer."""
+    with contextlib.suppress(RuntimeError):  # outside a streaming run there is no writer
+        get_stream_writer()({"event": event, **data})
+    runtime.context.progress(event, data)
+
+
+def _options(state: TuneState | VerifyTask) -> TuneOptions:
+    return TuneOptions.model_validate(state["options"])
+
+
+# ---- nodes -----------------------------------------------------------------------------------------
+async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Offers (MCP list_offers) x valid plans, ranked by the performance model under the goal; a spend estimate."""
+    goal = Goal.model_validate(state["goal"])
+    options = _options(state)
+    listed = await runtime.context.tools.call("list_offers", capacity=None)
+    offers = [Offer.model_validate({k: v for k, v in o.items() if k in Offer.model_fields}) for o in listed["offers"]]
+    search = ws.initial_state(goal, offers)
+    ranked = ws.candidates(search)
+    feasible = [c for c in ranked if c.feasible]
+    usd, gpu_hours, keys = ws.spend_estimate(search, options.parallel)
+    estimate = {
+        "usd": round(usd, 2),
+        "gpu_hours": round(gpu_hours, 2),
+        "budget_usd": goal.budget_usd,
+        "candidates": len(ranked),
+        "feasible": len(feasible),
+        "first_to_verify": keys[:5],
+        "engine": options.engine,
+        "infra": options.infra,
+        "priced_as": "the offers' prices for the modelled GPU time (twin rehearsal)" if options.twin else "the offers",
+    }
+    top = [f"{c.plan} on {c.offer.id}: {c.usd_per_clip:.3f} $/clip, p50 {c.latency_s:.0f} s" for c in feasible[:3]]
+    _emit(runtime, "candidates", count=len(ranked), feasible=len(feasible), top=top, estimate=estimate)
+    return {
+        "search": search.model_dump(mode="json"),
+        "initial_beliefs": {g: p.model_dump(mode="json") for g, p in search.beliefs.items()},
+        "spend_estimate": estimate,
+        "learned": 0,
+        "events": [f"{len(ranked)} candidates ({len(feasible)} predicted to meet the goal); expect ${usd:.2f}"],
+    }
+
+
+async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Ask before spending (interrupt), unless the run was started with --yes."""
+    if _options(state).yes:
+        return {"approved": True, "events": ["spend approved by --yes"]}
+    answer = interrupt(
+        {
+            "question": "Approve this spend?",
+            "goal": Goal.model_validate(state["goal"]).describe(),
+            "spend_estimate": state["spend_estimate"],
+            "thread_id": state["run_id"],
+        }
+    )
+    approved = bool(answer.get("approved")) if isinstance(answer, dict) else bool(answer)
+    if not approved:
+        return {
+            "approved": False,
+            "stop_reason": "declined: the spend estimate was not approved",
+            "stop_kind": "declined",
+            "events": ["spend declined"],
+        }
+    return {"approved": True, "events": ["spend approved"]}
+
+
+async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """The search policy's next actions (at most --parallel), or why to stop; tear down what is not needed."""
+    options = _options(state)
+    search = ws.SearchState.model_validate(state["search"])
+    live = dict(state.get("deployments") or {})
+    decision = ws.decide(
+        search, parallel=options.parallel, margin=options.margin, max_iterations=options.max_iterations
+    )
+    keep = {a.key for a in decision.actions}
+    removed: dict[str, str] = {}
+    for key, deployment_id in live.items():
+        if key not in keep:
+            await _teardown(runtime, deployment_id)
+            removed[key] = ""
+    update: dict[str, Any] = {"decision": decision.model_dump(mode="json"), "deployments": removed}
+    if decision.stop_reason:
+        _emit(runtime, "stop", reason=decision.stop_reason, kind=decision.stop_kind)
+        update |= {"stop_reason": decision.stop_reason, "stop_kind": decision.stop_kind or ""}
+        update["events"] = [f"stop: {decision.stop_reason}"]
+    else:
+        for a in decision.actions:
+            _emit(runtime, "next", kind=a.kind, key=a.key, reason=a.reason, expected_usd=round(a.expected_usd, 2))
+        update["events"] = [f"next: {a.kind} {a.key} ({a.reason})" for a in decision.actions]
+    return update
+
+
+async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
+    """One action on one candidate through MCP: deploy (or reuse), benchmark (or reuse a finished one), bill it."""
+    tools = runtime.context.tools
+    options = _options(task)
+    goal = Goal.model_validate(task["goal"])
+    action = ws.Action.model_validate(task["action"])
+    cand = ws.Candidate.model_validate(task["candidate"])
+    run_id = task["run_id"]
+    scale = options.time_scale if options.twin else 1.0
+    price = cand.offer.usd_per_hour
+    charged_s = 0.0
+    cap_s = task["cap_usd"] / price * 3600 if price > 0 else math.inf  # this action's share of the budget
+    started = time.time()
+
+    deployment = await _live_deployment(tools, task["deployment_id"], cand, run_id)
+    if deployment is None:
+        _emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra)
+        try:
+            outcome = await asyncio.wait_for(
+                tools.call(
+                    "deploy",
+                    gpu=cand.gpu,
+                    plan=cand.plan,
+                    infra=options.infra,
+                    engine=options.engine,
+                    capacity=cand.capacity,
+                    model=goal.workload.model,
+                    twin_profile=options.twin_profile,
+                    time_scale=options.time_scale if options.twin else None,
+                    hours=options.hold_hours,
+                    run_id=run_id,
+                    confirm=True,
+                ),
+                timeout=None if math.isinf(cap_s) else cap_s / scale + 30,
+            )
+        except (ToolCallFailed, TimeoutError) as exc:
+            spent_s = min(cap_s, (time.time() - started) * scale)
+            return _failed(task, cand, f"deploy failed: {exc}", _bill(cand, spent_s))
+        deployment = outcome["deployment"]
+        load_s = ((deployment.get("ready_at") or time.time()) - deployment["created_at"]) * scale
+        if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
+            load_s = min(load_s, 2 * cand.load_s)
+        provision_s = cand.offer.provision_s if options.infra == "local" else 0.0  # modelled on the local twin
+        charged_s += provision_s + load_s
+    deployment_id = str(deployment["id"])
+    if charged_s >= cap_s:
+        await _teardown(runtime, deployment_id)
+        return _failed(
+            task, cand, "stopped: starting it used this action's share of the budget", _bill(cand, cap_s), removed=True
+        )
+
+    kind = action.kind
+    found = await _finished_benchmark(tools, run_id, deployment_id, kind)
+    if found is None:
+        replicas = Plan.parse(cand.plan).replicas
+        if kind == "probe":
+            args = {"steps": ws.PROBE_STEPS[0], "repeats": 1, "concurrency": [1], "probe_steps": list(ws.PROBE_STEPS)}
+            args["warmup"] = 1
+        else:
+            repeats = max(1, math.ceil(ws.FULL_REQUESTS / replicas))
+            args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
+            args["warmup"] = 0
+        _emit(runtime, kind, key=cand.key, deployment=deployment_id)
+        status = await tools.call("start_benchmark", deployment_id=deployment_id, run_id=run_id, **args)
+        bench_id = str(status["id"])
+        bench_started = time.time()
+        while status.get("status") == "running":
+            # Real GPUs bill wall time: stop the moment this action's share is used up.
+            if not options.twin and charged_s + time.time() - bench_started >= cap_s:
+                await _teardown(runtime, deployment_id)
+                return _failed(
+                    task, cand, "stopped: this action reached its share of the budget", _bill(cand, cap_s), removed=True
+                )
+            status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S)
+        wall_s = time.time() - bench_started
+        if status.get("status") != "completed":
+            spent_s = min(cap_s, charged_s + wall_s * scale)
+            return _failed(
+                task, cand, f"benchmark {bench_id} {status.get('status')}: {status.get('error')}", _bill(cand, spent_s)
+            )
+    else:
+        bench_id, wall_s = found, 0.0
+        _emit(runtime, "reuse", key=cand.key, benchmark=bench_id)
+    record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
+    if found is None:
+        # The twin's GPU time is its modelled busy time (the slowest replica's sum of server times); the
+        # HTTP and video-encoding overhead between requests, magnified by the time scale, is not.
+        charged_s += _busy_model_s(record) if options.twin else wall_s
+    if charged_s >= cap_s:  # a watchdog in model time would have stopped it here
+        await _teardown(runtime, deployment_id)
+        return _failed(
+            task, cand, "stopped: this action reached its share of the budget", _bill(cand, cap_s), removed=True
+        )
+    measurement = _measurement(cand, kind, bench_id, record)
+    usd, gpu_hours = _bill(cand, charged_s)
+    measurement = measurement.model_copy(update={"usd": usd, "gpu_hours": gpu_hours})
+    _emit(
+        runtime,
+        "measured",
+        key=cand.key,
+        kind=kind,
+        usd=round(usd, 3),
+        model_s=round(charged_s, 1),
+        **_measured_figures(measurement),
+    )
+    return {
+        "results": [{**measurement.model_dump(mode="json"), "deployment_id": deployment_id, "model_s": charged_s}],
+        "deployments": {cand.key: deployment_id},
+        "events": [f"{kind} {cand.key}: {_measured_figures(measurement)} (${usd:.2f}, {charged_s:.0f} model-s)"],
+    }
+
+
+async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Fold new measurements into the search and recalibrate the belief of each GPU type measured."""
+    search = ws.SearchState.model_validate(state["search"])
+    results = state.get("results") or []
+    done = state.get("learned", 0)
+    fresh = results[done:]
+    gpus: set[str] = set()
+    events: list[str] = []
+    for raw in fresh:
+        m = ws.Measurement.model_validate({k: v for k, v in raw.items() if k in ws.Measurement.model_fields})
+        if raw.get("failed"):
+            search = ws.record_failure(search, m.key, m.usd, m.gpu_hours)
+            events.append(f"{m.key}: {raw.get('error')}")
+            continue
+        search = ws.record(search, m, recalibrate=False)
+        gpus.add(ws.hardware_key(m.key).split(":")[0])
+    for gpu in sorted(gpus):
+        search = ws.recalibrated(search, gpu)
+        p = search.beliefs[gpu]
+        note = (
+            f"recalibrated {gpu}: linear {p.linear_tflops:.0f} TFLOP/s, attention {p.attn_tflops:.0f}, "
+            f"link {p.link_gbps:.0f} GB/s, fixed {p.text_encode_s + p.vae_decode_s + p.mux_s:.1f} s"
+        )
+        events.append(note)
+        _emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))
+    live = {r["key"]: "" for r in fresh if r.get("removed")}
+    return {"search": search.model_dump(mode="json"), "learned": len(results), "events": events, "deployments": live}
+
+
+async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Tear down everything the run started (also what a crashed attempt left) and write the record."""
+    tools = runtime.context.tools
+    run_id = state["run_id"]
+    listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
+    for d in listed.get("deployments", []):
+        await _teardown(runtime, str(d["id"]))
+    from worldtune.agent.runner import build_summary  # the record's layout lives with the runner
+
+    summary = build_summary(state, await tools.call("list_deployments", run_id=run_id))
+    _emit(runtime, "done", stop_reason=summary["stop_reason"], recommendation=summary["recommendation"])
+    cleared = {k: "" for k in (state.get("deployments") or {})}
+    return {"summary": summary, "deployments": cleared, "events": ["torn down; record written"]}
+
+
+# ---- small pieces the nodes share ------------------------------------------------------------------
+async def _teardown(runtime: Runtime[Context], deployment_id: str) -> None:
+    try:
+        await runtime.context.tools.call("teardown", deployment_id=deployment_id, confirm=True)
+        _emit(runtime, "teardown", deployment=deployment_id)
+    except ToolCallFailed as exc:  # already gone or unknown: nothing left to stop
+        _emit(runtime, "teardown", deployment=deployment_id, note=str(exc))
+
+
+async def _live_deployment(tools: Any, known: str | None, cand: ws.Candidate, run_id: str) -> dict[str, Any] | None:
+    """A ready deployment of this candidate: the one the state names, or one a crashed attempt left running."""
+    ids = [known] if known else []
+    listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
+    ids += [
+        str(d["id"])
+        for d in listed.get("deployments", [])
+        if d["gpu"] == cand.gpu and d["plan"] == cand.plan and d["capacity"] == cand.capacity
+    ]
+    for deployment_id in ids:
+        try:
+            current = await tools.call("get_deployment", deployment_id=deployment_id)
+        except ToolCallFailed:
+            continue
+        if current.get("state") == "ready":
+            return dict(current)
+    return None
+
+
+async def _finished_benchmark(tools: Any, run_id: str, deployment_id: str, kind: str) -> str | None:
+    """A completed benchmark of this kind on this deployment (a crashed attempt's): reused, never repeated."""
+    listed = await tools.call("list_results", run_id=run_id, limit=1000)
+    for row in listed.get("results", []):
+        if row.get("deployment_id") != deployment_id or row.get("status") != "completed":
+            continue
+        record = await tools.call("get_result", benchmark_id=row["benchmark_id"])
+        probes = (record.get("config") or {}).get("probe_steps") or []
+        if (kind == "probe") == bool(probes):
+            return str(row["benchmark_id"])
+    return None
+
+
+def _measurement(cand: ws.Candidate, kind: str, bench_id: str, record: dict[str, Any]) -> ws.Measurement:
+    result = (record.get("benchmark") or {}).get("result") or {}
+    if kind == "probe":
+        fit = result.get("fit") or {}
+        return ws.Measurement(
+            key=cand.key,
+            kind="probe",
+            per_step_s=fit.get("per_step_s"),
+            fixed_s=fit.get("fixed_s"),
+            benchmark_id=bench_id,
+        )
+    samples = record.get("samples") or []
+    # The server's own time when it reports one (the stage time published figures use), else the client's.
+    latencies = [
+        float(s["server_time_s"] if s.get("server_time_s") is not None else s["latency_s"])
+        for s in samples
+        if s.get("phase") == "full" and s.get("ok")
+    ]
+    return ws.Measurement(key=cand.key, kind="full", latencies_s=latencies, benchmark_id=bench_id)
+
+
+def _busy_model_s(record: dict[str, Any]) -> float:
+    """Model seconds the node was busy: per replica, the sum of its requests' server times; the slowest replica."""
+    busy: dict[str, float] = {}
+    for s in record.get("samples") or []:
+        t = s.get("server_time_s") if s.get("server_time_s") is not None else s.get("latency_s")
+        busy[str(s.get("endpoint"))] = busy.get(str(s.get("endpoint")), 0.0) + float(t or 0.0)
+    return max(busy.values(), default=0.0)
+
+
+def _measured_figures(m: ws.Measurement) -> dict[str, Any]:
+    if m.kind == "probe":
+        return {"per_step_s": round(m.per_step_s or 0.0, 3), "fixed_s": round(m.fixed_s or 0.0, 2)}
+    if not m.latencies_s:
+        return {"latencies": 0}
+    return {"p50_s": round(sorted(m.latencies_s)[len(m.latencies_s) // 2], 1), "n": len(m.latencies_s)}
+
+
+def _bill(cand: ws.Candidate, seconds: float) -> tuple[float, float]:
+    return cand.offer.usd_per_hour * seconds / 3600, cand.offer.gpu_count * seconds / 3600
+
+
+def _failed(
+    task: VerifyTask, cand: ws.Candidate, error: str, spent: tuple[float, float], removed: bool = False
+) -> dict[str, Any]:
+    kind = ws.Action.model_validate(task["action"]).kind
+    m = ws.Measurement(key=cand.key, kind=kind, usd=spent[0], gpu_hours=spent[1])
+    return {
+        "results": [{**m.model_dump(mode="json"), "failed": True, "error": error, "removed": removed}],
+        "events": [f"{kind} {cand.key} failed: {error}"],
+    }
+
+
+# ---- routing ---------------------------------------------------------------------------------------
+def after_approval(state: TuneState) -> str:
+    """Spend approved: start deciding; declined: nothing was started, go straight to finish."""
+    return "decide" if state.get("approved") else "finish"
+
+
+def next_actions(state: TuneState) -> list[Send] | str:
+    """One `verify` branch per action (in parallel), or `finish` when the search stops."""
+    decision = ws.Decision.model_validate(state["decision"])
+    if decision.stop_reason or not decision.actions:
+        return "finish"
+    search = ws.SearchState.model_validate(state["search"])
+    cands = {c.key: c for c in ws.candidates(search)}
+    left = search.goal.budget_usd - search.spent_usd
+    slack = max(0.0, left - sum(a.expected_usd for a in decision.actions)) / len(decision.actions)
+    live = state.get("deployments") or {}
+    return [
+        Send(
+            "verify",
+            VerifyTask(
+                run_id=state["run_id"],
+                goal=state["goal"],
+                options=state["options"],
+                action=a.model_dump(mode="json"),
+                candidate=cands[a.key].model_dump(mode="json"),
+                deployment_id=live.get(a.key),
+                cap_usd=a.expected_usd + slack,
+                iteration=search.iterations,
+            ),
+        )
+        for a in decision.actions
+    ]
+
+
+# ---- wiring ----------------------------------------------------------------------------------------
+builder = StateGraph(TuneState, context_schema=Context)
+builder.add_node("prepare", prepare)
+builder.add_node("approve", approve)
+builder.add_node("decide", decide)
+builder.add_node("verify", verify, input_schema=VerifyTask)  # type: ignore[call-overload]  # stubs miss Send inputs
+builder.add_node("learn", learn)
+builder.add_node("finish", finish)
+builder.add_edge(START, "prepare")
+builder.add_edge("prepare", "approve")
+builder.add_conditional_edges("approve", after_approval, ["decide", "finish"])
+builder.add_conditional_edges("decide", next_actions, ["verify", "finish"])
+builder.add_edge("verify", "learn")
+builder.add_edge("learn", "decide")
+builder.add_edge("finish", END)
+
+graph = builder.compile(name="worldtune")
+"""The graph without a checkpointer (what `langgraph dev` / Studio loads); the runner compiles with SQLite."""

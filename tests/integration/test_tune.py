@@ -1,0 +1,168 @@
+"""`worldtune tune` end to end on the embedded default (local twin): real MCP tools, real twin processes,
+real SQLite checkpoints; approval and resume in a new process; a run killed mid-way and resumed; the budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from worldtune.tools.store import Store
+
+pytestmark = pytest.mark.integration
+
+WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
+GOAL = "Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, cheapest per clip, H200 or B200, spot ok, budget $300"
+KEYS = {"goal", "recommendation", "measured", "predicted", "spend", "stop_reason"}
+FIGURES = {"latency_p50_s", "latency_p95_s", "clips_per_hour_per_node", "usd_per_clip"}
+
+
+def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WORLDTUNE, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def nothing_left_running(db: Path) -> None:
+    """No deployment alive, no ledger entry open, no twin process of the run still there."""
+    store = Store(db)
+    assert store.list_deployments(alive_only=True) == []
+    assert store.ledger(open_only=True) == []
+    for entry in store.ledger():
+        for pid in json.loads(entry["detail"] or "{}").get("pids", []) if entry["detail"].startswith("{") else []:
+            assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def benchmark_rows(db: Path) -> list[dict[str, Any]]:
+    return Store(db).list_benchmarks(limit=10000)
+
+
+def test_tune_on_the_twin_ends_with_a_verified_recommendation(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    out = run("tune", GOAL, "--yes", "--json", "--db", str(db))
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert data.keys() >= KEYS
+    rec = data["recommendation"]
+    assert {"gpu", "plan", "replicas", "capacity", "offer"} <= rec.keys() and rec["gpu"] in ("H200", "B200")
+    assert rec["capacity"] in ("on-demand", "spot")
+    assert data["measured"].keys() >= FIGURES and data["predicted"].keys() >= FIGURES
+    assert data["measured"]["latency_p95_s"] <= 150  # verified against the goal, not only predicted
+    assert data["spend"].keys() >= {"gpu_hours", "usd", "deployments", "benchmarks"}
+    assert 0 < data["spend"]["usd"] <= 300 and data["spend"]["benchmarks"] >= 2
+    assert data["stop_reason"].startswith("converged")
+    assert data["goal"]["latency_bound_s"] == 150
+    nothing_left_running(db)
+
+    report = run("report", data["run_id"], "--db", str(db), "--out", str(tmp_path / "report"), "--json")
+    assert report.returncode == 0, report.stderr[-3000:]
+    written = json.loads(report.stdout)
+    for key in ("html", "json", "latency_vs_throughput_png", "cost_per_clip_png"):
+        assert Path(written[key]).stat().st_size > 1000, key
+    html = Path(written["html"]).read_text()
+    assert rec["plan"] in html and "Pareto" in html
+    assert (
+        "sky" in Path(written["skypilot_yaml"]).read_text() or "resources" in Path(written["skypilot_yaml"]).read_text()
+    )
+
+
+def test_ambiguous_goal_asks_and_starts_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    out = run("tune", "latency under 150 s, cheapest", "--yes", "--json", "--db", str(db))
+    assert out.returncode == 2
+    data = json.loads(out.stdout)
+    assert any("percentile" in q for q in data["questions"])
+    assert not db.exists() or Store(db).list_deployments() == []
+
+
+def test_approval_interrupt_then_resume_in_a_new_process(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    first = run("tune", GOAL, "--json", "--db", str(db))
+    assert first.returncode == 3, first.stderr[-3000:]
+    waiting = json.loads(first.stdout)
+    assert waiting["status"] == "waiting_for_approval"
+    assert waiting["question"]["spend_estimate"]["usd"] > 0
+    assert Store(db).list_deployments() == []  # nothing is started before approval
+    second = run("resume", waiting["thread_id"], "--yes", "--json", "--db", str(db))
+    assert second.returncode == 0, second.stderr[-3000:]
+    done = json.loads(second.stdout)
+    assert done["status"] == "completed" and done["recommendation"]["plan"]
+    nothing_left_running(db)
+
+
+def test_declined_spend_starts_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    first = run("tune", GOAL, "--json", "--db", str(db))
+    thread = json.loads(first.stdout)["thread_id"]
+    declined = run("resume", thread, "--no", "--json", "--db", str(db))
+    assert declined.returncode == 3
+    assert json.loads(declined.stdout)["stop_reason"].startswith("declined")
+    assert Store(db).list_deployments() == []
+
+
+def test_killed_mid_run_resumes_without_repeating_measurements(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    child = subprocess.Popen(
+        [WORLDTUNE, "tune", GOAL, "--yes", "--json", "--db", str(db)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline:  # kill it once the first measurement is stored
+            if db.exists() and any(r["status"] == "completed" for r in benchmark_rows(db)):
+                break
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+            time.sleep(0.2)
+        else:
+            pytest.fail("no measurement finished in time")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    before = {r["id"] for r in benchmark_rows(db) if r["status"] == "completed"}
+    run_id = Store(db).list_runs(1)[0]["id"]
+
+    resumed = run("resume", run_id, "--json", "--db", str(db))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    data = json.loads(resumed.stdout)
+    assert data["recommendation"]["plan"] and data["stop_reason"].startswith("converged")
+    rows = benchmark_rows(db)
+    assert before <= {r["id"] for r in rows}
+    # Every (deployment, kind) was measured to completion once: nothing finished was run again.
+    done = [(r["deployment_id"], bool(r["config"].get("probe_steps"))) for r in rows if r["status"] == "completed"]
+    assert len(done) == len(set(done))
+    nothing_left_running(db)
+
+
+def test_budget_is_never_exceeded(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    out = run("tune", GOAL, "--yes", "--json", "--db", str(db), "--budget", "9")
+    data = json.loads(out.stdout)
+    assert data["spend"]["usd"] <= 9
+    assert data["stop_reason"].startswith(("budget", "converged"))
+    if data["stop_reason"].startswith("budget"):
+        assert out.returncode in (0, 3)
+    nothing_left_running(db)
+
+
+def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    child = subprocess.Popen(
+        [WORLDTUNE, "tune", GOAL, "--yes", "--db", str(db)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if db.exists() and Store(db).list_deployments(alive_only=True):
+            break
+        time.sleep(0.1)
+    child.send_signal(signal.SIGINT)
+    child.wait(timeout=120)
+    assert child.returncode != 0
+    nothing_left_running(db)
+    assert Store(db).list_runs(1)[0]["status"] == "interrupted"

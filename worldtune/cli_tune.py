@@ -1,0 +1,195 @@
+"""`worldtune tune`, `worldtune resume` and `worldtune report`: the agent from the command line.
+
+LangGraph, the MCP client and matplotlib are imported inside the commands, so the CLI starts fast.
+Progress goes to stderr; with --json, stdout carries one JSON object and nothing else.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from worldtune.cli import emit_json, err_console, fail
+from worldtune.tools.errors import WorldtuneError
+
+EXIT_NOT_DONE = 3  # waiting for approval, or stopped without a verified recommendation
+
+
+def _printer(as_json: bool) -> Any:
+    """Progress lines on stderr: what the agent believes, what it will spend and why, what it measured."""
+
+    def show(kind: str, data: dict[str, Any]) -> None:
+        if kind == "goal":
+            err_console.print(f"[bold]goal[/] {data['goal']}  [dim](run {data['run_id']})[/]")
+            for note in data.get("assumptions", []):
+                err_console.print(f"  [yellow]assumed[/] {note}")
+        elif kind == "candidates":
+            est = data["estimate"]
+            err_console.print(
+                f"[bold]belief[/] {data['count']} candidates, {data['feasible']} predicted to meet the goal; best:"
+            )
+            for line in data["top"]:
+                err_console.print(f"  {line}")
+            err_console.print(
+                f"[bold]spend estimate[/] ${est['usd']:.2f} ({est['gpu_hours']:.2f} GPU-h) of ${est['budget_usd']:g}, "
+                f"priced as {est['priced_as']}"
+            )
+        elif kind == "next":
+            err_console.print(f"[cyan]{data['kind']}[/] {data['key']}: {data['reason']} (~${data['expected_usd']:.2f})")
+        elif kind == "measured":
+            figures = {k: v for k, v in data.items() if k not in ("key", "kind")}
+            err_console.print(f"  [green]measured[/] {data['kind']} {data['key']}: {figures}")
+        elif kind == "learned":
+            err_console.print(f"  [magenta]learned[/] {data['note']} (spent ${data['spent_usd']:.2f})")
+        elif kind == "stop":
+            err_console.print(f"[bold]stop[/] {data['reason']}")
+        elif kind in ("deploy", "teardown", "reuse", "resume", "cleanup-failed"):
+            err_console.print(f"  [dim]{kind} {data}[/]")
+
+    return show
+
+
+def _output(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The --json object (issue 5 item 7's keys, plus where to find the rest)."""
+    if outcome["status"] != "completed":
+        return {"run_id": outcome["run_id"], "thread_id": outcome["thread_id"], "status": outcome["status"],
+                "question": outcome.get("question"), "stop_reason": None}  # fmt: skip
+    s = outcome["summary"]
+    keys = ("goal", "recommendation", "measured", "predicted", "spend", "stop_reason", "stop_kind", "run_id")
+    return {"status": "completed", "thread_id": outcome["thread_id"], **{k: s.get(k) for k in keys}}
+
+
+def _print_outcome(outcome: dict[str, Any]) -> None:
+    if outcome["status"] == "waiting_for_approval":
+        question = outcome.get("question") or {}
+        err_console.print(f"[bold yellow]waiting for approval[/] of {question.get('spend_estimate')}")
+        err_console.print(f"approve with: worldtune resume {outcome['thread_id']} --yes   (or --no to decline)")
+        return
+    s = outcome["summary"]
+    rec = s.get("recommendation")
+    spend = s["spend"]
+    if rec is None:
+        err_console.print(f"[bold red]no verified recommendation[/]: {s['stop_reason']}")
+    else:
+        m, p = s["measured"], s["predicted"]
+        err_console.print(
+            f"[bold green]recommendation[/] {rec['gpu']} plan {rec['plan']} x {rec['nodes']} node(s) "
+            f"({rec['replicas']} replicas), {rec['capacity']} on {rec['offer']} at ${rec['usd_per_hour']:.2f}/h"
+        )
+        err_console.print(
+            f"  measured: p50 {m['latency_p50_s']} s, p95 {m['latency_p95_s']} s, "
+            f"{m['clips_per_hour_per_node']} clips/h/node, ${m['usd_per_clip']}/clip"
+        )
+        err_console.print(
+            f"  predicted before measuring: p50 {p['latency_p50_s']} s, {p['clips_per_hour_per_node']} clips/h/node, "
+            f"${p['usd_per_clip']}/clip"
+        )
+        err_console.print(f"  why it stopped: {s['stop_reason']}")
+    err_console.print(
+        f"  search cost: ${spend['usd']:.2f}, {spend['gpu_hours']:.2f} GPU-h ({spend['model_seconds']:.0f} model-s), "
+        f"{spend['deployments']} deployments, {spend['benchmarks']} benchmarks"
+    )
+    err_console.print(f"  report: worldtune report {s['run_id']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add tune, resume and report to the worldtune command line."""
+
+    @app.command()
+    def tune(
+        goal: Annotated[str, typer.Argument(help='the goal in plain words, e.g. "p95 under 150 s, cheapest per clip"')],
+        infra: Annotated[str, typer.Option(help="local | slurm/NAME | kubernetes | a cloud")] = "local",
+        engine: Annotated[str, typer.Option(help="twin (modelled server) | vllm-omni (the real one)")] = "twin",
+        twin_profile: Annotated[
+            str | None, typer.Option(help="profile the twin runs with (never read by the agent)")
+        ] = None,
+        budget: Annotated[float | None, typer.Option(help="most the search may spend, USD")] = None,
+        yes: Annotated[bool, typer.Option("--yes", help="approve the spend estimate without asking")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+        db: Annotated[str | None, typer.Option(help="results database (default $WORLDTUNE_DB)")] = None,
+        parallel: Annotated[int, typer.Option(help="candidates verified at once on separate deployments")] = 1,
+        mcp_url: Annotated[str | None, typer.Option(help="a remote worldtune MCP server (default: in-process)")] = None,
+        time_scale: Annotated[float | None, typer.Option(help="twin only: sleeps / K (300)")] = None,
+    ) -> None:
+        """Find, verify and recommend the cheapest deployment that meets a goal (asks before spending)."""
+        from worldtune.agent.configuration import LOCAL_TWIN_TIME_SCALE, TuneOptions
+        from worldtune.agent.goal_parser import GoalQuestion
+        from worldtune.agent.runner import goal_for
+        from worldtune.agent.runner import tune as run_tune
+
+        try:
+            options = TuneOptions(
+                infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes, db_path=db,
+                parallel=parallel, mcp_url=mcp_url,
+                time_scale=time_scale or (LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0),
+            )  # fmt: skip
+            parsed = goal_for(goal, options)
+        except GoalQuestion as exc:
+            raise fail(str(exc), as_json, {"questions": exc.questions}) from exc
+        except (WorldtuneError, ValueError) as exc:
+            raise fail(str(exc), as_json) from exc
+        if not yes and sys.stdin.isatty() and not as_json:
+            err_console.print(f"[bold]goal[/] {parsed.goal.describe()}")
+            for note in parsed.assumptions:
+                err_console.print(f"  [yellow]assumed[/] {note}")
+        try:
+            outcome = run_tune(parsed, options, progress=_printer(as_json))
+            if outcome["status"] == "waiting_for_approval" and sys.stdin.isatty() and not as_json:
+                _print_outcome(outcome)
+                if typer.confirm("Spend it?", default=False):
+                    from worldtune.agent.runner import resume as run_resume
+
+                    outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
+        except (WorldtuneError, ValueError) as exc:
+            raise fail(str(exc), as_json) from exc
+        _finish(outcome, as_json)
+
+    @app.command()
+    def resume(
+        thread_id: Annotated[str, typer.Argument(help="the run id tune printed (= its checkpoint thread id)")],
+        yes: Annotated[bool, typer.Option("--yes", help="approve the spend if the run waits for approval")] = False,
+        no: Annotated[bool, typer.Option("--no", help="decline the spend (nothing starts)")] = False,
+        db: Annotated[str | None, typer.Option(help="results database the run used")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+    ) -> None:
+        """Continue a run that crashed, was killed or waits for approval, without repeating finished measurements."""
+        from worldtune.agent.runner import resume as run_resume
+
+        approve = True if yes else (False if no else None)
+        try:
+            outcome = run_resume(thread_id, db, approve, progress=_printer(as_json))
+        except (WorldtuneError, ValueError) as exc:
+            raise fail(str(exc), as_json) from exc
+        _finish(outcome, as_json)
+
+    @app.command()
+    def report(
+        run_id: Annotated[str, typer.Argument(help="the run id tune printed")],
+        out: Annotated[str | None, typer.Option(help="folder for the HTML, plots, JSON and YAML")] = None,
+        db: Annotated[str | None, typer.Option(help="results database the run used")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print the written paths as JSON")] = False,
+    ) -> None:
+        """Write the run's report: an HTML page, PNG plots, the JSON record and the deployment's YAML."""
+        from worldtune.agent.report import write_report
+
+        try:
+            written = write_report(run_id, out, db)
+        except (WorldtuneError, ValueError) as exc:
+            raise fail(str(exc), as_json) from exc
+        if as_json:
+            emit_json(written)
+        else:
+            for name, path in written.items():
+                err_console.print(f"{name}: {path}")
+
+
+def _finish(outcome: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(_output(outcome))
+    else:
+        _print_outcome(outcome)
+    done = outcome["status"] == "completed" and outcome["summary"].get("recommendation") is not None
+    if not done:
+        raise typer.Exit(EXIT_NOT_DONE)
