@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/calibration_compare.json")
     parser.add_argument("--gpu", default="H200")
     args = parser.parse_args()
-    console = Console(width=200)
+    console = Console(width=260)  # up to five profiles side by side
     shipped = shipped_profile(args.gpu)
     runs: dict[str, Any] = {}
     for path in sorted(MEASURED.glob(f"{args.gpu}-*gpu-*.raw.json")):
