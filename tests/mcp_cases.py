@@ -14,7 +14,9 @@ from mcp import Client
 
 from worldtune.tools.store import Store
 
-EXPECTED_TOOLS = {
+TUNING_TOOLS = {"start_tuning", "get_tuning", "approve_tuning"}
+GOAL = "Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, cheapest per clip, H200 or B200, spot ok, budget $300"
+EXPECTED_TOOLS = TUNING_TOOLS | {
     "list_offers",
     "validate_plan",
     "estimate",
@@ -193,3 +195,37 @@ async def twin_round_trip(client: Client, store: Store) -> None:
     assert gone["done"] and gone["deployment"]["state"] == "terminated"
     assert store.get_deployment(dep_id).state == "terminated"  # type: ignore[union-attr]
     await refused(client, "teardown", {"deployment_id": "wt-nope", "confirm": True}, "wt-nope")
+
+
+async def finished_tuning(client: Client, run_id: str, waiting_ok: bool = False) -> dict[str, Any]:
+    """Poll get_tuning (with progress) until the run completes, fails or (if allowed) waits for approval."""
+    deadline = time.monotonic() + 300
+    while True:
+        status = await ok(client, "get_tuning", {"run_id": run_id, "wait_s": 2})
+        if status["status"] != "running" and (waiting_ok or not status["waiting_for_approval"]):
+            return status
+        assert time.monotonic() < deadline, f"tuning run {run_id} still running: {status}"
+
+
+async def tuning_round_trip(client: Client, store: Store) -> None:
+    """The agent as a long job: a free twin run to its recommendation; a paid run stopped at its approval."""
+    await refused(client, "start_tuning", {"goal": "make it fast"}, "start_tuning")
+    await refused(client, "start_tuning", {"goal": GOAL, "infra": "nebius", "budget_usd": 5000}, "max_usd_per_run")
+    started = await ok(client, "start_tuning", {"goal": GOAL})
+    assert started["run_id"].startswith("tune-")
+    done = await finished_tuning(client, started["run_id"])
+    assert done["status"] == "completed", done
+    summary = done["summary"]
+    assert summary is not None and summary["recommendation"]["plan"] and summary["measured"]["latency_p95_s"] <= 150
+    assert store.list_deployments(alive_only=True) == []  # the agent tore down what it started
+    await refused(client, "get_tuning", {"run_id": "tune-nope"}, "tune-nope")
+
+    before = len(store.list_deployments())
+    paid = await ok(client, "start_tuning", {"goal": GOAL, "infra": "nebius", "engine": "vllm-omni"})
+    waiting = await finished_tuning(client, paid["run_id"], waiting_ok=True)
+    assert waiting["waiting_for_approval"] and waiting["spend_estimate"]["usd"] > 0, waiting
+    await ok(client, "approve_tuning", {"run_id": paid["run_id"], "approve": False})
+    declined = await finished_tuning(client, paid["run_id"])
+    assert declined["status"] != "running" and not declined["waiting_for_approval"]
+    nothing_spent(store, before)
+    await refused(client, "approve_tuning", {"run_id": paid["run_id"], "approve": True}, "not waiting for approval")

@@ -213,6 +213,22 @@ class Comparison(BaseModel):
     figures: list[ComparedKey]
 
 
+class TuningStatus(BaseModel):
+    """Where a tuning run stands (the agent's record and its last checkpoint)."""
+
+    run_id: str
+    status: str = Field(description="running | completed | failed | waiting (for approval) | ...")
+    waiting_for_approval: bool = Field(default=False, description="answer with approve_tuning")
+    spend_estimate: Any = Field(default=None, description="what the run expects to spend, shown before approval")
+    spent_usd: float = 0.0
+    measurements: int = 0
+    stop_reason: str | None = None
+    events: list[Any] = Field(default_factory=list, description="the last events of the run")
+    summary: dict[str, Any] | None = Field(default=None, description="the recommendation and evidence, once done")
+    error: str | None = None
+    note: str | None = None
+
+
 COMPARED_KEYS = (
     "latency_mean",
     "latency_median",
@@ -747,6 +763,98 @@ def build_server(
         """Compare stored benchmark results side by side: latency mean/median/p90/p95/p99, throughput, clips per
         hour, per-step and fixed time, each with its change relative to the first."""
         return compare([session.benchmark_row(b) for b in benchmark_ids])
+
+    # ---------- tuning runs (the agent, as a long job) ----------
+    def tuning_status(run_id: str) -> TuningStatus:
+        from worldtune.agent import runner
+
+        with refusals():
+            return TuningStatus.model_validate(runner.get_tuning(run_id, session.db_path))
+
+    @mcp.tool(annotations=STARTS)
+    def start_tuning(
+        goal: Annotated[
+            str,
+            Field(
+                min_length=3,
+                description="the goal in words, e.g. 'Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, "
+                "cheapest per clip, H200 or B200, spot ok, budget $300'",
+            ),
+        ],
+        infra: InfraArg = "local",
+        engine: Annotated[Literal["twin", "vllm-omni"], Field(description="twin (rehearsal) or vllm-omni")] = "twin",
+        twin_profile: Annotated[str | None, Field(description="twin only: profile YAML the twin runs with")] = None,
+        time_scale: Annotated[
+            float, Field(gt=0, le=100000, description="twin only: divide its sleeps by this")
+        ] = 300.0,
+        budget_usd: Annotated[float | None, Field(gt=0, description="overrides the goal's budget")] = None,
+        max_iterations: Annotated[int, Field(ge=1, le=200, description="most measurements")] = 30,
+        confirm: Annotated[
+            bool,
+            Field(description="approve the run's spend up front; without it a paid run stops at the approval question"),
+        ] = False,
+    ) -> TuningStatus:
+        """Start the tuning agent on a goal and return its run id at once: it predicts, deploys, benchmarks,
+        recalibrates and recommends the cheapest deployment that meets the goal, tearing down what it started.
+
+        On infra local with the twin it spends nothing and runs without asking. Anywhere else it stops at an
+        approval question showing its spend estimate unless confirm=true (answer with approve_tuning). An
+        ambiguous goal is refused with the questions to answer. Poll get_tuning for progress and the result.
+        """
+        from worldtune.agent import runner
+        from worldtune.agent.configuration import TuneOptions
+        from worldtune.tools.spend import infra_name, load_guardrails, needs_confirmation
+
+        with refusals():
+            paid = needs_confirmation(infra, engine)
+            if paid:
+                rails = load_guardrails()
+                if infra_name(infra) not in rails.allowed_infras:
+                    raise ToolError(f"infra={infra!r} is not valid: one of allowed_infras: "
+                                    f"{', '.join(rails.allowed_infras)} (guardrails {rails.source})")  # fmt: skip
+                if budget_usd is not None and budget_usd > rails.max_usd_per_run:
+                    raise ToolError(f"budget_usd={budget_usd:g} is not valid: at most max_usd_per_run="
+                                    f"{rails.max_usd_per_run:g} (guardrails {rails.source})")  # fmt: skip
+            options = TuneOptions(
+                infra=infra, engine=engine, twin_profile=twin_profile, time_scale=time_scale, budget_usd=budget_usd,
+                max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path,
+            )  # fmt: skip
+            run_id = runner.start_tuning(goal, options)
+        return tuning_status(run_id)
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def get_tuning(
+        ctx: Context,
+        run_id: Annotated[str, Field(description="id returned by start_tuning")],
+        wait_s: Annotated[
+            float, Field(ge=0, le=600, description="wait up to this long for it to finish, reporting progress")
+        ] = 0.0,
+    ) -> TuningStatus:
+        """A tuning run's status, what it did so far (events, measurements, spend), whether it waits for approval,
+        and once completed its recommendation with the measured and predicted figures."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            status = await anyio.to_thread.run_sync(lambda: tuning_status(run_id))
+            if status.status != "running" or time.monotonic() >= deadline:
+                return status
+            last = status.events[-1] if status.events else "running"
+            await ctx.report_progress(float(status.measurements), None, str(last))
+            await anyio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+    @mcp.tool(annotations=RENTS)
+    def approve_tuning(
+        run_id: Annotated[str, Field(description="a run waiting for approval (get_tuning says so)")],
+        approve: Annotated[bool, Field(description="true: go ahead and spend; false: stop the run")],
+    ) -> TuningStatus:
+        """Answer a tuning run's approval question: approve its spend estimate (it continues) or decline (it stops)."""
+        from worldtune.agent import runner
+
+        current = tuning_status(run_id)
+        if not current.waiting_for_approval:
+            raise ToolError(f"run_id={run_id!r} is not valid: it is {current.status}, not waiting for approval")
+        with refusals():
+            runner.resume_tuning(run_id, approve=approve, db_path=session.db_path)
+        return tuning_status(run_id)
 
     # ---------- provision: rent the nodes for a plan (paid) ----------
     @mcp.tool(annotations=RENTS)

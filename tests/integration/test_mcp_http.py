@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_cases import EXPECTED_TOOLS, cleanup, ok, pure_tools, spending_refusals, twin_round_trip
+from mcp_cases import EXPECTED_TOOLS, cleanup, ok, pure_tools, spending_refusals, tuning_round_trip, twin_round_trip
 
 from worldtune.tools.store import Store
 
@@ -115,6 +115,7 @@ def test_token_server_on_all_interfaces_answers_401_without_the_token(tmp_path: 
                 await pure_tools(client)
                 await spending_refusals(client, store)
                 await twin_round_trip(client, store)
+                await tuning_round_trip(client, store)
 
         try:
             anyio.run(with_token)

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp_cases import EXPECTED_TOOLS, cleanup, ok, pure_tools, spending_refusals, twin_round_trip
+from mcp_cases import EXPECTED_TOOLS, cleanup, ok, pure_tools, spending_refusals, tuning_round_trip, twin_round_trip
 
 from worldtune.tools.mcp_server import build_server
 from worldtune.tools.store import Store
@@ -40,6 +40,7 @@ def test_every_tool_over_stdio_with_a_twin_benchmark(tmp_path: Path) -> None:
             await pure_tools(client)
             await spending_refusals(client, store)
             await twin_round_trip(client, store)
+            await tuning_round_trip(client, store)
 
     try:
         anyio.run(main)
@@ -56,6 +57,7 @@ def test_every_tool_in_process_with_a_twin_benchmark(tmp_path: Path) -> None:
         async with Client(build_server(str(db))) as client:
             await spending_refusals(client, store)
             await twin_round_trip(client, store)
+            await tuning_round_trip(client, store)
 
     try:
         anyio.run(main)
