@@ -56,6 +56,10 @@ INSTRUCTIONS = (
 
 # ---- annotations: what each kind of tool does to the world --------------------------------------
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+# Reads, but asks the infra (a cloud, a cluster, local processes) for the current state.
+READ_ONLY_LIVE = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True
+)
 # Starts things (processes, GPUs); repeating it starts another one.
 STARTS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 # Rents cloud GPUs (open world) and is not idempotent.
@@ -606,7 +610,7 @@ def build_server(
             deployment=deployment,
         )
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(annotations=READ_ONLY_LIVE)
     def get_deployment(
         deployment_id: Annotated[str, Field(description="id returned by deploy, e.g. wt-1a2b3c4d")],
     ) -> Deployment:

@@ -53,11 +53,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def mcp_http(db: Path, *args: str) -> Iterator[str]:
+def mcp_http(db: Path, *args: str, token_env: str | None = None) -> Iterator[str]:
     """Run `worldtune mcp --transport http ARGS` until the block ends; yield its loopback URL."""
     port = free_port()
     env = {**os.environ, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
     env.pop("WORLDTUNE_MCP_TOKEN", None)
+    if token_env:
+        env["WORLDTUNE_MCP_TOKEN"] = token_env
     cmd = [str(WORLDTUNE), "mcp", "--transport", "http", "--port", str(port), "--db", str(db), *args]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -91,7 +93,7 @@ def test_non_loopback_bind_without_token_is_refused(tmp_path: Path) -> None:
 def test_token_server_on_all_interfaces_answers_401_without_the_token(tmp_path: Path) -> None:
     db = tmp_path / "results.db"
     store = Store(db)
-    with mcp_http(db, "--host", "0.0.0.0", "--token", TOKEN) as url:
+    with mcp_http(db, "--host", "0.0.0.0", token_env=TOKEN) as url:  # the token from $WORLDTUNE_MCP_TOKEN
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
             answer = httpx.post(url, json=INIT, headers={**HEADERS, **headers}, timeout=30)
             assert answer.status_code == 401, (headers, answer.status_code, answer.text)
@@ -137,3 +139,10 @@ def test_loopback_server_needs_no_token_and_checks_the_host_header(tmp_path: Pat
         assert rebound.status_code in (400, 403, 421), rebound.status_code
         foreign = httpx.post(url, json=INIT, headers={**HEADERS, "Origin": "http://evil.example"}, timeout=30)
         assert foreign.status_code in (400, 403), foreign.status_code
+
+
+def test_token_flag_protects_a_loopback_server_too(tmp_path: Path) -> None:
+    with mcp_http(tmp_path / "results.db", "--token", TOKEN) as url:
+        assert httpx.post(url, json=INIT, headers=HEADERS, timeout=30).status_code == 401
+        authorized = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+        assert httpx.post(url, json=INIT, headers=authorized, timeout=30).status_code == 200
