@@ -144,24 +144,34 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     deployment = await _live_deployment(tools, task["deployment_id"], cand, run_id)
     if deployment is None:
         _emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra)
+        arguments: dict[str, Any] = {
+            "gpu": cand.gpu,
+            "plan": cand.plan,
+            "infra": options.infra,
+            "engine": options.engine,
+            "capacity": cand.capacity,
+            "model": goal.workload.model,
+            "twin_profile": options.twin_profile,
+            "time_scale": options.time_scale if options.twin else None,
+            "hours": options.hold_hours,
+            "run_id": run_id,
+            "confirm": True,
+        }
         try:
-            outcome = await asyncio.wait_for(
-                tools.call(
-                    "deploy",
-                    gpu=cand.gpu,
-                    plan=cand.plan,
-                    infra=options.infra,
-                    engine=options.engine,
-                    capacity=cand.capacity,
-                    model=goal.workload.model,
-                    twin_profile=options.twin_profile,
-                    time_scale=options.time_scale if options.twin else None,
-                    hours=options.hold_hours,
-                    run_id=run_id,
-                    confirm=True,
-                ),
-                timeout=None if math.isinf(cap_s) else cap_s / scale + 30,
-            )
+            try:
+                outcome = await asyncio.wait_for(
+                    tools.call("deploy", **arguments), timeout=None if math.isinf(cap_s) else cap_s / scale + 30
+                )
+            except ToolCallFailed as exc:
+                # The rehearsal's profile is for another GPU type: the twin of this one runs its shipped profile.
+                # (The agent never opens the file; the deploy tool says whom it is for.)
+                if not options.twin_profile or "twin_profile" not in str(exc):
+                    raise
+                _emit(runtime, "deploy", key=cand.key, note=f"twin profile not for {cand.gpu}: {exc}")
+                arguments["twin_profile"] = None
+                outcome = await asyncio.wait_for(
+                    tools.call("deploy", **arguments), timeout=None if math.isinf(cap_s) else cap_s / scale + 30
+                )
         except (ToolCallFailed, TimeoutError) as exc:
             spent_s = min(cap_s, (time.time() - started) * scale)
             return _failed(task, cand, f"deploy failed: {exc}", _bill(cand, spent_s))

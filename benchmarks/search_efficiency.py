@@ -84,6 +84,7 @@ def scenarios() -> list[Scenario]:
     return [
         Scenario("as believed", shipped, offers, "truth = the shipped profiles"),
         Scenario("slower links", each(link_gbps=0.4), offers, "NVLink effective bandwidth x0.4"),
+        Scenario("faster links", each(link_gbps=2.5, collective_latency_us=0.3), offers, "links 2.5x, latency 0.3x"),
         Scenario("faster attention", each(attn_tflops=1.4), offers, "attention kernels 1.4x faster"),
         Scenario(
             "larger fixed cost",

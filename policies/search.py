@@ -35,6 +35,7 @@ PROBE_STEPS: tuple[int, ...] = (4, 8)  # two short step counts fix latency = fix
 FULL_REQUESTS = 5  # full anchor-step requests per verified candidate
 CONFIDENCE = 0.95  # of the tolerance bound on a latency percentile
 PRIOR_SIGMA = 0.10  # relative error of an unmeasured prediction before anything on its GPU type is measured
+UNSEEN_FAMILY_SIGMA = 0.03  # a measured GPU type, but a communication mix nothing measured exercised
 MIN_SIGMA = 0.015  # never trust the model more than this for a candidate nobody measured
 PROBED_SIGMA = 0.01  # a probe fixes latency to the affine fit's accuracy (REFERENCE: within 0.3%)
 OPTIMISM_Z = 1.645  # one-sided 95%
@@ -188,10 +189,12 @@ def candidates(state: SearchState) -> list[Candidate]:
     for offer in state.offers:
         profile = state.beliefs[offer.gpu]
         sigma_gpu = _gpu_sigma(state, offer.gpu)
+        families = _measured_families(state, offer.gpu)
         for plan in _plans_for(state, offer.gpu, offer.gpu_count):
             key = candidate_key(offer, str(plan))
             p = perf_model.predict(goal.workload, plan, profile)
-            cand = _candidate(goal, offer, plan, p, profile, sigma_gpu, key)
+            sigma = sigma_gpu if not families or family(plan) in families else max(sigma_gpu, UNSEEN_FAMILY_SIGMA)
+            cand = _candidate(goal, offer, plan, p, profile, sigma, key)
             out.append(_with_measurements(goal, cand, measured.get(hardware_key(key), []), profile))
     return sorted(out, key=lambda c: (not c.feasible, objective_value(goal, c), c.key))
 
@@ -336,6 +339,21 @@ def _median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def family(plan: Plan) -> tuple[bool, ...]:
+    """Which communication a plan does (TP, Ulysses, ring, HSDP, CFG, VAE patch): what a fit can only learn
+    from a measurement that exercises it."""
+    return (plan.tp > 1, plan.ulysses > 1, plan.ring > 1, plan.hsdp > 1, plan.cfg > 1, plan.vae > 1)
+
+
+def _measured_families(state: SearchState, gpu: str) -> set[tuple[bool, ...]]:
+    out = set()
+    for m in state.measurements:
+        shape, plan = hardware_key(m.key).split("|", 1)
+        if shape.split(":")[0] == gpu:
+            out.add(family(Plan.parse(plan)))
+    return out
 
 
 def _gpu_sigma(state: SearchState, gpu: str) -> float:

@@ -1,0 +1,115 @@
+"""Rehearsals that differ from the agent's belief, verification in parallel (Send), and the job API the MCP
+server uses (start_tuning / get_tuning): real twin processes, real MCP tools, real SQLite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from worldtune.agent.configuration import TuneOptions
+from worldtune.agent.goal_parser import GoalQuestion
+from worldtune.agent.runner import get_tuning, start_tuning
+from worldtune.policies.calibration import shipped_profile
+from worldtune.tools.store import Store
+
+pytestmark = pytest.mark.integration
+
+WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WORLDTUNE, *args], capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL)
+
+
+def test_rehearsal_with_a_slower_twin_learns_and_reports_the_truth(tmp_path: Path) -> None:
+    """The twin's H200 has a 1.8x larger fixed cost; the agent only learns it from measurements."""
+    shipped = shipped_profile("H200")
+    truth = shipped.with_changes(
+        vae_decode_s=shipped.vae_decode_s * 1.8, text_encode_s=shipped.text_encode_s * 1.8, source="rehearsal"
+    )
+    twin_profile = tmp_path / "H200-truth.yaml"
+    truth.dump(twin_profile)
+    db = tmp_path / "wt.db"
+    goal = "fastest on H200, p95 under 150 s, budget $200"
+    out = run("tune", goal, "--yes", "--json", "--db", str(db), "--twin-profile", str(twin_profile))
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    # What was measured is the twin's truth, not the belief: the fixed part grew, so latency grew.
+    assert data["measured"]["latency_p50_s"] > data["predicted"]["latency_p50_s"] * 1.01
+    assert "recalibrated H200" in out.stderr
+    assert Store(db).list_deployments(alive_only=True) == []
+
+
+def test_parallel_verification_uses_several_deployments_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    goal = "cheapest per clip, p95 under 150 s, spot ok, budget $300"
+    out = run("tune", goal, "--yes", "--json", "--db", str(db), "--parallel", "2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert data["recommendation"]["plan"] and data["spend"]["usd"] <= 300
+    spans = [(d.created_at, d.terminated_at or time.time()) for d in Store(db).list_deployments()]
+    assert len(spans) >= 2
+    overlapping = any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1 :])
+    assert overlapping, spans
+    assert Store(db).list_deployments(alive_only=True) == []
+
+
+def test_start_tuning_returns_at_once_and_get_tuning_follows_it(tmp_path: Path) -> None:
+    options = TuneOptions(db_path=str(tmp_path / "wt.db"), yes=True)
+    with pytest.raises(GoalQuestion):
+        start_tuning("latency under 150 s", options)
+    started = time.time()
+    run_id = start_tuning("cheapest per clip, p95 under 150 s, spot ok", options)
+    assert time.time() - started < 5
+    status = get_tuning(run_id, options.db_path)
+    assert status["status"] in ("running", "completed")
+    deadline = time.time() + 300
+    while status["status"] == "running" and time.time() < deadline:
+        time.sleep(0.5)
+        status = get_tuning(run_id, options.db_path)
+    assert status["status"] == "completed", status
+    assert status["summary"]["recommendation"]["plan"]
+    assert status["stop_reason"].startswith("converged") and status["measurements"] >= 2
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_tune_through_a_remote_mcp_server(tmp_path: Path) -> None:
+    """--mcp-url: the agent drives `worldtune mcp --transport http` on loopback; every action goes over HTTP."""
+    import socket
+
+    db = tmp_path / "wt.db"
+    port = _free_port()
+    server = subprocess.Popen(
+        [WORLDTUNE, "mcp", "--transport", "http", "--port", str(port), "--db", str(db)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 60
+        while True:
+            assert server.poll() is None, server.stdout.read() if server.stdout else ""
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.time() < deadline
+            time.sleep(0.1)
+        goal = "cheapest per clip, p95 under 150 s, spot ok"
+        out = run("tune", goal, "--yes", "--json", "--db", str(db), "--mcp-url", f"http://127.0.0.1:{port}/mcp")
+        assert out.returncode == 0, out.stderr[-3000:]
+        data = json.loads(out.stdout)
+        assert data["recommendation"]["plan"] and data["spend"]["deployments"] >= 1
+        assert Store(db).list_deployments(alive_only=True) == []
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
