@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import socket
@@ -72,6 +73,7 @@ class BenchmarkSpec(BaseModel):
     )
     timeout_factor: float = Field(default=3.0, ge=1.0, description="client timeout = expected queue x this + margin")
     timeout_margin_s: float = Field(default=120.0, ge=0, description="model seconds added to every client timeout")
+    timeout_wall_margin_s: float = Field(default=10.0, ge=0, description="wall seconds added to every client timeout")
     deployment_id: str | None = None
     run_id: str | None = None
     label: str = ""
@@ -154,7 +156,8 @@ class _Runner:
     def timeout_s(self, steps: int, ahead: int) -> float:
         """Wall seconds to wait for one answer with `ahead` requests of this client queued before it."""
         model = self.expected_latency(steps) * (ahead + 1) * self.spec.timeout_factor + self.spec.timeout_margin_s
-        return model / self.scale
+        # plus wall seconds for what does not shrink with a twin's time scale (HTTP, encoding a new clip shape)
+        return model / self.scale + self.spec.timeout_wall_margin_s
 
     def pick_endpoint(self) -> str:
         """The endpoint with the fewest requests in flight from this client (round-robin on ties)."""
@@ -264,32 +267,37 @@ class _Runner:
                 wrong = info.mismatches(workload.num_frames, workload.width, workload.height, workload.fps)
                 if wrong:
                     sample.update(ok=False, error_kind="bad_video", detail="; ".join(wrong))
-        await asyncio.to_thread(self.store.add_sample, self.id, int(sample["seq"]), sample)
+        state = "ok" if sample["ok"] else sample["error_kind"]
+        message = f"{sample['phase']} {sample['steps']} steps c={sample['concurrency']}: {state}"
+        fraction = min(1.0, (self.done + 1) / max(1, self.spec.planned_requests))
+        await asyncio.to_thread(self._store_sample, sample, fraction, message)  # off the loop: SQLite commits
         self.samples.append(sample)
         self.done += 1
-        state = "ok" if sample["ok"] else sample["error_kind"]
-        self.report(f"{sample['phase']} {sample['steps']} steps c={sample['concurrency']}: {state}")
+        if self.progress:
+            self.progress(message, fraction)
+
+    def _store_sample(self, sample: dict[str, Any], fraction: float, message: str) -> None:
+        self.store.add_sample(self.id, int(sample["seq"]), sample)
+        self.store.update_benchmark(self.id, progress=fraction, message=message)
 
     async def drain(self) -> None:
         """Wait until every answered request is checked and stored."""
         while self.pending:
             await asyncio.gather(*list(self.pending))
 
-    def report(self, message: str) -> None:
-        fraction = min(1.0, self.done / max(1, self.spec.planned_requests))
-        self.store.update_benchmark(self.id, progress=fraction, message=message)
-        if self.progress:
-            self.progress(message, fraction)
-
     # ---- phases ---------------------------------------------------------------------------------
     async def run(self) -> None:
         import httpx
 
         spec = self.spec
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        # idle connections expire before the server's keep-alive (uvicorn's default is 5 s), so the client never
+        # reuses one the server is closing at that very moment (a spurious connection error under heavy load)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
         async with httpx.AsyncClient(limits=limits, timeout=None) as client:
             await self.wait_ready(client)
             warm_steps = spec.warmup_steps or (min(spec.probe_steps) if spec.probe_steps else 4)
+            for steps in {spec.steps, warm_steps, *spec.probe_steps}:
+                self.timeout_s(steps, 0)  # the first bound loads a profile: do it before any arrival is timed
             if spec.warmup:
                 await asyncio.gather(*(self._sequence(client, "warmup", warm_steps, spec.warmup, e)
                                        for e in spec.endpoints))  # fmt: skip
@@ -343,6 +351,7 @@ def _preload() -> None:
     import scipy.stats  # noqa: F401
 
 
+@functools.lru_cache(maxsize=32)
 def _slowest_plausible_latency(workload: Workload) -> float:
     """Before any answer: the model's latency of the whole model on one H200 (slower than any real plan)."""
     from worldtune.policies import perf_model

@@ -42,12 +42,13 @@ def test_spec_refuses_bad_input(changes: dict[str, object]) -> None:
 def test_timeouts_grow_with_the_queue_ahead_and_shrink_with_the_time_scale(tmp_path: Path) -> None:
     runner = _Runner(spec(expected_latency_s=120.0), Store(tmp_path / "w.db"), "bm-t", None)
     alone, behind_three = runner.timeout_s(35, 0), runner.timeout_s(35, 3)
-    assert alone == pytest.approx(120.0 * 3.0 + 120.0)  # expected x factor + margin, model s = wall s at K=1
-    assert behind_three == pytest.approx(120.0 * 4 * 3.0 + 120.0)
+    # expected x factor + margin (model s, = wall s at K=1) + a wall margin
+    assert alone == pytest.approx(120.0 * 3.0 + 120.0 + 10.0)
+    assert behind_three == pytest.approx(120.0 * 4 * 3.0 + 120.0 + 10.0)
     runner.fit = fit_affine([(4, 26.0), (8, 38.0)])  # a measured fit replaces the initial expectation
     assert runner.expected_latency(35) == pytest.approx(14.0 + 35 * 3.0)
     runner.scale = 100.0
-    assert runner.timeout_s(35, 0) == pytest.approx(((14.0 + 105.0) * 3.0 + 120.0) / 100.0)
+    assert runner.timeout_s(35, 0) == pytest.approx(((14.0 + 105.0) * 3.0 + 120.0) / 100.0 + 10.0)
 
 
 def test_first_timeout_is_derived_not_fixed(tmp_path: Path) -> None:
