@@ -78,12 +78,12 @@ def serve(
     from worldtune.tools.mcp_server import build_server
 
     if transport == "stdio":
-        build_server(db).run()
+        build_server(db, cache_tools=True).run()
         return
     import anyio
     import uvicorn
 
-    server = build_server(db, bearer_token=token, url=f"http://{host_for_url(host)}:{port}")
+    server = build_server(db, bearer_token=token, url=f"http://{host_for_url(host)}:{port}", cache_tools=True)
     app = server.streamable_http_app(
         transport_security=transport_security(host, allowed_hosts or [], allowed_origins or []), host=host
     )

@@ -56,7 +56,7 @@ def free_port() -> int:
 def mcp_http(db: Path, *args: str, token_env: str | None = None) -> Iterator[str]:
     """Run `worldtune mcp --transport http ARGS` until the block ends; yield its loopback URL."""
     port = free_port()
-    env = {**os.environ, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+    env = {**os.environ, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "XDG_CACHE_HOME": str(db.parent / "cache")}
     env.pop("WORLDTUNE_MCP_TOKEN", None)
     if token_env:
         env["WORLDTUNE_MCP_TOKEN"] = token_env

@@ -33,6 +33,7 @@ def inspector(tmp_path: Path, *args: str, exit_code: int = 0) -> dict[str, objec
         # keep the Inspector's catalog and client config out of the user's home
         "MCP_CATALOG_PATH": str(tmp_path / "inspector" / "mcp.json"),
         "MCP_CLIENT_CONFIG_PATH": str(tmp_path / "inspector" / "client.json"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
     }
     server = [str(WORLDTUNE), "mcp", "--db", str(tmp_path / "results.db")]
     done = subprocess.run(

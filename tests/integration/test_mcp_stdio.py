@@ -25,7 +25,12 @@ WORLDTUNE = Path(sys.executable).parent / "worldtune"
 
 def stdio_server(db: Path) -> StdioServerParameters:
     # The SDK gives the child a minimal environment; pass what worldtune needs explicitly.
-    env = {"SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "WORLDTUNE_DB": str(db), "HOME": os.environ.get("HOME", "/root")}
+    env = {
+        "SKYPILOT_DISABLE_USAGE_COLLECTION": "1",
+        "WORLDTUNE_DB": str(db),
+        "HOME": os.environ.get("HOME", "/root"),
+        "XDG_CACHE_HOME": str(db.parent / "cache"),  # the cached tool listing stays out of ~/.cache
+    }
     return StdioServerParameters(command=str(WORLDTUNE), args=["mcp", "--db", str(db)], env=env)
 
 

@@ -18,7 +18,7 @@ from mcp_cases import EXPECTED_TOOLS, ok, pure_tools, refused, spending_refusals
 from worldtune.cli_mcp import is_loopback, serve, transport_security
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
-from worldtune.tools.mcp_server import StaticTokenVerifier, build_server
+from worldtune.tools.mcp_server import StaticTokenVerifier, WorldtuneServer, build_server
 from worldtune.tools.result import compute_result
 from worldtune.tools.store import Store
 
@@ -53,6 +53,13 @@ def stored_benchmark(store: Store, benchmark_id: str, latencies: list[float], de
     result = compute_result(store.samples(benchmark_id), benchmark_id=benchmark_id, steps=35)
     store.update_benchmark(benchmark_id, status="completed", progress=1.0, result=result.model_dump(mode="json"))
     return result.model_dump(mode="json")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The cached tool listing goes to a temporary folder, never the user's ~/.cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "worldtune"
 
 
 @pytest.fixture
@@ -207,3 +214,38 @@ def test_http_off_loopback_needs_a_token() -> None:
     assert wildcard is not None and not wildcard.enable_dns_rebinding_protection
     named = transport_security("0.0.0.0", ["gpu-box:8765"], ["http://gpu-box:8765"])
     assert named is not None and "gpu-box:8765" in named.allowed_hosts and "127.0.0.1:*" in named.allowed_hosts
+
+
+def test_tools_list_is_served_from_the_cache_without_importing_the_tools(db: Path, _private_cache: Path) -> None:
+    async def main() -> None:
+        first = build_server(str(db), cache_tools=True)
+        assert isinstance(first, WorldtuneServer) and not first.tools_registered
+        built = await first.list_tools()
+        assert first.tools_registered
+        [cache] = list(_private_cache.glob("mcp-tools-*.json"))
+
+        second = build_server(str(db), cache_tools=True)
+        assert isinstance(second, WorldtuneServer)
+        cached = await second.list_tools()
+        assert not second.tools_registered  # answered without registering (importing) the tools
+        assert [t.model_dump() for t in cached] == [t.model_dump() for t in built]
+        async with Client(second) as client:
+            got = await ok(client, "estimate", {"plan": "cfg2-u4-hsdp8"})
+            assert got["valid"] and second.tools_registered
+
+        cache.write_text("not json")  # a broken cache is rebuilt, never served
+        third = build_server(str(db), cache_tools=True)
+        assert isinstance(third, WorldtuneServer)
+        assert [t.name for t in await third.list_tools()] == [t.name for t in built] and third.tools_registered
+
+        (_private_cache / "mcp-tools-0ld.json").write_text("[]")
+        fourth = build_server(str(db), cache_tools=True)
+        cache.unlink()
+        await fourth.list_tools()
+        assert [p.name for p in _private_cache.glob("mcp-tools-*.json")] == [cache.name]  # older listings go
+
+        cache.unlink()
+        await build_server(str(db)).list_tools()  # in-process servers write no cache by default
+        assert not cache.exists()
+
+    anyio.run(main)
