@@ -4,8 +4,11 @@ Each run spawns `.venv/bin/worldtune mcp` over stdio with the SDK's own client (
 and times: process spawn -> session ready (initialize), spawn -> tools/list answered, the first
 `estimate` call, and a second (warm) `estimate` call. A second kind of run speaks the protocol
 directly over the pipes (initialize, tools/list, close) and reads the server's CPU seconds from the
-kernel (wait4), a figure that other work on the machine inflates far less than wall time. Repeats,
-prints min / median / max and saves every run as JSON, with the machine's load average.
+kernel (wait4), a figure that other work on the machine inflates far less than wall time; it is made
+with the cached tool listing (what an IDE sees after the first start) and without it (the first start
+after an install or a code change), next to the CPU seconds of a bare `import mcp.server`, the floor
+the SDK sets. The cache lives in a temporary folder, not ~/.cache. Repeats, prints min / median / max
+and saves every run as JSON, with the machine's load average.
 
     .venv/bin/python benchmarks/mcp_startup.py [--runs 10] [--out benchmarks/results/mcp_startup.json]
 """
@@ -40,6 +43,9 @@ FIGURES = {
     "estimate_warm_s": "estimate round trip (warm)",
     "raw_tools_list_s": "spawn -> tools/list answered (raw pipes)",
     "cpu_s": "server CPU seconds: start, tools/list, exit",
+    "cold_tools_list_s": "spawn -> tools/list, no cached listing",
+    "cold_cpu_s": "server CPU seconds, no cached listing",
+    "sdk_import_cpu_s": "CPU seconds of `python -c 'import mcp.server'`",
 }
 HANDSHAKE = {
     "jsonrpc": "2.0",
@@ -49,13 +55,14 @@ HANDSHAKE = {
 }
 
 
-async def one_run(db: Path) -> dict[str, float]:
+def server_env(cache: Path) -> dict[str, str]:
+    home = os.environ.get("HOME", "/root")
+    return {"SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "HOME": home, "XDG_CACHE_HOME": str(cache), "PATH": os.defpath}
+
+
+async def one_run(db: Path, cache: Path) -> dict[str, float]:
     """Spawn the server, list its tools, call estimate twice; seconds from the spawn."""
-    params = StdioServerParameters(
-        command=str(WORLDTUNE),
-        args=["mcp", "--db", str(db)],
-        env={"SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "HOME": os.environ.get("HOME", "/root")},
-    )
+    params = StdioServerParameters(command=str(WORLDTUNE), args=["mcp", "--db", str(db)], env=server_env(cache))
     start = time.perf_counter()
     async with Client(params) as client:
         ready = time.perf_counter()
@@ -76,9 +83,9 @@ async def one_run(db: Path) -> dict[str, float]:
     }
 
 
-def raw_run(db: Path) -> dict[str, float]:
+def raw_run(db: Path, cache: Path) -> dict[str, float]:
     """initialize + tools/list written straight to the server's stdin; its CPU time from wait4."""
-    env = {"SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "HOME": os.environ.get("HOME", "/root"), "PATH": os.defpath}
+    env = server_env(cache)
     start = time.perf_counter()
     proc = subprocess.Popen(
         [str(WORLDTUNE), "mcp", "--db", str(db)],
@@ -107,6 +114,14 @@ def raw_run(db: Path) -> dict[str, float]:
     return {"raw_tools_list_s": listed, "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
+def sdk_import_cpu() -> float:
+    """CPU seconds of a Python process that only imports the MCP server SDK."""
+    proc = subprocess.Popen([str(WORLDTUNE.parent / "python"), "-c", "import mcp.server"])
+    _, _, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=10)
@@ -117,10 +132,15 @@ def main() -> None:
     load_before = os.getloadavg()
     runs: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        anyio.run(one_run, Path(tmp) / "warmup.db")  # first run compiles .pyc files; not counted
+        cache = Path(tmp) / "cache"
+        anyio.run(one_run, Path(tmp) / "warmup.db", cache)  # compiles .pyc files, writes the listing; not counted
         for i in range(args.runs):
-            run = anyio.run(one_run, Path(tmp) / f"run{i}.db")
-            runs.append(run | raw_run(Path(tmp) / f"raw{i}.db"))
+            run = anyio.run(one_run, Path(tmp) / f"run{i}.db", cache)
+            run |= raw_run(Path(tmp) / f"raw{i}.db", cache)
+            cold = raw_run(Path(tmp) / f"cold{i}.db", Path(tmp) / f"empty-cache-{i}")
+            run |= {"cold_tools_list_s": cold["raw_tools_list_s"], "cold_cpu_s": cold["cpu_s"]}
+            run["sdk_import_cpu_s"] = sdk_import_cpu()
+            runs.append(run)
     load_after = os.getloadavg()
 
     summary: dict[str, dict[str, float]] = {}
