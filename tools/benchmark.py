@@ -43,7 +43,7 @@ from worldtune.tools.workload import Workload, anchor_workload
 
 Progress = Callable[[str, float | None], None]
 TIME_SCALE_HEADER = "X-Twin-Time-Scale"
-READY_TIMEOUT_S = 1800.0  # model seconds to wait for /health (vLLM-Omni's --init-timeout for Super)
+READY_TIMEOUT_S = 1800.0  # wall seconds to wait for /health (vLLM-Omni's --init-timeout for Super)
 
 
 def new_benchmark_id() -> str:
@@ -74,6 +74,9 @@ class BenchmarkSpec(BaseModel):
     timeout_factor: float = Field(default=3.0, ge=1.0, description="client timeout = expected queue x this + margin")
     timeout_margin_s: float = Field(default=120.0, ge=0, description="model seconds added to every client timeout")
     timeout_wall_margin_s: float = Field(default=10.0, ge=0, description="wall seconds added to every client timeout")
+    ready_timeout_s: float = Field(
+        default=READY_TIMEOUT_S, gt=0, description="wall seconds to wait for every /health to answer 200"
+    )
     deployment_id: str | None = None
     run_id: str | None = None
     label: str = ""
@@ -182,11 +185,14 @@ class _Runner:
                         scales[endpoint] = scale
                         break
                 except (httpx.TransportError, ValueError):
-                    scale = 1.0
-                if (time.monotonic() - started) * scale > READY_TIMEOUT_S:
+                    pass  # a loading vLLM-Omni does not accept connections yet
+                waited = time.monotonic() - started
+                if waited > self.spec.ready_timeout_s:
                     raise InvalidInput(
-                        "endpoint", endpoint, f"a server whose /health is 200 within {READY_TIMEOUT_S:.0f} s"
+                        "endpoint", endpoint, f"a server whose /health is 200 within {self.spec.ready_timeout_s:g} s"
                     )
+                if self.progress and int(waited / 10) != int((waited - 0.2) / 10):
+                    self.progress(f"waiting for {endpoint}/health ({waited:.0f} s)", None)
                 await asyncio.sleep(0.2)
         if len(set(scales.values())) > 1:
             raise InvalidInput("endpoints", scales, "endpoints running at one time scale")

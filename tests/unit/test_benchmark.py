@@ -93,3 +93,18 @@ def test_get_benchmark_reports_a_dead_process_and_a_partial_result(tmp_path: Pat
     assert status.result.per_step_s == pytest.approx(3.0) and status.result.fixed_s == pytest.approx(14.0)
     with pytest.raises(InvalidInput, match="benchmark_id"):
         get_benchmark("bm-nope", str(store.path))
+
+
+def test_an_endpoint_that_never_answers_fails_clearly_and_is_recorded(tmp_path: Path) -> None:
+    import socket
+
+    from worldtune.tools.benchmark import run_benchmark
+
+    with socket.socket() as sock:  # a loopback port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = Store(tmp_path / "w.db")
+    with pytest.raises(InvalidInput, match=r"within 0\.5 s"):
+        run_benchmark(spec(endpoints=[f"http://127.0.0.1:{port}"], ready_timeout_s=0.5), store=store)
+    (row,) = store.list_benchmarks()
+    assert row["status"] == "failed" and "InvalidInput" in row["error"]
