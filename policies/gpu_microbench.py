@@ -2,7 +2,7 @@
 
 Pure PyTorch + the standard library, so it runs on a bare GPU node without worldtune installed:
 
-    python3 policies/gpu_microbench.py --out raw.json [--world N] [--tiny] [--device cpu|cuda]
+    python3 policies/gpu_microbench.py --out raw.json [--world N [--groups 4,2]] [--tiny] [--device cpu|cuda]
 
 With random BF16 weights in the generator's shapes (REFERENCE.md section 1: 64 layers, hidden 5120, 64 query
 heads x 128, 8 KV heads, SwiGLU FFN 25600) it times, with CUDA events after warm-up:
@@ -14,7 +14,8 @@ heads x 128, 8 KV heads, SwiGLU FFN 25600) it times, with CUDA events after warm
   backends at the anchor shape;
 - with 2+ GPUs (one process a GPU, NCCL): all-to-all, all-reduce and all-gather at the per-layer sizes the
   Ulysses, TP, HSDP and CFG schemes move (the byte formulas of policies/perf_model.step_breakdown), a size
-  sweep and a small-size latency probe.
+  sweep and a small-size latency probe; with --groups G also inside world/G concurrent sub-groups of G ranks
+  (dist.new_group), as a plan runs them: cfg2-u4 on 8 GPUs does its Ulysses all-to-alls in two groups of 4.
 It records the hardware and library versions and writes raw JSON after every section (partial results
 survive a timeout). policies/gpu_calibration.py fits a Profile to that file.
 """
@@ -471,19 +472,21 @@ class Bench:
 
 
 # ---- collectives --------------------------------------------------------------------------------------------
-def check_collectives(device: Any, world: int) -> dict[str, bool]:
-    """Each collective gives the right answer on a small input before it is timed (a fast wrong one proves nothing)."""
+def check_collectives(device: Any, world: int, group: Any = None) -> dict[str, bool]:
+    """Each collective gives the right answer on a small input before it is timed (a fast wrong one proves nothing).
+
+    `group`: a sub-group of `world` ranks (None: the default group); values are the ranks within it."""
     torch, dist = _torch(), _torch("distributed")
 
-    rank = dist.get_rank()
+    rank = dist.get_rank(group)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     total = torch.full((world * 4,), float(rank + 1), device=device, dtype=dtype)
-    dist.all_reduce(total)
+    dist.all_reduce(total, group=group)
     src = torch.full((world * 4,), float(rank), device=device, dtype=dtype)
     got = torch.empty_like(src)
-    dist.all_to_all_single(got, src)
+    dist.all_to_all_single(got, src, group=group)
     gathered = torch.empty(world * 4, device=device, dtype=dtype)
-    dist.all_gather_into_tensor(gathered, torch.full((4,), float(rank), device=device, dtype=dtype))
+    dist.all_gather_into_tensor(gathered, torch.full((4,), float(rank), device=device, dtype=dtype), group=group)
     expected = torch.arange(world, device=device, dtype=dtype).repeat_interleave(4)
     return {
         "allreduce": bool((total == world * (world + 1) / 2).all()),
@@ -492,30 +495,61 @@ def check_collectives(device: Any, world: int) -> dict[str, bool]:
     }
 
 
+def sub_groups(world: int, size: int) -> list[list[int]]:
+    """Ranks of `world` split into consecutive groups of `size` (how a plan lays out its Ulysses/TP/HSDP groups:
+    cfg2-u4 on 8 GPUs runs its all-to-alls in ranks 0-3 and 4-7 at the same time)."""
+    if size < 2 or world % size:
+        raise ValueError(f"group size {size}: expected 2 or more ranks dividing the world of {world}")
+    return [list(range(start, start + size)) for start in range(0, world, size)]
+
+
+def group_cases(sizes: Sizes, size: int) -> list[CollectiveCase]:
+    """The per-layer cases a group of `size` ranks runs in a plan (its own Ulysses degree, TP, HSDP, CFG), plus
+    the latency probes; no size sweep (the whole-world run has it)."""
+    out = []
+    for case in collective_cases(sizes):
+        if case.scheme == "size sweep":
+            continue
+        if case.scheme.startswith("ulysses") and not case.scheme.startswith(f"ulysses{size} "):
+            continue
+        out.append(case)
+    return out
+
+
 def run_collectives(
-    sizes: Sizes, device: Any, world: int, tiny: bool, iters: int, repeats: int
+    sizes: Sizes,
+    device: Any,
+    world: int,
+    tiny: bool,
+    iters: int,
+    repeats: int,
+    group: Any = None,
+    cases: list[CollectiveCase] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every CollectiveCase, timed on every rank; returns this rank's records."""
+    """Every CollectiveCase (or `cases`), timed on every rank; returns this rank's records.
+
+    With `group` (a sub-group of `world` ranks) every group runs the same collective at once, as a plan's
+    concurrent Ulysses/TP groups do; the barrier before each case spans all ranks so the groups start together."""
     torch, dist = _torch(), _torch("distributed")
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     elem = torch.tensor([], dtype=dtype).element_size()
     records = []
-    for case in collective_cases(sizes, tiny):
+    for case in cases if cases is not None else collective_cases(sizes, tiny):
         count = max(world, case.buffer_bytes // elem // world * world)  # divisible among the ranks
         actual = count * elem
         if case.collective == "a2a":
             src = torch.randn(count, device=device, dtype=dtype)
             dst = torch.empty_like(src)
-            fn: Callable[[], object] = functools.partial(dist.all_to_all_single, dst, src)
+            fn: Callable[[], object] = functools.partial(dist.all_to_all_single, dst, src, group=group)
         elif case.collective == "allreduce":
             src = torch.randn(count, device=device, dtype=dtype)
-            fn = functools.partial(dist.all_reduce, src)
+            fn = functools.partial(dist.all_reduce, src, group=group)
         else:
             dst = torch.empty(count, device=device, dtype=dtype)
             src = torch.randn(count // world, device=device, dtype=dtype)
             # all_gather_into_tensor: torch 2.11 (the GPU images) has no all_gather_single
-            fn = functools.partial(dist.all_gather_into_tensor, dst, src)
+            fn = functools.partial(dist.all_gather_into_tensor, dst, src, group=group)
         dist.barrier()
         times = time_loop(fn, device, warmup=3, iters=iters, repeats=repeats)
         median = statistics.median(times)
@@ -658,19 +692,26 @@ def _worker(rank: int, args: argparse.Namespace, port: int) -> None:
         data["collective_checks"] = checks
         say(f"  correct on every rank: {checks}", flush=True)
         mine = run_collectives(sizes, device, world, args.tiny, args.iters, args.repeats)
-        every: list[Any] = [None] * world
-        dist.all_gather_object(every, mine)
-        # the slowest rank sets each collective's time (a collective finishes when its last rank does)
-        for i, record in enumerate(mine):
-            slowest = max((rank_records[i] for rank_records in every), key=lambda r: r["median_ms"])
-            data["collectives"].append({**slowest, "rank_medians_ms": [rr[i]["median_ms"] for rr in every]})
+        data["collectives"] = _slowest(mine, world, rank)
+        if rank == 0:
+            _write(out, data)
+        data["collectives_groups"] = []
+        for size in args.groups:
+            # every rank creates every group (torch's rule), then uses its own
+            members = sub_groups(world, size)
+            handles = [dist.new_group(ranks) for ranks in members]
+            group = handles[rank // size]
+            say(f"== collectives in {world // size} concurrent groups of {size}: {members}", flush=True)
+            checks = [None] * world
+            dist.all_gather_object(checks, check_collectives(device, size, group))
+            say(f"  correct on every rank: {checks}", flush=True)
+            cases = group_cases(sizes, size)
+            mine = run_collectives(sizes, device, size, args.tiny, args.iters, args.repeats, group, cases)
+            data["collectives_groups"].append(
+                {"group_size": size, "groups": members, "checks": checks, "cases": _slowest(mine, world, rank)}
+            )
             if rank == 0:
-                c = data["collectives"][-1]
-                print(
-                    f"  {record['name']:<30} {c['buffer_bytes'] / 1e6:10.3f} MB {c['median_ms'] * 1e3:10.1f} us "
-                    f"{c['busbw_gbps']:8.1f} GB/s",
-                    flush=True,
-                )
+                _write(out, data)
         dist.barrier()
         dist.destroy_process_group()
     data["complete"] = True
@@ -678,6 +719,34 @@ def _worker(rank: int, args: argparse.Namespace, port: int) -> None:
     if rank == 0:
         _write(out, data)
         print(f"wrote {out} ({data['total_s']} s)", flush=True)
+
+
+def _slowest(mine: list[dict[str, Any]], world: int, rank: int) -> list[dict[str, Any]]:
+    """Each case as its slowest rank saw it (a collective finishes when its last rank does), with every rank's
+    median; printed on rank 0."""
+    dist = _torch("distributed")
+
+    every: list[Any] = [None] * world
+    dist.all_gather_object(every, mine)
+    out = []
+    for i, record in enumerate(mine):
+        slowest = max((rank_records[i] for rank_records in every), key=lambda r: r["median_ms"])
+        out.append({**slowest, "rank_medians_ms": [rr[i]["median_ms"] for rr in every]})
+        if rank == 0:
+            c = out[-1]
+            print(
+                f"  {record['name']:<30} {c['buffer_bytes'] / 1e6:10.3f} MB {c['median_ms'] * 1e3:10.1f} us "
+                f"{c['busbw_gbps']:8.1f} GB/s",
+                flush=True,
+            )
+    return out
+
+
+def _group_sizes(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected group sizes such as 4 or 4,2") from exc
 
 
 def _free_port() -> int:
@@ -698,6 +767,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=None, help="collectives per timed loop (default 20, CPU 2)")
     parser.add_argument("--repeats", type=int, default=5, help="timed loops per collective")
     parser.add_argument("--skip-compute", action="store_true", help="only the collectives")
+    parser.add_argument(
+        "--groups",
+        type=_group_sizes,
+        default=[],
+        help="also time each scheme's per-layer collectives inside concurrent sub-groups of these sizes "
+        "(e.g. 4,2 on 8 GPUs: Ulysses4 as two groups of 4 ranks, u2/tp2 as four groups of 2)",
+    )
     args = parser.parse_args(argv)
     torch, mp = _torch(), _torch("multiprocessing")
 
@@ -707,6 +783,9 @@ def main(argv: list[str] | None = None) -> int:
     args.iters = args.iters if args.iters is not None else (2 if cpu else 20)
     if args.world < 1:
         parser.error(f"--world={args.world}: expected 1 or more processes")
+    for size in args.groups:
+        if size < 2 or args.world % size:
+            parser.error(f"--groups {size}: expected group sizes of 2 or more that divide --world={args.world}")
     if not cpu:
         if not torch.cuda.is_available():
             parser.error("--device cuda: no CUDA GPU is visible to torch (use --device cpu --tiny for a dry run)")
