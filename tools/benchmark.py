@@ -4,7 +4,8 @@ Public API (plain, typed, pydantic in/out; the MCP server and the agent call the
 
     BenchmarkSpec(endpoints=[url, ...], workload=anchor_workload(), steps=35, repeats=3, concurrency=[1],
                   poisson_rate_per_hour=None, poisson_requests=20, seed=17, probe_steps=[4, 8], warmup=2,
-                  full=True, check_video=True, expected_latency_s=None, deployment_id=None, run_id=None, label="")
+                  full=True, check_video=True, api="sync", expected_latency_s=None, deployment_id=None,
+                  run_id=None, label="")
     run_benchmark(spec, store=None, benchmark_id=None, progress=None) -> BenchmarkResult    # blocks
     start_benchmark(spec, store_path=None) -> BenchmarkStatus        # returns at once, runs in a thread
     get_benchmark(benchmark_id, store_path=None) -> BenchmarkStatus  # any process can ask (reads the Store)
@@ -13,7 +14,8 @@ Public API (plain, typed, pydantic in/out; the MCP server and the agent call the
 One run: wait for /health, warm-up requests (not counted), short-step probes (two step counts x repeats)
 whose affine fit `fixed + steps x per_step` predicts the full-step latency, closed-loop levels (c clients
 spread over every endpoint, each sending `repeats` full-step requests), then optional open-loop Poisson
-arrivals from a seeded generator. Requests go to POST /v1/videos/sync as multipart forms; each answer's
+arrivals from a seeded generator. Requests go to POST /v1/videos/sync as multipart forms (or, with
+api="async", to POST /v1/videos, polled, downloaded and deleted: no server sync timeout); each answer's
 MP4 is checked (frames, size, fps) and every sample is written to the Store as it arrives, so a killed
 benchmark keeps everything it finished. Client timeouts are derived from the expected queue ahead of
 the request (expected latency x (requests ahead + 1) x factor + margin), never a fixed number.
@@ -31,7 +33,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -68,6 +70,9 @@ class BenchmarkSpec(BaseModel):
     warmup_steps: int | None = Field(default=None, ge=1, le=200, description="default: the smallest probe")
     full: bool = Field(default=True, description="run the full-step closed-loop levels")
     check_video: bool = True
+    api: Literal["sync", "async"] = Field(
+        default="sync", description="sync: POST /v1/videos/sync; async: create a job, poll, download, delete"
+    )
     expected_latency_s: float | None = Field(
         default=None, gt=0, description="model seconds at `steps` before anything is measured (e.g. an estimate)"
     )
@@ -223,15 +228,19 @@ class _Runner:
         body: bytes | None = None
         started = time.monotonic()
         try:
-            answer = await client.post(f"{endpoint}/v1/videos/sync", files=form, timeout=timeout)
-            wall = time.monotonic() - started
-            sample["status_code"] = answer.status_code
-            if answer.status_code == 200:
-                body = answer.content
-                self._accept_headers(sample, answer.headers)
+            if self.spec.api == "async":
+                body = await self._job(client, endpoint, form, timeout, steps, sample)
+                wall = time.monotonic() - started
             else:
-                sample["error_kind"] = _error_kind(answer.status_code, answer.text)
-                sample["detail"] = _error_message(answer)
+                answer = await client.post(f"{endpoint}/v1/videos/sync", files=form, timeout=timeout)
+                wall = time.monotonic() - started
+                sample["status_code"] = answer.status_code
+                if answer.status_code == 200:
+                    body = answer.content
+                    self._accept_headers(sample, answer.headers)
+                else:
+                    sample["error_kind"] = _error_kind(answer.status_code, answer.text)
+                    sample["detail"] = _error_message(answer)
         except httpx.TimeoutException:
             wall = time.monotonic() - started
             sample["error_kind"] = "client_timeout"
@@ -239,6 +248,10 @@ class _Runner:
         except httpx.TransportError as exc:
             wall = time.monotonic() - started
             sample["error_kind"] = "connection"
+            sample["detail"] = f"{type(exc).__name__}: {exc}"
+        except (ValueError, KeyError) as exc:  # a job answer that is not the JSON vLLM-Omni sends
+            wall = time.monotonic() - started
+            sample["error_kind"] = "bad_response"
             sample["detail"] = f"{type(exc).__name__}: {exc}"
         finally:
             self.in_flight[endpoint] -= 1
@@ -250,6 +263,53 @@ class _Runner:
         task = asyncio.create_task(self._record(sample, body, workload))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
+
+    async def _job(self, client: Any, endpoint: str, form: Any, timeout: float, steps: int,
+                   sample: dict[str, Any]) -> bytes | None:  # fmt: skip
+        """The async API: create a job, poll it, download the clip, delete the job (no sync timeout applies)."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        created = await client.post(f"{endpoint}/v1/videos", files=form, timeout=timeout)
+        sample["status_code"] = created.status_code
+        if created.status_code != 200:
+            sample["error_kind"] = _error_kind(created.status_code, created.text)
+            sample["detail"] = _error_message(created)
+            return None
+        video_id = created.json()["id"]
+        sample["request_id"] = video_id
+        # poll often enough that the answer is seen within ~1% of a clip's time (wall)
+        interval = min(5.0, max(0.01, self.expected_latency(steps) / 100 / self.scale))
+        try:
+            while True:
+                await asyncio.sleep(interval)
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"job {video_id} not done in time")
+                polled = await client.get(f"{endpoint}/v1/videos/{video_id}", timeout=timeout)
+                job = polled.json()
+                if polled.status_code != 200 or job.get("status") == "failed":
+                    error = job.get("error") or {}
+                    code = int(error.get("code") or polled.status_code)
+                    sample["status_code"] = code
+                    sample["error_kind"] = _error_kind(code, str(error.get("message", "")))
+                    sample["detail"] = str(error.get("message") or polled.text)[:500]
+                    return None
+                if job.get("status") == "completed":
+                    break
+            content = await client.get(f"{endpoint}/v1/videos/{video_id}/content", timeout=timeout)
+        finally:
+            with contextlib.suppress(httpx.HTTPError):  # leave nothing queued or stored on the server
+                await client.delete(f"{endpoint}/v1/videos/{video_id}", timeout=10.0)
+        sample["status_code"] = content.status_code
+        if content.status_code != 200:
+            sample["error_kind"] = _error_kind(content.status_code, content.text)
+            sample["detail"] = _error_message(content)
+            return None
+        sample["server_time_s"] = _float_or_none(job.get("inference_time_s"))
+        sample["peak_memory_mb"] = _float_or_none(job.get("peak_memory_mb"))
+        sample["stage_durations"] = job.get("stage_durations") or {}
+        sample["ok"] = True
+        return bytes(content.content)
 
     def _accept_headers(self, sample: dict[str, Any], headers: Any) -> None:
         sample["request_id"] = headers.get("X-Request-Id")
@@ -367,10 +427,10 @@ def _slowest_plausible_latency(workload: Workload) -> float:
     return perf_model.predict(workload, Plan.parse("1gpu"), resolve_profile("H200")).latency_s
 
 
-def _float_or_none(raw: str | None) -> float | None:
+def _float_or_none(raw: Any) -> float | None:
     try:
         return float(raw) if raw is not None else None
-    except ValueError:
+    except (TypeError, ValueError):
         return None
 
 

@@ -89,6 +89,9 @@ def bench(
     guardrails: Annotated[bool, typer.Option("--guardrails/--no-guardrails", help="per request")] = False,
     label: Annotated[str, typer.Option(help="a name for the benchmark")] = "",
     ready_timeout: Annotated[float, typer.Option(help="wall seconds to wait for every /health to be 200")] = 1800.0,
+    api: Annotated[
+        str, typer.Option(help="sync (POST /v1/videos/sync) | async (jobs: create, poll, download)")
+    ] = "sync",
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -108,7 +111,7 @@ def bench(
             endpoints=endpoint, workload=anchor_workload(model, **changes), steps=steps, repeats=repeats,
             concurrency=_csv_ints(concurrency, "concurrency"), poisson_rate_per_hour=poisson,
             poisson_requests=requests, seed=seed, probe_steps=_csv_ints(probe_steps, "probe_steps"),
-            warmup=warmup, full=full, label=label, ready_timeout_s=ready_timeout,
+            warmup=warmup, full=full, label=label, ready_timeout_s=ready_timeout, api=api,
         )  # fmt: skip
         store = Store(db)
     except (WorldtuneError, ValueError) as exc:

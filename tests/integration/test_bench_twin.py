@@ -36,13 +36,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def twin(*args: str, replicas: int = 1) -> Iterator[list[str]]:
+def twin(*args: str, replicas: int = 1, env: dict[str, str] | None = None) -> Iterator[list[str]]:
     """`worldtune twin` on free consecutive loopback ports (retrying if a port was taken); stopped by its pid."""
     import httpx
 
     for _ in range(5):
         port = free_port()
-        proc = subprocess.Popen([*WORLDTUNE, "twin", "--port", str(port), "--replicas", str(replicas), *args])
+        cmd = [*WORLDTUNE, "twin", "--port", str(port), "--replicas", str(replicas), *args]
+        proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
         urls = [f"http://127.0.0.1:{port + i}" for i in range(replicas)]
         try:
             deadline = time.monotonic() + 30
@@ -164,3 +165,20 @@ def test_poisson_arrivals_follow_the_seed(tmp_path: Path) -> None:
     expected = np.cumsum(np.random.default_rng(5).exponential(3600 / 20, size=8))
     offset = np.median(sent - expected)  # the phase starts after the benchmark's clock does
     assert np.allclose(sent - offset, expected, atol=10.0)
+
+
+def test_async_job_api_measures_the_same_and_leaves_no_jobs(tmp_path: Path) -> None:
+    import httpx
+
+    # the twin's sync timeout (200 model s) would cut off a queue of four; jobs are not subject to it
+    with twin("--time-scale", "200", "--load-time", "0", env={"VLLM_OMNI_VIDEO_SYNC_TIMEOUT": "200"}) as urls:
+        result = bench(tmp_path / "a.db", "--endpoint", urls[0], "--api", "async", "--concurrency", "4",
+                       "--repeats", "1", "--warmup", "1")  # fmt: skip
+        left = httpx.get(f"{urls[0]}/v1/videos").json()["data"]
+    expected = truth()
+    assert result["failed_requests"] == 0 and result["completed_requests"] == 4
+    assert result["per_step_s"] == pytest.approx(expected.per_step_s, rel=0.02)
+    assert result["fixed_s"] == pytest.approx(expected.fixed_s, rel=0.02)
+    (level,) = result["levels"]  # type: ignore[misc]
+    assert level["latency"]["max"] > 300  # the fourth waited behind three: past the sync timeout, still answered
+    assert left == []  # every job was deleted after its clip was downloaded
