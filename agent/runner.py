@@ -103,14 +103,24 @@ async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: 
     return {"run_id": run_id, "thread_id": run_id, "status": "completed", "summary": summary, "state": values}
 
 
-async def _cleanup(tools: Any, run_id: str, progress: Progress) -> None:
-    """Tear down every live deployment of the run (shielded: it must finish even while cancelled)."""
+async def _cleanup(tools: Any, run_id: str, progress: Progress, settle_s: float = 60.0) -> None:
+    """Tear down every live deployment of the run (shielded: it must finish even while cancelled).
+
+    A deploy that was in flight when the run stopped may still be starting in the server's worker
+    thread, so the listing is repeated until it stays empty (or `settle_s` passes).
+    """
 
     async def stop_all() -> None:
-        listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
-        for d in listed.get("deployments", []):
-            await tools.call("teardown", deployment_id=str(d["id"]), confirm=True)
-            progress("teardown", {"deployment": d["id"], "note": "run stopped early"})
+        deadline = time.monotonic() + settle_s
+        quiet = 0
+        while quiet < 2 and time.monotonic() < deadline:
+            listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
+            found = listed.get("deployments", [])
+            quiet = 0 if found else quiet + 1
+            for d in found:
+                await tools.call("teardown", deployment_id=str(d["id"]), confirm=True)
+                progress("teardown", {"deployment": d["id"], "note": "run stopped early"})
+            await asyncio.sleep(0.5)
 
     try:
         await asyncio.shield(stop_all())
