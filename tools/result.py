@@ -334,6 +334,11 @@ def steady_rate(ok: list[dict[str, Any]], duration: float) -> float:
     return rate
 
 
+def _unqueued(sample: dict[str, Any]) -> bool:
+    ahead = sample.get("queue_ahead")
+    return int(ahead) == 0 if ahead is not None else int(sample.get("concurrency", 1)) == 1
+
+
 def level_result(samples: list[dict[str, Any]], phase: str, concurrency: int, rate: float | None) -> LevelResult:
     """Throughput and latency of one load level from its samples (model seconds)."""
     ok = [s for s in samples if s.get("ok")]
@@ -384,7 +389,8 @@ def compute_result(
     }
     full = [s for s in by_phase.get("full", [])]
     full_ok = [s for s in full if s.get("ok")]
-    alone = [t for s in full_ok if int(s.get("concurrency", 1)) == 1 and (t := fit_time(s)) is not None]
+    # full runs nothing of ours queued ahead of (server time = service time): what the fit should predict
+    alone = [t for s in full_ok if _unqueued(s) and (t := fit_time(s)) is not None]
     predicted = fit.predict(steps) if fit and steps else None
     measured = float(np.mean(alone)) if alone else None
     error = (predicted - measured) / measured if predicted is not None and measured else None

@@ -173,8 +173,9 @@ def print_result(result: Any) -> None:
             levels.add_column(name, justify="left" if name == "phase" else "right")
         for lv in result.levels:
             p90 = lv.latency.percentiles.get("p90")
+            clients = "open" if lv.phase == "poisson" else str(lv.concurrency)
             levels.add_row(
-                lv.phase, str(lv.concurrency), _f(lv.rate_per_hour, 0), str(lv.requests), str(lv.completed),
+                lv.phase, clients, _f(lv.rate_per_hour, 0), str(lv.requests), str(lv.completed),
                 str(lv.failed), _f(lv.clips_per_hour), f"{lv.throughput_qps:.5f}", _f(lv.latency.mean),
                 _f(lv.latency.median), _f(p90.value) if p90 and p90.claimable else f"n/c (n={lv.latency.n})",
                 _f(lv.server_time.mean),

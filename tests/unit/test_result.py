@@ -104,3 +104,17 @@ def test_compute_result_levels_fit_and_failures() -> None:
     for key in keys.split():
         assert key in flat
     assert r.prediction_error_rel == pytest.approx((r.fit.predict(35) - 121.0) / 121.0)
+
+
+def test_prediction_is_checked_against_unqueued_full_runs() -> None:
+    # two replicas, one client each: nothing queued ahead, so their server times are service times
+    samples = [
+        _sample(0, "probe", 4, 1, 0, 26.0),
+        _sample(1, "probe", 8, 1, 26, 64.0),
+        _sample(2, "full", 35, 2, 64, 185.0, queue_ahead=0, endpoint="a"),
+        _sample(3, "full", 35, 2, 64, 185.0, queue_ahead=0, endpoint="b"),
+        _sample(4, "full", 35, 2, 64, 400.0, queue_ahead=1, endpoint="a"),  # queued: excluded
+    ]
+    r = compute_result(samples, steps=35)
+    assert r.measured_full_server_time_s == pytest.approx(120.0)
+    assert r.predicted_full_latency_s == pytest.approx(13.0 + 35 * 3.0)
