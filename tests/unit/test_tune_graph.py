@@ -1,0 +1,64 @@
+"""The agent's graph as langgraph.json exposes it, its state reducer, and the record `tune --json` prints."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from worldtune.agent.configuration import TuneOptions
+from worldtune.agent.runner import build_summary
+from worldtune.agent.state import merge_deployments
+from worldtune.cli_tune import _output
+from worldtune.policies import search as ws
+from worldtune.tools.goal import Goal
+from worldtune.tools.offers import all_offers
+from worldtune.tools.workload import anchor_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_langgraph_json_points_at_the_compiled_graph() -> None:
+    config = json.loads((ROOT / "langgraph.json").read_text())
+    path, name = config["graphs"]["worldtune"].split(":")
+    spec = importlib.util.spec_from_file_location("wt_graph_for_studio", ROOT / path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    graph = getattr(module, name).get_graph()
+    assert {"prepare", "approve", "decide", "verify", "learn", "finish"} <= set(graph.nodes)
+    edges = {(e.source, e.target) for e in graph.edges}
+    assert ("verify", "learn") in edges and ("learn", "decide") in edges and ("decide", "verify") in edges
+
+
+def test_deployments_reducer_adds_and_removes() -> None:
+    merged = merge_deployments({"a": "wt-1"}, {"b": "wt-2"})
+    assert merged == {"a": "wt-1", "b": "wt-2"}
+    assert merge_deployments(merged, {"a": ""}) == {"b": "wt-2"}
+
+
+def test_summary_and_json_output_carry_the_issue_keys() -> None:
+    goal = Goal(workload=anchor_workload(), latency_bound_s=150, capacities=["on-demand", "spot"])
+    state = ws.initial_state(goal, all_offers("snapshot"))
+    best = ws.candidates(state)[0]
+    probe = ws.Measurement(key=best.key, kind="probe", per_step_s=best.per_step_s, fixed_s=best.fixed_s, usd=2.0)
+    full = ws.Measurement(key=best.key, kind="full", latencies_s=[best.latency_s * f for f in (0.999, 1.0, 1.001)])
+    state = ws.record(ws.record(state, probe), full.model_copy(update={"usd": 1.0, "benchmark_id": "b1"}))
+    graph_state = {
+        "run_id": "tune-x",
+        "goal": goal.model_dump(mode="json"),
+        "options": TuneOptions().model_dump(mode="json"),
+        "search": state.model_dump(mode="json"),
+        "results": [full.model_dump(mode="json") | {"model_s": 500.0, "benchmark_id": "b1"}],
+        "stop_reason": "converged: test",
+    }
+    summary = build_summary(graph_state, {"deployments": [{"id": "wt-1"}]})
+    out = _output({"status": "completed", "thread_id": "tune-x", "run_id": "tune-x", "summary": summary})
+    assert out.keys() >= {"goal", "recommendation", "measured", "predicted", "spend", "stop_reason"}
+    assert out["recommendation"].keys() >= {"gpu", "plan", "replicas", "capacity", "offer"}
+    figures = {"latency_p50_s", "latency_p95_s", "clips_per_hour_per_node", "usd_per_clip"}
+    assert out["measured"].keys() >= figures and out["predicted"].keys() >= figures
+    assert out["spend"].keys() >= {"gpu_hours", "usd", "deployments", "benchmarks"}
+    assert out["spend"]["usd"] == 3.0 and out["spend"]["benchmarks"] == 1 and out["spend"]["deployments"] == 1
+    assert abs(out["measured"]["latency_p50_s"] - best.latency_s) < 0.01 * best.latency_s
+    assert any(c["stage"] == "measured" for c in summary["candidates"])
