@@ -612,10 +612,13 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         to the results database as it completes, so nothing measured is lost.
         """
         from worldtune.tools import benchmark as benchmarking
+        from worldtune.tools import deploy as deploying
         from worldtune.tools.estimate import estimate as predict
         from worldtune.tools.workload import anchor_workload
 
-        current = session.deployment(deployment_id)
+        session.deployment(deployment_id)  # a readable error for an unknown id
+        with refusals():  # ask the infra: a twin or cluster that died since is not benchmarked
+            current = deploying.get_deployment(deployment_id, store=session.store)
         if current.state != "ready" or not current.endpoints:
             raise ToolError(f"deployment_id={deployment_id!r} is not valid: it is {current.state}, not ready")
         with refusals():
