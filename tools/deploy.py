@@ -66,7 +66,10 @@ def backend_for(infra: str, store: Store) -> Backend:
             "infra", infra, f"an infra whose backend ({module_name}.{class_name}) is installed",
             f"it could not be imported: {exc}; infra local runs the twin engine without it",
         ) from exc  # fmt: skip
-    backend: Backend = backend_class(store)
+    try:
+        backend: Backend = backend_class(store)
+    except Exception as exc:  # e.g. no kubeconfig, no SkyPilot home: say which infra and why, start nothing
+        raise InvalidInput("infra", infra, f"an infra {class_name} can reach", f"{type(exc).__name__}: {exc}") from exc
     return backend
 
 

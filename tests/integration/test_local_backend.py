@@ -76,3 +76,12 @@ def test_refusals_start_nothing(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="gpu"):
         deploying.deploy("Z100", "tp8", store=store)
     assert store.list_deployments() == [] and store.ledger() == []
+
+
+def test_an_unreachable_kubernetes_is_a_clear_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    store = Store(tmp_path / "w.db")
+    with pytest.raises(InvalidInput, match="infra='kubernetes'"):
+        deploying.backend_for("kubernetes", store)
+    with pytest.raises(InvalidInput, match="slurm/<cluster name>"):
+        deploying.backend_for("slurm", store)
