@@ -3,8 +3,9 @@
 Random BF16 weights in the generator's shapes (REFERENCE.md section 1: hidden 5120, 64 query heads x 128, 8 KV
 heads, SwiGLU FFN 25600), 44,160 video tokens per CFG branch attending jointly to themselves and the 4,096
 prompt tokens (the prompt's K/V, cached from the reasoner, differ per CFG branch) through SDPA's cuDNN
-backend. Each layer: fused q/k/v projection, attention, output projection, SwiGLU MLP, two residual adds
-(norms, RoPE and modulation are left out, as in the performance model). A plan composes, as vLLM-Omni does:
+backend. Each layer: RMS pre-norm, fused q/k/v projection, attention, output projection, RMS pre-norm, SwiGLU
+MLP, two residual adds (RoPE, q/k norms and modulation are left out, as in the performance model). A plan
+composes, as vLLM-Omni does:
 - 1gpu: both CFG branches one after the other on one GPU;
 - cfgN: one branch per rank group, the predictions gathered (all-gather) and combined at the end of the step;
 - uN (Ulysses): each rank holds 1/N of the tokens; q/k/v go to head groups by all-to-all before attention
@@ -418,7 +419,10 @@ class StepRunner:
         w_qkv, w_o, w_gate_up, w_down = d.views(flat)
         n, hd, u = x.shape[0], d.head_dim, self.plan.ulysses
         q_dim, kv_dim = d.q_heads * hd, d.kv_heads * hd
-        qkv = F.linear(x, w_qkv)
+        # pre-norms as the real generator has (scale-free here): without them the SwiGLU residual stream grows
+        # doubly exponentially and turns non-finite by layer ~9, and NaN data run faster than real data
+        hidden = (x.shape[1],)
+        qkv = F.linear(F.rms_norm(x, hidden, eps=1e-6), w_qkv)
         prompt_k, prompt_v = prompt_kv[0], prompt_kv[1]
         if u > 1:
             # q/k/v of my tokens -> all tokens of my head group: pack per destination, all-to-all, unpack
@@ -446,7 +450,7 @@ class StepRunner:
         if self.plan.tp > 1:
             self._allreduce(h)
         x = x + h
-        gate_up = F.linear(x, w_gate_up)
+        gate_up = F.linear(F.rms_norm(x, hidden, eps=1e-6), w_gate_up)
         h = F.linear(F.silu(gate_up[:, : d.ffn]) * gate_up[:, d.ffn :], w_down)
         if self.plan.tp > 1:
             self._allreduce(h)
@@ -560,6 +564,8 @@ def run_plan(
         record["note"] = backend_note
     if cuda:
         record["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+    # non-finite activations would run faster than real data (and prove nothing)
+    record["output_finite"] = bool(_torch().isfinite(guided).all())
     if args.check and rank == 0:
         reference = StepRunner(StepPlan("1gpu"), sizes, args.layers, 0, device, dtype, {}, backend=runner.backend)
         expected = reference.step().float()
@@ -567,6 +573,22 @@ def run_plan(
         del reference
     del runner
     return record
+
+
+def own_comm(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per kind of collective, the rank that spent least time in it: the one that arrived last, so its time is the
+    collective's own; the others' also hold the wait for slower GPUs (skew), which is in the step time anyway."""
+    kinds = sorted({k for r in records for k in r["comm"]})
+    out = {}
+    for kind in kinds:
+        have = [r for r in records if kind in r["comm"]]
+        best = min(have, key=lambda r: r["comm"][kind]["ms_per_step"])
+        out[kind] = {
+            **best["comm"][kind],
+            "rank": best["rank"],
+            "max_ms_per_step": max(r["comm"][kind]["ms_per_step"] for r in have),
+        }
+    return out
 
 
 def _worker(rank: int, args: argparse.Namespace, port: int) -> None:
@@ -631,7 +653,8 @@ def _worker(rank: int, args: argparse.Namespace, port: int) -> None:
             "step_ms": slowest["median_ms"],
             "per_step_s_scaled": scaled,
             "slowest_rank": slowest["rank"],
-            "comm": slowest["comm"],
+            "comm": own_comm(records),
+            "output_finite": all(r["output_finite"] for r in records),
             "ranks": records,
         }
         if "check_rel_err" in records[0]:
@@ -685,6 +708,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--compare", nargs="+", metavar="RAW", help="compare raw files with the model (here)")
     parser.add_argument("--profile", default=str(REPO / "policies/profiles/measured/H200-2gpu-2026-11-29.yaml"))
     parser.add_argument("--results", default=str(REPO / "benchmarks/results/generator_step.json"))
+    parser.add_argument("--microbench", help="compare mode: a gpu_microbench raw file (with --groups) to show beside")
     args = parser.parse_args(argv)
     if args.compare:
         return args
@@ -719,7 +743,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.compare:
-        compare(args.compare, Path(args.profile), Path(args.results))
+        compare(
+            args.compare, Path(args.profile), Path(args.results), Path(args.microbench) if args.microbench else None
+        )
         return 0
     if args.device == "cuda":
         for key, value in NCCL_ENV:  # NVLink multicast stays off (it can take a shared host's GPUs out of service)
@@ -736,7 +762,33 @@ def main(argv: list[str] | None = None) -> int:
 PLANS_8GPU = ("cfg2-u4-hsdp8", "tp8")  # the published 8xH200 plans (REFERENCE.md section 5)
 
 
-def comparison_rows(raws: list[dict[str, Any]], profile_path: Path) -> dict[str, Any]:
+MICROBENCH_CASES = {  # kind of collective in the step -> the microbench's per-layer cases of that scheme
+    "ulysses_a2a": ("a2a-u{degree}-qkv", "a2a-u{degree}-out"),
+    "tp_allreduce": ("allreduce-sp1",),
+    "hsdp_allgather": ("allgather-hsdp-bf16",),
+    "cfg_allgather": ("allgather-cfg",),
+}
+DEGREE = {"ulysses_a2a": "ulysses", "tp_allreduce": "tp", "hsdp_allgather": "hsdp", "cfg_allgather": "cfg"}
+
+
+def isolated_busbw(microbench: dict[str, Any] | None, kind: str, degree: int) -> float | None:
+    """The bus bandwidth gpu_microbench measured for this kind's per-layer cases in groups of `degree` ranks."""
+    if microbench is None or kind not in MICROBENCH_CASES:
+        return None
+    cases: list[dict[str, Any]] = []
+    if int(microbench["hardware"].get("world", 1)) == degree:
+        cases += microbench.get("collectives", [])
+    for block in microbench.get("collectives_groups", []):
+        if block["group_size"] == degree:
+            cases += block["cases"]
+    names = {name.format(degree=degree) for name in MICROBENCH_CASES[kind]}
+    rates = [c["busbw_gbps"] for c in cases if c["name"] in names]
+    return statistics.median(rates) if rates else None
+
+
+def comparison_rows(
+    raws: list[dict[str, Any]], profile_path: Path, microbench: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Each measured plan next to the model's per-step with the profile; the published 8-GPU plans beside them."""
     from worldtune.policies import gpu_calibration, perf_model
     from worldtune.tools.models import get_model
@@ -766,10 +818,13 @@ def comparison_rows(raws: list[dict[str, Any]], profile_path: Path) -> dict[str,
     for raw in raws:
         hw = raw["hardware"]
         for entry in raw["plans"]:
-            plan_name = str(Plan.parse(entry["plan"]))
+            plan = Plan.parse(entry["plan"])
+            plan_name = str(plan)
             predicted = model(plan_name)
+            comm = own_comm(entry["ranks"])
             toy = bool(raw.get("tiny")) or hw.get("device_type") != "cuda"  # exercises the code, measures nothing
-            comm_scaled = sum(c["ms_per_step"] for k, c in entry["comm"].items() if k != "hsdp_allgather")
+            # the HSDP gather runs on a side stream under the compute; the others stop the step while they run
+            comm_scaled = sum(c["ms_per_step"] for k, c in comm.items() if k != "hsdp_allgather")
             rows.append(
                 {
                     "plan": plan_name,
@@ -781,7 +836,11 @@ def comparison_rows(raws: list[dict[str, Any]], profile_path: Path) -> dict[str,
                     "measured_step_ms_at_layers": entry["step_ms"],
                     "measured_per_step_s": entry["per_step_s_scaled"],
                     "measured_exposed_comm_s": comm_scaled * 1e-3 * raw["model_layers"] / entry["layers"],
-                    "measured_busbw_gbps": {k: round(c["busbw_gbps"], 1) for k, c in entry["comm"].items()},
+                    "measured_busbw_gbps": {k: round(c["busbw_gbps"], 1) for k, c in comm.items()},
+                    "isolated_busbw_gbps": {
+                        k: isolated_busbw(microbench, k, getattr(plan, DEGREE[k])) for k in comm if k in DEGREE
+                    },
+                    "output_finite": entry.get("output_finite"),
                     **predicted,
                     "model_rel_error": None
                     if toy
@@ -800,7 +859,9 @@ def comparison_rows(raws: list[dict[str, Any]], profile_path: Path) -> dict[str,
     return {"profile": str(profile_path.name), "profile_source": profile.source, "rows": rows, "not_run": not_run}
 
 
-def compare(raw_paths: list[str], profile_path: Path, results: Path) -> dict[str, Any]:
+def compare(
+    raw_paths: list[str], profile_path: Path, results: Path, microbench_path: Path | None = None
+) -> dict[str, Any]:
     """Print the comparison table and save it as JSON."""
     from rich.console import Console
     from rich.table import Table
@@ -811,19 +872,30 @@ def compare(raw_paths: list[str], profile_path: Path, results: Path) -> dict[str
         if raw.get("format") != RAW_FORMAT:
             raise SystemExit(f"{path}: not a generator-step raw file (format {raw.get('format')!r})")
         raws.append(raw)
-    result = comparison_rows(raws, profile_path)
+    microbench = json.loads(microbench_path.read_text()) if microbench_path else None
+    result = comparison_rows(raws, profile_path, microbench)
     result["raw_files"] = [str(Path(p).name) for p in raw_paths]
+    result["microbench_file"] = microbench_path.name if microbench_path else None
     console = Console(width=200)
     table = Table(title=f"one denoising step, per-step scaled to 64 layers; model: {result['profile']}")
-    for name in ("plan", "GPUs", "layers run", "measured bus GB/s (in step)", "model s/step", "published s/step",
-                 "measured s/step", "model err", "exposed comm s"):  # fmt: skip
-        table.add_column(name, justify="left" if name in ("plan", "measured bus GB/s (in step)") else "right")
+    bw_col = "bus GB/s: in the step (alone)"
+    for name in ("plan", "GPUs", "layers run", bw_col, "model s/step", "published s/step", "measured s/step",
+                 "model err", "comm s/step"):  # fmt: skip
+        table.add_column(name, justify="left" if name in ("plan", bw_col) else "right")
 
     def f(value: Any, digits: int = 3) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
 
     for r in result["rows"]:
-        bw = ", ".join(f"{k} {v:.0f}" for k, v in r["measured_busbw_gbps"].items()) or "-"
+        alone = r["isolated_busbw_gbps"]
+        bw = (
+            ", ".join(
+                f"{k.split('_')[0]} {v:.0f}" + (f" ({alone[k]:.0f})" if alone.get(k) is not None else "")
+                for k, v in r["measured_busbw_gbps"].items()
+                if k in DEGREE
+            )
+            or "-"
+        )
         table.add_row(r["plan"] + (" (toy)" if r["toy"] else ""), str(r["world"]), str(r["layers"]), bw,
                       f(r["model_compute_comm_s"]), f(r["published_per_step_s"], 2), f(r["measured_per_step_s"]),
                       "-" if r["model_rel_error"] is None else f"{r['model_rel_error']:+.1%}",
@@ -834,7 +906,10 @@ def compare(raw_paths: list[str], profile_path: Path, results: Path) -> dict[str
     console.print(table)
     console.print(
         "[dim]model s/step: perf_model.step_breakdown (compute + communication, without the profile's "
-        "per-step scheduler overhead, which this benchmark has no part of); model err = model / measured - 1[/]"
+        "per-step scheduler overhead, which this benchmark has no part of); model err = model / measured - 1; "
+        "bus GB/s in the step: the rank that waited least (the collective's own time); (alone): gpu_microbench "
+        "at the same per-layer size in groups of the scheme's degree; comm s/step: the collectives that stop the "
+        "step (not the HSDP gather, which runs under the compute), scaled to 64 layers[/]"
     )
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(result, indent=2, default=str) + "\n")
