@@ -129,6 +129,9 @@ class SearchState(BaseModel):
     iterations: int = 0
     include_fp8: bool = False
     failed: list[str] = Field(default_factory=list, description="candidate keys whose deployment or benchmark failed")
+    inconclusive: list[str] = Field(
+        default_factory=list, description="candidate keys whose probes could not separate per-step from fixed time"
+    )
 
 
 # ---- candidates ------------------------------------------------------------------------------------
@@ -439,14 +442,15 @@ def decide(
         return Decision(stop_reason="no candidate can meet the goal's constraints", stop_kind="infeasible")
     # Most promising first: a probed contender goes to its full run, others get a probe.
     # A probed contender is verified first: its deployment is live, and a verified best prunes the rest.
-    contenders.sort(key=lambda c: (c.stage != "probed", (optimistic_value(goal, c) + objective_value(goal, c)) / 2))
+    ready = {c.key for c in contenders if c.stage == "probed" or c.key in state.inconclusive}
+    contenders.sort(key=lambda c: (c.key not in ready, (optimistic_value(goal, c) + objective_value(goal, c)) / 2))
     left = goal.budget_usd - state.spent_usd
     actions: list[Action] = []
     skipped = 0
     for cand in contenders:
         if len(actions) >= parallel:
             break
-        kind: ActionKind = "full" if cand.stage == "probed" else "probe"
+        kind: ActionKind = "full" if cand.key in ready else "probe"
         deployed = cand.key in state.deployed
         seconds, usd = action_cost(cand, kind, deployed)
         if usd > left:
@@ -504,6 +508,8 @@ def spend_estimate(state: SearchState, parallel: int = 1) -> tuple[float, float,
 # ---- learning --------------------------------------------------------------------------------------
 def record(state: SearchState, measurement: Measurement, recalibrate: bool = True) -> SearchState:
     """Add one measurement (and what it cost), note how far the belief was off, and refit that GPU's profile."""
+    if measurement.kind == "probe" and not usable_probe(measurement):
+        return record_inconclusive(state, measurement)
     cands = {c.key: c for c in candidates(state)}
     cand = cands.get(measurement.key)
     if cand is None:
@@ -572,6 +578,24 @@ def recalibrated(state: SearchState, gpu: str, fit: Callable[..., Profile] = fit
     }
     profile = fit(shipped, obs, priors, source=f"recalibrated on {len(obs)} measurement(s) of this run")
     return state.model_copy(update={"beliefs": {**state.beliefs, gpu: profile}})
+
+
+def usable_probe(m: Measurement) -> bool:
+    """Probes fix latency = fixed + steps x per_step only when both come out positive (short clips on fast
+    GPUs can drown the step difference in noise); otherwise the candidate goes straight to a full run."""
+    return m.per_step_s is not None and m.fixed_s is not None and m.per_step_s > 0 and m.fixed_s >= 0
+
+
+def record_inconclusive(state: SearchState, m: Measurement) -> SearchState:
+    """Bill a probe that could not be read, and ask for a full run of that candidate next."""
+    return state.model_copy(
+        update={
+            "inconclusive": [*state.inconclusive, m.key],
+            "spent_usd": state.spent_usd + m.usd,
+            "spent_gpu_hours": state.spent_gpu_hours + m.gpu_hours,
+            "iterations": state.iterations + 1,
+        }
+    )
 
 
 def record_failure(state: SearchState, key: str, usd: float, gpu_hours: float) -> SearchState:

@@ -62,3 +62,15 @@ def test_summary_and_json_output_carry_the_issue_keys() -> None:
     assert out["spend"]["usd"] == 3.0 and out["spend"]["benchmarks"] == 1 and out["spend"]["deployments"] == 1
     assert abs(out["measured"]["latency_p50_s"] - best.latency_s) < 0.01 * best.latency_s
     assert any(c["stage"] == "measured" for c in summary["candidates"])
+
+
+def test_a_workload_the_benchmark_tool_cannot_measure_is_refused_before_anything_starts() -> None:
+    import pytest
+
+    from worldtune.agent.runner import goal_for
+    from worldtune.tools.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="width=832"):
+        goal_for("Nano, 480p, cheapest", TuneOptions())
+    assert goal_for("Nano, 50 steps, cheapest", TuneOptions()).goal.workload.steps == 50
+    assert goal_for("cheapest", TuneOptions(infra="nebius")).goal.infras == ["nebius"]
