@@ -207,10 +207,19 @@ async def finished_tuning(client: Client, run_id: str, waiting_ok: bool = False)
         assert time.monotonic() < deadline, f"tuning run {run_id} still running: {status}"
 
 
-async def tuning_round_trip(client: Client, store: Store) -> None:
+async def tuning_round_trip(client: Client, store: Store, twin_run: bool = True, paid_run: bool = True) -> None:
     """The agent as a long job: a free twin run to its recommendation; a paid run stopped at its approval."""
     await refused(client, "start_tuning", {"goal": "make it fast"}, "start_tuning")
     await refused(client, "start_tuning", {"goal": GOAL, "infra": "nebius", "budget_usd": 5000}, "max_usd_per_run")
+    await refused(client, "get_tuning", {"run_id": "tune-nope"}, "tune-nope")
+    if twin_run:
+        await twin_tuning(client, store)
+    if paid_run:
+        await paid_tuning_declined(client, store)
+
+
+async def twin_tuning(client: Client, store: Store) -> None:
+    """A tuning run on the local twin, polled until it recommends a verified deployment."""
     started = await ok(client, "start_tuning", {"goal": GOAL})
     assert started["run_id"].startswith("tune-")
     done = await finished_tuning(client, started["run_id"])
@@ -218,8 +227,10 @@ async def tuning_round_trip(client: Client, store: Store) -> None:
     summary = done["summary"]
     assert summary is not None and summary["recommendation"]["plan"] and summary["measured"]["latency_p95_s"] <= 150
     assert store.list_deployments(alive_only=True) == []  # the agent tore down what it started
-    await refused(client, "get_tuning", {"run_id": "tune-nope"}, "tune-nope")
 
+
+async def paid_tuning_declined(client: Client, store: Store) -> None:
+    """A run on a paid infra stops at its approval question; declining it spends nothing."""
     before = len(store.list_deployments())
     paid = await ok(client, "start_tuning", {"goal": GOAL, "infra": "nebius", "engine": "vllm-omni"})
     waiting = await finished_tuning(client, paid["run_id"], waiting_ok=True)

@@ -117,7 +117,7 @@ def test_token_server_on_all_interfaces_answers_401_without_the_token(tmp_path: 
                 await pure_tools(client)
                 await spending_refusals(client, store)
                 await twin_round_trip(client, store)
-                await tuning_round_trip(client, store)
+                await tuning_round_trip(client, store, twin_run=False, paid_run=True)  # stdio runs one to the end
 
         try:
             anyio.run(with_token)

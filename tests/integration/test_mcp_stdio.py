@@ -45,7 +45,7 @@ def test_every_tool_over_stdio_with_a_twin_benchmark(tmp_path: Path) -> None:
             await pure_tools(client)
             await spending_refusals(client, store)
             await twin_round_trip(client, store)
-            await tuning_round_trip(client, store)
+            await tuning_round_trip(client, store, twin_run=True, paid_run=False)  # HTTP covers the approval
 
     try:
         anyio.run(main)
