@@ -186,6 +186,8 @@ async def twin_round_trip(client: Client, store: Store) -> None:
     compared = await ok(client, "compare_results", {"benchmark_ids": bench_ids})
     mean = next(f for f in compared["figures"] if f["key"] == "latency_mean")
     assert mean["values"][0] > 0 and mean["change_vs_first"][0] == 0
+    cost = next(f for f in compared["figures"] if f["key"] == "usd_per_clip")
+    assert all(v is not None and v > 0 for v in cost["values"])  # a twin is priced at the offer it stands in for
     await refused(client, "compare_results", {"benchmark_ids": [bench_ids[0]]}, "benchmark_ids")
 
     would = await ok(client, "teardown", {"deployment_id": dep_id})

@@ -279,12 +279,25 @@ def summary_from_row(row: dict[str, Any]) -> ResultSummary:
     )
 
 
-def compare(rows: list[dict[str, Any]]) -> Comparison:
-    """Figures of several stored results side by side, relative to the first."""
+def usd_per_clip(result: dict[str, Any], deployment: Deployment | None) -> float | None:
+    """The node's price per hour / measured clips per hour. A twin is priced at the offer it stands in for."""
+    clips = _finite(result.get("clips_per_hour"))
+    if deployment is None or not clips:
+        return None
+    price = deployment.offer.usd_per_hour if deployment.offer else deployment.usd_per_hour
+    return price / clips if price else None
+
+
+def compare(rows: list[dict[str, Any]], deployments: dict[str, Deployment] | None = None) -> Comparison:
+    """Figures of several stored results side by side, relative to the first (with $/clip when priced)."""
     results = [row.get("result") or {} for row in rows]
+    found = deployments or {}
+    columns: dict[str, list[float | None]] = {key: [_finite(r.get(key)) for r in results] for key in COMPARED_KEYS}
+    columns["usd_per_clip"] = [
+        usd_per_clip(r, found.get(row.get("deployment_id") or "")) for r, row in zip(results, rows, strict=True)
+    ]
     figures = []
-    for key in COMPARED_KEYS:
-        values = [_finite(r.get(key)) for r in results]
+    for key, values in columns.items():
         first = values[0]
         changes = [(v - first) / first if v is not None and first is not None and first != 0 else None for v in values]
         figures.append(ComparedKey(key=key, values=values, change_vs_first=changes))
@@ -690,8 +703,11 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         ],
     ) -> Comparison:
         """Compare stored benchmark results side by side: latency mean/median/p90/p95/p99, throughput, clips per
-        hour, per-step and fixed time, each with its change relative to the first."""
-        return compare([session.benchmark_row(b) for b in benchmark_ids])
+        hour, per-step and fixed time, and cost per clip (the deployment's node price / measured clips per hour;
+        a twin is priced at the offer it stands in for), each with its change relative to the first."""
+        rows = [session.benchmark_row(b) for b in benchmark_ids]
+        found = {d: dep for row in rows if (d := row.get("deployment_id")) and (dep := session.store.get_deployment(d))}
+        return compare(rows, found)
 
     # ---------- tuning runs (the agent, as a long job) ----------
     def tuning_status(run_id: str) -> TuningStatus:

@@ -19,6 +19,7 @@ from worldtune.cli_mcp import is_loopback, serve, transport_security
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.mcp_server import StaticTokenVerifier, WorldtuneServer, build_server
+from worldtune.tools.offer import Offer
 from worldtune.tools.result import compute_result
 from worldtune.tools.store import Store
 
@@ -123,7 +124,8 @@ def test_guardrails_override_refuses_an_infra(db: Path, tmp_path: Path, monkeypa
 
 def test_stored_results_are_listed_read_and_compared(db: Path) -> None:
     store = Store(db)
-    dep = Deployment(gpu="H200", plan="cfg2-u4-hsdp8", state="ready", endpoints=["http://127.0.0.1:9"])
+    offer = Offer(infra="nebius", gpu="H200", gpu_count=8, usd_per_hour=28.0)
+    dep = Deployment(gpu="H200", plan="cfg2-u4-hsdp8", state="ready", endpoints=["http://127.0.0.1:9"], offer=offer)
     store.save_deployment(dep)
     first = stored_benchmark(store, "bm-first", [100.0, 110.0, 120.0], dep.id)
     stored_benchmark(store, "bm-second", [90.0, 99.0, 108.0], dep.id)
@@ -139,6 +141,9 @@ def test_stored_results_are_listed_read_and_compared(db: Path) -> None:
         compared = await ok(client, "compare_results", {"benchmark_ids": ["bm-first", "bm-second"]})
         mean = next(f for f in compared["figures"] if f["key"] == "latency_mean")
         assert mean["values"] == pytest.approx([110.0, 99.0]) and mean["change_vs_first"][1] == pytest.approx(-0.1)
+        rate = next(f for f in compared["figures"] if f["key"] == "clips_per_hour")["values"]
+        cost = next(f for f in compared["figures"] if f["key"] == "usd_per_clip")["values"]
+        assert cost == pytest.approx([28.0 / rate[0], 28.0 / rate[1]])  # the offer's $/h over measured clips/h
         await refused(client, "compare_results", {"benchmark_ids": ["bm-first", "bm-none"]}, "bm-none", "bm-first")
         await refused(client, "get_result", {"benchmark_id": "bm-none"}, "bm-none")
         await refused(client, "start_benchmark", {"deployment_id": "wt-none"}, "wt-none", dep.id)
