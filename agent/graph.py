@@ -104,8 +104,8 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
 async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """The search policy's next actions (at most --parallel), or why to stop; tear down what is not needed."""
     options = _options(state)
-    search = ws.SearchState.model_validate(state["search"])
     live = dict(state.get("deployments") or {})
+    search = ws.SearchState.model_validate(state["search"]).model_copy(update={"deployed": list(live)})
     decision = ws.decide(
         search, parallel=options.parallel, margin=options.margin, max_iterations=options.max_iterations
     )
