@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import socket
-import sys
+import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from worldtune.sky import home
 from worldtune.sky.bench_job import ERROR_MARKER, RESULT_MARKER, SAMPLE_MARKER
 from worldtune.sky.dryrun import validate_task
+from worldtune.sky.local_cluster import cluster_python
 from worldtune.sky.render import (
     ALL_READY_MARKER,
     FAILED_MARKER,
@@ -44,8 +46,8 @@ from worldtune.tools.plan import Plan
 from worldtune.tools.store import Store
 
 AUTODOWN_IDLE_MINUTES = 10
+STATUS_EVERY_S = 10.0  # how often a benchmark asks SkyPilot about its job while the log stream is quiet
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
-CLUSTER_WORLDTUNE_ENV = "WORLDTUNE_CLUSTER_WORLDTUNE"
 
 
 class LaunchError(WorldtuneError, RuntimeError):
@@ -69,23 +71,12 @@ def _free_port_range(count: int, start: int = 18000, stop: int = 30000) -> int:
     raise LaunchError(f"no {count} consecutive free ports between {start} and {stop}")
 
 
-def cluster_python() -> str:
-    """The Python of the worldtune installation the cluster runs (the local venv: Slurm here is this machine).
-
-    $WORLDTUNE_CLUSTER_WORLDTUNE names another `worldtune` executable; its folder's python is used.
-    """
-    override = os.environ.get(CLUSTER_WORLDTUNE_ENV)
-    if override:
-        return str(Path(override).parent / "python")
-    return str(Path(sys.prefix) / "bin" / "python")
-
-
 def render_options_for(deployment: Deployment) -> RenderOptions:
     """Render options per infra: on Slurm the servers bind loopback on free ports and run this venv's worldtune."""
     if deployment.infra.startswith("slurm/"):
         base = os.environ.get(BASE_PORT_ENV)
         port = int(base) if base else _free_port_range(Plan.parse(deployment.plan).replicas)
-        worldtune = os.environ.get(CLUSTER_WORLDTUNE_ENV) or str(Path(sys.prefix) / "bin" / "worldtune")
+        worldtune = f"{cluster_python()} -m worldtune.cli"
         return RenderOptions(host="127.0.0.1", base_port=port, worldtune=worldtune, open_ports=False)
     # Elsewhere this checkout travels as the workdir, so the benchmark client runs next to the server.
     return RenderOptions(ship_worldtune=True, worldtune="~/.worldtune-venv/bin/worldtune")
@@ -140,10 +131,14 @@ class SkyPilotBackend:
         say: Progress = progress or (lambda message, fraction: None)
         options = self._options(deployment)
         config = render_task(deployment, options)
-        task = validate_task(config)
+        validate_task(config)
+        # Two steps: launch provisions and runs setup; the servers then start as a job of their own. On
+        # Slurm a job step takes the CPUs its task asks for (by default all of the allocation), so the
+        # serve job asks for all but two, leaving room for the benchmark job next to it.
+        provision = validate_task({k: v for k, v in config.items() if k != "run"})
         token = os.environ.get(HF_TOKEN)
         if deployment.engine == "vllm-omni" and token:
-            task.update_secrets({HF_TOKEN: token})  # in memory only; SkyPilot redacts secrets in its logs
+            provision.update_secrets({HF_TOKEN: token})  # in memory only; SkyPilot redacts secrets in its logs
         cluster = cluster_name(deployment)
         self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
         dep = deployment.model_copy(update={"cluster": cluster, "state": "provisioning", "detail": "launching"})
@@ -152,12 +147,24 @@ class SkyPilotBackend:
         started = time.time()
         try:
             request = self.sky.launch(
-                task,
+                provision,
                 cluster_name=cluster,
                 down=self.autodown,
                 idle_minutes_to_autostop=AUTODOWN_IDLE_MINUTES if self.autodown else None,
             )
-            job_id, _handle = self._get(request)
+            _, handle = self._get(request)
+            say(f"{cluster} provisioned in {time.time() - started:.0f} s; starting the servers", 0.4)
+            serve_config = {k: v for k, v in config.items() if k != "setup"}
+            cpus = getattr(getattr(handle, "launched_resources", None), "cpus", None)
+            if deployment.infra.startswith("slurm/") and cpus:
+                serve_config["resources"] = {
+                    **config["resources"],
+                    "cpus": max(1, int(float(str(cpus).rstrip("+"))) - 2),
+                }
+            serve = validate_task(serve_config)
+            if deployment.engine == "vllm-omni" and token:
+                serve.update_secrets({HF_TOKEN: token})
+            job_id, _ = self._get(self.sky.exec(serve, cluster_name=cluster))
         except Exception as exc:
             self.store.ledger_update(cluster, "failed", str(exc)[:500])
             self._down_quietly(cluster)
@@ -166,12 +173,13 @@ class SkyPilotBackend:
             self._down_quietly(cluster)
             raise LaunchError(f"SkyPilot launched {cluster} but submitted no job")
         self._serve_jobs[deployment.id] = int(job_id)
-        say(f"{cluster} up in {time.time() - started:.0f} s; serve job {job_id}; waiting for the servers", 0.5)
+        say(f"serve job {job_id} submitted after {time.time() - started:.0f} s; waiting for the servers", 0.5)
         self.store.ledger_update(cluster, "loading", f"serve job {job_id}")
         dep = dep.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
         self.store.save_deployment(dep)
         try:
-            self._wait_ready(cluster, int(job_id), deployment, say)
+            local = self._endpoints(cluster, deployment, options) if deployment.infra.startswith("slurm/") else []
+            self._wait_ready(cluster, int(job_id), deployment, say, local)
         except LaunchError:
             self._down_quietly(cluster)
             self.store.ledger_gone(cluster, "servers did not come up")
@@ -183,11 +191,14 @@ class SkyPilotBackend:
         say(f"ready: {', '.join(endpoints)}", 1.0)
         return dep
 
-    def _wait_ready(self, cluster: str, job_id: int, deployment: Deployment, say: Progress) -> None:
-        from worldtune.sky.render import startup_allowance_s
+    def _wait_ready(self, cluster: str, job_id: int, deployment: Deployment, say: Progress, local: list[str]) -> None:
+        """Until the run script reports every replica ready; servers on loopback (local Slurm) are asked directly."""
+        from worldtune.sky.render import PROBE_PATH, startup_allowance_s
 
         deadline = time.time() + startup_allowance_s(deployment) + 120
         while time.time() < deadline:
+            if local and all(_answers(url + PROBE_PATH) for url in local):
+                return
             log = self._job_log(cluster, job_id)
             if ALL_READY_MARKER in log:
                 return
@@ -302,50 +313,93 @@ class SkyPilotBackend:
         import shlex
 
         cluster = dep.cluster or cluster_name(dep)
-        options = self._options(dep)
         offset = max((int(s.get("seq", -1)) for s in self.store.samples(benchmark_id)), default=-1) + 1
         remote_db = f"~/.worldtune/bench/{benchmark_id}-a{attempt}.db"
-        endpoints = [f"http://127.0.0.1:{r.port}" for r in replica_slices(Plan.parse(dep.plan), options.base_port)]
+        # On the cluster every replica is on loopback, at the port its endpoint carries.
+        endpoints = [f"http://127.0.0.1:{urlsplit(e).port}" for e in dep.endpoints]
         args = [a for e in endpoints for a in ("--endpoint", e)] + list(bench_args)
         python = cluster_python() if dep.infra.startswith("slurm/") else "~/.worldtune-venv/bin/python"
         run = f"{python} -m worldtune.sky.bench_job --db {remote_db} -- {shlex.join(args)}"
         task = self.sky.Task(name=f"worldtune-bench-{benchmark_id}", run=run)
+        task.set_resources(self.sky.Resources(cpus=1))
         job_id, _ = self._get(self.sky.exec(task, cluster_name=cluster))
         say(f"bench job {job_id} on {cluster} (attempt {attempt})", None)
         if on_job:
             on_job(dep, int(job_id))
+        stream: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._follow, args=(cluster, int(job_id), stream), daemon=True).start()
         seen: set[int] = set()
-        finished_polls = 0
+        pending, stream_open, checked, log_tail = "", True, time.time(), ""
         while True:
-            log = self._job_log(cluster, int(job_id))
-            for line in log.splitlines():
-                if line.startswith(SAMPLE_MARKER):
-                    sample = json.loads(line[len(SAMPLE_MARKER) :])
+            try:
+                chunk = stream.get(timeout=self.poll_s)
+            except queue.Empty:
+                chunk = ""
+            if chunk is None:
+                stream_open = False
+            else:
+                pending += chunk
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                log_tail = (log_tail + line + "\n")[-3000:]
+                if SAMPLE_MARKER in line:  # SkyPilot prefixes each job line with "(task, pid=...) "
+                    sample = json.loads(_after(line, SAMPLE_MARKER))
                     seq = int(sample["seq"])
                     if seq not in seen:
                         seen.add(seq)
-                        body = {**sample, "attempt": attempt, "cluster": cluster, "remote_seq": seq}
-                        self.store.add_sample(benchmark_id, offset + seq, body)
+                        body = {**sample, "seq": offset + seq, "attempt": attempt, "cluster": cluster}
+                        self.store.add_sample(benchmark_id, offset + seq, {**body, "remote_seq": seq})
                         self.store.update_benchmark(benchmark_id, message=f"{len(seen)} samples (attempt {attempt})")
-                elif line.startswith(RESULT_MARKER):
-                    return "completed", json.loads(line[len(RESULT_MARKER) :])
-                elif line.startswith(ERROR_MARKER):
-                    return line, None
+                elif RESULT_MARKER in line:
+                    return "completed", json.loads(_after(line, RESULT_MARKER))
+                elif ERROR_MARKER in line:
+                    return _after(line, ERROR_MARKER), None
+            # The stream ends with the job, or hangs when the cluster vanishes: ask SkyPilot now and then.
+            if stream_open and time.time() - checked < STATUS_EVERY_S:
+                continue
+            checked = time.time()
             status = self._job_status(cluster, int(job_id))
-            if status in (None, "FAILED", "FAILED_DRIVER", "CANCELLED", "SUCCEEDED"):
-                refreshed = self.status(dep)
-                if refreshed.state == "preempted":
-                    for seq in seen:  # mark what was measured before the cut
-                        sample = next(s for s in self.store.samples(benchmark_id) if s.get("remote_seq") == seq
-                                      and s.get("attempt") == attempt)  # fmt: skip
-                        self.store.add_sample(benchmark_id, offset + seq, {**sample, "interrupted": True})
-                    return "preempted", None
-                finished_polls += 1
-                if status == "SUCCEEDED" and finished_polls < 3:
-                    time.sleep(self.poll_s)
-                    continue  # the result line may land in the log a moment after the status
-                return f"bench job {job_id} {status}: {log[-1500:]}", None
-            time.sleep(self.poll_s)
+            if status in ("RUNNING", "PENDING", "SETTING_UP", "INIT"):
+                if not stream_open:  # the stream broke while the job runs: follow again (samples dedupe)
+                    stream_open = True
+                    threading.Thread(target=self._follow, args=(cluster, int(job_id), stream), daemon=True).start()
+                continue
+            if status == "SUCCEEDED" and not stream_open and pending:
+                pending += "\n"  # a last line without newline
+                continue
+            if self.status(dep).state == "preempted":
+                for sample in self.store.samples(benchmark_id):  # mark what was measured before the cut
+                    if sample.get("attempt") == attempt:
+                        self.store.add_sample(benchmark_id, int(sample["seq"]), {**sample, "interrupted": True})
+                return "preempted", None
+            if stream_open:
+                continue
+            return f"bench job {job_id} ended ({status}) without a result: {log_tail[-1500:]}", None
+
+    def _follow(self, cluster: str, job_id: int, sink: queue.Queue[str | None]) -> None:
+        """Copy a job's log into `sink` as it is written; None marks its end."""
+        try:
+            for chunk in self.sky.tail_logs(cluster, job_id, follow=True, preload_content=False):
+                if chunk is None:
+                    break
+                sink.put(chunk)
+        except Exception as exc:  # the cluster went away under the stream
+            sink.put(f"\n(log stream ended: {exc})\n")
+        finally:
+            sink.put(None)
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _after(line: str, marker: str) -> str:
+    return line[line.index(marker) + len(marker) :].strip()
 
 
 def _field(record: Any, name: str) -> Any:

@@ -106,7 +106,7 @@ def _backend(infra: str, store: Any, k8s: Any, options: Any) -> Any:
 
         return KubernetesBackend(store, k8s)
     if infra == "local":
-        from worldtune.tools.deploy import backend_for  # type: ignore[import-not-found, unused-ignore]
+        from worldtune.tools.deploy import backend_for
 
         return backend_for(infra, store)
     from worldtune.sky.backend import SkyPilotBackend

@@ -1,0 +1,100 @@
+"""Drives worldtune's SkyPilot backend on the local Slurm cluster, in a child process of the tests.
+
+SkyPilot fixes its paths from HOME when imported, so the tests run this file as a separate process
+with the private SkyPilot home in its environment (never the test process's own HOME). It prints one
+`DRIVER <json>` line per step; the tests read those and the results database.
+
+    python slurm_driver.py run   --db FILE   launch the twin (H200:8), benchmark next to it, tear down
+    python slurm_driver.py fault --db FILE   the same, with the Slurm job scancel'ed mid-benchmark
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from worldtune.sky import catalog, home
+from worldtune.sky.preview import build_deployment
+from worldtune.tools.deployment import Deployment
+from worldtune.tools.store import Store
+
+BENCH = ["--steps", "4", "--concurrency", "1", "--probe-steps", "", "--warmup", "0", "--model",
+         "cosmos3-super"]  # fmt: skip
+
+
+def say(step: str, **data: Any) -> None:
+    print("DRIVER " + json.dumps({"step": step, "t": round(time.time(), 2), **data}, default=str), flush=True)
+
+
+def scancel_after(store: Store, benchmark_id: str, cluster: str, samples: int, out: dict[str, Any]) -> None:
+    """Cancel the cluster's Slurm allocation once `samples` samples reached the local Store (a preemption)."""
+    deadline = time.time() + 300
+    while time.time() < deadline and len(store.samples(benchmark_id)) < samples:
+        time.sleep(0.2)
+    # SkyPilot names the Slurm job after the cluster's name on the cloud: <cluster>-<user hash>.
+    listing = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
+    jobs = [job for job, name in (line.split() for line in listing.splitlines()) if name.startswith(cluster)]
+    out["kept_at_cancel"] = len(store.samples(benchmark_id))
+    out["slurm_jobs"] = jobs
+    for job in jobs:
+        subprocess.run(["scancel", job], check=True)
+    say("scancel", jobs=jobs, samples_at_cancel=out["kept_at_cancel"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["run", "fault"])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--time-scale", type=float, default=100.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    sky_home = Path(os.environ["WORLDTUNE_SKY_HOME"])
+    catalog.write_catalog(sky_home)  # GPU requests need common/accelerators.csv, even on Slurm
+    home.import_skypilot(sky_home)
+    from worldtune.sky.backend import SkyPilotBackend
+
+    store = Store(args.db)
+    infra = os.environ.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
+    dep = build_deployment("H200", "cfg2-u4-hsdp8", infra=infra, engine="twin", time_scale=args.time_scale)
+    backend = SkyPilotBackend(store, poll_s=1.0)
+    started = time.time()
+
+    def progress(message: str, fraction: float | None) -> None:
+        say("progress", message=message, elapsed=round(time.time() - started, 1))
+
+    store.save_deployment(dep)
+    ready = backend.launch(dep, progress)
+    store.save_deployment(ready)
+    say("ready", deployment=ready.model_dump(mode="json"), launch_s=round(time.time() - started, 1))
+    benchmark_id = f"bm-slurm-{args.mode}-{dep.id}"
+    fault: dict[str, Any] = {}
+
+    def on_job(current: Deployment, job_id: int) -> None:
+        if args.mode == "fault" and not fault:
+            fault["armed"] = True
+            threading.Thread(
+                target=scancel_after, args=(store, benchmark_id, current.cluster or "", 2, fault), daemon=True
+            ).start()
+
+    final = ready
+    try:
+        final, result = backend.benchmark(
+            ready, [*BENCH, "--repeats", str(args.repeats)], benchmark_id, progress, on_job=on_job
+        )
+        say("benchmarked", benchmark_id=benchmark_id, result=result, fault=fault)
+    finally:
+        gone = backend.teardown(final)
+        store.save_deployment(gone)
+        say("down", ledger_open=store.ledger(open_only=True), ledger=store.ledger())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""worldtune on a real SkyPilot cluster: the local Slurm cluster (scripts/slurm-cluster.sh), twin engine, H200:8.
+
+The SkyPilot side runs in a child process (tests/integration/slurm_driver.py) whose HOME is a private
+SkyPilot home made for these tests, so the real ~/.sky is never touched; SKYPILOT_DISABLE_USAGE_COLLECTION=1
+is set for it. At the end the private API server is stopped and its SSH ControlMaster ended by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from worldtune.tools.store import Store
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("slurm_driver.py")
+SKY_HOME = REPO / ".cache" / "sky-home-tests"
+API_PORT = "46592"
+
+
+def _script(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), *args], capture_output=True,
+                          text=True, timeout=900, env=env)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def slurm_env() -> Iterator[dict[str, str]]:
+    """The local Slurm cluster up, and the environment of a SkyPilot client with the tests' private home."""
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (Debian packages, munge, slurmd)")
+    base = {**os.environ, "WORLDTUNE_SKY_HOME": str(SKY_HOME), "WORLDTUNE_SKY_API_PORT": API_PORT,
+            "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}  # fmt: skip
+    was_up = "slurmctld              up" in _script("status", env=base).stdout
+    masters_before = control_masters()
+    up = _script("up", env=base)
+    assert up.returncode == 0, up.stderr[-3000:]
+    env = {**base, **json.loads(_script("env", "--json", env=base).stdout)}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # `sky` of this venv for `sky api stop`
+    yield env
+    stop_api_server(env, masters_before)
+    if not was_up:
+        _script("down", env=base)
+
+
+def control_masters() -> set[int]:
+    """SkyPilot's SSH ControlMaster processes (ssh renames itself to `ssh: /tmp/sky_ssh_<hash>/... [mux]`)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "comm").read_text().strip() == "ssh":
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+                if "/sky_ssh_" in cmdline and "[mux]" in cmdline:
+                    found.add(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def stop_api_server(env: dict[str, str], masters_before: set[int]) -> None:
+    """`sky api stop` under the private home, then end the ControlMasters this session started, by pid."""
+    subprocess.run([str(Path(sys.executable).parent / "sky"), "api", "stop"], env=env, capture_output=True,
+                   timeout=120)  # fmt: skip
+    for pid in control_masters() - masters_before:
+        os.kill(pid, signal.SIGTERM)
+
+
+def drive(env: dict[str, str], db: Path, *args: str) -> list[dict[str, Any]]:
+    out = subprocess.run([sys.executable, str(DRIVER), *args, "--db", str(db)], capture_output=True, text=True,
+                         timeout=900, env=env, cwd=REPO)  # fmt: skip
+    steps = [json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("DRIVER ")]
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    return steps
+
+
+def no_worldtune_slurm_jobs() -> bool:
+    names = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout.split()
+    return not [n for n in names if n.startswith("worldtune-")]
+
+
+def test_launch_benchmark_next_to_the_twin_and_tear_down(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    steps = drive(slurm_env, db, "run", "--time-scale", "100", "--repeats", "3")
+    ready = next(s for s in steps if s["step"] == "ready")["deployment"]
+    assert ready["state"] == "ready" and ready["cluster"] == f"worldtune-{ready['id']}"
+    assert ready["endpoints"][0].startswith("http://127.0.0.1:")
+    done = next(s for s in steps if s["step"] == "benchmarked")
+    store = Store(db)
+    samples = store.samples(done["benchmark_id"])
+    assert len(samples) == 3 and all(s["ok"] and s["attempt"] == 1 for s in samples)
+    assert all(s["endpoint"].startswith("http://127.0.0.1:") for s in samples)
+    bench = store.get_benchmark(done["benchmark_id"])
+    assert bench is not None and bench["status"] == "completed" and bench["result"] == done["result"]
+    down = next(s for s in steps if s["step"] == "down")
+    assert down["ledger_open"] == [] and [r["state"] for r in down["ledger"]] == ["gone"]
+    assert store.ledger(open_only=True) == []
+    assert no_worldtune_slurm_jobs()
+
+
+def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    db = tmp_path / "wt.db"
+    steps = drive(slurm_env, db, "fault", "--time-scale", "25", "--repeats", "16")
+    cancel = next(s for s in steps if s["step"] == "scancel")
+    assert cancel["jobs"] and cancel["samples_at_cancel"] >= 2
+    done = next(s for s in steps if s["step"] == "benchmarked")
+    store = Store(db)
+    samples = store.samples(done["benchmark_id"])
+    first = [s for s in samples if s["attempt"] == 1]
+    second = [s for s in samples if s["attempt"] == 2]
+    assert len(first) >= cancel["samples_at_cancel"] and all(s.get("interrupted") for s in first)
+    assert len(second) == 16 and all(s["ok"] for s in second)
+    assert [s["seq"] for s in samples] == sorted({s["seq"] for s in samples})  # nothing overwritten
+    assert "completed on attempt 2" in (store.get_benchmark(done["benchmark_id"]) or {}).get("message", "")
+    down = next(s for s in steps if s["step"] == "down")
+    assert down["ledger_open"] == [] and {r["state"] for r in down["ledger"]} == {"gone"}
+    assert no_worldtune_slurm_jobs()

@@ -1,0 +1,77 @@
+"""The ledger's garbage (what `worldtune gc` tears down), the local cluster's bridge venv, and backend odds and ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from worldtune.sky import backend, garbage, local_cluster
+from worldtune.sky.preview import build_deployment
+from worldtune.tools.store import Store
+
+WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
+
+
+def test_garbage_is_every_open_row_no_running_run_needs(tmp_path: Path) -> None:
+    store = Store(tmp_path / "wt.db")
+    store.add_run("run-live", "tune")
+    store.add_run("run-done", "tune")
+    store.finish_run("run-done", "completed", {})
+    store.ledger_launch("worldtune-a", "skypilot", "wt-a", "run-live")
+    store.ledger_launch("worldtune-b", "skypilot", "wt-b", "run-done")
+    store.ledger_launch("worldtune-c", "skypilot", "wt-c", None)
+    store.ledger_launch("worldtune-d", "skypilot", "wt-d", None)
+    store.ledger_gone("worldtune-d")
+    assert [r["cluster"] for r in garbage.garbage(store)] == ["worldtune-b", "worldtune-c"]
+
+
+def test_gc_lists_without_yes_and_a_row_it_cannot_tear_down_stays_open(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    store = Store(db)
+    store.ledger_launch("k8s/default/worldtune-wt-x", "kubernetes", "wt-x", None)  # no stored deployment
+    out = subprocess.run([WORLDTUNE, "gc", "--db", str(db), "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert [r["cluster"] for r in data["would_tear_down"]] == ["k8s/default/worldtune-wt-x"] and not data["torn_down"]
+    (done,) = garbage.collect_garbage(store, garbage.garbage(store))
+    assert done["result"].startswith("failed:") and "by hand" in done["result"]
+    (row,) = store.ledger(open_only=True)
+    assert row["state"] == "down-failed"
+
+
+def test_bridge_venv_lets_the_system_python_import_this_worldtune(tmp_path: Path) -> None:
+    if not Path(local_cluster.SYSTEM_PYTHON).exists():
+        pytest.skip("no system python3")
+    try:
+        python = local_cluster.ensure_bridge(tmp_path / "bridge")
+    except ValueError as exc:  # another minor version: the error names the setting to use instead
+        assert local_cluster.PYTHON_ENV in str(exc)
+        return
+    out = subprocess.run([str(python), "-c", "import worldtune.tools.plan as p; print(p.__file__)"],
+                         capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("tools/plan.py")
+    assert local_cluster.ensure_bridge(tmp_path / "bridge") == python  # idempotent
+
+
+def test_slurm_render_options_bind_loopback_on_free_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(local_cluster.PYTHON_ENV, "/opt/py/bin/python")
+    dep = build_deployment("H200", "2xtp4", infra="slurm/worldtune-local", engine="twin")
+    opts = backend.render_options_for(dep)
+    assert opts.host == "127.0.0.1" and not opts.open_ports and opts.worldtune == "/opt/py/bin/python -m worldtune.cli"
+    assert 18000 <= opts.base_port < 30000
+    monkeypatch.setenv(backend.BASE_PORT_ENV, "23456")
+    assert backend.render_options_for(dep).base_port == 23456
+    cloud = backend.render_options_for(build_deployment("H200", "tp8", infra="nebius"))
+    assert cloud.ship_worldtune and cloud.host == "0.0.0.0"
+
+
+def test_serve_job_id_is_read_back_from_the_detail() -> None:
+    assert backend._job_from_detail("serve job 7") == 7
+    assert backend._job_from_detail("launching") is None
+    assert backend._after("(task, pid=3) WORLDTUNE_RESULT {}", "WORLDTUNE_RESULT") == "{}"
