@@ -3,7 +3,7 @@
 Read top to bottom it is the flow of ARCHITECTURE.md: `prepare` lists offers (MCP) and ranks every
 candidate with the performance model; `approve` shows the spend estimate and waits (interrupt) unless
 --yes; `decide` asks the search policy for the next actions or the reason to stop; `verify` branches
-(one per action, in parallel through Send) deploy, probe or run the full anchor benchmark through MCP
+(one per action, in parallel through Send) deploy, probe or run the full benchmark of the goal's workload through MCP
 tools and bill what they used; `learn` folds the measurements in and recalibrates the belief; `finish`
 tears down everything the run started and writes the record. Every node's side effects are idempotent
 (a live deployment or a finished benchmark of the same candidate is reused), so a run resumed after a
@@ -30,6 +30,7 @@ from worldtune.policies import search as ws
 from worldtune.tools.goal import Goal
 from worldtune.tools.offer import Offer
 from worldtune.tools.plan import Plan
+from worldtune.tools.workload import anchor_changes
 
 POLL_S = 0.2  # how often a running benchmark is checked against its spending cap (wall seconds)
 
@@ -199,6 +200,8 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
             repeats = max(1, math.ceil(ws.FULL_REQUESTS / replicas))
             args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
             args["warmup"] = 0
+        # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
+        args.update(anchor_changes(goal.workload))
         _emit(runtime, kind, key=cand.key, deployment=deployment_id)
         status = await tools.call("start_benchmark", deployment_id=deployment_id, run_id=run_id, **args)
         bench_id = str(status["id"])

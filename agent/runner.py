@@ -39,29 +39,7 @@ def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
     from worldtune.tools.deploy import infra_kind
 
     infras = [options.infra.lower()] if infra_kind(options.infra) == "cloud" else None
-    parsed = read_goal(goal_text, budget_usd=options.budget_usd, infras=infras)
-    _check_measurable(parsed.goal)
-    return parsed
-
-
-def _check_measurable(goal: Goal) -> None:
-    """The benchmark tool measures the model's anchor workload at a step count; refuse what it cannot measure.
-
-    (A search that predicts one workload and measures another would learn the wrong thing.)
-    """
-    from worldtune.tools.workload import anchor_workload
-
-    wl = goal.workload
-    anchor = anchor_workload(wl.model, steps=wl.steps)
-    changed = [k for k, v in wl.model_dump().items() if v != getattr(anchor, k)]
-    if changed:
-        raise InvalidInput(
-            "goal.workload",
-            ", ".join(f"{k}={getattr(wl, k)!r}" for k in changed),
-            f"the anchor workload of {wl.model} ({anchor.size}, {anchor.num_frames} frames, {anchor.fps} fps) at any "
-            "step count: the start_benchmark tool measures only that",
-            "drop the size/frames/fps/guidance/guardrails change, or estimate it with `worldtune plans`",
-        )
+    return read_goal(goal_text, budget_usd=options.budget_usd, infras=infras)
 
 
 def _check_options(options: TuneOptions) -> None:

@@ -211,7 +211,7 @@ def build_server(
     # ---------- resources ----------
     @mcp.resource("worldtune://workload/anchor", mime_type="application/json")
     def anchor() -> str:
-        """The anchor workload every estimate and benchmark uses (REFERENCE.md section 4)."""
+        """The anchor workload: what estimates and benchmarks use unless told otherwise (REFERENCE.md section 4)."""
         from worldtune.tools.workload import anchor_workload
 
         return anchor_workload().model_dump_json(indent=2)

@@ -26,10 +26,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from worldtune.tools.benchmark import BenchmarkStatus
 from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.errors import InvalidInput, WorldtuneError
 from worldtune.tools.estimate import Estimate
 from worldtune.tools.offer import Offer
 from worldtune.tools.spend import SpendQuote
+from worldtune.tools.workload import SUPPORTED_FPS, SUPPORTED_SIZES
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_server import Session
@@ -76,6 +77,27 @@ ConfirmArg = Annotated[
 ]
 HoursArg = Annotated[
     float, Field(ge=0, le=720, description="hours you plan to keep it up once ready (for the cost estimate)")
+]
+# The workload of a benchmark's requests, one argument per Workload field (unset: the model's anchor value).
+# Limits are Workload's own (checked when it is built), so they are stated here, not enforced twice.
+SizeArg = Annotated[
+    str | None, Field(description=f"WIDTHxHEIGHT, one of {', '.join(f'{w}x{h}' for w, h in SUPPORTED_SIZES)}")
+]
+WidthArg = Annotated[int | None, Field(description="frame width in pixels (with height; or give size)")]
+HeightArg = Annotated[int | None, Field(description="frame height in pixels (with width; or give size)")]
+FramesArg = Annotated[int | None, Field(description="num_frames of each clip, 5 to 300 (Cosmos3-Super anchor: 189)")]
+FpsArg = Annotated[int | None, Field(description=f"frames per second, one of {list(SUPPORTED_FPS)}")]
+GuidanceArg = Annotated[
+    float | None, Field(description="guidance_scale, 0 to 20; above 1 runs two CFG branches (distilled: 1.0 only)")
+]
+FlowShiftArg = Annotated[float | None, Field(description="flow_shift of the scheduler")]
+SeedArg = Annotated[int | None, Field(description="seed of every request")]
+GuardrailsArg = Annotated[bool | None, Field(description="run the guardrails per request (anchor: false)")]
+PromptArg = Annotated[str | None, Field(description="prompt of every request (anchor: a warehouse robot scene)")]
+NegativePromptArg = Annotated[str | None, Field(description="negative prompt of every request")]
+MaxSequenceLengthArg = Annotated[int | None, Field(description="text tokens the encoder pads to, 1 to 4096")]
+TaskArg = Annotated[
+    Literal["t2v", "i2v"] | None, Field(description="t2v or i2v (default: the model's first; i2v-4step is i2v)")
 ]
 
 
@@ -254,6 +276,33 @@ async def in_thread_with_progress(ctx: Context, work: Callable[[Callable[[str, f
             anyio.from_thread.run(ctx.report_progress, last[0], 1.0, message)
 
     return await anyio.to_thread.run_sync(lambda: work(progress))
+
+
+def size_fields(size: str | None, width: int | None, height: int | None) -> dict[str, int]:
+    """`size` ("WIDTHxHEIGHT") as width and height; refused when it is malformed or contradicts width/height."""
+    if size is None:
+        return {}
+    w, sep, h = size.lower().partition("x")
+    if not sep or not w.strip().isdigit() or not h.strip().isdigit():
+        raise InvalidInput("size", size, "WIDTHxHEIGHT, e.g. 832x480", "480p is 832x480, 720p is 1280x720")
+    found = {"width": int(w), "height": int(h)}
+    for key, given in (("width", width), ("height", height)):
+        if given is not None and given != found[key]:
+            raise InvalidInput(key, given, f"{found[key]} as size={size!r} says, or leave it out")
+    return found
+
+
+def validation_message(exc: ValidationError) -> str:
+    """A pydantic refusal as worldtune words it: field=value is not valid: why (one clause per error)."""
+    parts = []
+    for err in exc.errors():
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, WorldtuneError):
+            parts.append(str(cause))
+        else:
+            field = ".".join(str(x) for x in err["loc"]) or "workload"
+            parts.append(f"{field}={err['input']!r} is not valid: {err['msg']}")
+    return "; ".join(parts)
 
 
 def _finite(value: Any) -> float | None:
@@ -618,26 +667,57 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         ] = (4, 8),
         warmup: Annotated[int, Field(ge=0, le=100, description="warm-up requests per endpoint (not counted)")] = 2,
         run_id: Annotated[str | None, Field(description="tuning run the benchmark belongs to")] = None,
+        size: SizeArg = None,
+        width: WidthArg = None,
+        height: HeightArg = None,
+        num_frames: FramesArg = None,
+        fps: FpsArg = None,
+        guidance_scale: GuidanceArg = None,
+        flow_shift: FlowShiftArg = None,
+        seed: SeedArg = None,
+        guardrails: GuardrailsArg = None,
+        prompt: PromptArg = None,
+        negative_prompt: NegativePromptArg = None,
+        max_sequence_length: MaxSequenceLengthArg = None,
+        task: TaskArg = None,
     ) -> BenchmarkStatus:
         """Start a controlled benchmark against a ready deployment and return its id at once.
 
-        Poll get_benchmark(benchmark_id) for status, progress and the result; every request is written
-        to the results database as it completes, so nothing measured is lost.
+        Each request is the deployment model's anchor workload (its default size, frames, fps, guidance,
+        prompt; guardrails off) with any workload argument given here changed, e.g. size="832x480",
+        num_frames=121, guardrails=true; `steps` sets the full runs' step count. A value the model cannot
+        take is refused naming the field and value, and nothing starts. Poll get_benchmark(benchmark_id)
+        for status, progress and the result; every request is written to the results database as it
+        completes, so nothing measured is lost; get_result's config holds the workload that was sent.
         """
         from worldtune.tools import benchmark as benchmarking
         from worldtune.tools import deploy as deploying
         from worldtune.tools.estimate import estimate as predict
         from worldtune.tools.workload import anchor_workload
 
-        session.deployment(deployment_id)  # a readable error for an unknown id
+        stored = session.deployment(deployment_id)  # a readable error for an unknown id
+        changes = {
+            "width": width, "height": height, "num_frames": num_frames, "fps": fps, "guidance_scale": guidance_scale,
+            "flow_shift": flow_shift, "seed": seed, "guardrails": guardrails, "prompt": prompt,
+            "negative_prompt": negative_prompt, "max_sequence_length": max_sequence_length, "task": task,
+        }  # fmt: skip
+        with refusals():  # a bad workload is refused before the infra is asked or anything starts
+            changes.update(size_fields(size, width, height))
+            try:
+                workload = anchor_workload(stored.model, **{k: v for k, v in changes.items() if v is not None})
+            except ValidationError as exc:
+                raise ToolError(validation_message(exc)) from exc
         with refusals():  # ask the infra: a twin or cluster that died since is not benchmarked
             current = deploying.get_deployment(deployment_id, store=session.store)
         if current.state != "ready" or not current.endpoints:
             raise ToolError(f"deployment_id={deployment_id!r} is not valid: it is {current.state}, not ready")
         with refusals():
-            expected = predict(model=current.model, gpu=current.gpu, plan=current.plan, steps=steps).latency_s
+            # the client timeouts start from the prediction for the workload that is sent
+            expected = predict(
+                model=current.model, gpu=current.gpu, plan=current.plan, steps=steps, workload=workload
+            ).latency_s
             spec = benchmarking.BenchmarkSpec(
-                endpoints=current.endpoints, workload=anchor_workload(current.model), steps=steps, repeats=repeats,
+                endpoints=current.endpoints, workload=workload, steps=steps, repeats=repeats,
                 concurrency=list(concurrency), probe_steps=list(probe_steps), warmup=warmup,
                 expected_latency_s=expected, deployment_id=deployment_id, run_id=run_id or current.run_id,
             )  # fmt: skip

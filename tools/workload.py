@@ -175,3 +175,12 @@ def anchor_workload(model: str = "cosmos3-super", **changes: Any) -> Workload:
     }
     base.update(changes)
     return Workload.model_validate(base)
+
+
+def anchor_changes(workload: Workload) -> dict[str, Any]:
+    """The fields where `workload` differs from its model's anchor workload (what a tool call must name).
+
+    `model` and `steps` are left out: a deployment fixes the model, and a benchmark sets steps per phase.
+    """
+    anchor = anchor_workload(workload.model)
+    return {k: v for k, v in workload.model_dump().items() if k not in ("model", "steps") and v != getattr(anchor, k)}

@@ -166,3 +166,24 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
     assert child.returncode != 0
     nothing_left_running(db)
     assert Store(db).list_runs(1)[0]["status"] == "interrupted"
+
+
+def test_tune_a_non_anchor_workload_measures_that_workload(tmp_path: Path) -> None:
+    """480p 121-frame clips: the search predicts them and every benchmark sends them (not the 720p anchor)."""
+    db = tmp_path / "wt.db"
+    goal = "Cosmos3-Super 480p 121-frame clips, p95 under 60 s, cheapest per clip, H200, budget $100"
+    out = run("tune", goal, "--yes", "--json", "--db", str(db))
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    workload = data["goal"]["workload"]
+    assert (workload["width"], workload["height"], workload["num_frames"]) == (832, 480, 121)
+    assert data["stop_reason"].startswith("converged") and data["recommendation"]["gpu"] == "H200"
+    assert data["measured"]["latency_p95_s"] <= 60  # verified against the goal, not only predicted
+    assert 0 < data["spend"]["usd"] <= 100
+    rows = [r for r in benchmark_rows(db) if r["status"] == "completed"]
+    assert rows and all(r["config"]["workload"] == workload for r in rows)
+    for row in rows:  # the twin answered 480p 121-frame clips, as the benchmark decoded them
+        ok = [s for s in Store(db).samples(row["id"]) if s.get("ok")]
+        shapes = {(s["video_frames"], s["video_width"], s["video_height"]) for s in ok}
+        assert shapes == {(121, 832, 480)}, (row["id"], shapes)
+    nothing_left_running(db)

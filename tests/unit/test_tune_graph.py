@@ -64,13 +64,15 @@ def test_summary_and_json_output_carry_the_issue_keys() -> None:
     assert any(c["stage"] == "measured" for c in summary["candidates"])
 
 
-def test_a_workload_the_benchmark_tool_cannot_measure_is_refused_before_anything_starts() -> None:
-    import pytest
-
+def test_a_non_anchor_workload_is_tuned_and_measured_as_the_goal_says() -> None:
     from worldtune.agent.runner import goal_for
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.workload import anchor_changes
 
-    with pytest.raises(InvalidInput, match="width=832"):
-        goal_for("Nano, 480p, cheapest", TuneOptions())
+    goal = goal_for("Nano, 480p, 121 frames, guardrails on, cheapest", TuneOptions()).goal
+    wl = goal.workload
+    assert (wl.model, wl.width, wl.height, wl.num_frames, wl.guardrails) == ("cosmos3-nano", 832, 480, 121, True)
+    # what verify passes to start_benchmark: the fields that differ from the model's anchor, by their tool names
+    assert anchor_changes(wl) == {"width": 832, "height": 480, "num_frames": 121, "guardrails": True}
     assert goal_for("Nano, 50 steps, cheapest", TuneOptions()).goal.workload.steps == 50
+    assert anchor_changes(goal_for("Nano, 50 steps, cheapest", TuneOptions()).goal.workload) == {}
     assert goal_for("cheapest", TuneOptions(infra="nebius")).goal.infras == ["nebius"]

@@ -1,0 +1,156 @@
+"""start_benchmark's workload arguments through the SDK's in-process client: what is sent, stored and refused.
+
+The deployment is a twin app served by uvicorn in a thread of this process on a loopback port (a
+real HTTP server, gone when the test ends), recorded as a local deployment whose process is this one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_cases import ok, refused
+
+from worldtune.tools.deployment import Deployment
+from worldtune.tools.estimate import estimate
+from worldtune.tools.mcp_server import build_server
+from worldtune.tools.store import Store
+from worldtune.tools.twin import TwinConfig, create_app
+from worldtune.tools.video import make_mp4
+from worldtune.tools.workload import Workload, anchor_workload
+
+SCALE = 2000.0  # the anchor clip (~120 model s on cfg2-u4-hsdp8) takes ~60 ms
+QUICK = {"steps": 35, "repeats": 2, "concurrency": [1], "probe_steps": [], "warmup": 0}
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cached tool listing goes to a temporary folder, never the user's ~/.cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def twin_url() -> Iterator[str]:
+    """A twin (cosmos3-super, cfg2-u4-hsdp8 on H200, guardrails available) on a free loopback port."""
+    import uvicorn
+
+    make_mp4(1280, 720, 189, 24)  # encoded up front, as `worldtune twin` does at start-up
+    make_mp4(832, 480, 121, 24)
+    app, _ = create_app(TwinConfig(time_scale=SCALE, load_time_s=0.0))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the twin did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+
+
+def ready_deployment(store: Store, url: str) -> Deployment:
+    """The twin recorded as a ready local deployment; its process (this one) is what the backend checks."""
+    dep = Deployment(
+        gpu="H200", plan="cfg2-u4-hsdp8", infra="local", engine="twin", state="ready", endpoints=[url],
+        time_scale=SCALE, ready_at=time.time(), detail=json.dumps({"pids": [os.getpid()]}),
+    )  # fmt: skip
+    store.save_deployment(dep)
+    return dep
+
+
+def with_client(db: Path, body: Any) -> None:
+    async def main() -> None:
+        async with Client(build_server(str(db))) as client:
+            await body(client)
+
+    anyio.run(main)
+
+
+async def finished(client: Client, benchmark_id: str) -> dict[str, Any]:
+    status = await ok(client, "get_benchmark", {"benchmark_id": benchmark_id, "wait_s": 60})
+    assert status["status"] == "completed", status
+    return await ok(client, "get_result", {"benchmark_id": benchmark_id, "include_samples": True})
+
+
+def test_workload_arguments_are_sent_stored_and_predicted(tmp_path: Path, twin_url: str) -> None:
+    db = tmp_path / "results.db"
+    dep = ready_deployment(Store(db), twin_url)
+    asked = {"size": "832x480", "num_frames": 121, "guardrails": True, "seed": 5, "prompt": "a red cube rolls"}
+    wanted = anchor_workload("cosmos3-super", width=832, height=480, num_frames=121, guardrails=True, seed=5,
+                             prompt="a red cube rolls")  # fmt: skip
+
+    async def body(client: Client) -> None:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        schema = tools["start_benchmark"].input_schema
+        # one argument per Workload field, by its name (the model comes from the deployment, steps per phase)
+        assert set(Workload.model_fields) - {"model", "steps"} <= set(schema["properties"])
+        assert "size" in schema["properties"]
+        assert "$defs" not in schema  # flat arguments
+
+        started = await ok(client, "start_benchmark", {"deployment_id": dep.id, **QUICK, **asked})
+        record = await finished(client, started["id"])
+        config = record["config"]
+        assert config["workload"] == wanted.model_dump(mode="json")  # the stored config carries the workload
+        # the client timeouts start from the prediction for this workload, not the anchor's
+        expected = estimate(gpu="H200", plan="cfg2-u4-hsdp8", steps=35, workload=wanted).latency_s
+        anchor = estimate(gpu="H200", plan="cfg2-u4-hsdp8", steps=35).latency_s
+        assert expected is not None and anchor is not None and expected < anchor
+        assert config["expected_latency_s"] == pytest.approx(expected)
+        # the twin answered the requested clip: the benchmark decoded 121 frames of 832x480 each time
+        full = [s for s in record["samples"] if s["phase"] == "full"]
+        assert len(full) == 2 and all(s["ok"] for s in full), full
+        assert {(s["video_frames"], s["video_width"], s["video_height"]) for s in full} == {(121, 832, 480)}
+
+        # nothing given: the deployment model's anchor workload, as before
+        plain = await ok(client, "start_benchmark", {"deployment_id": dep.id, **QUICK})
+        record = await finished(client, plain["id"])
+        assert record["config"]["workload"] == anchor_workload("cosmos3-super").model_dump(mode="json")
+        assert {s["video_frames"] for s in record["samples"]} == {189}
+
+    with_client(db, body)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        ({"size": "833x480"}, ("size", "833x480", "832x480")),
+        ({"size": "big"}, ("size", "big", "WIDTHxHEIGHT")),
+        ({"size": "832x480", "width": 1280}, ("width", "1280")),
+        ({"width": 832}, ("size", "832x720")),
+        ({"fps": 25}, ("fps", "25")),
+        ({"num_frames": 500}, ("num_frames", "500")),
+        ({"guidance_scale": 30.0}, ("guidance_scale", "30")),
+        ({"max_sequence_length": 0}, ("max_sequence_length", "0")),
+        ({"task": "v2v"}, ("task", "v2v")),
+    ],
+)
+def test_invalid_workload_arguments_are_refused_and_nothing_starts(
+    tmp_path: Path, arguments: dict[str, Any], words: tuple[str, ...]
+) -> None:
+    db = tmp_path / "results.db"
+    store = Store(db)
+    # No server behind it: a refused workload must be refused before the infra is asked or a request sent.
+    dep = ready_deployment(store, "http://127.0.0.1:9")
+
+    async def body(client: Client) -> None:
+        await refused(client, "start_benchmark", {"deployment_id": dep.id, **QUICK, **arguments}, *words)
+
+    with_client(db, body)
+    assert store.list_benchmarks() == []
+    # the infra was not asked (it would have found no server and recorded the deployment as loading)
+    assert store.get_deployment(dep.id).state == "ready"  # type: ignore[union-attr]
