@@ -8,6 +8,7 @@ Deployment and deleted; local process groups go through the local backend when i
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from worldtune.tools.store import Store
@@ -36,6 +37,7 @@ def collect_garbage(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, 
 
                     sky_backend = SkyPilotBackend(store)
                 result = sky_backend.down(row["cluster"])
+                _mark_terminated(store, row)
             else:
                 result = _teardown_stored(store, row)
         except Exception as exc:  # report and go on: one stuck cluster must not keep the others up
@@ -43,6 +45,12 @@ def collect_garbage(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, 
             store.ledger_update(row["cluster"], "down-failed", str(exc)[:500])
         done.append({**row, "result": result})
     return done
+
+
+def _mark_terminated(store: Store, row: dict[str, Any]) -> None:
+    deployment = store.get_deployment(row["deployment_id"]) if row.get("deployment_id") else None
+    if deployment is not None and deployment.state != "terminated":
+        store.save_deployment(deployment.model_copy(update={"state": "terminated", "terminated_at": time.time()}))
 
 
 def _teardown_stored(store: Store, row: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ sky/home.py chooses, so the rest of the CLI starts fast and a dry run never touc
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -88,7 +89,8 @@ def deploy(
     assert store is not None
     store.save_deployment(preview.deployment)
     try:
-        ready = backend.launch(preview.deployment, progress)
+        with contextlib.redirect_stdout(sys.stderr):  # SkyPilot prints to stdout; keep it for our output
+            ready = backend.launch(preview.deployment, progress)
     except (WorldtuneError, ValueError, RuntimeError, TimeoutError) as exc:
         store.save_deployment(preview.deployment.model_copy(update={"state": "failed", "detail": str(exc)}))
         raise fail(f"launch failed: {exc}", as_json) from exc
@@ -167,7 +169,8 @@ def gc(
                 console.print(f"{row['cluster']} ({row['backend']}, state {row['state']})")
             console.print(f"{len(found)} to tear down; pass --yes to do it")
         return
-    done = collect_garbage(store, found)
+    with contextlib.redirect_stdout(sys.stderr):
+        done = collect_garbage(store, found)
     if as_json:
         emit_json({"would_tear_down": found, "torn_down": done})
     else:

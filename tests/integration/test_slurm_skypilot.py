@@ -125,3 +125,25 @@ def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
     down = next(s for s in steps if s["step"] == "down")
     assert down["ledger_open"] == [] and {r["state"] for r in down["ledger"]} == {"gone"}
     assert no_worldtune_slurm_jobs()
+
+
+def test_cli_deploy_then_gc_tears_down_what_the_ledger_says_is_up(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**slurm_env, "WORLDTUNE_DB": str(tmp_path / "wt.db")}
+    worldtune = str(Path(sys.executable).parent / "worldtune")
+    infra = env.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
+    command = [worldtune, "deploy", "--gpu", "H200", "--plan", "2xtp4", "--infra", infra, "--engine", "twin",
+               "--time-scale", "100", "--yes", "--json"]  # fmt: skip
+    up = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    deployment = json.loads(up.stdout)
+    assert deployment["state"] == "ready" and len(deployment["endpoints"]) == 2
+    listed = subprocess.run([worldtune, "gc", "--json"], capture_output=True, text=True, timeout=120, env=env)
+    assert [r["cluster"] for r in json.loads(listed.stdout)["would_tear_down"]] == [deployment["cluster"]]
+    gone = subprocess.run([worldtune, "gc", "--yes", "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert gone.returncode == 0, gone.stderr[-3000:]
+    assert [r["result"] for r in json.loads(gone.stdout)["torn_down"]] == ["down"]
+    store = Store(env["WORLDTUNE_DB"])
+    assert store.ledger(open_only=True) == []
+    stored = store.get_deployment(deployment["id"])
+    assert stored is not None and stored.state == "terminated"
+    assert no_worldtune_slurm_jobs()
