@@ -216,7 +216,7 @@ class SkyPilotBackend:
         if deployment.infra.startswith("slurm/"):
             # The local Slurm cluster is this machine: its servers are on loopback.
             return [f"http://127.0.0.1:{r.port}" for r in slices]
-        urls = self._get(self.sky.endpoints(cluster))
+        urls = {int(port): url for port, url in self._get(self.sky.endpoints(cluster)).items()}
         return [f"http://{urls[r.port]}" if not str(urls[r.port]).startswith("http") else str(urls[r.port])
                 for r in slices if r.port in urls]  # fmt: skip
 
@@ -237,6 +237,11 @@ class SkyPilotBackend:
             if status not in ("RUNNING", "PENDING", "SETTING_UP", "INIT", None):
                 return deployment.model_copy(update={"state": "failed", "detail": f"serve job {job_id} {status}"})
         return deployment
+
+    def recover(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
+        """Bring a preempted (or failed) deployment back: clean up what is left of its cluster, launch again."""
+        self._down_quietly(deployment.cluster or cluster_name(deployment))
+        return self.launch(deployment.model_copy(update={"state": "pending", "endpoints": []}), progress)
 
     def teardown(self, deployment: Deployment) -> Deployment:
         cluster = deployment.cluster or cluster_name(deployment)
@@ -297,8 +302,7 @@ class SkyPilotBackend:
             message = f"attempt {attempt} cut short by preemption; {kept} samples kept; relaunching"
             say(message, None)
             self.store.update_benchmark(benchmark_id, message=message)
-            self._down_quietly(dep.cluster or cluster_name(dep))
-            dep = self.launch(dep.model_copy(update={"state": "pending", "endpoints": []}), progress)
+            dep = self.recover(dep, progress)
         raise AssertionError("unreachable")
 
     def _bench_attempt(
