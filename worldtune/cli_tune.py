@@ -78,8 +78,12 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
             f"[bold green]recommendation[/] {rec['gpu']} plan {rec['plan']} x {rec['nodes']} node(s) "
             f"({rec['replicas']} replicas), {rec['capacity']} on {rec['offer']} at ${rec['usd_per_hour']:.2f}/h"
         )
+        # With few samples the empirical p95 is not a claim on its own: show n and the tolerance bound used.
+        bounds = [f"{k.removeprefix('latency_').removesuffix('_upper_s')} <= {v} s at 95% confidence"
+                  for k, v in m.items() if k.endswith("_upper_s")]  # fmt: skip
+        evidence = f" (n={m['samples']}; {', '.join(bounds)})" if m.get("samples") else ""
         err_console.print(
-            f"  measured: p50 {m['latency_p50_s']} s, p95 {m['latency_p95_s']} s, "
+            f"  measured: p50 {m['latency_p50_s']} s, p95 {m['latency_p95_s']} s{evidence}, "
             f"{m['clips_per_hour_per_node']} clips/h/node, ${m['usd_per_clip']}/clip"
         )
         err_console.print(
