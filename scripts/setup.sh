@@ -31,4 +31,8 @@ torch_wheel=(/opt/wheels/torch-2.13.0+cpu-*.whl)
 if [ -f "${torch_wheel[0]}" ] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   .venv/bin/python -m pip install -q --find-links /opt/wheels 'torch==2.13.0+cpu' 2>&1 | grep -v "^WARNING: Location" || true
 fi
+# An IDE waits on `worldtune mcp`'s tools/list: write the tool listing for this code now, so even the
+# first start answers from it (the server rebuilds it by itself whenever tools/ changes).
+.venv/bin/python -c 'import asyncio; from worldtune.tools.mcp_server import build_server
+asyncio.run(build_server(cache_tools=True).list_tools())' || echo "setup: MCP tool listing not cached (first start is slower)" >&2
 echo "setup: .venv/bin/worldtune ready"
