@@ -23,7 +23,7 @@ from worldtune.tools.estimate import estimate_plan, resolve_profile
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.models import get_model
 from worldtune.tools.offer import CAPACITIES, Offer
-from worldtune.tools.offers import list_offers
+from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.plan import Plan
 from worldtune.tools.workload import anchor_workload
 
@@ -56,12 +56,12 @@ def pick_offer(gpu: str, plan: Plan, capacity: str, infra: str) -> Offer | None:
         return None
     need = plan.world_size if capacity == "serverless" else plan.gpus
     cloud = infra.split("/")[0]
-    found = [o for o in list_offers(gpu=gpu, capacity=[capacity], infra=[cloud]) if o.gpu_count >= need]
-    if not found:
+    offer = cheapest_fitting_offer(gpu, need, capacity=[capacity], infra=[cloud])
+    if offer is None:
         raise InvalidInput(
             "infra", infra, f"an infra that rents {need}x{gpu} at capacity {capacity}", "see `worldtune plans`"
         )
-    return min(found, key=lambda o: (o.usd_per_hour, o.gpu_count))
+    return offer
 
 
 def build_deployment(

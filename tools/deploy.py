@@ -26,7 +26,7 @@ from worldtune.tools.estimate import estimate_plan, resolve_profile
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.models import get_model
 from worldtune.tools.offer import CAPACITIES, Offer
-from worldtune.tools.offers import list_offers
+from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.store import Store
@@ -76,8 +76,7 @@ def backend_for(infra: str, store: Store) -> Backend:
 def _offer_for(gpu: str, plan: Plan, infra: str, capacity: str) -> Offer | None:
     """The cheapest node big enough for the plan (on that infra, unless local, which is priced as anywhere)."""
     infras = None if infra_kind(infra) == "local" else [infra.lower()]
-    fitting = [o for o in list_offers(gpu=gpu, capacity=[capacity], infra=infras) if o.gpu_count >= plan.gpus]
-    return min(fitting, key=lambda o: (o.gpu_count, o.usd_per_hour), default=None)
+    return cheapest_fitting_offer(gpu, plan.gpus, capacity=[capacity], infra=infras)
 
 
 def deploy(

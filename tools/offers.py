@@ -152,3 +152,11 @@ def cheapest_offer(
     """The cheapest node of `gpus` GPUs of a type, or None when nobody rents that shape."""
     found = list_offers(gpu=gpu, gpus=gpus, capacity=capacity, infra=infra)
     return found[0] if found else None
+
+
+def cheapest_fitting_offer(
+    gpu: str, gpus: int, capacity: Iterable[str] = ("on-demand",), infra: Iterable[str] | None = None
+) -> Offer | None:
+    """The cheapest node with at least `gpus` GPUs of a type (the smaller node on a price tie), or None."""
+    fitting = [o for o in list_offers(gpu=gpu, capacity=capacity, infra=infra) if o.gpu_count >= gpus]
+    return min(fitting, key=lambda o: (o.usd_per_hour, o.gpu_count), default=None)

@@ -107,7 +107,7 @@ def quote(
     from worldtune.tools.estimate import resolve_profile
     from worldtune.tools.gpus import get_gpu
     from worldtune.tools.models import get_model
-    from worldtune.tools.offers import list_offers
+    from worldtune.tools.offers import cheapest_fitting_offer
     from worldtune.tools.plan import Plan
 
     if capacity not in CAPACITIES:
@@ -118,8 +118,7 @@ def quote(
     parsed = Plan.parse(plan)
     load_s = load_time_s(get_model(model), resolve_profile(spec.name))
     kind = infra_name(infra)
-    fitting = [o for o in list_offers(gpu=spec.name, infra=[kind], capacity=[capacity]) if o.gpu_count >= parsed.gpus]
-    offer = min(fitting, key=lambda o: (o.usd_per_hour, o.gpu_count)) if fitting else None
+    offer = cheapest_fitting_offer(spec.name, parsed.gpus, capacity=[capacity], infra=[kind])
     note = ""
     if offer is None:
         if kind not in OWN_INFRAS:
