@@ -35,6 +35,7 @@ for the same plan with a measured profile, and the published 8xH200 cells:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib
 import importlib.util
@@ -159,43 +160,27 @@ def parse_plan(text: str, sizes: Any) -> StepPlan:
 
 
 # ---- weights ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LayerDims:
-    """One rank's slice of a layer: query/KV heads and FFN width it computes."""
-
-    hidden: int
-    q_heads: int
-    kv_heads: int
-    head_dim: int
-    ffn: int
-
-    @property
-    def numel(self) -> int:
-        q, kv = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
-        return (q + 2 * kv) * self.hidden + self.hidden * q + 2 * self.ffn * self.hidden + self.hidden * self.ffn
-
-    def views(self, flat: Any) -> tuple[Any, Any, Any, Any]:
-        """w_qkv (q+2kv, hidden), w_o (hidden, q), w_gate_up (2 ffn, hidden), w_down (hidden, ffn) in a flat buffer."""
-        q, kv, h, f = self.q_heads * self.head_dim, self.kv_heads * self.head_dim, self.hidden, self.ffn
-        shapes = ((q + 2 * kv, h), (h, q), (2 * f, h), (h, f))
-        out, start = [], 0
-        for rows, cols in shapes:
-            out.append(flat[start : start + rows * cols].view(rows, cols))
-            start += rows * cols
-        return out[0], out[1], out[2], out[3]
+def weight_views(shape: Any, flat: Any) -> tuple[Any, Any, Any, Any]:
+    """w_qkv (q+2kv, hidden), w_o (hidden, q), w_gate_up (2 ffn, hidden), w_down (hidden, ffn) of a flat buffer
+    holding `shape.params` weights (shape: gpu_microbench.LayerShape, the whole layer or one TP rank's slice)."""
+    q, kv, h, f = shape.q_dim, shape.kv_dim, shape.hidden, shape.ffn
+    out, start = [], 0
+    for rows, cols in ((q + 2 * kv, h), (h, q), (2 * f, h), (h, f)):
+        out.append(flat[start : start + rows * cols].view(rows, cols))
+        start += rows * cols
+    return out[0], out[1], out[2], out[3]
 
 
 def full_layer(sizes: Any, index: int, seed: int, device: Any, dtype: Any) -> tuple[Any, Any]:
-    """Layer `index`'s full weights (flat, LayerDims order) and its prompt K/V per CFG branch (2, 2, P, kv, D),
+    """Layer `index`'s full weights (flat, weight_views order) and its prompt K/V per CFG branch (2, 2, P, kv, D),
     from a seed every rank shares, so every plan computes the same function."""
     torch = _torch()
 
     layer = sizes.layer
     gen = torch.Generator(device=device)
     gen.manual_seed(seed * 1009 + index)
-    dims = LayerDims(layer.hidden, layer.q_heads, layer.kv_heads, layer.head_dim, layer.ffn)
-    flat = torch.empty(dims.numel, device=device, dtype=dtype)
-    for w in dims.views(flat):
+    flat = torch.empty(layer.params, device=device, dtype=dtype)
+    for w in weight_views(layer, flat):
         # 1/sqrt(fan-in) keeps the residual stream's scale steady over many layers
         w.copy_(torch.randn(w.shape, generator=gen, device=device, dtype=dtype) / math.sqrt(w.shape[1]))
     prompt_kv = torch.randn(
@@ -209,8 +194,7 @@ def tp_slice(flat: Any, sizes: Any, tp: int, index: int) -> Any:
     torch = _torch()
 
     layer = sizes.layer
-    full = LayerDims(layer.hidden, layer.q_heads, layer.kv_heads, layer.head_dim, layer.ffn)
-    w_qkv, w_o, w_gate_up, w_down = full.views(flat)
+    w_qkv, w_o, w_gate_up, w_down = weight_views(layer, flat)
     q, kv, f = layer.q_dim, layer.kv_dim, layer.ffn
     qs, kvs, fs = q // tp, kv // tp, f // tp
     qkv = torch.cat(
@@ -301,8 +285,9 @@ class StepRunner:
         self.cuda = device.type == "cuda"
         self.c, self.u, self.t = plan.coords(rank)
         layer = sizes.layer
-        self.dims = LayerDims(
-            layer.hidden, layer.q_heads // plan.tp, layer.kv_heads // plan.tp, layer.head_dim, layer.ffn // plan.tp
+        # this rank's slice of a layer: the query/KV heads and FFN width it computes
+        self.dims = dataclasses.replace(
+            layer, q_heads=layer.q_heads // plan.tp, kv_heads=layer.kv_heads // plan.tp, ffn=layer.ffn // plan.tp
         )
         self.tokens = sizes.video_tokens // plan.ulysses  # this rank's tokens
         self.weights: list[Any] = []  # per layer: flat weights (or this rank's HSDP shard)
@@ -390,7 +375,7 @@ class StepRunner:
         slot = index % 2
         if self.cuda:
             _torch().cuda.current_stream(self.device).wait_event(self.ready[slot])
-        return self.gathered[slot][: self.dims.numel]
+        return self.gathered[slot][: self.dims.params]
 
     def _release(self, index: int) -> None:
         if self.plan.hsdp and self.cuda:
@@ -416,7 +401,7 @@ class StepRunner:
         torch, F = _torch(), _torch("nn.functional")
 
         d = self.dims
-        w_qkv, w_o, w_gate_up, w_down = d.views(flat)
+        w_qkv, w_o, w_gate_up, w_down = weight_views(d, flat)
         n, hd, u = x.shape[0], d.head_dim, self.plan.ulysses
         q_dim, kv_dim = d.q_heads * hd, d.kv_heads * hd
         # pre-norms as the real generator has (scale-free here): without them the SwiGLU residual stream grows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -91,13 +92,15 @@ def test_rank_layout_of_the_published_8gpu_plans() -> None:
     assert {gs.parse_plan("hsdp4", mb.FULL).coords(r) for r in range(4)} == {(0, 0, 0)}
 
 
+def _tp_part(layer: Any, tp: int) -> Any:
+    return dataclasses.replace(layer, q_heads=layer.q_heads // tp, kv_heads=layer.kv_heads // tp, ffn=layer.ffn // tp)
+
+
 def test_layer_dims_are_the_generator_layer_and_tp_divides_it() -> None:
     layer = mb.FULL.layer
-    full = gs.LayerDims(layer.hidden, layer.q_heads, layer.kv_heads, layer.head_dim, layer.ffn)
-    assert full.numel == layer.params == get_model("cosmos3-super").generator.params_per_layer
+    assert layer.params == get_model("cosmos3-super").generator.params_per_layer
     for tp in (2, 4, 8):
-        part = gs.LayerDims(layer.hidden, layer.q_heads // tp, layer.kv_heads // tp, layer.head_dim, layer.ffn // tp)
-        assert part.numel * tp == full.numel
+        assert _tp_part(layer, tp).params * tp == layer.params
 
 
 @needs_torch
@@ -106,10 +109,8 @@ def test_tp_slices_are_the_right_rows_and_columns() -> None:
 
     layer = gs.TINY.layer
     flat, _ = gs.full_layer(gs.TINY, 0, 17, torch.device("cpu"), torch.float32)
-    full = gs.LayerDims(layer.hidden, layer.q_heads, layer.kv_heads, layer.head_dim, layer.ffn)
-    w_qkv, w_o, w_gate_up, w_down = full.views(flat)
-    half = gs.LayerDims(layer.hidden, layer.q_heads // 2, layer.kv_heads // 2, layer.head_dim, layer.ffn // 2)
-    s_qkv, s_o, s_gate_up, s_down = half.views(gs.tp_slice(flat, gs.TINY, 2, 1))
+    w_qkv, w_o, w_gate_up, w_down = gs.weight_views(layer, flat)
+    s_qkv, s_o, s_gate_up, s_down = gs.weight_views(_tp_part(layer, 2), gs.tp_slice(flat, gs.TINY, 2, 1))
     q, kv, f = layer.q_dim, layer.kv_dim, layer.ffn
     assert torch.equal(s_qkv[: q // 2], w_qkv[q // 2 : q])  # second half of the query heads
     assert torch.equal(s_qkv[q // 2 : q // 2 + kv // 2], w_qkv[q + kv // 2 : q + kv])  # second half of the K heads
