@@ -339,6 +339,24 @@ def _unqueued(sample: dict[str, Any]) -> bool:
     return int(ahead) == 0 if ahead is not None else int(sample.get("concurrency", 1)) == 1
 
 
+def _alone(full: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Full runs that had the server to themselves: nothing of ours ahead when sent, and no other request to
+    the same endpoint sent while they were in flight. The second condition matters: two requests sent in one
+    instant reach the server in either order, so the one sent first (nothing ahead, by the client's count)
+    may still have waited a whole clip behind the other, and its server time is then not a service time."""
+    alone = []
+    for s in full:
+        if not (s.get("ok") and _unqueued(s)):
+            continue
+        sent, done, where = float(s["sent_at_model"]), float(s["done_at_model"]), s.get("endpoint")
+        overtakable = any(
+            o is not s and o.get("endpoint") == where and sent <= float(o["sent_at_model"]) < done for o in full
+        )
+        if not overtakable:
+            alone.append(s)
+    return alone
+
+
 def level_result(samples: list[dict[str, Any]], phase: str, concurrency: int, rate: float | None) -> LevelResult:
     """Throughput and latency of one load level from its samples (model seconds)."""
     ok = [s for s in samples if s.get("ok")]
@@ -390,7 +408,7 @@ def compute_result(
     full = [s for s in by_phase.get("full", [])]
     full_ok = [s for s in full if s.get("ok")]
     # full runs nothing of ours queued ahead of (server time = service time): what the fit should predict
-    alone = [t for s in full_ok if _unqueued(s) and (t := fit_time(s)) is not None]
+    alone = [t for s in _alone(full) if (t := fit_time(s)) is not None]
     predicted = fit.predict(steps) if fit and steps else None
     measured = float(np.mean(alone)) if alone else None
     error = (predicted - measured) / measured if predicted is not None and measured else None

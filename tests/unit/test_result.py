@@ -118,3 +118,19 @@ def test_prediction_is_checked_against_unqueued_full_runs() -> None:
     r = compute_result(samples, steps=35)
     assert r.measured_full_server_time_s == pytest.approx(120.0)
     assert r.predicted_full_latency_s == pytest.approx(13.0 + 35 * 3.0)
+
+
+def test_a_request_overtaken_at_the_server_is_not_taken_for_a_service_time() -> None:
+    # CI under load: two clients on one endpoint send in one instant; the second reaches the server first, so
+    # the first (nothing ahead by the client's count) waits a whole clip and reports 240 s, not 120 s
+    samples = [
+        _sample(0, "probe", 4, 1, 0, 26.0),
+        _sample(1, "probe", 8, 1, 26, 64.0),
+        _sample(2, "full", 35, 1, 64, 185.0, queue_ahead=0, endpoint="a"),
+        _sample(3, "full", 35, 2, 185, 426.0, queue_ahead=0, endpoint="a"),  # overtaken: 240 s server time
+        _sample(4, "full", 35, 2, 185, 306.0, queue_ahead=1, endpoint="a"),
+        _sample(5, "full", 35, 2, 306, 547.0, queue_ahead=1, endpoint="a"),
+    ]
+    r = compute_result(samples, steps=35)
+    assert r.measured_full_server_time_s == pytest.approx(120.0)
+    assert r.prediction_error_rel == pytest.approx((118.0 - 120.0) / 120.0)
