@@ -13,7 +13,7 @@ from worldtune.tools import plan_rules
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.offer import Offer
-from worldtune.tools.offers import list_offers
+from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.workload import Workload, anchor_workload
@@ -71,14 +71,6 @@ def resolve_profile(gpu: str, profile_path: str | None = None) -> Profile:
     return shipped_profile(gpu)
 
 
-def _best_offer(gpu: str, plan: Plan, clips_per_hour_per_node: float, capacities: list[str]) -> Offer | None:
-    """The offer with the lowest cost per clip among nodes big enough for the plan."""
-    fitting = [o for o in list_offers(gpu=gpu, capacity=capacities) if o.gpu_count >= plan.gpus]
-    if not fitting:
-        return None
-    return min(fitting, key=lambda o: (o.usd_per_clip(clips_per_hour_per_node), o.usd_per_hour))
-
-
 def estimate_plan(
     workload: Workload,
     gpu: str,
@@ -108,7 +100,8 @@ def estimate_plan(
     if not verdict.valid:
         return base
     p = perf_model.predict(workload, plan, profile)
-    offer = _best_offer(spec.name, plan, p.clips_per_hour_per_node, capacities or ["on-demand"])
+    # one node's price buys its clips/h whichever offer it is, so the cheapest node is the cheapest clip
+    offer = cheapest_fitting_offer(spec.name, plan.gpus, capacity=capacities or ["on-demand"])
     step = p.step
     return base.model_copy(
         update={
