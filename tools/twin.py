@@ -402,14 +402,21 @@ def create_app(config: TwinConfig, profile: Profile | None = None) -> tuple[ASGI
                  "root": model_name, "parent": None}  # fmt: skip
         return JSONResponse({"object": "list", "data": [entry]})
 
-    async def sync(request: Request) -> Response:
+    async def admitted(request: Request) -> tuple[Workload, dict[str, Any]] | Response:
+        """The request's workload and what to echo back, or the answer refusing it (loading, bad form)."""
         try:
             form = await read_form(request)
             if not engine.ready:
                 return loading()
-            workload, _ = parse_form(form, engine)
+            return parse_form(form, engine)
         except TwinError as exc:
             return _error(exc.status, exc.message, exc.kind)
+
+    async def sync(request: Request) -> Response:
+        got = await admitted(request)
+        if isinstance(got, Response):
+            return got
+        workload, _ = got
         request_id = f"video_sync-{uuid.uuid4().hex}"
         timeout = config.sync_timeout_s
         try:
@@ -428,13 +435,10 @@ def create_app(config: TwinConfig, profile: Profile | None = None) -> tuple[ASGI
         return Response(done.video, media_type="video/mp4", headers=headers)
 
     async def create(request: Request) -> Response:
-        try:
-            form = await read_form(request)
-            if not engine.ready:
-                return loading()
-            workload, echo = parse_form(form, engine)
-        except TwinError as exc:
-            return _error(exc.status, exc.message, exc.kind)
+        got = await admitted(request)
+        if isinstance(got, Response):
+            return got
+        workload, echo = got
         video_id = f"video_gen_{uuid.uuid4().hex}"
         record: dict[str, Any] = {
             "model": model_name, "prompt": echo["prompt"], "id": video_id, "object": "video", "status": "queued",
