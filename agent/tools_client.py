@@ -54,8 +54,9 @@ async def connect(db_path: str | None = None, mcp_url: str | None = None) -> Asy
     if mcp_url:
         target: Any = mcp_url
     else:
+        from worldtune.agent.tuner import AgentTuner
         from worldtune.tools.mcp_server import build_server
 
-        target = build_server(db_path)
+        target = build_server(db_path, tuner=AgentTuner())
     async with Client(target) as client:
         yield ToolsClient(client)

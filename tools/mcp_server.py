@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from worldtune.tools.deployment import Deployment
     from worldtune.tools.store import Store
+    from worldtune.tools.tuning import Tuner
 
 log = logging.getLogger("worldtune.mcp")
 
@@ -62,8 +63,9 @@ class StaticTokenVerifier:
 class Session:
     """What the tools share: the results database (opened on first use, so tools/list never waits on it)."""
 
-    def __init__(self, db_path: str | None = None) -> None:
+    def __init__(self, db_path: str | None = None, tuner: Tuner | None = None) -> None:
         self.db_path = db_path
+        self.tuner = tuner
         self._store: Store | None = None
 
     @property
@@ -180,6 +182,7 @@ def build_server(
     bearer_token: str | None = None,
     url: str = "http://127.0.0.1:8765",
     cache_tools: bool = False,
+    tuner: Tuner | None = None,
 ) -> MCPServer:
     """The worldtune MCP server over the results database at `db_path` ($WORLDTUNE_DB or the default).
 
@@ -187,8 +190,10 @@ def build_server(
     `url` is where the server is reached (the token's issuer). Stdio ignores both.
     cache_tools: answer `tools/list` from the cached listing when it matches this code (what
     `worldtune mcp` does, since an IDE waits on it; in-process users need no cache).
+    tuner: what start_tuning, get_tuning and approve_tuning run on (the agent's AgentTuner); without
+    one those tools answer that tuning is not available here (tools never import the agent).
     """
-    session = Session(db_path)
+    session = Session(db_path, tuner)
     auth: dict[str, Any] = {}
     if bearer_token:
         from mcp.server.auth.settings import AuthSettings

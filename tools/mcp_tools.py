@@ -34,6 +34,7 @@ from worldtune.tools.workload import SUPPORTED_FPS, SUPPORTED_SIZES
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_server import Session
+    from worldtune.tools.tuning import Tuner
 
 T = TypeVar("T")
 
@@ -790,11 +791,15 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         return compare(rows, found)
 
     # ---------- tuning runs (the agent, as a long job) ----------
-    def tuning_status(run_id: str) -> TuningStatus:
-        from worldtune.agent import runner
+    def tuner() -> Tuner:
+        if session.tuner is None:
+            raise ToolError("tuning is not available on this server: it was built without the agent "
+                            "(build_server(tuner=AgentTuner()); `worldtune mcp` includes it)")  # fmt: skip
+        return session.tuner
 
+    def tuning_status(run_id: str) -> TuningStatus:
         with refusals():
-            return TuningStatus.model_validate(runner.get_tuning(run_id, session.db_path))
+            return TuningStatus.model_validate(tuner().status(run_id, session.db_path))
 
     @mcp.tool(annotations=STARTS)
     def start_tuning(
@@ -826,9 +831,8 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         approval question showing its spend estimate unless confirm=true (answer with approve_tuning). An
         ambiguous goal is refused with the questions to answer. Poll get_tuning for progress and the result.
         """
-        from worldtune.agent import runner
-        from worldtune.agent.configuration import TuneOptions
         from worldtune.tools.spend import infra_name, load_guardrails, needs_confirmation
+        from worldtune.tools.tuning import TuningRequest
 
         with refusals():
             paid = needs_confirmation(infra, engine)
@@ -840,11 +844,11 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
                 if budget_usd is not None and budget_usd > rails.max_usd_per_run:
                     raise ToolError(f"budget_usd={budget_usd:g} is not valid: at most max_usd_per_run="
                                     f"{rails.max_usd_per_run:g} (guardrails {rails.source})")  # fmt: skip
-            options = TuneOptions(
+            request = TuningRequest(
                 infra=infra, engine=engine, twin_profile=twin_profile, time_scale=time_scale, budget_usd=budget_usd,
                 max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path,
             )  # fmt: skip
-            run_id = runner.start_tuning(goal, options)
+            run_id = tuner().start(goal, request)
         return tuning_status(run_id)
 
     @mcp.tool(annotations=READ_ONLY)
@@ -872,13 +876,11 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         approve: Annotated[bool, Field(description="true: go ahead and spend; false: stop the run")],
     ) -> TuningStatus:
         """Answer a tuning run's approval question: approve its spend estimate (it continues) or decline (it stops)."""
-        from worldtune.agent import runner
-
         current = tuning_status(run_id)
         if not current.waiting_for_approval:
             raise ToolError(f"run_id={run_id!r} is not valid: it is {current.status}, not waiting for approval")
         with refusals():
-            runner.resume_tuning(run_id, approve=approve, db_path=session.db_path)
+            tuner().resume(run_id, approve, session.db_path)
         return tuning_status(run_id)
 
     # ---------- provision: rent the nodes for a plan (paid) ----------

@@ -75,15 +75,18 @@ def serve(
         )
     if not 1 <= port <= 65535:
         raise InvalidInput("port", port, "1 to 65535")
+    from worldtune.agent.tuner import AgentTuner
     from worldtune.tools.mcp_server import build_server
 
     if transport == "stdio":
-        build_server(db, cache_tools=True).run()
+        build_server(db, cache_tools=True, tuner=AgentTuner()).run()
         return
     import anyio
     import uvicorn
 
-    server = build_server(db, bearer_token=token, url=f"http://{host_for_url(host)}:{port}", cache_tools=True)
+    server = build_server(
+        db, bearer_token=token, url=f"http://{host_for_url(host)}:{port}", cache_tools=True, tuner=AgentTuner()
+    )
     app = server.streamable_http_app(
         transport_security=transport_security(host, allowed_hosts or [], allowed_origins or []), host=host
     )

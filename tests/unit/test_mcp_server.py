@@ -255,3 +255,18 @@ def test_tools_list_is_served_from_the_cache_without_importing_the_tools(db: Pat
         assert not cache.exists()
 
     anyio.run(main)
+
+
+def test_a_server_built_without_the_agent_refuses_tuning_and_spends_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+
+    async def main() -> None:
+        async with Client(build_server(str(db))) as client:
+            for tool, args in (("start_tuning", {"goal": "cheapest per clip, p95 under 150 s"}),
+                               ("get_tuning", {"run_id": "tune-x"}),
+                               ("approve_tuning", {"run_id": "tune-x", "approve": True})):  # fmt: skip
+                await refused(client, tool, args, "tuning is not available on this server", "AgentTuner")
+            await ok(client, "estimate", {"plan": "tp8"})  # the rest of the server works
+
+    anyio.run(main)
+    assert Store(db).list_runs(10) == [] and Store(db).list_deployments() == []
