@@ -194,8 +194,7 @@ def memory_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: P
 
 def load_time_s(spec: ModelSpec, profile: Profile, cold: bool = False) -> float:
     """Seconds from process start to ready (weights from page cache unless cold)."""
-    rate = profile.load_gib_per_s_cold if cold else profile.load_gib_per_s_warm
-    return profile.load_base_s + spec.weights_gib_bf16 / rate
+    return profile.load_time_s(spec.weights_gib_bf16, cold)
 
 
 def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | None = None) -> Prediction:

@@ -23,8 +23,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.policies import perf_model
-from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu
@@ -103,13 +101,19 @@ def node_gpus(deployment: Deployment) -> int:
     return count
 
 
+def cold_load_s(deployment: Deployment) -> float:
+    """The model's load from disk on the deployment's GPU type, as its calibrated profile predicts."""
+    from worldtune.tools.estimate import resolve_profile
+
+    return resolve_profile(deployment.gpu).load_time_s(get_model(deployment.model).weights_gib_bf16, cold=True)
+
+
 def startup_allowance_s(deployment: Deployment) -> int:
     """Seconds a replica may take to answer /v1/models: twice the cold load time, at least 5 minutes.
 
     The twin loads in its profile's time divided by the time scale, so its allowance shrinks with it.
     """
-    spec = get_model(deployment.model)
-    load = perf_model.load_time_s(spec, shipped_profile(get_gpu(deployment.gpu).name), cold=True)
+    load = cold_load_s(deployment)
     if deployment.engine == "twin":
         return max(30, math.ceil(2 * load / deployment.time_scale))
     return max(300, math.ceil(2 * load))
@@ -321,10 +325,8 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
 
 def cold_start_s(deployment: Deployment) -> float:
     """What the first request after scale-to-zero waits: provisioning plus a cold model load."""
-    spec = get_model(deployment.model)
-    load = perf_model.load_time_s(spec, shipped_profile(get_gpu(deployment.gpu).name), cold=True)
     provision = deployment.offer.provision_s if deployment.offer else 300.0
-    return provision + load
+    return provision + cold_load_s(deployment)
 
 
 def cluster_name(deployment: Deployment) -> str:

@@ -69,6 +69,11 @@ class Profile(BaseModel):
     assumed: list[str] = Field(default_factory=list, description="fields set by assumption, not data")
     fit: dict[str, Any] = Field(default_factory=dict, description="how the fit went (residuals, cells)")
 
+    def load_time_s(self, weights_gib: float, cold: bool = False) -> float:
+        """Seconds from process start to ready for weights of this size (from page cache unless cold)."""
+        rate = self.load_gib_per_s_cold if cold else self.load_gib_per_s_warm
+        return self.load_base_s + weights_gib / rate
+
     def bandwidth(self, collective: str) -> float:
         """Bus bandwidth for 'a2a', 'allreduce' or 'allgather', in bytes per second."""
         value = {"a2a": self.a2a_gbps, "allreduce": self.allreduce_gbps, "allgather": self.allgather_gbps}[collective]

@@ -38,3 +38,15 @@ def test_the_check_sees_a_lazy_import(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("def f():\n    from worldtune.agent import runner\n    return runner\n")
     assert "worldtune.agent" in imported_modules(source)
+
+
+def test_sky_and_policies_do_not_reach_into_each_other() -> None:
+    # both stand on the words in tools/; tools/ is where a plan, a profile and an estimate meet
+    for room, other in (("sky", "worldtune.policies"), ("policies", "worldtune.sky")):
+        offenders = sorted(
+            f"{path.relative_to(ROOT)}: {module}"
+            for path in (ROOT / room).rglob("*.py")
+            for module in imported_modules(path)
+            if module == other or module.startswith(other + ".")
+        )
+        assert not offenders, f"{room}/ must not import {other}: {offenders}"
