@@ -5,6 +5,8 @@ Plain typed functions with pydantic outputs; the CLI and the MCP server are thin
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from pydantic import BaseModel, Field
 
 from worldtune.policies import perf_model
@@ -61,6 +63,22 @@ class Estimate(BaseModel):
     profile_source: str = ""
 
 
+class PlanCheck(BaseModel):
+    """Whether vLLM-Omni would accept a plan on a GPU type, and why not; the serve flags when it would."""
+
+    valid: bool
+    plan: str = Field(description="the plan in its canonical spelling")
+    model: str
+    gpu: str
+    rule: str = Field(description="the rule a refused plan breaks ('' when valid)")
+    message: str = Field(description="'ok', a warning, or why it is refused with a valid alternative")
+    alternative: str = Field(description="a nearby valid plan when refused")
+    gpus: int
+    world_size: int
+    replicas: int
+    serve_flags: list[str] = Field(description="vllm-omni serve flags of one replica")
+
+
 def resolve_profile(gpu: str, profile_path: str | None = None) -> Profile:
     """The profile to predict with: the given file, else the calibrated one shipped for the GPU."""
     if profile_path:
@@ -69,6 +87,32 @@ def resolve_profile(gpu: str, profile_path: str | None = None) -> Profile:
             raise InvalidInput("profile", profile_path, f"a profile for {gpu}", f"it is for {profile.gpu}")
         return profile
     return shipped_profile(gpu)
+
+
+def check_plan(
+    workload: Workload,
+    gpu: str,
+    plan: Plan,
+    profile: Profile,
+    node_gpus: int | None = None,
+    pool: list[Plan] | None = None,
+) -> PlanCheck:
+    """Whether vLLM-Omni would take `plan` for `workload` on `gpu` (rules and memory), and its serve flags."""
+    spec = get_gpu(gpu)
+    verdict = plan_rules.check(plan, workload, spec, profile, node_gpus, pool=pool)
+    return PlanCheck(
+        valid=verdict.valid,
+        plan=str(plan),
+        model=workload.model,
+        gpu=spec.name,
+        rule=verdict.rule,
+        message=verdict.message,
+        alternative=verdict.alternative,
+        gpus=plan.gpus,
+        world_size=plan.world_size,
+        replicas=plan.replicas,
+        serve_flags=plan.serve_flags() if verdict.valid else [],
+    )
 
 
 def estimate_plan(
@@ -81,28 +125,15 @@ def estimate_plan(
     pool: list[Plan] | None = None,
 ) -> Estimate:
     """Validate `plan` and, if valid, predict latency, throughput, memory and cost per clip."""
-    spec = get_gpu(gpu)
-    verdict = plan_rules.check(plan, workload, spec, profile, node_gpus, pool=pool)
-    base = Estimate(
-        valid=verdict.valid,
-        reason=verdict.message,
-        rule=verdict.rule,
-        alternative=verdict.alternative,
-        model=workload.model,
-        gpu=spec.name,
-        plan=str(plan),
-        gpus=plan.gpus,
-        world_size=plan.world_size,
-        replicas=plan.replicas,
-        steps=workload.steps,
-        profile_source=profile.source,
-    )
-    if not verdict.valid:
+    check = check_plan(workload, gpu, plan, profile, node_gpus, pool)
+    shared = check.model_dump(include={"valid", "rule", "alternative", "model", "gpu", "plan", "gpus", "world_size",
+                                       "replicas"})  # fmt: skip
+    base = Estimate(**shared, reason=check.message, steps=workload.steps, profile_source=profile.source)
+    if not check.valid:
         return base
     p = perf_model.predict(workload, plan, profile)
     # one node's price buys its clips/h whichever offer it is, so the cheapest node is the cheapest clip
-    offer = cheapest_fitting_offer(spec.name, plan.gpus, capacity=capacities or ["on-demand"])
-    step = p.step
+    offer = cheapest_fitting_offer(check.gpu, plan.gpus, capacity=capacities or ["on-demand"])
     return base.model_copy(
         update={
             "latency_s": p.latency_s,
@@ -116,16 +147,7 @@ def estimate_plan(
             "clips_per_hour_per_node": p.clips_per_hour_per_node,
             "usd_per_clip": offer.usd_per_clip(p.clips_per_hour_per_node) if offer else None,
             "offer": offer,
-            "breakdown": Breakdown(
-                linear_s=step.linear_s,
-                attention_s=step.attention_s,
-                ulysses_s=step.ulysses_s,
-                tp_s=step.tp_s,
-                ring_s=step.ring_s,
-                hsdp_s=step.hsdp_s,
-                cfg_s=step.cfg_s,
-                overhead_s=step.overhead_s,
-            ),
+            "breakdown": Breakdown(**asdict(p.step)),
         }
     )
 

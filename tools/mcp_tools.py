@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 from worldtune.tools.benchmark import BenchmarkStatus
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput, WorldtuneError
-from worldtune.tools.estimate import Estimate
+from worldtune.tools.estimate import Estimate, PlanCheck
 from worldtune.tools.offer import Offer
 from worldtune.tools.spend import SpendQuote
 from worldtune.tools.workload import SUPPORTED_FPS, SUPPORTED_SIZES
@@ -114,22 +114,6 @@ class OfferList(BaseModel):
 
     count: int
     offers: list[OfferEntry]
-
-
-class PlanCheck(BaseModel):
-    """Whether vLLM-Omni would accept a plan on a GPU type, and why not; the serve flags when it would."""
-
-    valid: bool
-    plan: str = Field(description="the plan in its canonical spelling")
-    model: str
-    gpu: str
-    rule: str = Field(description="the rule a refused plan breaks ('' when valid)")
-    message: str = Field(description="'ok', a warning, or why it is refused with a valid alternative")
-    alternative: str = Field(description="a nearby valid plan when refused")
-    gpus: int
-    world_size: int
-    replicas: int
-    serve_flags: list[str] = Field(description="vllm-omni serve flags of one replica")
 
 
 class PlanList(BaseModel):
@@ -397,30 +381,15 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         A refused plan is an answer, not an error: `valid` is false, `message` says which rule it
         breaks with the values, and `alternative` names a nearby plan that is valid.
         """
-        from worldtune.tools.estimate import resolve_profile
+        from worldtune.tools.estimate import check_plan, resolve_profile
         from worldtune.tools.gpus import get_gpu
         from worldtune.tools.plan import Plan
-        from worldtune.tools.plan_rules import check
         from worldtune.tools.workload import anchor_workload
 
         with refusals():
-            parsed = Plan.parse(plan)
             spec = get_gpu(gpu)
             workload = anchor_workload(model) if steps is None else anchor_workload(model, steps=steps)
-            verdict = check(parsed, workload, spec, resolve_profile(spec.name, profile), gpus)
-        return PlanCheck(
-            valid=verdict.valid,
-            plan=str(parsed),
-            model=workload.model,
-            gpu=spec.name,
-            rule=verdict.rule,
-            message=verdict.message,
-            alternative=verdict.alternative,
-            gpus=parsed.gpus,
-            world_size=parsed.world_size,
-            replicas=parsed.replicas,
-            serve_flags=parsed.serve_flags() if verdict.valid else [],
-        )
+            return check_plan(workload, spec.name, Plan.parse(plan), resolve_profile(spec.name, profile), gpus)
 
     @mcp.tool(annotations=READ_ONLY)
     def estimate(
