@@ -47,6 +47,9 @@ from worldtune.tools.store import Store
 
 AUTODOWN_IDLE_MINUTES = 10
 STATUS_EVERY_S = 10.0  # how often a benchmark asks SkyPilot about its job while the log stream is quiet
+# How long a job SkyPilot cannot reach may stay unexplained while its cluster still reads UP: a cut cluster
+# (scancel, spot reclaim) is seen by the next status refresh, which can lag the cut on a busy head node.
+UNREACHABLE_GRACE_S = 120.0
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
 
 
@@ -334,6 +337,7 @@ class SkyPilotBackend:
         threading.Thread(target=self._follow, args=(cluster, int(job_id), stream), daemon=True).start()
         seen: set[int] = set()
         pending, stream_open, checked, log_tail = "", True, time.time(), ""
+        unreachable_since: float | None = None
         while True:
             try:
                 chunk = stream.get(timeout=self.poll_s)
@@ -363,6 +367,7 @@ class SkyPilotBackend:
                 continue
             checked = time.time()
             status = self._job_status(cluster, int(job_id))
+            unreachable_since = (unreachable_since or checked) if status is None else None
             if status in ("RUNNING", "PENDING", "SETTING_UP", "INIT"):
                 if not stream_open:  # the stream broke while the job runs: follow again (samples dedupe)
                     stream_open = True
@@ -378,6 +383,8 @@ class SkyPilotBackend:
                 return "preempted", None
             if stream_open:
                 continue
+            if unreachable_since is not None and checked - unreachable_since < UNREACHABLE_GRACE_S:
+                continue  # the job cannot be reached but its cluster reads UP: ask again before judging
             return f"bench job {job_id} ended ({status}) without a result: {log_tail[-1500:]}", None
 
     def _follow(self, cluster: str, job_id: int, sink: queue.Queue[str | None]) -> None:
