@@ -536,14 +536,17 @@ def get_benchmark(benchmark_id: str, store_path: str | None = None) -> Benchmark
     if row is None:
         raise InvalidInput("benchmark_id", benchmark_id, f"an id in {store.path} (see `worldtune results list`)")
     config = row.get("config") or {}
-    samples = store.samples(benchmark_id)
-    status, error, message = row["status"], row.get("error"), row.get("message") or ""
     pid = config.get("pid")
-    if status == "running" and isinstance(pid, int) and config.get("host") == socket.gethostname():
+    gone = False
+    if row["status"] == "running" and isinstance(pid, int) and config.get("host") == socket.gethostname():
         thread = _THREADS.get(benchmark_id)
         gone = not _alive(pid) or (pid == os.getpid() and (thread is None or not thread.is_alive()))
-        if gone:
-            status, message = "failed", f"the benchmark process ({pid}) is gone; result from {len(samples)} samples"
+        if gone:  # it may have finished between the two looks; a row read after its end is final
+            row = store.get_benchmark(benchmark_id) or row
+    samples = store.samples(benchmark_id)
+    status, error, message = row["status"], row.get("error"), row.get("message") or ""
+    if gone and status == "running":
+        status, message = "failed", f"the benchmark process ({pid}) is gone; result from {len(samples)} samples"
     result = None
     if row.get("result"):
         result = BenchmarkResult.model_validate(row["result"])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,6 +96,30 @@ def test_get_benchmark_reports_a_dead_process_and_a_partial_result(tmp_path: Pat
     assert status.result.per_step_s == pytest.approx(3.0) and status.result.fixed_s == pytest.approx(14.0)
     with pytest.raises(InvalidInput, match="benchmark_id"):
         get_benchmark("bm-nope", str(store.path))
+
+
+def test_a_benchmark_ending_between_the_two_looks_is_completed_not_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI under load: get_benchmark read "running", then the benchmark thread wrote its result and ended before
+    # the liveness check; the real Store is wrapped only to make that interleaving happen every time
+    store = Store(tmp_path / "w.db")
+    config = {"endpoints": ["http://e"], "steps": 35, "pid": os.getpid(), "host": socket.gethostname()}
+    store.create_benchmark("bm-race", config)  # no thread of this process runs it: it has ended
+    real = Store.get_benchmark
+    looks: list[str] = []
+
+    def look_then_finish(self: Store, benchmark_id: str) -> dict[str, Any] | None:
+        row = real(self, benchmark_id)
+        if not looks:
+            store.update_benchmark(benchmark_id, status="completed", progress=1.0, message="done")
+        looks.append(str(row["status"]) if row else "")
+        return row
+
+    monkeypatch.setattr(Store, "get_benchmark", look_then_finish)
+    status = get_benchmark("bm-race", str(store.path))
+    assert looks == ["running", "completed"]
+    assert status.status == "completed" and status.message == "done"
 
 
 def test_an_endpoint_that_never_answers_fails_clearly_and_is_recorded(tmp_path: Path) -> None:
