@@ -19,6 +19,7 @@ rehearsal reads like the real thing; `time_scale` and `wall_duration` keep the r
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -344,15 +345,18 @@ def _alone(full: list[dict[str, Any]]) -> list[dict[str, Any]]:
     the same endpoint sent while they were in flight. The second condition matters: two requests sent in one
     instant reach the server in either order, so the one sent first (nothing ahead, by the client's count)
     may still have waited a whole clip behind the other, and its server time is then not a service time."""
+    sends: dict[Any, list[float]] = {}
+    for o in full:
+        sends.setdefault(o.get("endpoint"), []).append(float(o["sent_at_model"]))
+    for times in sends.values():
+        times.sort()
     alone = []
     for s in full:
         if not (s.get("ok") and _unqueued(s)):
             continue
-        sent, done, where = float(s["sent_at_model"]), float(s["done_at_model"]), s.get("endpoint")
-        overtakable = any(
-            o is not s and o.get("endpoint") == where and sent <= float(o["sent_at_model"]) < done for o in full
-        )
-        if not overtakable:
+        times, sent, done = sends[s.get("endpoint")], float(s["sent_at_model"]), float(s["done_at_model"])
+        # requests to its endpoint sent in [sent, done): itself, and any that could have overtaken it
+        if bisect.bisect_left(times, done) - bisect.bisect_left(times, sent) <= 1:
             alone.append(s)
     return alone
 
@@ -407,7 +411,7 @@ def compute_result(
     }
     full = [s for s in by_phase.get("full", [])]
     full_ok = [s for s in full if s.get("ok")]
-    # full runs nothing of ours queued ahead of (server time = service time): what the fit should predict
+    # full runs that had the server to themselves (server time = service time): what the fit should predict
     alone = [t for s in _alone(full) if (t := fit_time(s)) is not None]
     predicted = fit.predict(steps) if fit and steps else None
     measured = float(np.mean(alone)) if alone else None
