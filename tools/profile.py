@@ -8,12 +8,33 @@ that users can edit and refit.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.tools.errors import InvalidInput
+
+BasisKind = Literal["fitted", "measured", "published", "assumed"]
+
+# Prior one-sigma relative (log-space) uncertainty of a parameter, by how it is known, when its basis gives none.
+DEFAULT_SIGMA: dict[str, float] = {"measured": 0.05, "published": 0.08, "fitted": 0.15, "assumed": 0.5}
+
+
+class ParamBasis(BaseModel):
+    """How one Profile parameter is known: fitted, measured (the file it came from), published, or assumed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: BasisKind
+    source: str = Field(default="", description="the measurement file, published cell or reason behind the value")
+    sigma: float | None = Field(
+        default=None, ge=0, description="prior one-sigma relative uncertainty (log-space); by kind if unset"
+    )
+
+    @property
+    def relative_sigma(self) -> float:
+        return DEFAULT_SIGMA[self.kind] if self.sigma is None else self.sigma
 
 
 class Profile(BaseModel):
@@ -67,7 +88,22 @@ class Profile(BaseModel):
 
     noise_cv: float = Field(default=0.002, ge=0, description="run-to-run spread of per-step time")
     assumed: list[str] = Field(default_factory=list, description="fields set by assumption, not data")
+    basis: dict[str, ParamBasis] = Field(
+        default_factory=dict, description="per parameter: fitted, measured, published or assumed, and its uncertainty"
+    )
     fit: dict[str, Any] = Field(default_factory=dict, description="how the fit went (residuals, cells)")
+
+    def basis_of(self, name: str) -> ParamBasis:
+        """How parameter `name` is known: its `basis` entry, else 'assumed' if listed in `assumed`, else 'fitted'."""
+        if name not in type(self).model_fields:
+            raise InvalidInput("parameter", name, "a Profile field")
+        if name in self.basis:
+            return self.basis[name]
+        return ParamBasis(kind="assumed" if name in self.assumed else "fitted", source=self.source)
+
+    def uncertainty(self, name: str) -> float:
+        """Prior one-sigma relative uncertainty of parameter `name` (what the search's posterior starts from)."""
+        return self.basis_of(name).relative_sigma
 
     def load_time_s(self, weights_gib: float, cold: bool = False) -> float:
         """Seconds from process start to ready for weights of this size (from page cache unless cold)."""
