@@ -110,7 +110,9 @@ def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
     slurm_env: dict[str, str], tmp_path: Path
 ) -> None:
     db = tmp_path / "wt.db"
-    steps = drive(slurm_env, db, "fault", "--time-scale", "25", "--repeats", "16")
+    # Time scale 8: a 4-step clip takes ~3.3 s, so the 14 clips after the cut point leave ~45 s for squeue +
+    # scancel to land even on a loaded machine (at 25 they left ~14 s, and a loaded run finished first).
+    steps = drive(slurm_env, db, "fault", "--time-scale", "8", "--repeats", "16")
     cancel = next(s for s in steps if s["step"] == "scancel")
     assert cancel["jobs"] and cancel["samples_at_cancel"] >= 2
     done = next(s for s in steps if s["step"] == "benchmarked")
