@@ -1,13 +1,15 @@
 """Plan: how one replica uses its GPUs, and how many replicas share a node; the plan-string grammar.
 
 Grammar: tokens joined by '-' in any order: tp8, u4 (Ulysses), r2 (ring), cfg2, hsdp8 (shard size),
-vae2 (VAE patch parallel), fp8, or 1gpu for none; an optional 'Nx' prefix gives replicas per node
-(8x1gpu, 2xtp4). Plans always print in the order tp, cfg, u, r, hsdp, vae, fp8.
+vae2 (VAE patch parallel), fp8, an attention backend (fa, cudnn or fi; none: the platform's default),
+or 1gpu for none; an optional 'Nx' prefix gives replicas per node (8x1gpu, 2xtp4). Plans always print
+in the order tp, cfg, u, r, hsdp, vae, fp8, backend.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,7 +17,10 @@ from worldtune.tools.errors import InvalidInput
 
 _TOKEN = re.compile(r"^(tp|cfg|u|r|hsdp|vae)(\d+)$")
 _FIELD = {"tp": "tp", "cfg": "cfg", "u": "ulysses", "r": "ring", "hsdp": "hsdp", "vae": "vae"}
-PLAN_GRAMMAR = "tokens tpN, cfgN, uN, rN, hsdpN, vaeN, fp8 or 1gpu joined by '-', optional 'Nx' prefix"
+PLAN_GRAMMAR = "tokens tpN, cfgN, uN, rN, hsdpN, vaeN, fp8, fa|cudnn|fi or 1gpu joined by '-', optional 'Nx' prefix"
+AttnBackend = Literal["auto", "fa", "cudnn", "fi"]
+# --diffusion-attention-backend values (vLLM-Omni 0.30 DiffusionAttentionBackendEnum) of the backend tokens
+ATTN_BACKENDS: dict[str, str] = {"fa": "FLASH_ATTN", "cudnn": "CUDNN_ATTN", "fi": "FLASHINFER_ATTN"}
 
 
 class Plan(BaseModel):
@@ -31,6 +36,7 @@ class Plan(BaseModel):
     hsdp: int = Field(default=0, ge=0, description="--hsdp-shard-size with --use-hsdp; 0 = off")
     vae: int = Field(default=1, ge=1, description="--vae-patch-parallel-size")
     fp8: bool = Field(default=False, description="--quantization fp8")
+    attn: AttnBackend = Field(default="auto", description="--diffusion-attention-backend; auto: the platform's")
 
     # ---- sizes ---------------------------------------------------------------------------------
     @property
@@ -65,7 +71,7 @@ class Plan(BaseModel):
         raw = text.strip().lower()
         if not raw:
             raise InvalidInput("plan", text, PLAN_GRAMMAR)
-        fields: dict[str, int | bool] = {}
+        fields: dict[str, int | bool | str] = {}
         body = raw
         prefix = re.match(r"^(\d+)x(.+)$", raw)
         if prefix:
@@ -76,6 +82,11 @@ class Plan(BaseModel):
                 continue
             if token == "fp8":
                 fields["fp8"] = True
+                continue
+            if token in ATTN_BACKENDS:
+                if "attn" in fields:
+                    raise InvalidInput("plan", text, PLAN_GRAMMAR, "one attention backend per plan")
+                fields["attn"] = token
                 continue
             match = _TOKEN.match(token)
             if not match:
@@ -104,9 +115,9 @@ class Plan(BaseModel):
             parts.append(f"vae{self.vae}")
         if self.fp8:
             parts.append("fp8")
+        if self.attn != "auto":
+            parts.append(self.attn)
         body = "-".join(parts) or "1gpu"
-        if parts == ["fp8"]:
-            body = "fp8"
         return f"{self.replicas}x{body}" if self.replicas > 1 else body
 
     @property
@@ -137,4 +148,6 @@ class Plan(BaseModel):
             flags += ["--vae-patch-parallel-size", str(self.vae)]
         if self.fp8:
             flags += ["--quantization", "fp8"]
+        if self.attn != "auto":
+            flags += ["--diffusion-attention-backend", ATTN_BACKENDS[self.attn]]
         return flags

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from worldtune.policies import gpu_calibration as gc
 from worldtune.policies import gpu_microbench as mb
 from worldtune.policies import perf_model
-from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.calibration import load_published, shipped_profile
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
@@ -81,7 +81,7 @@ def _per_layer_bytes(plan: str, field: str, **profile_changes: Any) -> float:
 @pytest.mark.parametrize("degree", [2, 4, 8])
 def test_microbench_sizes_are_the_bytes_the_performance_model_charges(degree: int) -> None:
     qkv, out = mb.ulysses_bytes(mb.FULL, degree)
-    moved = _per_layer_bytes(f"u{degree}", "ulysses_s")
+    moved = _per_layer_bytes(f"u{degree}", "ulysses_s", ulysses_pack_ms_per_gb=0.0)  # the all-to-alls alone
     assert moved == pytest.approx(mb.bus_bytes("a2a", qkv, degree) + mb.bus_bytes("a2a", out, degree), rel=1e-9)
     tp = _per_layer_bytes(f"tp{degree}", "tp_s")
     assert tp == pytest.approx(2 * mb.bus_bytes("allreduce", mb.tp_allreduce_bytes(mb.FULL), degree), rel=1e-9)
@@ -175,7 +175,7 @@ def test_floor_step_is_reference_23_3_seconds() -> None:
 
 def test_comparison_covers_every_published_h200_cell() -> None:
     rows = gc.compare_published(shipped_profile("H200"))
-    assert len(rows) == 4
+    assert len(rows) == len([c for c in load_published()["cells"] if c["gpu"] == "H200"]) >= 9
     rec = [r for r in rows if "cfg2-u4-hsdp8" in r["cell"]]
     assert rec[0]["published_step_s"] == pytest.approx((166.26 - 120.57) / 15, rel=1e-3)
     assert all(abs(r["rel_error"]) < 0.01 for r in rows)  # the shipped profile is fitted to these cells
