@@ -58,7 +58,7 @@ def ring_terms(data: dict[str, Any], name: str) -> tuple[Term, Term]:
     for rec in recs.values():
         if rec["section"] != "ring" or not rec["name"].endswith("-merged") or rec.get("r", 1) < 2:
             continue
-        if rec["backend"] not in ("cudnn", "flash"):
+        if rec["backend"] not in ("cudnn", "flash", "math"):  # math: a CPU toy run
             continue
         u, r, base = rec["u"], rec["r"], rec["name"].removesuffix("-merged")
         one, chunks = recs[f"{base}-one-call"]["median_ms"], recs[f"{base}-chunks"]["median_ms"]
@@ -67,17 +67,21 @@ def ring_terms(data: dict[str, Any], name: str) -> tuple[Term, Term]:
         elements = q_tokens * (sizes["q_heads"] // u) * sizes["head_dim"]
         merge.append((rec["median_ms"] - chunks) / (r - 1) / (elements / 1e9))
         detail[f"{base} overhead"] = round(rec["median_ms"] / one - 1, 4)
+    if not eff or not merge:
+        raise InvalidInput("mechbench", name, "a run with the ring section (cuDNN or flash SDPA, r >= 2)")
     medians = {b: statistics.median(v) for b, v in eff.items()}
     lo, hi = min(medians.values()), max(medians.values())
+    kernels = ", ".join(f"{b} {v:.3f}" for b, v in sorted(medians.items()))
     efficiency = Term(
-        (lo + hi) / 2,
-        (hi - lo) / (lo + hi),
-        f"measured: {name} ring-*-chunks vs one-call (cuDNN {medians['cudnn']:.3f}, FA2 {medians['flash']:.3f})",
+        min(1.0, (lo + hi) / 2),
+        max(0.02, (hi - lo) / (lo + hi)),
+        f"measured: {name} ring-*-chunks vs one-call ({kernels})",
         detail,
     )
+    middle = statistics.median(merge)  # a noisy toy run can read a negative merge: the cost is then nil
     merge_term = Term(
-        statistics.median(merge),
-        statistics.pstdev(merge) / statistics.median(merge),
+        max(0.0, middle),
+        abs(statistics.pstdev(merge) / middle) if middle else 1.0,
         f"measured: {name} ring-*-merged minus -chunks per extra hop",
         {"values": round(statistics.median(merge), 3)},
     )
@@ -119,7 +123,7 @@ def fp8_linear_term(data: dict[str, Any], name: str) -> Term:
     values = list(speedups.values())
     value = statistics.median(values)
     spread = max(0.05, (max(values) - min(values)) / value)
-    return Term(value, spread, f"measured: {name} gemm-*-bf16 / (gemm-*-fp8 + quant-one-pass)", speedups)
+    return Term(value, abs(spread), f"measured: {name} gemm-*-bf16 / (gemm-*-fp8 + quant-one-pass)", speedups)
 
 
 def vae_tile_terms(data: dict[str, Any], name: str) -> tuple[Term, Term, Term]:
@@ -140,6 +144,21 @@ def vae_tile_terms(data: dict[str, Any], name: str) -> tuple[Term, Term, Term]:
         Term(slope, 0.3, f"measured: {name} vae-tile-* over vae-whole (stand-in decoder)", detail),
         Term(whole / 1e3, 0.6, f"measured: {name} vae-whole (stand-in decoder, random weights)", {}),
     )
+
+
+def terms_of(data: dict[str, Any], name: str) -> dict[str, Term]:
+    """Every term one mechbench file holds (sections that did not run are left out)."""
+    sections = {r["section"] for r in data["records"] if "median_ms" in r}
+    out: dict[str, Term] = {}
+    if "ring" in sections:
+        out["ring_chunk_efficiency"], out["ring_merge_ms_per_gelem"] = ring_terms(data, name)
+    if "ulysses_pack" in sections:
+        out["ulysses_pack_ms_per_gb"] = ulysses_pack_term(data, name)
+    if any(r["name"].endswith("-fp8") and "median_ms" in r for r in data["records"]):
+        out["fp8_linear_speedup"] = fp8_linear_term(data, name)
+    if "vae" in sections:
+        out["vae_tile_fixed_share"], out["vae_tile_area_cost"], out["vae_decode_s"] = vae_tile_terms(data, name)
+    return out
 
 
 def h200_terms() -> dict[str, Term]:

@@ -269,3 +269,15 @@ def test_skypilot_task_renders_and_validates_offline() -> None:
     broken = {**task, "resources": {**task["resources"], "infra": "no-such-cloud"}}
     with pytest.raises(InvalidInput, match="SkyPilot"):
         validate_task(broken)
+
+
+def test_mechanism_terms_from_the_committed_h200_run_overlay_a_measured_profile() -> None:
+    from worldtune.policies.mech_terms import H200_MECH, load_mech
+
+    raw = gc.load_raw(MEASURED / "H200-1gpu-2026-11-29.raw.json")
+    profile = gc.measured_profile(raw, "H200", raw_name="H200-1gpu-2026-11-29.raw.json")
+    mech = gc.with_mechanisms(profile, load_mech(H200_MECH), H200_MECH.name)
+    assert 0.928 <= mech.ring_chunk_efficiency <= 0.995 and mech.ring_merge_ms_per_gelem > 5
+    assert mech.basis_of("ulysses_pack_ms_per_gb").kind == "measured"
+    assert H200_MECH.name in mech.basis_of("ring_merge_ms_per_gelem").source
+    assert mech.vae_decode_s == profile.vae_decode_s  # a stand-in decoder's seconds do not replace the fit's
