@@ -83,7 +83,20 @@ class RateObs:
     label: str = ""
 
 
-Observation = LatencyObs | StepObs | RateObs
+@dataclass(frozen=True)
+class RatioObs:
+    """One plan's latency over another's measured in the same run (a dashboard's backend comparison): what
+    the run says about the difference, free of what it says about the absolute level."""
+
+    workload: Workload
+    plan: Plan
+    reference: Plan
+    ratio: float
+    rel_sigma: float = 0.01
+    label: str = ""
+
+
+Observation = LatencyObs | StepObs | RateObs | RatioObs
 
 
 def _fixed_total(profile: Profile) -> float:
@@ -127,6 +140,9 @@ def predict_obs(obs: Observation, profile: Profile) -> list[tuple[float, float, 
         predicted = peak * obs.tokens / (obs.tokens + profile.half_rate_tokens)
         return [(predicted, obs.tflops, obs.rel_sigma)]
     prediction = perf_model.predict(obs.workload, obs.plan, profile)
+    if isinstance(obs, RatioObs):
+        reference = perf_model.predict(obs.workload, obs.reference, profile)
+        return [(prediction.latency_s / reference.latency_s, obs.ratio, obs.rel_sigma)]
     if isinstance(obs, LatencyObs):
         return [(prediction.latency_s, obs.latency_s, obs.rel_sigma)]
     return [
@@ -214,7 +230,16 @@ def published_observations(gpu: str, data: dict[str, Any] | None = None) -> list
             continue
         wl = anchor_workload(steps=cell["steps"])
         label = f"{cell['gpu']} {cell['plan']} {cell['steps']} steps"
-        out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], 0.01, label))
+        sigma = float(cell.get("sigma", 0.01))  # relative: the spread of repeats, or the rounding of a dashboard
+        reference = cell.get("relative_to")
+        if reference is None:
+            out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], sigma, label))
+            continue
+        base = next(
+            c for c in data["cells"] if c["gpu"] == gpu and c["plan"] == reference and c["steps"] == cell["steps"]
+        )
+        ratio = cell["latency_s"] / base["latency_s"]
+        out.append(RatioObs(wl, Plan.parse(cell["plan"]), Plan.parse(reference), ratio, sigma, label))
     for floor in data["floors"]:
         if floor["gpu"] == gpu:
             label = f"{gpu} {floor['op']} floor at {floor['tokens']} tokens"
@@ -362,7 +387,8 @@ def _published_basis(profile: Profile, observations: Sequence[Observation]) -> d
     for token, name in (("cudnn", "attn_cudnn_factor"), ("fi", "attn_fi_factor")):
         cell = next((label for label in labels if f"-{token} " in label), None)
         if cell is not None and name in basis:
-            basis[name] = ParamBasis(kind="published", source=f"fitted to the published cell '{cell}'", sigma=0.03)
+            source = f"fitted to the published cell '{cell}' as its ratio to the same run's FLASH_ATTN cell"
+            basis[name] = ParamBasis(kind="published", source=source, sigma=0.03)
     return basis
 
 
