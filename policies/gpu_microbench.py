@@ -17,7 +17,9 @@ heads x 128, 8 KV heads, SwiGLU FFN 25600) it times, with CUDA events after warm
   sweep and a small-size latency probe; with --groups G also inside world/G concurrent sub-groups of G ranks
   (dist.new_group), as a plan runs them: cfg2-u4 on 8 GPUs does its Ulysses all-to-alls in two groups of 4.
 It records the hardware and library versions and writes raw JSON after every section (partial results
-survive a timeout). policies/gpu_calibration.py fits a Profile to that file.
+survive a timeout). policies/gpu_calibration.py fits a Profile to that file. With --mechanisms it then runs
+gpu_mechbench.py (the file beside this one: ring chunked attention + LSE merge, Ulysses packing, FP8 GEMM,
+every SDPA backend, the VAE decode and its tiles) into OUT's .mech.json.
 """
 
 from __future__ import annotations

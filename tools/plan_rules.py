@@ -131,18 +131,22 @@ def _backend_rule(plan: Plan, gpu: GpuSpec) -> Verdict | None:
         )
     if gpu.name in BLACKWELL and plan.ring > 1:
         # issue 5611: the pinned fa3-fwd 0.0.3 and FA2 ship no sm_100 kernels and FA4 is the optional
-        # vllm-omni[fa4]; ring then falls back to PyTorch's mem-efficient SDPA ring (~0.3x the rate) or refuses
+        # vllm-omni[fa4]; ring then falls back to PyTorch's mem-efficient SDPA ring (~0.3x the rate) or refuses.
+        # 0.32.0rc1 adds vLLM's bundled FA dispatcher to ring (parallel/ring.py _can_use_vllm_flash_attn), which
+        # may lift this there; not verified on a B200
         return Verdict(
             False,
             "ring-blackwell",
             f"vLLM-Omni 0.30 has no ring kernel for {gpu.name} in its default install (FA2/FA3 are Hopper-only, "
-            f"FA4 is the optional vllm-omni[fa4]; issue 5611): r={plan.ring} falls back to a slow SDPA ring or fails",
+            f"FA4 is vllm-omni's optional fa4 extra; issue 5611): r={plan.ring} falls back to a slow SDPA ring "
+            "or fails",
         )
     if gpu.name in BLACKWELL and plan.attn == "fa":
         return Verdict(
             False,
             "fa-blackwell",
-            f"FLASH_ATTN on {gpu.name} needs CuTe FlashAttention-4 (vllm-omni[fa4]); vLLM-Omni 0.30 refuses it without",
+            f"FLASH_ATTN on {gpu.name} needs CuTe FlashAttention-4 (vllm-omni's fa4 extra); "
+            "vLLM-Omni 0.30 refuses it without",
         )
     return None
 
