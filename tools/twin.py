@@ -24,6 +24,7 @@ import contextlib
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from worldtune.tools.errors import InvalidInput
@@ -85,13 +86,24 @@ def _load_failed(engine: TwinEngine, exc: LoadOutOfMemory) -> None:
     print("RuntimeError: Initialization failed. Please see the error messages above.", file=sys.stderr, flush=True)
 
 
-async def serve(config: TwinConfig, host: str = "127.0.0.1", port: int = 8000, replicas: int | None = None) -> None:
-    """Serve N independent replicas on consecutive ports until SIGINT/SIGTERM (exit 1: the load ran out of memory)."""
+async def serve(
+    config: TwinConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    replicas: int | None = None,
+    on_bound: Callable[[], None] | None = None,
+) -> None:
+    """Serve N independent replicas on consecutive ports until SIGINT/SIGTERM (exit 1: the load ran out of memory).
+
+    on_bound: called once every port is bound, before loading (the CLI says so on stderr).
+    """
     import uvicorn
 
     count = replica_count(config, replicas)
     profile = resolve_profile(config.gpu, config.profile_path)
     sockets = [bound_socket(host, port + i) for i in range(count)]
+    if on_bound is not None:
+        on_bound()
 
     class _Server(uvicorn.Server):
         # one process, several servers: signals are handled once below, for all of them

@@ -65,11 +65,14 @@ def twin(
     except (WorldtuneError, ValueError) as exc:
         raise fail(str(exc)) from exc
     ports = ", ".join(str(port + i) for i in range(count))
-    err_console.print(
-        f"twin: {engine.spec.hf_id} on {gpu} {engine.plan} x{count}, ports {ports}, time scale {time_scale:g}, "
-        f"loading {engine.load_s:.0f} model s ({engine.load_s / time_scale:.2f} s wall)"
-    )
-    asyncio.run(serve(config, host=host, port=port, replicas=count))
+
+    def bound() -> None:  # printed once the ports are bound: from here on, connections are refused until loaded
+        err_console.print(
+            f"twin: {engine.spec.hf_id} on {gpu} {engine.plan} x{count}, ports {ports} bound, time scale "
+            f"{time_scale:g}, loading {engine.load_s:.0f} model s ({engine.load_s / time_scale:.2f} s wall)"
+        )
+
+    asyncio.run(serve(config, host=host, port=port, replicas=count, on_bound=bound))
 
 
 def _csv_ints(text: str, field: str) -> list[int]:
