@@ -455,6 +455,8 @@ def _json_or_empty(raw: str | None) -> dict[str, Any]:
 def _error_kind(status: int, text: str) -> str:
     if status == 400 and "guardrail" in text.lower():
         return "guardrail"
+    if status >= 500 and "out of memory" in text.lower():  # CUDA's OOM text in vLLM-Omni's 500 (a request's peak)
+        return "out_of_memory"
     return {400: "bad_request", 404: "not_found", 503: "unavailable", 504: "server_timeout"}.get(
         status, "server_error" if status >= 500 else f"http_{status}"
     )
