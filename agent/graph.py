@@ -268,6 +268,8 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         if raw.get("failed"):
             search = ws.record_failure(search, m.key, m.usd, m.gpu_hours)
             events.append(f"{m.key}: {raw.get('error')}")
+            # people see why (a load that ran out of memory, every request failing), not only that money went
+            _emit(runtime, "failed", key=m.key, error=str(raw.get("error"))[:600])
             continue
         search = ws.record(search, m, recalibrate=False)
         gpus.add(ws.hardware_key(m.key).split(":")[0])

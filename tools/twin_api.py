@@ -117,42 +117,44 @@ async def _read(request: Request, engine: TwinEngine) -> tuple[TwinRequest, Any]
     return resolve(req, engine.spec, image), req
 
 
-def create_app(
-    config: TwinConfig, profile: Profile | None = None, terminate: Callable[[], None] | None = None
-) -> tuple[ASGIApp, TwinEngine]:
-    """The ASGI app of one loaded replica and its engine; `terminate` stops the server (a dead engine)."""
-    engine = TwinEngine(config, profile)
-    model_name = engine.spec.hf_id
-    jobs: dict[str, Job] = {}
+class TwinApi:
+    """The routes of one loaded replica over its engine; each handler names the real one it follows."""
 
-    def engine_died() -> None:
+    def __init__(self, config: TwinConfig, engine: TwinEngine, terminate: Callable[[], None] | None) -> None:
+        self.config = config
+        self.engine = engine
+        self.terminate = terminate
+        self.model_name = engine.spec.hf_id
+        self.jobs: dict[str, Job] = {}
+
+    def engine_died(self) -> None:
         # launcher.py terminate_if_errored: a dead engine shuts the server down unless told to stay
-        if terminate is not None and not config.keep_alive_on_engine_death:
-            terminate()
+        if self.terminate is not None and not self.config.keep_alive_on_engine_death:
+            self.terminate()
 
-    async def health(request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
         # api_server.py health: 503 only for a missing or dead engine (a loading server does not listen)
-        if engine.dead:
+        if self.engine.dead:
             return JSONResponse({"status": "unhealthy"}, 503)
         return JSONResponse({"status": "healthy"})
 
-    async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [model_card(model_name)]})
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [model_card(self.model_name)]})
 
-    async def sync(request: Request) -> Response:
+    async def sync(self, request: Request) -> Response:
         """create_video_sync: blocks; its timeout counts queue time (VLLM_OMNI_VIDEO_SYNC_TIMEOUT -> 504)."""
         try:
-            twin_request, _ = await _read(request, engine)
+            twin_request, _ = await _read(request, self.engine)
         except ApiError as exc:
             return exc.response
         request_id = f"video_sync-{uuid.uuid4().hex}"
-        timeout = config.sync_timeout_s
+        timeout = self.config.sync_timeout_s
         try:
-            done = await engine.generate(twin_request, timeout_s=timeout)
+            done = await self.engine.generate(twin_request, timeout_s=timeout)
         except TimeoutError:
             return error_body(504, f"Video generation timed out after {timeout}s.")
         except EngineDead:
-            engine_died()
+            self.engine_died()
             return engine_dead_body(request_id)
         except GuardrailViolation as exc:  # an OmniClientError: HTTPException(400)
             return error_body(400, str(exc))
@@ -160,25 +162,27 @@ def create_app(
             return error_body(500, f"Video generation failed: {exc}")
         headers = {
             "X-Request-Id": request_id,
-            "X-Model": model_name,
+            "X-Model": self.model_name,
             "X-Inference-Time-S": f"{done.inference_time_s:.3f}",
             "X-Stage-Durations": json.dumps(done.stage_durations, separators=(",", ":")),
             "X-Peak-Memory-MB": f"{done.peak_memory_mb:.3f}",
         }
         return Response(done.video, media_type="video/mp4", headers=headers)
 
-    async def create(request: Request) -> Response:
+    async def create(self, request: Request) -> Response:
+        """create_video: the queued job at once, generation in a background task."""
         try:
-            twin_request, req = await _read(request, engine)
+            twin_request, req = await _read(request, self.engine)
         except ApiError as exc:
             return exc.response
         video_id = f"video_gen_{uuid.uuid4().hex}"
-        job = Job(record=job_record(req, model_name, video_id, int(time.time())))
-        jobs[video_id] = job
-        job.task = asyncio.create_task(_run_job(engine, job, twin_request, bool(req.return_stage_metrics), engine_died))
+        job = Job(record=job_record(req, self.model_name, video_id, int(time.time())))
+        self.jobs[video_id] = job
+        metrics = bool(req.return_stage_metrics)
+        job.task = asyncio.create_task(_run_job(self.engine, job, twin_request, metrics, self.engine_died))
         return JSONResponse(dict(job.record))
 
-    async def list_jobs(request: Request) -> Response:
+    async def list_jobs(self, request: Request) -> Response:
         """list_videos: `order` asc|desc and `limit` 0-100 are query parameters FastAPI validates."""
         query = request.query_params
         problems = []
@@ -192,7 +196,7 @@ def create_app(
             message = f"1 validation error:\n  {{'type': '{kind}', 'loc': 'query.{name}', 'msg': '{msg}', " \
                       f"'input': '{value}'}}"  # fmt: skip
             return error_body(400, message, "Bad Request", f"query.{name}")
-        found = sorted(jobs.values(), key=lambda j: j.record["created_at"], reverse=query.get("order") != "asc")
+        found = sorted(self.jobs.values(), key=lambda j: j.record["created_at"], reverse=query.get("order") != "asc")
         after = query.get("after")
         if after is not None:
             ids = [j.record["id"] for j in found]
@@ -204,8 +208,8 @@ def create_app(
                              "first_id": data[0]["id"] if data else None,
                              "last_id": data[-1]["id"] if data else None})  # fmt: skip
 
-    async def retrieve(request: Request) -> Response:
-        job = jobs.get(request.path_params["video_id"])
+    async def retrieve(self, request: Request) -> Response:
+        job = self.jobs.get(request.path_params["video_id"])
         if job is None:
             return error_body(404, "Video not found")
         if job.record["status"] == "failed":  # the job's body with the failure's own status code
@@ -213,21 +217,21 @@ def create_app(
             return JSONResponse(dict(job.record), code if 400 <= code < 600 else 500)
         return JSONResponse(dict(job.record))
 
-    async def delete(request: Request) -> Response:
+    async def delete(self, request: Request) -> Response:
         video_id = request.path_params["video_id"]
-        job = jobs.get(video_id)
+        job = self.jobs.get(video_id)
         if job is None:
             return error_body(404, "Video not found")
         if job.task is not None and not job.task.done():  # abort the in-flight request, then forget it
             job.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await job.task
-        jobs.pop(video_id, None)
+        self.jobs.pop(video_id, None)
         return JSONResponse({"id": video_id, "deleted": True, "object": "video.deleted"})
 
-    async def content(request: Request) -> Response:
+    async def content(self, request: Request) -> Response:
         video_id = request.path_params["video_id"]
-        job = jobs.get(video_id)
+        job = self.jobs.get(video_id)
         if job is None:
             return error_body(404, "Video not found")
         if job.record["status"] == "failed":
@@ -237,23 +241,33 @@ def create_app(
         headers = {"Content-Disposition": f'attachment; filename="{job.record["file_name"]}"'}
         return Response(job.video, media_type="video/mp4", headers=headers)
 
+    @staticmethod
     async def not_found(request: Request, exc: Exception) -> Response:
         # FastAPI's default handler for Starlette's HTTPException (unknown route, wrong method)
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "Internal Server Error"
         return JSONResponse({"detail": detail}, status)
 
-    routes = [
-        Route("/health", health, methods=["GET"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/videos/sync", sync, methods=["POST"]),
-        Route("/v1/videos", create, methods=["POST"]),
-        Route("/v1/videos", list_jobs, methods=["GET"]),
-        Route("/v1/videos/{video_id}", retrieve, methods=["GET"]),
-        Route("/v1/videos/{video_id}", delete, methods=["DELETE"]),
-        Route("/v1/videos/{video_id}/content", content, methods=["GET"]),
-    ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    def routes(self) -> list[Route]:
+        return [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/videos/sync", self.sync, methods=["POST"]),
+            Route("/v1/videos", self.create, methods=["POST"]),
+            Route("/v1/videos", self.list_jobs, methods=["GET"]),
+            Route("/v1/videos/{video_id}", self.retrieve, methods=["GET"]),
+            Route("/v1/videos/{video_id}", self.delete, methods=["DELETE"]),
+            Route("/v1/videos/{video_id}/content", self.content, methods=["GET"]),
+        ]
+
+
+def create_app(
+    config: TwinConfig, profile: Profile | None = None, terminate: Callable[[], None] | None = None
+) -> tuple[ASGIApp, TwinEngine]:
+    """The ASGI app of one loaded replica and its engine; `terminate` stops the server (a dead engine)."""
+    engine = TwinEngine(config, profile)
+    api = TwinApi(config, engine, terminate)
+    app = Starlette(routes=api.routes(), exception_handlers={HTTPException: api.not_found})
     return _TimeScaleHeader(app, config.time_scale), engine
 
 
@@ -279,6 +293,8 @@ async def _run_job(
         failed(500, ENGINE_DEAD_MESSAGE)
         return engine_died()
     except PipelineFailure as exc:
+        return failed(500, str(exc))
+    except Exception as exc:  # helpers.py: any other failure is the job's, with code 500 (never a job left hanging)
         return failed(500, str(exc))
     job.video = done.video
     record.update(

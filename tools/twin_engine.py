@@ -267,6 +267,10 @@ class TwinEngine:
         if self.dead:
             raise EngineDead(ENGINE_DEAD_MESSAGE)
         workload = self.workload_for(request)
+        width, height = served_size(request.width, request.height)
+        if min(width, height) < 16:
+            # assumed: a side under 16 pixels leaves no latent grid; the real pipeline fails somewhere in it
+            raise PipelineFailure(f"Cosmos3 canvas dimensions must be positive, got {width}x{height}.")
         encoded = asyncio.ensure_future(
             asyncio.to_thread(make_mp4, workload.width, workload.height, workload.num_frames, workload.fps)
         )
@@ -274,7 +278,10 @@ class TwinEngine:
             running = self._run(request, workload, on_started)
             wall_timeout = None if timeout_s is None else timeout_s / self.scale
             timing, queued_s = await asyncio.wait_for(running, timeout=wall_timeout)
-            video = await encoded
+            try:
+                video = await encoded
+            except InvalidInput as exc:  # a clip the twin's encoder cannot write (a side above its limit)
+                raise PipelineFailure(f"Video encoding failed: {exc}") from None
         finally:
             if not encoded.done():
                 encoded.cancel()

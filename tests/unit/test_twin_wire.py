@@ -185,3 +185,23 @@ def test_image_size_reads_png_and_jpeg_headers() -> None:
     sof = b"\xff\xc0" + struct.pack(">HBHH", 11, 8, 360, 640)
     assert image_size(b"\xff\xd8" + app0 + sof + b"\x00" * 8) == (640, 360)
     assert image_size(b"GIF89a") is None
+
+
+def test_a_request_the_pipeline_cannot_run_fails_and_never_leaves_a_job_hanging() -> None:
+    sync = call("POST", "/v1/videos/sync", small(size="8x8"))
+    assert sync.status_code == 500 and sync.json()["error"]["type"] == "Internal Server Error"
+    app, _ = create_app(TwinConfig(time_scale=SCALE, load_time_s=0.0))
+
+    async def main() -> dict[str, Any]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://twin") as client:
+            parts = [(k, (None, v)) for k, v in small(size="8x8").items()]
+            created = (await client.post("/v1/videos", files=parts)).json()
+            for _ in range(2000):
+                job = (await client.get(f"/v1/videos/{created['id']}")).json()
+                if job["status"] == "failed":
+                    return dict(job)
+                await asyncio.sleep(0.005)
+            raise AssertionError("the job never failed")
+
+    job = asyncio.run(main())
+    assert job["error"]["code"] == 500 and job["inference_time_s"] is not None
