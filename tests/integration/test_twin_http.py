@@ -221,3 +221,26 @@ def test_sync_timeout_with_a_queued_request_is_504(tmp_path: Path) -> None:
         body, _, code = second.rpartition("\n")
         error = json.loads(body)["error"]
         assert code == "504" and "timed out after 200" in error["message"] and error["type"] == "Gateway Timeout"
+
+
+def test_image_to_video_upload_with_curl(tmp_path: Path) -> None:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\x60" * 320 for _ in range(180))
+    image = tmp_path / "frame.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 320, 180, 8, 0, 0, 0, 0))
+                      + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))  # fmt: skip
+    with twin("--time-scale", "200", "--load-time", "0", "--enable-diffusion-pipeline-profiler") as (url, _):
+        out, head = tmp_path / "i2v.mp4", tmp_path / "headers.txt"
+        done = curl("-X", "POST", f"{url}/v1/videos/sync", "-F", "prompt=the robot walks", "-F", "num_frames=17",
+                    "-F", "num_inference_steps=4", "-F", f"input_reference=@{image};type=image/png",
+                    "-D", str(head), "-o", str(out), "-w", "%{http_code}")  # fmt: skip
+        assert done.stdout == "200"
+        stages = json.loads(headers_of(head)["x-stage-durations"])
+        assert stages["Cosmos3OmniDiffusersPipeline.vae.encode"] > 0  # timed as image-to-video
+        info = check_mp4(out.read_bytes())
+        assert (info.width, info.height, info.frames) == (1280, 720, 17)  # the image's 16:9 at 720p's area
