@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.tools.errors import InvalidInput
+from worldtune.tools.vllm_omni import PINNED, Release
 
 _TOKEN = re.compile(r"^(tp|cfg|u|r|hsdp|vae)(\d+)$")
 _FIELD = {"tp": "tp", "cfg": "cfg", "u": "ulysses", "r": "ring", "hsdp": "hsdp", "vae": "vae"}
@@ -35,7 +36,7 @@ class Plan(BaseModel):
     ring: int = Field(default=1, ge=1, description="--ring-degree")
     hsdp: int = Field(default=0, ge=0, description="--hsdp-shard-size with --use-hsdp; 0 = off")
     vae: int = Field(default=1, ge=1, description="--vae-patch-parallel-size")
-    fp8: bool = Field(default=False, description="--quantization fp8")
+    fp8: bool = Field(default=False, description='FP8 weights: --diffusion-quantization-config {"method":"fp8"}')
     attn: AttnBackend = Field(default="auto", description="--diffusion-attention-backend; auto: the platform's")
 
     # ---- sizes ---------------------------------------------------------------------------------
@@ -129,25 +130,25 @@ class Plan(BaseModel):
         return self.model_copy(update={"replicas": 1})
 
     # ---- the serve flags -----------------------------------------------------------------------
-    def serve_flags(self) -> list[str]:
-        """vLLM-Omni 0.30 `vllm serve --omni` flags for one replica of this plan."""
+    def serve_flags(self, release: Release = PINNED) -> list[str]:
+        """`vllm serve --omni` flags for one replica of this plan, spelt as `release` spells them."""
         flags: list[str] = []
         if self.tp > 1:
-            flags += ["--tensor-parallel-size", str(self.tp)]
+            flags += [release.tensor_parallel, str(self.tp)]
         if self.cfg > 1:
-            flags += ["--cfg-parallel-size", str(self.cfg)]
+            flags += [release.cfg_parallel, str(self.cfg)]
         if self.ulysses > 1:
-            flags += ["--ulysses-degree", str(self.ulysses)]
+            flags += [release.ulysses, str(self.ulysses)]
         if self.ring > 1:
-            flags += ["--ring-degree", str(self.ring)]
+            flags += [release.ring, str(self.ring)]
         if self.hsdp:
-            flags += ["--use-hsdp", "--hsdp-shard-size", str(self.hsdp)]
+            flags += [release.use_hsdp, release.hsdp_shard, str(self.hsdp)]
             if self.hsdp_replicate > 1:
-                flags += ["--hsdp-replicate-size", str(self.hsdp_replicate)]
+                flags += [release.hsdp_replicate, str(self.hsdp_replicate)]
         if self.vae > 1:
-            flags += ["--vae-patch-parallel-size", str(self.vae)]
+            flags += [release.vae_patch_parallel, str(self.vae)]
         if self.fp8:
-            flags += ["--quantization", "fp8"]
+            flags += list(release.fp8)
         if self.attn != "auto":
-            flags += ["--diffusion-attention-backend", ATTN_BACKENDS[self.attn]]
+            flags += [release.attention_backend, ATTN_BACKENDS[self.attn]]
         return flags
