@@ -233,6 +233,9 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
         return _failed(
             task, cand, "stopped: this action reached its share of the budget", _bill(cand, cap_s), removed=True
         )
+    failure = _every_request_failed(kind, record)
+    if failure:  # e.g. the engine ran out of memory at the first request: a failed action with its reason
+        return _failed(task, cand, f"benchmark {bench_id}: {failure}", _bill(cand, charged_s))
     measurement = _measurement(cand, kind, bench_id, record)
     usd, gpu_hours = _bill(cand, charged_s)
     measurement = measurement.model_copy(update={"usd": usd, "gpu_hours": gpu_hours})
@@ -265,6 +268,8 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         if raw.get("failed"):
             search = ws.record_failure(search, m.key, m.usd, m.gpu_hours)
             events.append(f"{m.key}: {raw.get('error')}")
+            # people see why (a load that ran out of memory, every request failing), not only that money went
+            _emit(runtime, "failed", key=m.key, error=str(raw.get("error"))[:600])
             continue
         search = ws.record(search, m, recalibrate=False)
         gpus.add(ws.hardware_key(m.key).split(":")[0])
@@ -356,6 +361,17 @@ def _measurement(cand: ws.Candidate, kind: str, bench_id: str, record: dict[str,
         if s.get("phase") == "full" and s.get("ok")
     ]
     return ws.Measurement(key=cand.key, kind="full", latencies_s=latencies, benchmark_id=bench_id)
+
+
+def _every_request_failed(kind: str, record: dict[str, Any]) -> str | None:
+    """Why no request of the measured phase succeeded (an OOM, a dead engine, a refusal), or None if one did."""
+    phase = "probe" if kind == "probe" else "full"
+    samples = [s for s in record.get("samples") or [] if s.get("phase") == phase]
+    if not samples or any(s.get("ok") for s in samples):
+        return None
+    first = samples[0]
+    detail = str(first.get("detail") or "")[:300]
+    return f"every {phase} request failed ({len(samples)}): {first.get('error_kind')}: {detail}"
 
 
 def _busy_model_s(record: dict[str, Any]) -> float:

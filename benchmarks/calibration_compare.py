@@ -65,7 +65,7 @@ def main() -> None:
     console.print(step)
 
     cells = Table(
-        title="model vs published H200 cells (REFERENCE.md section 5): latency s (error) | per step s (error)"
+        title="model vs published H200 cells (REFERENCE.md sections 5, 8): latency s (error) | per step s (error)"
     )
     cells.add_column("cell")
     cells.add_column("published", justify="right")
@@ -77,7 +77,8 @@ def main() -> None:
         for c in columns.values():
             r = c["cells"][i]
             latency = f"{r['predicted_s']:.1f} ({r['rel_error']:+.1%})"
-            entries.append(f"{latency} | {r['predicted_step_s']:.3f} ({r['step_rel_error']:+.1%})")
+            step_error = "-" if r["step_rel_error"] is None else f"{r['step_rel_error']:+.1%}"  # one step count
+            entries.append(f"{latency} | {r['predicted_step_s']:.3f} ({step_error})")
         cells.add_row(row["cell"], published, *entries)
     console.print(cells)
 

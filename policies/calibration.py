@@ -20,14 +20,16 @@ import yaml
 from worldtune.policies import perf_model
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
+from worldtune.tools.profile import ParamBasis, Profile
 from worldtune.tools.workload import Workload, anchor_workload
 
 PUBLISHED_FILE = Path(__file__).parent / "published.yaml"
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
-# The fixed part is fitted as one number and split by these shares (assumed; VAE decode dominates).
-FIXED_SHARES = {"text_encode_s": 0.15, "vae_decode_s": 0.75, "mux_s": 0.10}
+# The fixed part other than the VAE decode (text encode, muxing, pre/post-processing) is fitted as one
+# number and split by these shares (assumed); the VAE decode has its own basis (measured stand-in decoder,
+# pinned by the published VAE patch-parallel cell through the tile model).
+FIXED_SHARES = {"text_encode_s": 0.5, "mux_s": 0.5}
 FREE_DEFAULT = (
     "linear_tflops",
     "attn_tflops",
@@ -36,6 +38,9 @@ FREE_DEFAULT = (
     "half_rate_tokens",
     "fixed_s",
 )
+# Pseudo-parameters a fit may name besides Profile fields: the whole fixed part (its split kept), and the
+# fixed part other than the VAE decode.
+PSEUDO = ("fixed_s", "fixed_other_s")
 
 
 @dataclass(frozen=True)
@@ -78,26 +83,54 @@ class RateObs:
     label: str = ""
 
 
-Observation = LatencyObs | StepObs | RateObs
+@dataclass(frozen=True)
+class RatioObs:
+    """One plan's latency over another's measured in the same run (a dashboard's backend comparison): what
+    the run says about the difference, free of what it says about the absolute level."""
+
+    workload: Workload
+    plan: Plan
+    reference: Plan
+    ratio: float
+    rel_sigma: float = 0.01
+    label: str = ""
+
+
+Observation = LatencyObs | StepObs | RateObs | RatioObs
 
 
 def _fixed_total(profile: Profile) -> float:
     return profile.text_encode_s + profile.vae_decode_s + profile.mux_s
 
 
+def _scaled(profile: Profile, keys: Sequence[str], total: float) -> dict[str, float]:
+    """`keys` scaled together to sum to `total`, their split kept (the assumed shares where all are 0)."""
+    current = sum(float(getattr(profile, k)) for k in keys)
+    if current <= 0:
+        shares = {k: FIXED_SHARES.get(k, 0.0) for k in keys}
+        norm = sum(shares.values()) or 1.0
+        return {k: total * shares[k] / norm for k in keys}
+    return {k: float(getattr(profile, k)) * total / current for k in keys}
+
+
 def _apply(profile: Profile, names: Sequence[str], values: Sequence[float]) -> Profile:
     changes: dict[str, Any] = {}
     for name, value in zip(names, values, strict=True):
         if name == "fixed_s":
-            for key, share in FIXED_SHARES.items():
-                changes[key] = value * share
+            changes.update(_scaled(profile, ("text_encode_s", "vae_decode_s", "mux_s"), value))
+        elif name == "fixed_other_s":
+            changes.update(_scaled(profile, ("text_encode_s", "mux_s"), value))
         else:
             changes[name] = value
     return profile.model_copy(update=changes)
 
 
 def _current(profile: Profile, name: str) -> float:
-    return _fixed_total(profile) if name == "fixed_s" else float(getattr(profile, name))
+    if name == "fixed_s":
+        return _fixed_total(profile)
+    if name == "fixed_other_s":
+        return profile.text_encode_s + profile.mux_s
+    return float(getattr(profile, name))
 
 
 def predict_obs(obs: Observation, profile: Profile) -> list[tuple[float, float, float]]:
@@ -107,6 +140,9 @@ def predict_obs(obs: Observation, profile: Profile) -> list[tuple[float, float, 
         predicted = peak * obs.tokens / (obs.tokens + profile.half_rate_tokens)
         return [(predicted, obs.tflops, obs.rel_sigma)]
     prediction = perf_model.predict(obs.workload, obs.plan, profile)
+    if isinstance(obs, RatioObs):
+        reference = perf_model.predict(obs.workload, obs.reference, profile)
+        return [(prediction.latency_s / reference.latency_s, obs.ratio, obs.rel_sigma)]
     if isinstance(obs, LatencyObs):
         return [(prediction.latency_s, obs.latency_s, obs.rel_sigma)]
     return [
@@ -139,6 +175,7 @@ def fit_profile(
 
     solution = least_squares(residuals, x0, method="trf")
     fitted = _apply(base, names, np.exp(solution.x).tolist())
+    fitted = fitted.model_copy(update={"basis": _posterior_basis(fitted, names, solution.jac, source)})
     cells = []
     for obs in observations:
         for predicted, measured, _ in predict_obs(obs, fitted):
@@ -152,6 +189,30 @@ def fit_profile(
             )
     fit = {"method": "scipy least_squares on log-parameters with log-normal priors", "cells": cells}
     return fitted.model_copy(update={"source": source, "date": date.today().isoformat(), "fit": fit})
+
+
+def _posterior_basis(profile: Profile, names: Sequence[str], jac: np.ndarray, source: str) -> dict[str, ParamBasis]:
+    """Each fitted parameter's basis after the fit: its one-sigma (log space) from the Gauss-Newton covariance;
+    a measured or published term keeps its kind and says the fit refined it."""
+    try:
+        sigmas = np.sqrt(np.clip(np.diag(np.linalg.inv(jac.T @ jac)), 0.0, None))
+    except np.linalg.LinAlgError:
+        sigmas = np.full(len(names), np.nan)
+    basis = dict(profile.basis)
+    for name, sigma in zip(names, sigmas.tolist(), strict=True):
+        fields: tuple[str, ...] = ("text_encode_s", "mux_s") if name == "fixed_other_s" else (name,)
+        if name == "fixed_s":
+            fields = ("text_encode_s", "vae_decode_s", "mux_s")
+        for field in fields:
+            before = basis.get(field)
+            value = round(float(sigma), 4) if math.isfinite(sigma) else None
+            if before is not None and before.kind in ("measured", "published"):
+                basis[field] = before.model_copy(update={"source": f"{before.source}; refined by {source}"})
+                if value is not None:
+                    basis[field] = basis[field].model_copy(update={"sigma": min(value, before.relative_sigma)})
+            else:
+                basis[field] = ParamBasis(kind="fitted", source=source, sigma=value)
+    return basis
 
 
 # ---- the published data ------------------------------------------------------------------------
@@ -169,7 +230,16 @@ def published_observations(gpu: str, data: dict[str, Any] | None = None) -> list
             continue
         wl = anchor_workload(steps=cell["steps"])
         label = f"{cell['gpu']} {cell['plan']} {cell['steps']} steps"
-        out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], 0.01, label))
+        sigma = float(cell.get("sigma", 0.01))  # relative: the spread of repeats, or the rounding of a dashboard
+        reference = cell.get("relative_to")
+        if reference is None:
+            out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], sigma, label))
+            continue
+        base = next(
+            c for c in data["cells"] if c["gpu"] == gpu and c["plan"] == reference and c["steps"] == cell["steps"]
+        )
+        ratio = cell["latency_s"] / base["latency_s"]
+        out.append(RatioObs(wl, Plan.parse(cell["plan"]), Plan.parse(reference), ratio, sigma, label))
     for floor in data["floors"]:
         if floor["gpu"] == gpu:
             label = f"{gpu} {floor['op']} floor at {floor['tokens']} tokens"
@@ -188,6 +258,56 @@ def _pipelined_from_concurrency(data: dict[str, Any], gpu: str) -> float | None:
     return max(0.0, float(single[0]["mean_latency_s"]) - service)
 
 
+ASSUMED_NOTES = [
+    "step_overhead_s",
+    "hsdp_overlap",
+    "ring_overlap",
+    "ring_hop_latency_us",
+    "fixed shares of the non-VAE fixed part (text 50%, mux 50%)",
+    "guardrail_base_s",
+    "guardrail_per_word_s",
+    "load_base_s",
+    "memory terms (fitted by hand to the 1xB200 and HSDP8 H200 peaks)",
+]
+FP8_ATTN = ParamBasis(
+    kind="published",
+    source="vLLM-Omni 0.30 quantises linear layers only; FP8 FlashAttention-3 for diffusion is 0.32 (REFERENCE s8)",
+    sigma=0.02,
+)
+
+
+def _mechanisms(gpu: str, reference: Profile | None) -> tuple[dict[str, Any], dict[str, ParamBasis]]:
+    """Mechanism terms and their basis: measured on H200 (policies/mech_terms.py); another GPU carries the
+    reference's values, assumed, except where its own kernels differ (its HBM bandwidth for the copies)."""
+    from worldtune.policies.mech_terms import h200_terms
+
+    terms = h200_terms()
+    values: dict[str, Any] = {name: t.value for name, t in terms.items()}
+    basis = {name: ParamBasis(kind="measured", source=t.source, sigma=round(t.sigma, 4)) for name, t in terms.items()}
+    values.update(ring_hop_latency_us=30.0, ring_overlap=0.8, fp8_attn_speedup=1.0)
+    basis["fp8_attn_speedup"] = FP8_ATTN
+    basis["attn_fa_factor"] = ParamBasis(
+        kind="published",
+        source="FLASH_ATTN (FA3, fa3-fwd 0.0.3) is vLLM-Omni 0.30's default on sm_90: attn_tflops is its rate",
+        sigma=0.01,
+    )
+    if gpu != "H200" and reference is not None:
+        hbm = {"H200": 4.8, "B200": 8.0, "B300": 8.0, "H100": 3.35}
+        for name in ("ring_chunk_efficiency", "ring_merge_ms_per_gelem", "ulysses_pack_ms_per_gb"):
+            values[name] = float(getattr(reference, name))
+        for name in ("ring_merge_ms_per_gelem", "ulysses_pack_ms_per_gb"):  # memory-bound copies
+            values[name] *= hbm["H200"] / hbm.get(gpu, 4.8)
+        for name in ("fp8_linear_speedup", "vae_tile_fixed_share", "vae_tile_area_cost"):
+            values[name] = float(getattr(reference, name))
+        for name in (*terms, "fp8_linear_speedup"):
+            basis[name] = ParamBasis(kind="assumed", source=f"the {reference.gpu} value ({terms[name].source})")
+        basis["fp8_attn_speedup"] = FP8_ATTN
+        values["attn_backend_default"] = "cudnn"  # sm_100: TRTLLM_ATTN or CUDNN_ATTN, both cuDNN/TRT class
+        for name in ("attn_fa_factor", "attn_cudnn_factor", "attn_fi_factor"):
+            basis[name] = ParamBasis(kind="assumed", source="no published backend cells on this GPU", sigma=0.3)
+    return values, basis
+
+
 def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, dict[str, Prior]]:
     """A starting profile and priors for a GPU type, from its datasheet (and a fitted reference GPU)."""
     spec = get_gpu(gpu)
@@ -198,11 +318,14 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         linear = reference.linear_tflops * ratio
         attention = reference.attn_tflops * ratio
         link = reference.link_gbps * spec.link_gbps / ref_spec.link_gbps
-        fixed = _fixed_total(reference)
+        other = reference.text_encode_s + reference.mux_s
     else:
         linear = attention = 0.63 * spec.bf16_tflops
         link = 0.8 * spec.link_gbps
-        fixed = 14.4
+        other = 14.4 - 6.19  # the anchor's fixed part less the stand-in decoder's whole decode
+    values, basis = _mechanisms(gpu, reference)
+    if reference is not None:  # a compute-bound decode: the reference's seconds over the datasheet ratio
+        values["vae_decode_s"] = reference.vae_decode_s / ratio
     base = Profile(
         gpu=spec.name,
         source="prior from datasheet",
@@ -212,23 +335,13 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         half_rate_tokens=256.0,
         link_gbps=link,
         collective_latency_us=30.0,
-        text_encode_s=fixed * FIXED_SHARES["text_encode_s"],
-        vae_decode_s=fixed * FIXED_SHARES["vae_decode_s"],
-        mux_s=fixed * FIXED_SHARES["mux_s"],
+        text_encode_s=other * FIXED_SHARES["text_encode_s"],
+        mux_s=other * FIXED_SHARES["mux_s"],
         guardrail_base_s=1.0,
         guardrail_per_word_s=0.25,
-        assumed=[
-            "fp8_linear_speedup",
-            "step_overhead_s",
-            "hsdp_overlap",
-            "ring_overlap",
-            "vae_parallel_efficiency",
-            "fixed shares (text 15%, VAE 75%, mux 10%)",
-            "guardrail_base_s",
-            "guardrail_per_word_s",
-            "load_base_s",
-            "memory terms (fitted by hand to the 1xB200 and HSDP8 H200 peaks)",
-        ],
+        assumed=list(ASSUMED_NOTES),
+        basis=basis,
+        **values,
     )
     priors = {
         "linear_tflops": Prior(linear, 0.3),
@@ -236,8 +349,15 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         "link_gbps": Prior(link, 0.5),
         "collective_latency_us": Prior(30.0, 1.0),
         "half_rate_tokens": Prior(256.0, 1.5),
-        "fixed_s": Prior(fixed, 0.3),
+        "fixed_other_s": Prior(other, 0.5),
+        "vae_decode_s": Prior(values["vae_decode_s"], 0.6 if reference is None else 0.7),
     }
+    if reference is None:  # the published backend and ring cells are H200 cells
+        priors["attn_cudnn_factor"] = Prior(1.0, 0.5)
+        priors["attn_fi_factor"] = Prior(1.0, 0.5)
+        priors["ring_chunk_efficiency"] = Prior(
+            values["ring_chunk_efficiency"], basis["ring_chunk_efficiency"].relative_sigma
+        )
     return base, priors
 
 
@@ -251,12 +371,25 @@ def fit_published(gpu: str, exclude: set[str] | None = None, reference: Profile 
         pipelined = reference.pipelined_s  # assumed the same HTTP/mux overlap on the other GPU
     if pipelined is not None:
         base = base.model_copy(update={"pipelined_s": round(pipelined, 2)})
-    source = "fit to published cells (REFERENCE.md section 5)"
+    source = "fit to published cells (REFERENCE.md sections 5 and 8)"
     if gpu == "H200":
-        source += " and the H200 single-operation floor"
+        source += ", the H200 single-operation floor and the 2026-12-01 mechanism measurements"
     if reference is not None:
         source += f"; priors scaled from the {reference.gpu} fit by datasheet ratios"
-    return fit_profile(base, observations, priors, source)
+    fitted = fit_profile(base, observations, priors, source)
+    return fitted.model_copy(update={"basis": _published_basis(fitted, observations)})
+
+
+def _published_basis(profile: Profile, observations: Sequence[Observation]) -> dict[str, ParamBasis]:
+    """The backend factors are read off the published backend cells alone: their basis is those cells."""
+    basis = dict(profile.basis)
+    labels = {o.label for o in observations}
+    for token, name in (("cudnn", "attn_cudnn_factor"), ("fi", "attn_fi_factor")):
+        cell = next((label for label in labels if f"-{token} " in label), None)
+        if cell is not None and name in basis:
+            source = f"fitted to the published cell '{cell}' as its ratio to the same run's FLASH_ATTN cell"
+            basis[name] = ParamBasis(kind="published", source=source, sigma=0.03)
+    return basis
 
 
 def fit_all() -> dict[str, Profile]:

@@ -179,6 +179,24 @@ def measured_profile(raw: dict[str, Any], gpu: str, base: Profile | None = None,
     )
 
 
+def with_mechanisms(profile: Profile, mech: dict[str, Any], mech_name: str) -> Profile:
+    """The profile with the mechanism terms a gpu_mechbench.py file measures (ring, Ulysses packing, FP8, VAE
+    tiles), each with its basis; a toy run's terms are recorded but say so in their basis."""
+    from worldtune.policies import mech_terms
+    from worldtune.tools.profile import ParamBasis
+
+    terms = mech_terms.terms_of(mech, mech_name)
+    toy = "TOY RUN, calibrates nothing: " if mech.get("tiny") or mech.get("gpu_name") == "cpu" else ""
+    basis = dict(profile.basis)
+    changes: dict[str, Any] = {}
+    for name, term in terms.items():
+        if name == "vae_decode_s":  # a stand-in decoder's seconds: the fixed part stays the shipped fit's
+            continue
+        changes[name] = round(term.value, 4)
+        basis[name] = ParamBasis(kind="measured", source=toy + term.source, sigma=round(term.sigma, 4))
+    return profile.model_copy(update={**changes, "basis": basis, "fit": {**profile.fit, "mechanisms": mech_name}})
+
+
 def profile_name(raw: dict[str, Any], gpu: str) -> str:
     """File stem for a measured profile: GPU, GPU count and date, e.g. H200-1gpu-2026-11-29."""
     suffix = "-toy" if is_toy(raw) else ""

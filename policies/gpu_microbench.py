@@ -17,7 +17,9 @@ heads x 128, 8 KV heads, SwiGLU FFN 25600) it times, with CUDA events after warm
   sweep and a small-size latency probe; with --groups G also inside world/G concurrent sub-groups of G ranks
   (dist.new_group), as a plan runs them: cfg2-u4 on 8 GPUs does its Ulysses all-to-alls in two groups of 4.
 It records the hardware and library versions and writes raw JSON after every section (partial results
-survive a timeout). policies/gpu_calibration.py fits a Profile to that file.
+survive a timeout). policies/gpu_calibration.py fits a Profile to that file. With --mechanisms it then runs
+gpu_mechbench.py (the file beside this one: ring chunked attention + LSE merge, Ulysses packing, FP8 GEMM,
+every SDPA backend, the VAE decode and its tiles) into OUT's .mech.json.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import datetime
 import functools
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -768,6 +771,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed loops per collective")
     parser.add_argument("--skip-compute", action="store_true", help="only the collectives")
     parser.add_argument(
+        "--mechanisms",
+        action="store_true",
+        help="also run gpu_mechbench.py (ring, Ulysses packing, FP8, SDPA backends, VAE) into OUT's .mech.json",
+    )
+    parser.add_argument(
         "--groups",
         type=_group_sizes,
         default=[],
@@ -803,7 +811,28 @@ def main(argv: list[str] | None = None) -> int:
         _worker(0, args, 0)
     else:
         mp.spawn(_worker, args=(args, _free_port()), nprocs=args.world, join=True)
+    if args.mechanisms:
+        run_mechanisms(Path(args.out), args.tiny, args.device)
     return 0
+
+
+def mechanisms_path(out: Path) -> Path:
+    """Where --mechanisms writes gpu_mechbench's JSON: beside the raw file (raw.json -> raw.mech.json)."""
+    return out.with_name(out.name.removesuffix(".json") + ".mech.json")
+
+
+def run_mechanisms(out: Path, tiny: bool, device: str) -> None:
+    """gpu_mechbench.py (the file beside this one: both run without worldtune installed) on GPU 0."""
+    spec = importlib.util.spec_from_file_location("gpu_mechbench", Path(__file__).with_name("gpu_mechbench.py"))
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"gpu_mechbench.py beside {__file__}")
+    mech = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mech
+    spec.loader.exec_module(mech)
+    argv = ["--out", str(mechanisms_path(out)), "--device", device] + (["--tiny"] if tiny else [])
+    if device == "cpu":
+        argv += ["--warmup", "0", "--reps", "1", "--vae-reps", "1"]
+    mech.main(argv)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """The performance model: latency, per-step and fixed time, memory and throughput of a plan.
 
 latency = fixed + steps x per_step (+ guardrails). Per step, every GPU of a replica runs its share of
-the generator's linear layers and attention at the workload's token count over effective rates, plus
-the communication its scheme needs (Ulysses all-to-all, TP all-reduce, ring K/V passing, HSDP weight
-all-gather, CFG gather) over effective bus bandwidth, hidden behind compute where the scheme allows.
+the generator's linear layers and attention at the workload's token count over effective rates (the
+attention backend's, FP8's where it applies), plus the communication its scheme needs (Ulysses
+all-to-all and its head packing, TP all-reduce, ring K/V passing with its chunked attention, log-sum-exp
+merge and per-hop sync, HSDP weight all-gather, CFG gather) over effective bus bandwidth, hidden behind
+compute where the scheme allows. The fixed part's VAE decode follows vLLM-Omni's tiled decode when
+patch parallel is on (tiles spread over the ranks, each with a fixed and an area cost, then gathered).
 The numbers come from a Profile; nothing here is specific to one GPU type.
 """
 
@@ -23,6 +26,10 @@ ANCHOR_FRAMES = 189
 ANCHOR_PROMPT_TOKENS = 4096
 SUPER_REASONER_B = 31.2
 LATENT_CHANNELS = 64  # 16 VAE channels x 2 x 2 patch: what the CFG gather moves per token
+VAE_SPATIAL = 16  # Cosmos3's Wan-family VAE: 16x per spatial side
+# vLLM-Omni turns tiling on with patch parallel: diffusers' Wan tiles of 256 px every 192 px, in latent pixels
+VAE_TILE_LATENT, VAE_TILE_STRIDE = 256 // VAE_SPATIAL, 192 // VAE_SPATIAL
+RGB_BYTES = 3 * BYTES_BF16  # what the decoded tiles gathered to rank 0 carry per pixel and frame
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,9 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
     if plan.fp8:
         linear_rate *= profile.fp8_linear_speedup
     attention_flops = 4.0 * tokens * keys * q_dim / (sp * plan.tp)
-    attention_rate = _rate(profile.attn_tflops, tokens_per_gpu, profile)
+    attention_rate = _rate(profile.attn_tflops, tokens_per_gpu, profile) * attention_factor(plan, profile)
+    if plan.ring > 1:
+        attention_rate *= profile.ring_chunk_efficiency  # r calls over key chunks run below one call's rate
     linear_s = linear_flops / linear_rate
     attention_s = attention_flops / attention_rate
     compute_layer_s = linear_s + attention_s
@@ -123,6 +132,8 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
         # q, k, v scattered to head groups before attention, the output gathered back after it
         moved = tokens_per_gpu * (2 * q_dim + 2 * kv_dim) * BYTES_BF16 / plan.tp
         ulysses_s = _collective_s(moved * (plan.ulysses - 1) / plan.ulysses, "a2a", profile, calls=2)
+        # the head (un)packing copies around both all-to-alls: each byte read and written, before and after
+        ulysses_s += 4 * moved / 1e9 * profile.ulysses_pack_ms_per_gb * 1e-3
     if plan.tp > 1:
         # two all-reduces of the hidden state per layer (after attention and after the MLP)
         size = tokens_per_gpu * g.hidden * BYTES_BF16
@@ -131,6 +142,10 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
         chunk = (tokens / sp) * 2 * kv_dim / plan.tp * BYTES_BF16
         ring = _collective_s(chunk * (plan.ring - 1), "a2a", profile, calls=plan.ring - 1)
         ring_s = max(ring * (1 - profile.ring_overlap), ring - attention_s)
+        # each extra hop merges a partial output by log-sum-exp (fp32, memory-bound) and waits for its chunk
+        out_elements = tokens_per_gpu * q_dim / plan.tp
+        ring_s += (plan.ring - 1) * out_elements / 1e9 * profile.ring_merge_ms_per_gelem * 1e-3
+        ring_s += (plan.ring - 1) * profile.ring_hop_latency_us * 1e-6
     if plan.hsdp > 1:
         layer_bytes = g.params_per_layer * (1 if plan.fp8 else BYTES_BF16)
         gather = _collective_s(layer_bytes * (plan.hsdp - 1) / plan.hsdp, "allgather", profile)
@@ -151,14 +166,59 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
     )
 
 
+def attention_factor(plan: Plan, profile: Profile) -> float:
+    """Attention rate of the plan's backend (and FP8) over attn_tflops, which is the platform default's."""
+    backend = profile.attn_backend_default if plan.attn == "auto" else plan.attn
+    factors = {"fa": profile.attn_fa_factor, "cudnn": profile.attn_cudnn_factor, "fi": profile.attn_fi_factor}
+    default = factors[profile.attn_backend_default]
+    return factors[backend] / default * (profile.fp8_attn_speedup if plan.fp8 else 1.0)
+
+
+def vae_tiles(latent_h: int, latent_w: int) -> list[int]:
+    """Latent areas of vLLM-Omni's tiled-decode tiles (diffusers' Wan tiling: 16-latent tiles every 12)."""
+    rows = [min(VAE_TILE_LATENT, latent_h - i) for i in range(0, latent_h, VAE_TILE_STRIDE)]
+    cols = [min(VAE_TILE_LATENT, latent_w - j) for j in range(0, latent_w, VAE_TILE_STRIDE)]
+    return [h * w for h in rows for w in cols]
+
+
+def busiest_rank(costs: list[float], ranks: int) -> float:
+    """The largest load when tiles are handed out largest first to the least loaded rank (balanced by work)."""
+    loads = [0.0] * ranks
+    for cost in sorted(costs, reverse=True):
+        loads[loads.index(min(loads))] += cost
+    return max(loads)
+
+
+def vae_time_s(workload: Workload, plan: Plan, profile: Profile) -> float:
+    """VAE decode: whole on one GPU, or with patch parallel vLLM-Omni's tiled decode over `plan.vae` ranks.
+
+    Each tile costs vae_tile_fixed_share + vae_tile_area_cost x (its area / the frame's) of one whole
+    decode (measured: small tiles run far below the whole decode's efficiency, so tiling costs more work
+    than it spreads for small V), then the RGB tiles are gathered to rank 0."""
+    frames_ratio = workload.num_frames / ANCHOR_FRAMES
+    whole = profile.vae_decode_s * (workload.pixels_x_frames / ANCHOR_PIXELS_X_FRAMES)
+    if plan.vae <= 1:
+        return whole
+    if profile.vae_tile_area_cost <= 0:  # a profile from before the tile model
+        return whole / (1.0 + (plan.vae - 1) * profile.vae_parallel_efficiency)
+    latent_h, latent_w = math.ceil(workload.height / VAE_SPATIAL), math.ceil(workload.width / VAE_SPATIAL)
+    anchor_area = math.ceil(720 / VAE_SPATIAL) * math.ceil(1280 / VAE_SPATIAL)
+    per_tile = profile.vae_decode_s * frames_ratio
+    costs = [
+        per_tile * (profile.vae_tile_fixed_share + profile.vae_tile_area_cost * area / anchor_area)
+        for area in vae_tiles(latent_h, latent_w)
+    ]
+    rgb = workload.width * workload.height * workload.num_frames * RGB_BYTES
+    gather = _collective_s(rgb * (plan.vae - 1) / plan.vae, "allgather", profile)
+    return busiest_rank(costs, plan.vae) + gather
+
+
 def fixed_time_s(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> float:
     """Text encode + VAE decode + muxing: independent of the generator's parallel scheme."""
     text = profile.text_encode_s * (workload.prompt_tokens / ANCHOR_PROMPT_TOKENS)
     text *= spec.reasoner_params_b / SUPER_REASONER_B
-    vae_speedup = 1.0 + (plan.vae - 1) * profile.vae_parallel_efficiency
-    vae = profile.vae_decode_s * (workload.pixels_x_frames / ANCHOR_PIXELS_X_FRAMES) / vae_speedup
     mux = profile.mux_s * (workload.num_frames / ANCHOR_FRAMES)
-    return text + vae + mux
+    return text + vae_time_s(workload, plan, profile) + mux
 
 
 def guardrail_time_s(workload: Workload, profile: Profile) -> float:

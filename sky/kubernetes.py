@@ -1,11 +1,12 @@
 """Kubernetes: a Deployment's manifests (a Deployment + Service per replica, or a LeaderWorkerSet) and their backend.
 
 Each replica of a plan is its own pod asking for `world_size` GPUs (`nvidia.com/gpu` limits; the
-device plugin then sets CUDA_VISIBLE_DEVICES), with a memory-backed /dev/shm for NCCL, startup /
-readiness / liveness probes on `GET /v1/models` (the startup probe allows the model's cold load
-time), and the Hugging Face token read from a Secret. A replica wider than one node becomes a
-LeaderWorkerSet: the leader starts a Ray head and `vllm serve ... --worker-backend ray`, the workers
-join it. KubernetesBackend applies and deletes them with the official `kubernetes` client.
+device plugin then sets CUDA_VISIBLE_DEVICES), with a memory-backed /dev/shm for NCCL, startup and
+readiness probes on `GET /v1/models` (the startup probe allows the model's cold load time), a
+liveness probe on `GET /health` (503 only for a dead engine), and the Hugging Face token read from
+a Secret. A replica wider than one node becomes a LeaderWorkerSet: the leader starts a Ray head and
+`vllm serve ... --worker-backend ray`, the workers join it. KubernetesBackend applies and deletes them
+with the official `kubernetes` client.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ DEPLOYMENT_LABEL = "worldtune.io/deployment"
 REPLICA_LABEL = "worldtune.io/replica"
 HF_SECRET_KEY = "HF_TOKEN"
 RAY_PORT = 6379
+HEALTH_PATH = "/health"  # vLLM-Omni: 200 {"status": "healthy"}, 503 when the engine is dead
 LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 
 
@@ -68,6 +70,7 @@ def _container(deployment: Deployment, options: K8sOptions, argv: list[str], gpu
     image = _image(deployment, options)
     allowance = startup_allowance_s(deployment)
     probe = {"httpGet": {"path": PROBE_PATH, "port": options.port}}
+    health = {"httpGet": {"path": HEALTH_PATH, "port": options.port}}
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in server_envs(deployment).items()]
     if deployment.engine == "vllm-omni":
         ref = {"secretKeyRef": {"name": options.hf_secret, "key": HF_SECRET_KEY}}
@@ -81,10 +84,12 @@ def _container(deployment: Deployment, options: K8sOptions, argv: list[str], gpu
         "ports": [{"name": "http", "containerPort": options.port, "protocol": "TCP"}],
         "resources": {"limits": limits, "requests": dict(limits)},
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "hf-cache", "mountPath": "/root/.cache"}],
-        # The startup probe covers the model load; readiness and liveness take over once it passes.
+        # The startup probe covers the model load (vLLM-Omni refuses connections until it is loaded: each
+        # refused probe is one failure); readiness and liveness take over once it passes. Liveness asks
+        # /health, the one route that says 503 when the engine is dead (/v1/models stays 200 then).
         "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": math.ceil(allowance / 10)},
         "readinessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3, "timeoutSeconds": 5},
-        "livenessProbe": {**probe, "periodSeconds": 30, "failureThreshold": 5, "timeoutSeconds": 10},
+        "livenessProbe": {**health, "periodSeconds": 30, "failureThreshold": 5, "timeoutSeconds": 10},
     }
 
 

@@ -28,11 +28,12 @@ from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
+from worldtune.tools.vllm_omni import PINNED
 
-VLLM_OMNI_VERSION = "0.30.0"
+VLLM_OMNI_VERSION = PINNED.version  # tools/vllm_omni.py holds the pin and its flag spellings
 # The release image of the version whose flags Plan.serve_flags() follows. The `cosmos3` tag is the
 # release-tested Cosmos 3 image; it is mutable, so worldtune pins the versioned tag (override: --image).
-VLLM_OMNI_IMAGE = f"vllm/vllm-omni:v{VLLM_OMNI_VERSION}"
+VLLM_OMNI_IMAGE = PINNED.image
 SUPER_INIT_TIMEOUT_S = 1800  # --init-timeout for 64B checkpoints (vLLM-Omni's default 600 s is too short cold)
 # /v1/videos/sync counts queue time against this (default 600 s -> 504); several 100-400 s clips can queue.
 VIDEO_SYNC_TIMEOUT_S = 7200
@@ -130,13 +131,17 @@ def serve_argv(deployment: Deployment, replica: ReplicaSlice, options: RenderOpt
             argv += ["--model", deployment.model]
         if deployment.twin_profile:
             argv += ["--profile", deployment.twin_profile]
-        return argv
+        # the twin sends stage durations only under the real flag's name, as vLLM-Omni does
+        return [*argv, PINNED.stage_profiler]
     argv = ["vllm", "serve", spec.hf_id, "--omni", "--host", options.host, "--port", str(replica.port)]
-    argv += plan.single_replica().serve_flags()
+    argv += plan.single_replica().serve_flags(PINNED)
     if spec.total_params_b > 40:
-        argv += ["--init-timeout", str(SUPER_INIT_TIMEOUT_S)]
+        argv += [PINNED.init_timeout, str(SUPER_INIT_TIMEOUT_S)]
     if options.model_revision:
         argv += ["--revision", options.model_revision]
+    # stage durations (text encode, diffuse, VAE decode) in every answer: the evidence a result reports;
+    # without the flag vLLM-Omni sends X-Stage-Durations: {} (worldtune's benchmark and search do not need them)
+    argv.append(PINNED.stage_profiler)
     return [*argv, *options.extra_serve_flags]
 
 

@@ -189,8 +189,12 @@ class _Runner:
                     if answer.status_code == 200:
                         scales[endpoint] = scale
                         break
+                    if answer.status_code == 503:  # vLLM-Omni 0.30: 503 only when the engine is missing or dead
+                        raise InvalidInput("endpoint", endpoint, "a live server", f"/health: 503 {answer.text[:200]}")
+                except InvalidInput:
+                    raise
                 except (httpx.TransportError, ValueError):
-                    pass  # a loading vLLM-Omni does not accept connections yet
+                    pass  # a loading vLLM-Omni has bound its port but does not listen: connection refused
                 waited = time.monotonic() - started
                 if waited > self.spec.ready_timeout_s:
                     raise InvalidInput(
@@ -321,7 +325,7 @@ class _Runner:
     async def _record(self, sample: dict[str, Any], body: bytes | None, workload: Workload) -> None:
         """Check the clip, then write the sample to the Store (a sample counts once it is written)."""
         if body is not None and self.spec.check_video:
-            from worldtune.tools.video import check_mp4
+            from worldtune.tools.video import check_mp4, served_frames, served_size
 
             try:
                 info = await asyncio.to_thread(check_mp4, body)
@@ -330,7 +334,9 @@ class _Runner:
             else:
                 sample.update(video_frames=info.frames, video_width=info.width, video_height=info.height,
                               video_fps=info.fps, video_bytes=info.bytes)  # fmt: skip
-                wrong = info.mismatches(workload.num_frames, workload.width, workload.height, workload.fps)
+                # the Cosmos 3 pipeline rounds frames up to 4k + 1 and sides down to multiples of 16
+                width, height = served_size(workload.width, workload.height)
+                wrong = info.mismatches(served_frames(workload.num_frames), width, height, workload.fps)
                 if wrong:
                     sample.update(ok=False, error_kind="bad_video", detail="; ".join(wrong))
         state = "ok" if sample["ok"] else sample["error_kind"]
@@ -449,6 +455,8 @@ def _json_or_empty(raw: str | None) -> dict[str, Any]:
 def _error_kind(status: int, text: str) -> str:
     if status == 400 and "guardrail" in text.lower():
         return "guardrail"
+    if status >= 500 and "out of memory" in text.lower():  # CUDA's OOM text in vLLM-Omni's 500 (a request's peak)
+        return "out_of_memory"
     return {400: "bad_request", 404: "not_found", 503: "unavailable", 504: "server_timeout"}.get(
         status, "server_error" if status >= 500 else f"http_{status}"
     )

@@ -27,6 +27,7 @@ from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.store import Store
+from worldtune.tools.vllm_omni import PINNED
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0
@@ -111,7 +112,7 @@ class LocalBackend:
                 cmd = [
                     sys.executable, "-m", "worldtune.cli", "twin", "--host", HOST, "--port", str(port),
                     "--gpu", deployment.gpu, "--plan", str(plan.single_replica()), "--model", deployment.model,
-                    "--time-scale", repr(deployment.time_scale), "--seed", str(i),
+                    "--time-scale", repr(deployment.time_scale), "--seed", str(i), PINNED.stage_profiler,
                 ]  # fmt: skip
                 if deployment.twin_profile:
                     cmd += ["--profile", deployment.twin_profile]
@@ -166,9 +167,15 @@ class LocalBackend:
                 self.teardown(deployment)
                 self._fail(deployment, f"twin process {dead[0]} exited while loading: {tail}")
             for url in list(pending):
+                # a loading server refuses connections (vLLM-Omni listens only once loaded); 503 means a dead engine
                 with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                    code = httpx.get(f"{url}/health", timeout=2.0).status_code
+                    if code == 200:
                         pending.remove(url)
+                    elif code == 503:
+                        tail = self._log_tail(deployment)
+                        self.teardown(deployment)
+                        self._fail(deployment, f"{url}/health is 503 (the engine is dead): {tail}")
             if not pending:
                 break
             if time.monotonic() > deadline:
@@ -215,7 +222,7 @@ class LocalBackend:
         return [int(p) for p in self._detail(deployment).get("pids", [])]
 
     def status(self, deployment: Deployment) -> Deployment:
-        """Ready when every replica answers /health 200; failed when a replica process is gone."""
+        """Ready when every replica answers /health 200; failed when a process is gone or an engine is dead (503)."""
         import httpx
 
         if not deployment.alive:
@@ -225,11 +232,15 @@ class LocalBackend:
             current = deployment.model_copy(update={"state": "failed"})  # detail keeps the pids teardown needs
             self.store.save_deployment(current)
             return current
-        healthy = 0
+        codes = []
         for url in deployment.endpoints:
-            with contextlib.suppress(httpx.HTTPError):
-                healthy += httpx.get(f"{url}/health", timeout=2.0).status_code == 200
-        state = "ready" if healthy == len(deployment.endpoints) else "loading"
+            with contextlib.suppress(httpx.HTTPError):  # refused: still loading (it listens once loaded)
+                codes.append(httpx.get(f"{url}/health", timeout=2.0).status_code)
+        if 503 in codes:  # vLLM-Omni's /health is 503 only when the engine is dead
+            current = deployment.model_copy(update={"state": "failed"})
+            self.store.save_deployment(current)
+            return current
+        state = "ready" if codes.count(200) == len(deployment.endpoints) else "loading"
         if state != deployment.state:
             deployment = deployment.model_copy(update={"state": state})
             self.store.save_deployment(deployment)

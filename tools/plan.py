@@ -1,21 +1,27 @@
 """Plan: how one replica uses its GPUs, and how many replicas share a node; the plan-string grammar.
 
 Grammar: tokens joined by '-' in any order: tp8, u4 (Ulysses), r2 (ring), cfg2, hsdp8 (shard size),
-vae2 (VAE patch parallel), fp8, or 1gpu for none; an optional 'Nx' prefix gives replicas per node
-(8x1gpu, 2xtp4). Plans always print in the order tp, cfg, u, r, hsdp, vae, fp8.
+vae2 (VAE patch parallel), fp8, an attention backend (fa, cudnn or fi; none: the platform's default),
+or 1gpu for none; an optional 'Nx' prefix gives replicas per node (8x1gpu, 2xtp4). Plans always print
+in the order tp, cfg, u, r, hsdp, vae, fp8, backend.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.tools.errors import InvalidInput
+from worldtune.tools.vllm_omni import PINNED, Release
 
 _TOKEN = re.compile(r"^(tp|cfg|u|r|hsdp|vae)(\d+)$")
 _FIELD = {"tp": "tp", "cfg": "cfg", "u": "ulysses", "r": "ring", "hsdp": "hsdp", "vae": "vae"}
-PLAN_GRAMMAR = "tokens tpN, cfgN, uN, rN, hsdpN, vaeN, fp8 or 1gpu joined by '-', optional 'Nx' prefix"
+PLAN_GRAMMAR = "tokens tpN, cfgN, uN, rN, hsdpN, vaeN, fp8, fa|cudnn|fi or 1gpu joined by '-', optional 'Nx' prefix"
+AttnBackend = Literal["auto", "fa", "cudnn", "fi"]
+# --diffusion-attention-backend values (vLLM-Omni 0.30 DiffusionAttentionBackendEnum) of the backend tokens
+ATTN_BACKENDS: dict[str, str] = {"fa": "FLASH_ATTN", "cudnn": "CUDNN_ATTN", "fi": "FLASHINFER_ATTN"}
 
 
 class Plan(BaseModel):
@@ -30,7 +36,8 @@ class Plan(BaseModel):
     ring: int = Field(default=1, ge=1, description="--ring-degree")
     hsdp: int = Field(default=0, ge=0, description="--hsdp-shard-size with --use-hsdp; 0 = off")
     vae: int = Field(default=1, ge=1, description="--vae-patch-parallel-size")
-    fp8: bool = Field(default=False, description="--quantization fp8")
+    fp8: bool = Field(default=False, description='FP8 weights: --diffusion-quantization-config {"method":"fp8"}')
+    attn: AttnBackend = Field(default="auto", description="--diffusion-attention-backend; auto: the platform's")
 
     # ---- sizes ---------------------------------------------------------------------------------
     @property
@@ -65,7 +72,7 @@ class Plan(BaseModel):
         raw = text.strip().lower()
         if not raw:
             raise InvalidInput("plan", text, PLAN_GRAMMAR)
-        fields: dict[str, int | bool] = {}
+        fields: dict[str, int | bool | str] = {}
         body = raw
         prefix = re.match(r"^(\d+)x(.+)$", raw)
         if prefix:
@@ -76,6 +83,11 @@ class Plan(BaseModel):
                 continue
             if token == "fp8":
                 fields["fp8"] = True
+                continue
+            if token in ATTN_BACKENDS:
+                if "attn" in fields:
+                    raise InvalidInput("plan", text, PLAN_GRAMMAR, "one attention backend per plan")
+                fields["attn"] = token
                 continue
             match = _TOKEN.match(token)
             if not match:
@@ -104,9 +116,9 @@ class Plan(BaseModel):
             parts.append(f"vae{self.vae}")
         if self.fp8:
             parts.append("fp8")
+        if self.attn != "auto":
+            parts.append(self.attn)
         body = "-".join(parts) or "1gpu"
-        if parts == ["fp8"]:
-            body = "fp8"
         return f"{self.replicas}x{body}" if self.replicas > 1 else body
 
     @property
@@ -118,23 +130,25 @@ class Plan(BaseModel):
         return self.model_copy(update={"replicas": 1})
 
     # ---- the serve flags -----------------------------------------------------------------------
-    def serve_flags(self) -> list[str]:
-        """vLLM-Omni 0.30 `vllm serve --omni` flags for one replica of this plan."""
+    def serve_flags(self, release: Release = PINNED) -> list[str]:
+        """`vllm serve --omni` flags for one replica of this plan, spelt as `release` spells them."""
         flags: list[str] = []
         if self.tp > 1:
-            flags += ["--tensor-parallel-size", str(self.tp)]
+            flags += [release.tensor_parallel, str(self.tp)]
         if self.cfg > 1:
-            flags += ["--cfg-parallel-size", str(self.cfg)]
+            flags += [release.cfg_parallel, str(self.cfg)]
         if self.ulysses > 1:
-            flags += ["--ulysses-degree", str(self.ulysses)]
+            flags += [release.ulysses, str(self.ulysses)]
         if self.ring > 1:
-            flags += ["--ring-degree", str(self.ring)]
+            flags += [release.ring, str(self.ring)]
         if self.hsdp:
-            flags += ["--use-hsdp", "--hsdp-shard-size", str(self.hsdp)]
+            flags += [release.use_hsdp, release.hsdp_shard, str(self.hsdp)]
             if self.hsdp_replicate > 1:
-                flags += ["--hsdp-replicate-size", str(self.hsdp_replicate)]
+                flags += [release.hsdp_replicate, str(self.hsdp_replicate)]
         if self.vae > 1:
-            flags += ["--vae-patch-parallel-size", str(self.vae)]
+            flags += [release.vae_patch_parallel, str(self.vae)]
         if self.fp8:
-            flags += ["--quantization", "fp8"]
+            flags += list(release.fp8)
+        if self.attn != "auto":
+            flags += [release.attention_backend, ATTN_BACKENDS[self.attn]]
         return flags

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from worldtune.policies import perf_model
 from worldtune.tools.gpus import GpuSpec
 from worldtune.tools.models import ModelSpec, get_model
-from worldtune.tools.plan import Plan
+from worldtune.tools.plan import ATTN_BACKENDS, Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.workload import Workload
 
 MEMORY_EDGE = 0.9  # above this share of a GPU's memory a plan runs "at the edge"
+BLACKWELL = {"B200", "B300", "GB200", "GB300"}  # compute capability 10.x: no FA2/FA3 kernels
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,45 @@ def _structural(plan: Plan, spec: ModelSpec, workload: Workload, gpu: GpuSpec, n
             f"VAE patch parallel size {plan.vae} exceeds the replica's {plan.world_size} GPUs "
             "(vLLM-Omni would silently use fewer)",
         )
+    backend = _backend_rule(plan, gpu)
+    if backend is not None:
+        return backend
     if plan.sequence_parallel > workload.video_tokens:
         return Verdict(
             False,
             "sequence-size",
             f"{plan.sequence_parallel}-way sequence split of {workload.video_tokens} tokens",
+        )
+    return None
+
+
+def _backend_rule(plan: Plan, gpu: GpuSpec) -> Verdict | None:
+    """Attention-kernel limits of vLLM-Omni 0.30 (diffusion/attention/parallel/ring.py, platforms/cuda/platform.py)."""
+    if plan.ring > 1 and plan.attn in ("cudnn", "fi"):
+        return Verdict(
+            False,
+            "ring-backend",
+            f"ring attention has no {plan.attn} kernel: with --diffusion-attention-backend "
+            f"{ATTN_BACKENDS[plan.attn]} vLLM-Omni 0.30 refuses ring (r={plan.ring}); drop the backend token",
+        )
+    if gpu.name in BLACKWELL and plan.ring > 1:
+        # issue 5611: the pinned fa3-fwd 0.0.3 and FA2 ship no sm_100 kernels and FA4 is the optional
+        # vllm-omni[fa4]; ring then falls back to PyTorch's mem-efficient SDPA ring (~0.3x the rate) or refuses.
+        # 0.32.0rc1 adds vLLM's bundled FA dispatcher to ring (parallel/ring.py _can_use_vllm_flash_attn), which
+        # may lift this there; not verified on a B200
+        return Verdict(
+            False,
+            "ring-blackwell",
+            f"vLLM-Omni 0.30 has no ring kernel for {gpu.name} in its default install (FA2/FA3 are Hopper-only, "
+            f"FA4 is vllm-omni's optional fa4 extra; issue 5611): r={plan.ring} falls back to a slow SDPA ring "
+            "or fails",
+        )
+    if gpu.name in BLACKWELL and plan.attn == "fa":
+        return Verdict(
+            False,
+            "fa-blackwell",
+            f"FLASH_ATTN on {gpu.name} needs CuTe FlashAttention-4 (vllm-omni's fa4 extra); "
+            "vLLM-Omni 0.30 refuses it without",
         )
     return None
 
@@ -188,7 +223,7 @@ def _distance(a: Plan, b: Plan) -> float:
         (a.replicas != b.replicas) + (a.tp != b.tp) + (a.cfg != b.cfg) + (a.ulysses != b.ulysses)
         + (a.ring != b.ring) + (a.hsdp != b.hsdp) + (a.vae != b.vae)
     )  # fmt: skip
-    return score + (0.5 if a.fp8 != b.fp8 else 0.0) + 0.01 * abs(a.gpus - b.gpus)
+    return score + (0.5 if a.fp8 != b.fp8 else 0.0) + (0.5 if a.attn != b.attn else 0.0) + 0.01 * abs(a.gpus - b.gpus)
 
 
 def nearest_valid(

@@ -54,6 +54,25 @@ class Profile(BaseModel):
         ge=0, description="tokens per GPU at which both rates halve (small work runs less efficiently)"
     )
     fp8_linear_speedup: float = Field(default=1.6, gt=0, description="FP8 over BF16 on linear layers")
+    fp8_attn_speedup: float = Field(default=1.0, gt=0, description="FP8 over BF16 on attention (0.30: BF16 attention)")
+    # attention backend (--diffusion-attention-backend): rates relative to attn_tflops, the platform default's
+    attn_backend_default: Literal["fa", "cudnn", "fi"] = Field(
+        default="fa", description="the backend vLLM-Omni picks when the plan names none (H200: FA3; B200: cuDNN class)"
+    )
+    attn_fa_factor: float = Field(default=1.0, gt=0, description="FLASH_ATTN rate over attn_tflops")
+    attn_cudnn_factor: float = Field(default=1.0, gt=0, description="CUDNN_ATTN rate over attn_tflops")
+    attn_fi_factor: float = Field(default=1.0, gt=0, description="FLASHINFER_ATTN rate over attn_tflops")
+    # ring attention's compute (the K/V passing is under links): chunked kernels, the LSE merge, per-hop sync
+    ring_chunk_efficiency: float = Field(
+        default=1.0, gt=0, le=1, description="attention rate over r key chunks relative to one call"
+    )
+    ring_merge_ms_per_gelem: float = Field(
+        default=0.0, ge=0, description="log-sum-exp merge: ms per 1e9 output elements per extra hop"
+    )
+    ring_hop_latency_us: float = Field(default=0.0, ge=0, description="synchronisation per ring hop per layer")
+    ulysses_pack_ms_per_gb: float = Field(
+        default=0.0, ge=0, description="head pack/unpack copies around Ulysses' all-to-alls: ms per GB moved"
+    )
     step_overhead_s: float = Field(default=0.02, ge=0, description="scheduler and launch time per step")
 
     # links (per-GPU bus bandwidth as NCCL tests report it)
@@ -69,7 +88,14 @@ class Profile(BaseModel):
     text_encode_s: float = Field(ge=0)
     vae_decode_s: float = Field(ge=0)
     mux_s: float = Field(ge=0)
-    vae_parallel_efficiency: float = Field(default=0.8, gt=0, le=1)
+    vae_parallel_efficiency: float = Field(
+        default=0.8, gt=0, le=1, description="used only while vae_tile_area_cost is 0 (profiles before issue 13)"
+    )
+    # VAE patch parallel (tiled decode spread over the ranks): each tile costs a share of the whole decode
+    vae_tile_fixed_share: float = Field(default=0.0, ge=0, description="per-tile cost, share of one whole decode")
+    vae_tile_area_cost: float = Field(
+        default=0.0, ge=0, description="per-tile cost per unit of area share; 0 = old vae_parallel_efficiency model"
+    )
     pipelined_s: float = Field(default=0.0, ge=0, description="part of one request that overlaps the next queued one")
     guardrail_base_s: float = Field(default=2.0, ge=0, description="guard model cost per clip, short prompt")
     guardrail_per_word_s: float = Field(default=0.2, ge=0, description="extra guard cost per prompt word")

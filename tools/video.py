@@ -9,6 +9,7 @@ Encoding 189 frames of 720p takes well under a second; clips are cached by shape
 from __future__ import annotations
 
 import io
+import math
 from fractions import Fraction
 from functools import lru_cache
 
@@ -17,6 +18,22 @@ from pydantic import BaseModel, ConfigDict, Field
 from worldtune.tools.errors import InvalidInput
 
 MAX_SIDE = 4096
+# vLLM-Omni 0.30's Cosmos 3 pipeline (diffusion/models/cosmos3/pipeline_cosmos3.py): the causal VAE compresses
+# time 4x after the first frame and each side 16x; the latent grid is the floor of side / 16.
+VAE_TEMPORAL = 4
+VAE_SPATIAL = 16
+
+
+def served_frames(requested: int) -> int:
+    """Frames the pipeline makes for `requested`: rounded up to the next 4k + 1 (`_ceil_video_num_frames`)."""
+    if requested <= 1:
+        return requested
+    return math.ceil((requested - 1) / VAE_TEMPORAL) * VAE_TEMPORAL + 1
+
+
+def served_size(width: int, height: int) -> tuple[int, int]:
+    """The clip's size for a requested one: each side down to a multiple of 16 (`_prepare_latents`: side // 16)."""
+    return width // VAE_SPATIAL * VAE_SPATIAL, height // VAE_SPATIAL * VAE_SPATIAL
 
 
 class VideoInfo(BaseModel):
@@ -44,7 +61,7 @@ class VideoInfo(BaseModel):
         return wrong
 
 
-def make_mp4(width: int, height: int, frames: int, fps: int) -> bytes:
+def make_mp4(width: int, height: int, frames: int, fps: float) -> bytes:
     """A valid H.264 MP4 with exactly `frames` frames of `width` x `height` at `fps` (cached by shape)."""
     if not (2 <= width <= MAX_SIDE and 2 <= height <= MAX_SIDE) or width % 2 or height % 2:
         raise InvalidInput("size", f"{width}x{height}", f"even sides between 2 and {MAX_SIDE} (yuv420p)")
@@ -56,13 +73,14 @@ def make_mp4(width: int, height: int, frames: int, fps: int) -> bytes:
 
 
 @lru_cache(maxsize=64)
-def _encode(width: int, height: int, frames: int, fps: int) -> bytes:
+def _encode(width: int, height: int, frames: int, fps: float) -> bytes:
     import av  # FFmpeg bindings: imported here so the CLI starts fast
     import numpy as np
 
     buffer = io.BytesIO()
     with av.open(buffer, mode="w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=Fraction(fps))
+        # vLLM-Omni takes fps as a float (23.976 is valid); the container needs a rational rate
+        stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         # ultrafast + zerolatency: no lookahead, no B-frames; flat frames compress to a few bytes each
         stream.options = {"preset": "ultrafast", "tune": "zerolatency"}

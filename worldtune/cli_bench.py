@@ -37,8 +37,18 @@ def twin(
     seed: Annotated[int, typer.Option(help="noise seed (replica i uses seed + i)")] = 0,
     guardrails: Annotated[bool, typer.Option("--guardrails/--no-guardrails", help="server-level guardrails")] = True,
     load_time: Annotated[float | None, typer.Option(help="model seconds of loading (default: from profile)")] = None,
+    stage_profiler: Annotated[
+        bool,
+        typer.Option(
+            "--enable-diffusion-pipeline-profiler", help="send stage durations (as vLLM-Omni's flag of that name)"
+        ),
+    ] = False,
 ) -> None:
-    """Serve vLLM-Omni's video API with Cosmos 3 timings from a profile (no GPU needed)."""
+    """Serve vLLM-Omni's video API with Cosmos 3 timings from a profile (no GPU needed).
+
+    The port refuses connections until the simulated load is done; a plan that does not fit the GPU's memory
+    fails the load (exit 1); SIGUSR1 kills the engine (/health 503, then the server stops).
+    """
     import asyncio
 
     from worldtune.tools.twin import TwinConfig, replica_count, serve
@@ -46,7 +56,7 @@ def twin(
     try:
         config = TwinConfig.from_env(
             model=model, gpu=gpu, plan=plan, profile_path=profile, time_scale=time_scale, seed=seed,
-            guardrails=guardrails, load_time_s=load_time,
+            guardrails=guardrails, load_time_s=load_time, stage_profiler=stage_profiler,
         )  # fmt: skip
         count = replica_count(config, replicas)
         from worldtune.tools.twin import TwinEngine
@@ -55,11 +65,14 @@ def twin(
     except (WorldtuneError, ValueError) as exc:
         raise fail(str(exc)) from exc
     ports = ", ".join(str(port + i) for i in range(count))
-    err_console.print(
-        f"twin: {engine.spec.hf_id} on {gpu} {engine.plan} x{count}, ports {ports}, time scale {time_scale:g}, "
-        f"loading {engine.load_s:.0f} model s ({engine.load_s / time_scale:.2f} s wall)"
-    )
-    asyncio.run(serve(config, host=host, port=port, replicas=count))
+
+    def bound() -> None:  # printed once the ports are bound: from here on, connections are refused until loaded
+        err_console.print(
+            f"twin: {engine.spec.hf_id} on {gpu} {engine.plan} x{count}, ports {ports} bound, time scale "
+            f"{time_scale:g}, loading {engine.load_s:.0f} model s ({engine.load_s / time_scale:.2f} s wall)"
+        )
+
+    asyncio.run(serve(config, host=host, port=port, replicas=count, on_bound=bound))
 
 
 def _csv_ints(text: str, field: str) -> list[int]:

@@ -110,7 +110,7 @@ def raw_from_file(path: Path) -> Path:
     return raw
 
 
-def run_microbench(raw_out: Path, world: int | None, tiny: bool, device: str) -> None:
+def run_microbench(raw_out: Path, world: int | None, tiny: bool, device: str, mechanisms: bool = False) -> None:
     """Run the micro-benchmarks in a child process (it spawns one process per GPU)."""
     if importlib.util.find_spec("torch") is None:
         from worldtune.tools.errors import InvalidInput
@@ -126,6 +126,8 @@ def run_microbench(raw_out: Path, world: int | None, tiny: bool, device: str) ->
         argv += ["--world", str(world)]
     if tiny:
         argv.append("--tiny")
+    if mechanisms:
+        argv.append("--mechanisms")
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
     # progress goes to stderr: stdout carries only the result (--json promises that)
     done = subprocess.run(argv, env=env, check=False, stdout=sys.stderr)
@@ -151,6 +153,12 @@ def register(app: typer.Typer) -> None:
         infra: Annotated[str | None, typer.Option(help="render a SkyPilot task for this infra (e.g. nebius)")] = None,
         gpus: Annotated[int, typer.Option(help="GPUs on the rented node (--infra)")] = 2,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="with --infra: validate and print the task")] = False,
+        mechanisms: Annotated[
+            bool, typer.Option("--mechanisms", help="also measure ring, Ulysses packing, FP8, SDPA backends, VAE")
+        ] = False,
+        from_mech: Annotated[
+            str | None, typer.Option("--from-mech", help="with --from-raw: a gpu_mechbench.py JSON to read too")
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
     ) -> None:
         """Measure a Profile for a GPU type from micro-benchmarks of the generator's operations (no model download)."""
@@ -168,7 +176,9 @@ def register(app: typer.Typer) -> None:
                 return
             if dry_run:
                 raise InvalidInput("dry-run", True, "only with --infra CLOUD")
-            _calibrate(spec.name, out, from_raw, world, tiny, device, as_json)
+            if from_mech is not None and from_raw is None:
+                raise InvalidInput("from-mech", from_mech, "only with --from-raw (a run measures with --mechanisms)")
+            _calibrate(spec.name, out, from_raw, world, tiny, device, as_json, mechanisms, from_mech)
         except (WorldtuneError, ValueError) as exc:
             raise fail(str(exc), as_json, {"gpu": gpu}) from exc
 
@@ -200,15 +210,27 @@ def _render(gpu: str, count: int, infra: str, dry_run: bool, out: str | None, as
 
 
 def _calibrate(
-    gpu: str, out: str | None, from_raw: str | None, world: int | None, tiny: bool, device: str, as_json: bool
+    gpu: str,
+    out: str | None,
+    from_raw: str | None,
+    world: int | None,
+    tiny: bool,
+    device: str,
+    as_json: bool,
+    mechanisms: bool = False,
+    from_mech: str | None = None,
 ) -> None:
     from worldtune.policies import gpu_calibration as gc
+    from worldtune.policies.gpu_microbench import mechanisms_path
+    from worldtune.policies.mech_terms import load_mech
 
     workdir = Path.cwd()
+    mech_path = Path(from_mech) if from_mech else None
     if from_raw is None:
         scratch = workdir / f".worldtune-calibrate-{os.getpid()}.raw.json"
-        run_microbench(scratch, world, tiny, device)
+        run_microbench(scratch, world, tiny, device, mechanisms)
         raw_path = scratch
+        mech_path = mechanisms_path(scratch) if mechanisms else None
     else:
         raw_path = raw_from_file(Path(from_raw))
     raw = gc.load_raw(raw_path)
@@ -218,6 +240,13 @@ def _calibrate(
     if from_raw is None:
         shutil.move(raw_path, kept_raw)
     profile = gc.measured_profile(raw, gpu, raw_name=kept_raw.name if from_raw is None else raw_path.name)
+    if mech_path is not None:
+        mech = load_mech(mech_path)
+        if from_raw is None:  # keep the measurement beside the profile, as the raw file is
+            kept_mech = profile_path.with_name(profile_path.stem + ".mech.json")
+            shutil.move(mech_path, kept_mech)
+            mech_path = kept_mech
+        profile = gc.with_mechanisms(profile, mech, mech_path.name)
     profile.dump(profile_path)
     summary = gc.comparison(profile, raw)
     summary["profile"] = str(profile_path)

@@ -43,6 +43,8 @@ def _printer(as_json: bool) -> Any:
             err_console.print(f"  [green]measured[/] {data['kind']} {data['key']}: {figures}")
         elif kind == "learned":
             err_console.print(f"  [magenta]learned[/] {data['note']} (spent ${data['spent_usd']:.2f})")
+        elif kind == "failed":
+            err_console.print(f"  [red]failed[/] {data['key']}: {data['error']}")
         elif kind == "stop":
             err_console.print(f"[bold]stop[/] {data['reason']}")
         elif kind in ("deploy", "teardown", "reuse", "resume", "cleanup-failed"):

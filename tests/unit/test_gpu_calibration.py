@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from worldtune.policies import gpu_calibration as gc
 from worldtune.policies import gpu_microbench as mb
 from worldtune.policies import perf_model
-from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.calibration import load_published, shipped_profile
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
@@ -81,7 +81,7 @@ def _per_layer_bytes(plan: str, field: str, **profile_changes: Any) -> float:
 @pytest.mark.parametrize("degree", [2, 4, 8])
 def test_microbench_sizes_are_the_bytes_the_performance_model_charges(degree: int) -> None:
     qkv, out = mb.ulysses_bytes(mb.FULL, degree)
-    moved = _per_layer_bytes(f"u{degree}", "ulysses_s")
+    moved = _per_layer_bytes(f"u{degree}", "ulysses_s", ulysses_pack_ms_per_gb=0.0)  # the all-to-alls alone
     assert moved == pytest.approx(mb.bus_bytes("a2a", qkv, degree) + mb.bus_bytes("a2a", out, degree), rel=1e-9)
     tp = _per_layer_bytes(f"tp{degree}", "tp_s")
     assert tp == pytest.approx(2 * mb.bus_bytes("allreduce", mb.tp_allreduce_bytes(mb.FULL), degree), rel=1e-9)
@@ -175,10 +175,11 @@ def test_floor_step_is_reference_23_3_seconds() -> None:
 
 def test_comparison_covers_every_published_h200_cell() -> None:
     rows = gc.compare_published(shipped_profile("H200"))
-    assert len(rows) == 4
+    assert len(rows) == len([c for c in load_published()["cells"] if c["gpu"] == "H200"]) >= 9
     rec = [r for r in rows if "cfg2-u4-hsdp8" in r["cell"]]
     assert rec[0]["published_step_s"] == pytest.approx((166.26 - 120.57) / 15, rel=1e-3)
-    assert all(abs(r["rel_error"]) < 0.01 for r in rows)  # the shipped profile is fitted to these cells
+    # the shipped profile is fitted to these cells; the backend dashboard run sits ~1.3% below the server-stage cells
+    assert all(abs(r["rel_error"]) < 0.015 for r in rows)
 
 
 @pytest.mark.parametrize("stem", ["H200-1gpu-2026-11-29", "H200-2gpu-2026-11-29"])
@@ -269,3 +270,15 @@ def test_skypilot_task_renders_and_validates_offline() -> None:
     broken = {**task, "resources": {**task["resources"], "infra": "no-such-cloud"}}
     with pytest.raises(InvalidInput, match="SkyPilot"):
         validate_task(broken)
+
+
+def test_mechanism_terms_from_the_committed_h200_run_overlay_a_measured_profile() -> None:
+    from worldtune.policies.mech_terms import H200_MECH, load_mech
+
+    raw = gc.load_raw(MEASURED / "H200-1gpu-2026-11-29.raw.json")
+    profile = gc.measured_profile(raw, "H200", raw_name="H200-1gpu-2026-11-29.raw.json")
+    mech = gc.with_mechanisms(profile, load_mech(H200_MECH), H200_MECH.name)
+    assert 0.928 <= mech.ring_chunk_efficiency <= 0.995 and mech.ring_merge_ms_per_gelem > 5
+    assert mech.basis_of("ulysses_pack_ms_per_gb").kind == "measured"
+    assert H200_MECH.name in mech.basis_of("ring_merge_ms_per_gelem").source
+    assert mech.vae_decode_s == profile.vae_decode_s  # a stand-in decoder's seconds do not replace the fit's

@@ -63,8 +63,9 @@ def test_deployment_and_service_per_replica_validate_strictly(gpu: str, plan: st
     assert server["resources"]["limits"][GPU_RESOURCE] == ("1" if replicas == 8 else "8")
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in pod["volumes"]
     assert {"name": "shm", "mountPath": "/dev/shm"} in server["volumeMounts"]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):
         assert server[probe]["httpGet"]["path"] == "/v1/models"
+    assert server["livenessProbe"]["httpGet"]["path"] == "/health"  # 503 only for a dead engine
     startup = server["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= startup_allowance_s(dep)
     token = next(e for e in server["env"] if e["name"] == "HF_TOKEN")

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
+PROFILER = "--enable-diffusion-pipeline-profiler"
 RECIPE = "--cfg-parallel-size 2 --ulysses-degree 4 --use-hsdp --hsdp-shard-size 8 --init-timeout 1800"
 
 
@@ -32,9 +33,9 @@ def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subpro
 @pytest.mark.parametrize(
     ("gpu", "plan", "price", "servers", "flags"),
     [
-        ("H200", "cfg2-u4-hsdp8", 28.0, 1, RECIPE),
-        ("B200", "tp8", 44.0, 1, "--tensor-parallel-size 8 --init-timeout 1800"),
-        ("B200", "8x1gpu", 44.0, 8, "--init-timeout 1800"),
+        ("H200", "cfg2-u4-hsdp8", 28.0, 1, f"{RECIPE} {PROFILER}"),
+        ("B200", "tp8", 44.0, 1, f"--tensor-parallel-size 8 --init-timeout 1800 {PROFILER}"),
+        ("B200", "8x1gpu", 44.0, 8, f"--init-timeout 1800 {PROFILER}"),
     ],
 )
 def test_dry_run_passes_skypilot_validation_and_names_the_cheapest_offer(

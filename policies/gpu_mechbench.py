@@ -1,0 +1,542 @@
+"""GPU micro-benchmarks of the mechanisms the performance model credits: ring, Ulysses packing, FP8, SDPA, VAE.
+
+Plain PyTorch + the standard library (no worldtune import), so it runs on a bare GPU node:
+
+    python3 policies/gpu_mechbench.py --out mech.json [--tiny] [--device cpu|cuda] [--sections ring,vae]
+
+(`gpu_microbench.py --mechanisms` runs the same after its own sections.) At Cosmos3-Super's per-GPU shapes
+(64 query heads x 128, 8 KV heads, 44,160 video + 4,096 prompt tokens per CFG branch) it times:
+- ring attention's compute: a GPU's queries against the keys in r chunks (the prompt keys ride with the first),
+  each chunk by SDPA with its log-sum-exp, merged unfused; against one SDPA call of the same FLOPs, and the
+  chunks alone without the merge, for u2-r2, u4-r2, r2, r4, r8 and each fused SDPA backend that returns an LSE;
+- Ulysses' head packing around its two all-to-alls (the permute-to-contiguous copies of q/k/v and the output);
+- FP8 GEMM (`torch._scaled_mm`, e4m3, per-tensor scales, BF16 out) against BF16 at the generator's linear shapes
+  and per-GPU token counts, plus the activation quantisation that a real FP8 linear also pays;
+- every SDPA backend PyTorch has (math at a reduced shape: its scores would not fit at the anchor);
+- a Wan-2.1-style 3D causal VAE decoder with random weights at 720p x 189 frames (latent 16 x 48 x 45 x 80,
+  decoded one latent frame at a time with cached causal convolutions, a 2x2 unpatchify at the end): whole, each
+  tile size of vLLM-Omni's tiled decode (latent tile 16, stride 12), and one of 2/4/8 spatial patches with the
+  halo vLLM-Omni's patch decode adds (max(tile overlap / 2, half the core's short side)).
+Records are written after every section, so a timeout keeps what ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import importlib
+import itertools
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MECH_FORMAT = "worldtune-gpu-mechbench/1"
+RING_SPLITS = ((2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (1, 8))  # (ulysses, ring) per-GPU splits
+FP8_TOKENS_DIVISORS = (1, 2, 4, 8)
+VAE_TILE_LATENT, VAE_TILE_STRIDE = 16, 12  # diffusers' Wan defaults (256/192 px) at 16x spatial compression
+VAE_PATCHES = (2, 4, 8)
+
+
+@dataclass(frozen=True)
+class MechSizes:
+    """Shapes the mechanisms run at (full: Cosmos3-Super at the anchor; tiny: CPU tests)."""
+
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    ffn: int
+    video_tokens: int
+    prompt_tokens: int
+    latent: tuple[int, int, int]  # latent frames, height, width at the anchor (16x spatial, 4x temporal)
+    vae_base: int  # decoder width (Wan 2.1: 96)
+
+
+FULL = MechSizes(64, 8, 128, 5120, 25600, 44160, 4096, (48, 45, 80), 96)
+TINY = MechSizes(8, 2, 32, 256, 512, 552, 64, (3, 10, 14), 8)
+
+
+def _torch(sub: str = "") -> Any:
+    return importlib.import_module(f"torch.{sub}" if sub else "torch")
+
+
+def time_ms(fn: Callable[[], object], device: Any, warmup: int, reps: int) -> list[float]:
+    """Milliseconds of each timed call (CUDA events on a GPU, the host clock on the CPU)."""
+    torch = _torch()
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize(device)
+            out.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+# ---- attention with log-sum-exp, ring merge ------------------------------------------------------------------
+def sdpa_lse(q: Any, k: Any, v: Any, backend: str) -> tuple[Any, Any]:
+    """Attention output and its log-sum-exp (B, H, Tq) from the chosen fused kernel (math on the CPU)."""
+    torch = _torch()
+    aten = torch.ops.aten
+    if backend == "cudnn":
+        out = aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, False, False)
+        return out[0], out[1].reshape(q.shape[0], q.shape[1], q.shape[2])
+    if backend == "flash":
+        out = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False)
+        return out[0], out[1]
+    if backend == "efficient":
+        out = aten._scaled_dot_product_efficient_attention(q, k, v, None, True)
+        return out[0], out[1][..., : q.shape[2]]
+    scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    lse = torch.logsumexp(scores, dim=-1)
+    return (torch.softmax(scores, dim=-1) @ v.float()).to(q.dtype), lse
+
+
+def ring_attention(q: Any, chunks: list[tuple[Any, Any]], backend: str, merge: bool = True) -> Any:
+    """q against each K/V chunk in turn, partial outputs merged by log-sum-exp (what a ring step does, unfused)."""
+    torch = _torch()
+    out: Any = None
+    lse: Any = None
+    for k, v in chunks:
+        o_i, l_i = sdpa_lse(q, k, v, backend)
+        if not merge:
+            continue
+        if out is None:
+            out, lse = o_i.float(), l_i.float()
+            continue
+        new = torch.logaddexp(lse, l_i.float())
+        out = out * torch.exp(lse - new).unsqueeze(-1) + o_i.float() * torch.exp(l_i.float() - new).unsqueeze(-1)
+        lse = new
+    return out
+
+
+def _gqa_inputs(s: MechSizes, q_tokens: int, k_tokens: int, heads: int, kv: int, device: Any) -> tuple[Any, Any, Any]:
+    torch = _torch()
+    q = torch.randn(1, heads, q_tokens, s.head_dim, device=device, dtype=torch.bfloat16)
+    k, v = (
+        torch.randn(1, kv, k_tokens, s.head_dim, device=device, dtype=torch.bfloat16).repeat_interleave(heads // kv, 1)
+        for _ in range(2)
+    )
+    return q, k, v
+
+
+def _pack_round(pack: Callable[[Any], Any], unpack: Callable[[Any], Any], q: Any, k: Any, pq: Any, pk: Any) -> None:
+    """q, k, v packed for the all-to-all and the received buffers unpacked (v has k's shape)."""
+    pack(q), pack(k), pack(k), unpack(pq), unpack(pk), unpack(pk)
+
+
+def _compose(outer: Callable[[Any], Any], inner: Callable[[Any], Any], x: Any) -> Any:
+    return outer(inner(x))
+
+
+def _quantize(x: Any, dtype: Any) -> Any:
+    """Per-tensor dynamic FP8 scale, unfused: amax, scale, cast (a real FP8 linear fuses this)."""
+    scale = x.abs().amax().float() / 448.0
+    return (x / scale).to(dtype)
+
+
+class Mech:
+    """Runs the sections on one device and keeps the records."""
+
+    def __init__(self, sizes: MechSizes, device: Any, warmup: int, reps: int) -> None:
+        self.s, self.device, self.warmup, self.reps = sizes, device, warmup, reps
+        self.records: list[dict[str, Any]] = []
+
+    def record(self, section: str, name: str, times: list[float], **extra: Any) -> dict[str, Any]:
+        rec: dict[str, Any] = {"section": section, "name": name, "median_ms": statistics.median(times)}
+        rec["min_ms"] = min(times)
+        rec.update(reps=len(times), times_ms=[round(t, 4) for t in times], **extra)
+        self.records.append(rec)
+        flops = extra.get("flops")
+        rate = f"{flops / (rec['median_ms'] * 1e-3) / 1e12:9.1f} TFLOP/s" if flops else ""
+        print(f"  {name:<40} {rec['median_ms']:11.3f} ms {rate}", flush=True)
+        return rec
+
+    def error(self, section: str, name: str, exc: BaseException) -> None:
+        self.records.append({"section": section, "name": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+        print(f"  {name:<40} unavailable ({type(exc).__name__}: {str(exc)[:100]})", flush=True)
+        if self.device.type == "cuda":
+            _torch().cuda.empty_cache()
+
+    def backends(self) -> list[str]:
+        return ["math"] if self.device.type == "cpu" else ["cudnn", "flash", "efficient"]
+
+    def ring(self) -> None:
+        """Chunked attention + LSE merge vs one call of the same FLOPs, per split and backend."""
+        s = self.s
+        for backend in self.backends():
+            for u, r in RING_SPLITS:
+                heads, kv = s.q_heads // u, max(1, s.kv_heads // u)
+                q_tokens = math.ceil(s.video_tokens / (u * r)) * u  # after Ulysses: all u's tokens, heads/u
+                name = f"ring-u{u}-r{r}-{backend}"
+                try:
+                    q, k, v = _gqa_inputs(s, q_tokens, s.video_tokens + s.prompt_tokens, heads, kv, self.device)
+                    bounds = [s.prompt_tokens + (i * s.video_tokens) // r for i in range(r + 1)]
+                    bounds[0] = 0  # the prompt keys ride with the first chunk
+                    chunks = [(k[:, :, a:b], v[:, :, a:b]) for a, b in itertools.pairwise(bounds)]
+                    flops = 4.0 * q_tokens * k.shape[2] * heads * s.head_dim
+                    one = self.record(
+                        "ring", f"{name}-one-call", self._t(functools.partial(sdpa_lse, q, k, v, backend))
+                    )
+                    ref = sdpa_lse(q, k, v, backend)[0].float()
+                    one["merge_rel_err"] = float((ring_attention(q, chunks, backend) - ref).norm() / ref.norm())
+                    chunked = self._t(functools.partial(ring_attention, q, chunks, backend, merge=False))
+                    merged = self._t(functools.partial(ring_attention, q, chunks, backend))
+                    self.record("ring", f"{name}-chunks", chunked, u=u, r=r, backend=backend)
+                    rec = self.record("ring", f"{name}-merged", merged, u=u, r=r, backend=backend, flops=flops)
+                    rec["overhead_vs_one_call"] = rec["median_ms"] / one["median_ms"] - 1
+                    rec["chunking_vs_one_call"] = statistics.median(chunked) / one["median_ms"] - 1
+                    one.update(u=u, r=r, backend=backend, flops=flops)
+                except Exception as exc:  # a kernel that cannot run here is a record, not a failure
+                    self.error("ring", name, exc)
+
+    def _t(self, fn: Callable[[], object]) -> list[float]:
+        return time_ms(fn, self.device, self.warmup, self.reps)
+
+    def ulysses_pack(self) -> None:
+        """The copies around Ulysses' all-to-alls: q/k/v (T/u, H) -> (u, T/u, H/u) and the output back."""
+        torch, s = _torch(), self.s
+        for u in (2, 4, 8):
+            tokens = math.ceil(s.video_tokens / u)
+            kv = max(1, s.kv_heads // u) * u  # KV heads replicated up to u when u exceeds them
+            q = torch.randn(tokens, s.q_heads, s.head_dim, device=self.device, dtype=torch.bfloat16)
+            k = torch.randn(tokens, kv, s.head_dim, device=self.device, dtype=torch.bfloat16)
+
+            def pack(x: Any, u: int = u) -> Any:
+                t, h, d = x.shape
+                return x.reshape(t, u, h // u, d).permute(1, 0, 2, 3).contiguous()
+
+            def unpack(x: Any, u: int = u) -> Any:  # received (u, T/u, H/u, D) -> (T, H/u, D) as attention reads it
+                return x.reshape(-1, x.shape[2], x.shape[3]).transpose(0, 1).contiguous()
+
+            packed_q, packed_k = pack(q), pack(k)
+            moved = 2 * (q.numel() + 2 * k.numel()) * 2 * 2  # read + write, q/k/v in and the output back, bytes
+            both = functools.partial(_pack_round, pack, unpack, q, k, packed_q, packed_k)
+            times = self._t(both)
+            out_times = self._t(functools.partial(_compose, unpack, pack, q))
+            rec = self.record("ulysses_pack", f"ulysses-pack-u{u}", times, u=u, tokens=tokens, bytes_moved=moved)
+            rec["output_roundtrip_ms"] = statistics.median(out_times)
+
+    def fp8(self) -> None:
+        """BF16 vs FP8 (torch._scaled_mm) at the generator's four linear shapes and per-GPU token counts."""
+        torch, s = _torch(), self.s
+        shapes = {
+            "qkv": (s.hidden, s.q_heads * s.head_dim + 2 * s.kv_heads * s.head_dim),
+            "o": (s.q_heads * s.head_dim, s.hidden),
+            "gate_up": (s.hidden, 2 * s.ffn),
+            "down": (s.ffn, s.hidden),
+        }
+        e4m3 = torch.float8_e4m3fn
+        one = torch.tensor(1.0, device=self.device)
+        for div in FP8_TOKENS_DIVISORS:
+            tokens = math.ceil(s.video_tokens / div)
+            for label, (k_in, n_out) in shapes.items():
+                name = f"gemm-{label}-t{tokens}"
+                x = torch.randn(tokens, k_in, device=self.device, dtype=torch.bfloat16)
+                w = torch.randn(n_out, k_in, device=self.device, dtype=torch.bfloat16) / math.sqrt(k_in)
+                flops = 2.0 * tokens * k_in * n_out
+                self.record(
+                    "fp8",
+                    f"{name}-bf16",
+                    self._t(functools.partial(torch.matmul, x, w.t())),
+                    flops=flops,
+                    tokens=tokens,
+                    op=label,
+                )
+                try:
+                    x8, w8 = x.to(e4m3), w.to(e4m3)
+                    mm = functools.partial(
+                        torch._scaled_mm, x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+                    )
+                    quant = functools.partial(_quantize, x, e4m3)
+                    self.record("fp8", f"{name}-fp8", self._t(mm), flops=flops, tokens=tokens, op=label)
+                    self.record("fp8", f"{name}-quant", self._t(quant), tokens=tokens, op=label)
+                except Exception as exc:
+                    self.error("fp8", f"{name}-fp8", exc)
+
+    def sdpa_backends(self) -> None:
+        """Every SDPA backend at the anchor shape (math at 1/16 of the queries and 8 heads: its scores must fit)."""
+        F, attn = _torch("nn.functional"), _torch("nn.attention")
+        s = self.s
+        keys = s.video_tokens + s.prompt_tokens
+        for member in [m for m in attn.SDPBackend.__members__ if m != "ERROR"]:
+            math_path = member == "MATH"
+            q_tokens, heads = (max(1, s.video_tokens // 16), 8) if math_path else (s.video_tokens, s.q_heads)
+            name = f"sdpa-{member.lower()}"
+            try:
+                q, k, v = _gqa_inputs(s, q_tokens, keys, heads, max(1, heads * s.kv_heads // s.q_heads), self.device)
+                with attn.sdpa_kernel([getattr(attn.SDPBackend, member)]):
+                    times = self._t(functools.partial(F.scaled_dot_product_attention, q, k, v))
+                flops = 4.0 * q_tokens * keys * heads * s.head_dim
+                self.record("sdpa", name, times, flops=flops, backend=member.lower(), q_tokens=q_tokens, heads=heads)
+            except Exception as exc:
+                self.error("sdpa", name, exc)
+
+    def gqa(self) -> None:
+        """SDPA as vLLM-Omni's CUDNN_ATTN/TORCH_SDPA backends call it: 8 KV heads un-repeated (enable_gqa=True),
+        at the anchor and at the Ulysses-4 per-GPU shape (16 query / 2 KV heads), against repeated KV heads."""
+        torch, F, attn = _torch(), _torch("nn.functional"), _torch("nn.attention")
+        s = self.s
+        keys = s.video_tokens + s.prompt_tokens
+        for u in (1, 4):
+            heads, kv = s.q_heads // u, max(1, s.kv_heads // u)
+            q = torch.randn(1, s.video_tokens, heads, s.head_dim, device=self.device, dtype=torch.bfloat16)
+            k, v = (torch.randn(1, keys, kv, s.head_dim, device=self.device, dtype=torch.bfloat16) for _ in range(2))
+            qt, kt, vt = (x.permute(0, 2, 1, 3) for x in (q, k, v))  # (B, T, H, D) seen as (B, H, T, D)
+            kr, vr = (x.repeat_interleave(heads // kv, dim=1) for x in (kt, vt))
+            flops = 4.0 * s.video_tokens * keys * heads * s.head_dim
+            for backend in self.backends():
+                member = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
+                kernel = [getattr(attn.SDPBackend, member.get(backend, "MATH"))]
+                for label, (kk, vv, gqa) in {"gqa": (kt, vt, True), "repeated": (kr, vr, False)}.items():
+                    name = f"sdpa-{backend}-u{u}-{label}"
+                    try:
+                        with attn.sdpa_kernel(kernel):
+                            call = functools.partial(F.scaled_dot_product_attention, qt, kk, vv, enable_gqa=gqa)
+                            times = self._t(call)
+                        self.record("gqa", name, times, flops=flops, backend=backend, u=u, enable_gqa=gqa)
+                    except Exception as exc:
+                        self.error("gqa", name, exc)
+
+    def fp8_quant_one_pass(self) -> None:
+        """Activation quantisation as a fused kernel would do it (one read, one write: scale known)."""
+        torch, s = _torch(), self.s
+        for width in (s.hidden, s.q_heads * s.head_dim, s.ffn):
+            x = torch.randn(s.video_tokens, width, device=self.device, dtype=torch.bfloat16)
+            times = self._t(functools.partial(x.to, torch.float8_e4m3fn))
+            self.record("fp8", f"quant-one-pass-t{s.video_tokens}-k{width}", times, bytes_moved=3 * x.numel())
+
+
+# ---- a Wan-2.1-style causal 3D VAE decoder (random weights) -------------------------------------------------
+def build_decoder(base: int, device: Any) -> Any:
+    """Wan 2.1's decoder layout (dims base x [4,4,4,2,1], 3 residual blocks a stage, mid attention, two temporal
+    and three spatial 2x upsamplings) with causal 3D convolutions that cache the last two frames between calls,
+    and a 2x2 unpatchify after the head (16x spatial in all, as Cosmos3's VAE)."""
+    torch, nn, F = _torch(), _torch("nn"), _torch("nn.functional")
+    Module: Any = nn.Module
+    Conv3d: Any = nn.Conv3d
+
+    class CausalConv3d(Conv3d):  # type: ignore[misc]
+        def __init__(self, cin: int, cout: int, kt: int, ks: int) -> None:
+            super().__init__(cin, cout, (kt, ks, ks), padding=(0, ks // 2, ks // 2))
+            self.kt, self.cache = kt, None
+
+        def forward(self, x: Any) -> Any:
+            if self.kt > 1:
+                prev = self.cache if self.cache is not None else x.new_zeros((*x.shape[:2], self.kt - 1, *x.shape[3:]))
+                x = torch.cat([prev, x], dim=2)
+                self.cache = x[:, :, -(self.kt - 1) :]
+            return super().forward(x)
+
+    class Norm(Module):  # type: ignore[misc]
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.gamma, self.scale = nn.Parameter(torch.ones(c, 1, 1, 1)), c**0.5
+
+        def forward(self, x: Any) -> Any:
+            return F.normalize(x, dim=1) * self.scale * self.gamma
+
+    class Res(Module):  # type: ignore[misc]
+        def __init__(self, cin: int, cout: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(Norm(cin), nn.SiLU(), CausalConv3d(cin, cout, 3, 3), Norm(cout), nn.SiLU())
+            self.conv2 = CausalConv3d(cout, cout, 3, 3)
+            self.short = CausalConv3d(cin, cout, 1, 1) if cin != cout else nn.Identity()
+
+        def forward(self, x: Any) -> Any:
+            return self.conv2(self.body(x)) + self.short(x)
+
+    class Attn(Module):  # type: ignore[misc]
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.norm, self.qkv, self.proj = Norm(c), nn.Conv2d(c, 3 * c, 1), nn.Conv2d(c, c, 1)
+
+        def forward(self, x: Any) -> Any:
+            b, c, t, h, w = x.shape
+            y = self.norm(x).permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w)
+            q, k, v = self.qkv(y).reshape(b * t, 3, c, h * w).permute(1, 0, 3, 2).unsqueeze(2).unbind(0)
+            y = F.scaled_dot_product_attention(q, k, v).squeeze(1).transpose(1, 2).reshape(b * t, c, h, w)
+            return x + self.proj(y).reshape(b, t, c, h, w).permute(0, 2, 1, 3, 4)
+
+    class Up(Module):  # type: ignore[misc]
+        def __init__(self, c: int, temporal: bool) -> None:
+            super().__init__()
+            self.time = CausalConv3d(c, 2 * c, 3, 1) if temporal else None
+            self.conv = nn.Conv2d(c, c // 2, 3, padding=1)
+            self.first = True
+
+        def forward(self, x: Any) -> Any:
+            b, c, t, h, w = x.shape
+            if self.time is not None:
+                if self.first:  # the first latent frame decodes to one frame (causal)
+                    self.first = False
+                else:
+                    x = self.time(x).reshape(b, 2, c, t, h, w).permute(0, 2, 3, 1, 4, 5).reshape(b, c, 2 * t, h, w)
+                    t = 2 * t
+            y = x.permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w)
+            y = self.conv(F.interpolate(y, scale_factor=2.0, mode="nearest-exact"))
+            return y.reshape(b, t, c // 2, 2 * h, 2 * w).permute(0, 2, 1, 3, 4)
+
+    dims = [base * m for m in (4, 4, 4, 2, 1)]
+    layers: list[Any] = [CausalConv3d(16, dims[0], 3, 3), Res(dims[0], dims[0]), Attn(dims[0]), Res(dims[0], dims[0])]
+    for i, (din, dout) in enumerate(itertools.pairwise(dims)):
+        din = din // 2 if i > 0 else din
+        for _ in range(3):
+            layers.append(Res(din, dout))
+            din = dout
+        if i < 3:
+            layers.append(Up(dout, temporal=i < 2))
+    layers += [Norm(dims[-1]), nn.SiLU(), CausalConv3d(dims[-1], 12, 3, 3)]
+    return nn.Sequential(*layers).to(device=device, dtype=torch.bfloat16).eval()
+
+
+def vae_decode(decoder: Any, z: Any) -> Any:
+    """Decode latents (B, 16, T, H, W) one latent frame at a time (causal caches reset first); RGB at 16x."""
+    torch = _torch()
+    for m in decoder.modules():
+        if hasattr(m, "cache"):
+            m.cache = None
+        if hasattr(m, "first"):
+            m.first = True
+    frames = []
+    with torch.inference_mode():
+        for i in range(z.shape[2]):
+            y = decoder(z[:, :, i : i + 1])
+            b, _, t, h, w = y.shape  # 12 = 3 RGB x 2 x 2: unpatchify
+            frames.append(y.reshape(b, 3, 2, 2, t, h, w).permute(0, 1, 4, 5, 2, 6, 3).reshape(b, 3, t, 2 * h, 2 * w))
+    return torch.cat(frames, dim=2)
+
+
+def tile_sizes(latent_h: int, latent_w: int, tile: int = VAE_TILE_LATENT, stride: int = VAE_TILE_STRIDE) -> list[int]:
+    """Heights x widths of vLLM-Omni's tiled-decode tiles, as (h, w) counts: rows then cols."""
+    rows = [min(tile, latent_h - i) for i in range(0, latent_h, stride)]
+    cols = [min(tile, latent_w - j) for j in range(0, latent_w, stride)]
+    return [h * 1000 + w for h in rows for w in cols]
+
+
+def patch_with_halo(latent_h: int, latent_w: int, pp: int) -> tuple[int, int]:
+    """The largest latent block one of `pp` ranks decodes in vLLM-Omni's patch decode (core + halo)."""
+    rows = next(r for r in range(int(math.sqrt(pp)), 0, -1) if pp % r == 0)
+    cols = pp // rows
+    halo_base = int(VAE_TILE_LATENT * (1 - VAE_TILE_STRIDE / VAE_TILE_LATENT)) // 2
+    best = (0, 0)
+    for i in range(rows):
+        for j in range(cols):
+            h0, h1 = i * latent_h // rows, (i + 1) * latent_h // rows
+            w0, w1 = j * latent_w // cols, (j + 1) * latent_w // cols
+            halo = max(halo_base, min(h1 - h0, w1 - w0) // 2)
+            size = (min(latent_h, h1 + halo) - max(0, h0 - halo), min(latent_w, w1 + halo) - max(0, w0 - halo))
+            best = max(best, size, key=lambda hw: hw[0] * hw[1])
+    return best
+
+
+def vae_section(bench: Mech, reps: int) -> None:
+    """Whole decode, each tile size of the tiled decode, and the largest patch of 2/4/8 with its halo."""
+    torch, s = _torch(), bench.s
+    frames, lh, lw = s.latent
+    decoder = build_decoder(s.vae_base, bench.device)
+    z = torch.randn(1, 16, frames, lh, lw, device=bench.device, dtype=torch.bfloat16)
+    warm = vae_decode(decoder, z[:, :, :2])  # warm-up (kernels, caches)
+    cases: list[tuple[str, int, int]] = [("whole", lh, lw)]
+    for code in sorted(set(tile_sizes(lh, lw))):
+        cases.append((f"tile-{code // 1000}x{code % 1000}", code // 1000, code % 1000))
+    for pp in VAE_PATCHES:
+        h, w = patch_with_halo(lh, lw, pp)
+        cases.append((f"patch{pp}-{h}x{w}", h, w))
+    for label, h, w in cases:
+        times = time_ms(functools.partial(vae_decode, decoder, z[:, :, :, :h, :w]), bench.device, 0, reps)
+        rec = bench.record("vae", f"vae-{label}", times, latent_h=h, latent_w=w, frames=frames)
+        rec["area_share"] = h * w / (lh * lw)
+    rec = bench.records[-len(cases)]
+    rec["output_shape_two_latent_frames"] = list(warm.shape)  # 1 + 4 frames at 16x
+    if bench.device.type == "cuda":
+        rec["peak_gib"] = torch.cuda.max_memory_allocated(bench.device) / 2**30
+    rec["tile_counts"] = {str(c): tile_sizes(lh, lw).count(c) for c in set(tile_sizes(lh, lw))}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    torch = _torch()
+    device = torch.device(args.device)
+    sizes = TINY if args.tiny else FULL
+    if args.vae_base:
+        sizes = MechSizes(**{**sizes.__dict__, "vae_base": args.vae_base})
+    torch.manual_seed(17)
+    bench = Mech(sizes, device, args.warmup, args.reps)
+    out = Path(args.out)
+    data: dict[str, Any] = {
+        "format": MECH_FORMAT,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "tiny": bool(args.tiny),
+        "command": " ".join(sys.argv),
+        "torch": torch.__version__,
+        "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "sizes": sizes.__dict__ | {"latent": list(sizes.latent)},
+        "records": bench.records,
+        "complete": False,
+    }
+    sections: list[tuple[str, Callable[[], None]]] = [
+        ("sdpa backends", bench.sdpa_backends),
+        ("ring: chunked attention + LSE merge", bench.ring),
+        ("ulysses pack/unpack", bench.ulysses_pack),
+        ("fp8 gemm", bench.fp8),
+        ("gqa sdpa as vLLM-Omni calls it", bench.gqa),
+        ("quant one-pass", bench.fp8_quant_one_pass),
+    ]
+    sections.append(("vae decode", functools.partial(vae_section, bench, args.vae_reps)))
+    wanted = set(args.sections.split(",")) if args.sections else None
+    sections = [(t, f) for t, f in sections if wanted is None or t.split()[0].rstrip(":") in wanted]
+    for title, section in sections:
+        print(f"== {title}", flush=True)
+        started = time.time()
+        section()
+        data.setdefault("section_s", {})[title] = round(time.time() - started, 1)
+        _write(out, data)
+    data["complete"] = True
+    _write(out, data)
+    print(f"wrote {out}", flush=True)
+    return data
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--tiny", action="store_true", help="toy shapes (CPU tests)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--vae-reps", type=int, default=2, help="timed decodes per VAE case")
+    p.add_argument("--vae-base", type=int, default=0, help="VAE decoder width (default 96, Wan 2.1)")
+    p.add_argument("--sections", default="", help="comma list of sdpa,ring,ulysses,fp8,gqa,quant,vae (default all)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    run(parser().parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
