@@ -13,10 +13,11 @@ Plain PyTorch + the standard library (no worldtune import), so it runs on a bare
 - FP8 GEMM (`torch._scaled_mm`, e4m3, per-tensor scales, BF16 out) against BF16 at the generator's linear shapes
   and per-GPU token counts, plus the activation quantisation that a real FP8 linear also pays;
 - every SDPA backend PyTorch has (math at a reduced shape: its scores would not fit at the anchor);
-- a Wan-2.1-style 3D causal VAE decoder with random weights at 720p x 189 frames (latent 16 x 48 x 45 x 80,
-  decoded one latent frame at a time with cached causal convolutions, a 2x2 unpatchify at the end): whole, each
-  tile size of vLLM-Omni's tiled decode (latent tile 16, stride 12), and one of 2/4/8 spatial patches with the
-  halo vLLM-Omni's patch decode adds (max(tile overlap / 2, half the core's short side)).
+- a Wan-2.1-style 3D causal VAE decoder (gpu_vae_standin.py, beside this file) with random weights at 720p x 189
+  frames (latent 16 x 48 x 45 x 80, decoded one latent frame at a time with cached causal convolutions, a 2x2
+  unpatchify at the end): whole, each tile size of vLLM-Omni's tiled decode (latent tile 16, stride 12), and
+  one of 2/4/8 spatial patches with the halo vLLM-Omni's patch decode adds (max(tile overlap / 2, half the
+  core's short side)).
 Records are written after every section, so a timeout keeps what ran.
 """
 
@@ -26,6 +27,7 @@ import argparse
 import datetime
 import functools
 import importlib
+import importlib.util
 import itertools
 import json
 import math
@@ -40,7 +42,6 @@ from typing import Any
 MECH_FORMAT = "worldtune-gpu-mechbench/1"
 RING_SPLITS = ((2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (1, 8))  # (ulysses, ring) per-GPU splits
 FP8_TOKENS_DIVISORS = (1, 2, 4, 8)
-VAE_TILE_LATENT, VAE_TILE_STRIDE = 16, 12  # diffusers' Wan defaults (256/192 px) at 16x spatial compression
 VAE_PATCHES = (2, 4, 8)
 
 
@@ -322,151 +323,43 @@ class Mech:
             self.record("fp8", f"quant-one-pass-t{s.video_tokens}-k{width}", times, bytes_moved=3 * x.numel())
 
 
-# ---- a Wan-2.1-style causal 3D VAE decoder (random weights) -------------------------------------------------
-def build_decoder(base: int, device: Any) -> Any:
-    """Wan 2.1's decoder layout (dims base x [4,4,4,2,1], 3 residual blocks a stage, mid attention, two temporal
-    and three spatial 2x upsamplings) with causal 3D convolutions that cache the last two frames between calls,
-    and a 2x2 unpatchify after the head (16x spatial in all, as Cosmos3's VAE)."""
-    torch, nn, F = _torch(), _torch("nn"), _torch("nn.functional")
-    Module: Any = nn.Module
-    Conv3d: Any = nn.Conv3d
-
-    class CausalConv3d(Conv3d):  # type: ignore[misc]
-        def __init__(self, cin: int, cout: int, kt: int, ks: int) -> None:
-            super().__init__(cin, cout, (kt, ks, ks), padding=(0, ks // 2, ks // 2))
-            self.kt, self.cache = kt, None
-
-        def forward(self, x: Any) -> Any:
-            if self.kt > 1:
-                prev = self.cache if self.cache is not None else x.new_zeros((*x.shape[:2], self.kt - 1, *x.shape[3:]))
-                x = torch.cat([prev, x], dim=2)
-                self.cache = x[:, :, -(self.kt - 1) :]
-            return super().forward(x)
-
-    class Norm(Module):  # type: ignore[misc]
-        def __init__(self, c: int) -> None:
-            super().__init__()
-            self.gamma, self.scale = nn.Parameter(torch.ones(c, 1, 1, 1)), c**0.5
-
-        def forward(self, x: Any) -> Any:
-            return F.normalize(x, dim=1) * self.scale * self.gamma
-
-    class Res(Module):  # type: ignore[misc]
-        def __init__(self, cin: int, cout: int) -> None:
-            super().__init__()
-            self.body = nn.Sequential(Norm(cin), nn.SiLU(), CausalConv3d(cin, cout, 3, 3), Norm(cout), nn.SiLU())
-            self.conv2 = CausalConv3d(cout, cout, 3, 3)
-            self.short = CausalConv3d(cin, cout, 1, 1) if cin != cout else nn.Identity()
-
-        def forward(self, x: Any) -> Any:
-            return self.conv2(self.body(x)) + self.short(x)
-
-    class Attn(Module):  # type: ignore[misc]
-        def __init__(self, c: int) -> None:
-            super().__init__()
-            self.norm, self.qkv, self.proj = Norm(c), nn.Conv2d(c, 3 * c, 1), nn.Conv2d(c, c, 1)
-
-        def forward(self, x: Any) -> Any:
-            b, c, t, h, w = x.shape
-            y = self.norm(x).permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w)
-            q, k, v = self.qkv(y).reshape(b * t, 3, c, h * w).permute(1, 0, 3, 2).unsqueeze(2).unbind(0)
-            y = F.scaled_dot_product_attention(q, k, v).squeeze(1).transpose(1, 2).reshape(b * t, c, h, w)
-            return x + self.proj(y).reshape(b, t, c, h, w).permute(0, 2, 1, 3, 4)
-
-    class Up(Module):  # type: ignore[misc]
-        def __init__(self, c: int, temporal: bool) -> None:
-            super().__init__()
-            self.time = CausalConv3d(c, 2 * c, 3, 1) if temporal else None
-            self.conv = nn.Conv2d(c, c // 2, 3, padding=1)
-            self.first = True
-
-        def forward(self, x: Any) -> Any:
-            b, c, t, h, w = x.shape
-            if self.time is not None:
-                if self.first:  # the first latent frame decodes to one frame (causal)
-                    self.first = False
-                else:
-                    x = self.time(x).reshape(b, 2, c, t, h, w).permute(0, 2, 3, 1, 4, 5).reshape(b, c, 2 * t, h, w)
-                    t = 2 * t
-            y = x.permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w)
-            y = self.conv(F.interpolate(y, scale_factor=2.0, mode="nearest-exact"))
-            return y.reshape(b, t, c // 2, 2 * h, 2 * w).permute(0, 2, 1, 3, 4)
-
-    dims = [base * m for m in (4, 4, 4, 2, 1)]
-    layers: list[Any] = [CausalConv3d(16, dims[0], 3, 3), Res(dims[0], dims[0]), Attn(dims[0]), Res(dims[0], dims[0])]
-    for i, (din, dout) in enumerate(itertools.pairwise(dims)):
-        din = din // 2 if i > 0 else din
-        for _ in range(3):
-            layers.append(Res(din, dout))
-            din = dout
-        if i < 3:
-            layers.append(Up(dout, temporal=i < 2))
-    layers += [Norm(dims[-1]), nn.SiLU(), CausalConv3d(dims[-1], 12, 3, 3)]
-    return nn.Sequential(*layers).to(device=device, dtype=torch.bfloat16).eval()
-
-
-def vae_decode(decoder: Any, z: Any) -> Any:
-    """Decode latents (B, 16, T, H, W) one latent frame at a time (causal caches reset first); RGB at 16x."""
-    torch = _torch()
-    for m in decoder.modules():
-        if hasattr(m, "cache"):
-            m.cache = None
-        if hasattr(m, "first"):
-            m.first = True
-    frames = []
-    with torch.inference_mode():
-        for i in range(z.shape[2]):
-            y = decoder(z[:, :, i : i + 1])
-            b, _, t, h, w = y.shape  # 12 = 3 RGB x 2 x 2: unpatchify
-            frames.append(y.reshape(b, 3, 2, 2, t, h, w).permute(0, 1, 4, 5, 2, 6, 3).reshape(b, 3, t, 2 * h, 2 * w))
-    return torch.cat(frames, dim=2)
-
-
-def tile_sizes(latent_h: int, latent_w: int, tile: int = VAE_TILE_LATENT, stride: int = VAE_TILE_STRIDE) -> list[int]:
-    """Heights x widths of vLLM-Omni's tiled-decode tiles, as (h, w) counts: rows then cols."""
-    rows = [min(tile, latent_h - i) for i in range(0, latent_h, stride)]
-    cols = [min(tile, latent_w - j) for j in range(0, latent_w, stride)]
-    return [h * 1000 + w for h in rows for w in cols]
-
-
-def patch_with_halo(latent_h: int, latent_w: int, pp: int) -> tuple[int, int]:
-    """The largest latent block one of `pp` ranks decodes in vLLM-Omni's patch decode (core + halo)."""
-    rows = next(r for r in range(int(math.sqrt(pp)), 0, -1) if pp % r == 0)
-    cols = pp // rows
-    halo_base = int(VAE_TILE_LATENT * (1 - VAE_TILE_STRIDE / VAE_TILE_LATENT)) // 2
-    best = (0, 0)
-    for i in range(rows):
-        for j in range(cols):
-            h0, h1 = i * latent_h // rows, (i + 1) * latent_h // rows
-            w0, w1 = j * latent_w // cols, (j + 1) * latent_w // cols
-            halo = max(halo_base, min(h1 - h0, w1 - w0) // 2)
-            size = (min(latent_h, h1 + halo) - max(0, h0 - halo), min(latent_w, w1 + halo) - max(0, w0 - halo))
-            best = max(best, size, key=lambda hw: hw[0] * hw[1])
-    return best
+# ---- the VAE decode (the stand-in decoder lives in gpu_vae_standin.py beside this file) ---------------------
+def vae_module() -> Any:
+    """gpu_vae_standin.py, loaded from beside this file (both run without worldtune installed)."""
+    name = "gpu_vae_standin"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"{name}.py beside {__file__}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def vae_section(bench: Mech, reps: int) -> None:
     """Whole decode, each tile size of the tiled decode, and the largest patch of 2/4/8 with its halo."""
-    torch, s = _torch(), bench.s
+    torch, s, vae = _torch(), bench.s, vae_module()
     frames, lh, lw = s.latent
-    decoder = build_decoder(s.vae_base, bench.device)
+    decoder = vae.build_decoder(s.vae_base, bench.device)
     z = torch.randn(1, 16, frames, lh, lw, device=bench.device, dtype=torch.bfloat16)
-    warm = vae_decode(decoder, z[:, :, :2])  # warm-up (kernels, caches)
+    warm = vae.vae_decode(decoder, z[:, :, :2])  # warm-up (kernels, caches)
     cases: list[tuple[str, int, int]] = [("whole", lh, lw)]
-    for code in sorted(set(tile_sizes(lh, lw))):
+    for code in sorted(set(vae.tile_sizes(lh, lw))):
         cases.append((f"tile-{code // 1000}x{code % 1000}", code // 1000, code % 1000))
     for pp in VAE_PATCHES:
-        h, w = patch_with_halo(lh, lw, pp)
+        h, w = vae.patch_with_halo(lh, lw, pp)
         cases.append((f"patch{pp}-{h}x{w}", h, w))
     for label, h, w in cases:
-        times = time_ms(functools.partial(vae_decode, decoder, z[:, :, :, :h, :w]), bench.device, 0, reps)
+        times = time_ms(functools.partial(vae.vae_decode, decoder, z[:, :, :, :h, :w]), bench.device, 0, reps)
         rec = bench.record("vae", f"vae-{label}", times, latent_h=h, latent_w=w, frames=frames)
         rec["area_share"] = h * w / (lh * lw)
     rec = bench.records[-len(cases)]
     rec["output_shape_two_latent_frames"] = list(warm.shape)  # 1 + 4 frames at 16x
     if bench.device.type == "cuda":
         rec["peak_gib"] = torch.cuda.max_memory_allocated(bench.device) / 2**30
-    rec["tile_counts"] = {str(c): tile_sizes(lh, lw).count(c) for c in set(tile_sizes(lh, lw))}
+    rec["tile_counts"] = {str(c): vae.tile_sizes(lh, lw).count(c) for c in set(vae.tile_sizes(lh, lw))}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -161,16 +161,17 @@ def test_ring_merge_reproduces_one_call_and_tiles_match_the_model() -> None:
     chunks = [(k[:, :, a : a + 32], v[:, :, a : a + 32]) for a in (0, 32, 64)]
     merged = mb.ring_attention(q, chunks, "math")  # type: ignore[attr-defined]
     assert float((merged - one).norm() / one.norm()) < 1e-2
-    codes = mb.tile_sizes(45, 80)  # type: ignore[attr-defined]
+    vae = mb.vae_module()  # type: ignore[attr-defined]
+    codes = vae.tile_sizes(45, 80)
     assert sorted((c // 1000) * (c % 1000) for c in codes) == sorted(perf_model.vae_tiles(45, 80))
-    assert mb.patch_with_halo(45, 80, 2) == (45, 60)  # type: ignore[attr-defined]
+    assert vae.patch_with_halo(45, 80, 2) == (45, 60)
 
 
 def test_vae_decoder_stand_in_decodes_causally_at_16x() -> None:
-    mb = _mechbench()
-    decoder = mb.build_decoder(4, torch.device("cpu"))  # type: ignore[attr-defined]
+    vae = _mechbench().vae_module()  # type: ignore[attr-defined]
+    decoder = vae.build_decoder(4, torch.device("cpu"))
     z = torch.randn(1, 16, 2, 3, 4, dtype=torch.bfloat16)
-    out = mb.vae_decode(decoder, z)  # type: ignore[attr-defined]
+    out = vae.vae_decode(decoder, z)
     assert tuple(out.shape) == (1, 3, 5, 48, 64)  # 1 + 4 frames, 16x each side
 
 
