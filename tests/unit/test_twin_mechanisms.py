@@ -30,7 +30,9 @@ def encoded_clip() -> None:
 def served_stages(plan: str, profile: Profile) -> dict[str, float]:
     """The model seconds of each stage the twin reports for one anchor clip of `plan` (X-Stage-Durations: model
     time, free of the wall-clock queueing a loaded machine adds; noise off: the profile's cv is 0)."""
-    config = TwinConfig(plan=plan, time_scale=SCALE, load_time_s=0.0, guardrails=False, sync_timeout_s=1e6)
+    config = TwinConfig(
+        plan=plan, time_scale=SCALE, load_time_s=0.0, guardrails=False, sync_timeout_s=1e6, stage_profiler=True
+    )
     app, _ = create_app(config, profile.with_changes(noise_cv=0.0))
     fields = anchor_workload().form_fields()
     files = [(k, (None, v)) for k, v in fields.items()]
