@@ -2,14 +2,19 @@
 
 `tune()` blocks (the CLI); `start_tuning()` returns a run id at once and runs in a thread, and
 `get_tuning()` reports on any run from the database and the checkpoints (the MCP server's job pattern).
-The run id is the checkpoint thread id. Whatever stops a run early (an error, Ctrl-C) tears down every
-deployment it started before the exception leaves; `resume()` continues from the last checkpoint.
+The run id is the checkpoint thread id. Whatever stops a run early (an error, Ctrl-C, SIGTERM, SIGHUP,
+its MCP session ending) tears down every deployment it started before the exception leaves; what a
+SIGKILL leaves is found by `worldtune gc` through the run's heartbeat (the run is owned by the process
+that drives it). `resume()` continues from the last checkpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import secrets
+import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -24,6 +29,58 @@ from worldtune.tools.profile import Profile
 from worldtune.tools.store import Store
 
 RECURSION_LIMIT = 1000  # the search's own iteration cap stops long before this
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each is handled like Ctrl-C
+RECANCEL_S = 0.5  # a stop whose cancellation something swallowed is delivered again this often
+
+
+class RunStopped(Exception):
+    """A run stopped on purpose (a signal, its MCP session ending) after tearing down what it started."""
+
+    def __init__(self, run_id: str, reason: str, signum: int | None = None) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        self.signum = signum
+        super().__init__(f"run {run_id} stopped ({reason}); torn down; continue it with: worldtune resume {run_id}")
+
+
+class _Control:
+    """How a running graph is asked to stop: the reason is kept, and the driving task cancelled until it notices.
+
+    The reason is what counts: a cancellation that some library swallows on the way (seen under load, where
+    a Ctrl-C let the run finish and exit 0) is delivered again, and the driver checks the reason after every
+    step and at the end, so a stopped run never reports success.
+    """
+
+    def __init__(self, run_id: str, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        self.run_id = run_id
+        self.loop = loop
+        self.task = task
+        self.reason: str | None = None
+        self.signum: int | None = None
+        self.noticed = False
+
+    def stop(self, reason: str, signum: int | None = None) -> None:
+        """Ask the run to stop (call on its loop's thread); a second call keeps the first reason."""
+        if self.reason is None:
+            self.reason, self.signum = reason, signum
+            self._cancel()
+
+    def _cancel(self) -> None:
+        if not self.noticed and not self.task.done():
+            self.task.cancel()
+            self.loop.call_later(RECANCEL_S, self._cancel)
+
+    def notice(self) -> RunStopped | None:
+        """Called where the driver catches: stops the re-cancelling and clears the task's pending cancels."""
+        if self.reason is None:
+            return None
+        self.noticed = True
+        while self.task.cancelling():
+            self.task.uncancel()
+        return RunStopped(self.run_id, self.reason, self.signum)
+
+
+_CONTROLS: dict[str, _Control] = {}
 
 
 def new_run_id() -> str:
@@ -67,25 +124,42 @@ async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: 
     store = Store(options.db_path)
     config: Any = {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
     error: BaseException | None = None
-    async with (
-        AsyncSqliteSaver.from_conn_string(str(options.checkpoint_path())) as saver,
-        connect(str(store.path), options.mcp_url) as tools,
-    ):
-        graph = builder.compile(checkpointer=saver, name="worldtune")
-        context = Context(tools=tools, progress=progress)
-        try:
-            async for _ in graph.astream(
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    control = _CONTROLS[run_id] = _Control(run_id, loop, task)
+    caught = _catch_signals(loop, control)
+    try:
+        async with (
+            AsyncSqliteSaver.from_conn_string(str(options.checkpoint_path())) as saver,
+            connect(str(store.path), options.mcp_url) as tools,
+        ):
+            graph = builder.compile(checkpointer=saver, name="worldtune")
+            context = Context(tools=tools, progress=progress)
+            stream = graph.astream(
                 graph_input, config, context=context, stream_mode=["updates", "custom"], durability="sync"
-            ):
-                pass
-        except BaseException as exc:  # Ctrl-C and cancellation included: nothing may be left running
-            error = exc
-            store.finish_run(
-                run_id, "interrupted", {"error": str(exc) or type(exc).__name__, "resume": f"worldtune resume {run_id}"}
             )
-            await _cleanup(tools, run_id, progress)
-        else:
-            snapshot = await graph.aget_state(config)
+            try:
+                async for _ in stream:
+                    if control.reason is not None:
+                        raise asyncio.CancelledError
+                if control.reason is not None:  # asked to stop while the last step ran: not a success
+                    raise asyncio.CancelledError
+            except BaseException as exc:  # signals and cancellation included: nothing may be left running
+                error = control.notice() or exc
+                closing = getattr(stream, "aclose", None)  # an async generator: closing it stops its tasks
+                if closing is not None:
+                    with contextlib.suppress(BaseException):
+                        await closing()
+                why = str(error) or type(error).__name__
+                store.finish_run(run_id, "interrupted", {"error": why, "resume": f"worldtune resume {run_id}"})
+                await _cleanup(tools, run_id, progress)
+            else:
+                snapshot = await graph.aget_state(config)
+    finally:
+        for sig in caught:
+            loop.remove_signal_handler(sig)
+        _CONTROLS.pop(run_id, None)
     if error is not None:  # raised here, outside the MCP session, so it is not wrapped in a task-group error
         raise error
     values = dict(snapshot.values)
@@ -101,6 +175,15 @@ async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: 
     summary = values.get("summary") or {}
     store.finish_run(run_id, "completed", summary)
     return {"run_id": run_id, "thread_id": run_id, "status": "completed", "summary": summary, "state": values}
+
+
+def _catch_signals(loop: asyncio.AbstractEventLoop, control: _Control) -> list[int]:
+    """SIGINT, SIGTERM and SIGHUP stop the run like Ctrl-C (only the main thread can take signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, control.stop, signal.Signals(sig).name, int(sig))
+    return list(STOP_SIGNALS)
 
 
 async def _cleanup(tools: Any, run_id: str, progress: Progress, settle_s: float = 60.0) -> None:
@@ -180,45 +263,24 @@ def resume(
     options = checkpointed_options(run_id, db_path)
     graph_input: Any = None if approve is None else Command(resume={"approved": approve})
     progress("resume", {"run_id": run_id})
+    Store(options.db_path).restart_run(run_id)  # this process owns (and heartbeats) the run from now on
     return asyncio.run(_drive(run_id, graph_input, options, progress))
 
 
 # ---- the job pattern for the MCP server -----------------------------------------------------------
 _THREADS: dict[str, threading.Thread] = {}
 _ERRORS: dict[str, str] = {}
+_DETACHED: set[str] = set()
 
 
-def start_tuning(goal_text: str, options: TuneOptions | None = None) -> str:
-    """Start a tuning run in a background thread; returns its run id (= thread id) at once.
-
-    The goal is parsed first, so an ambiguous goal raises GoalQuestion here, before anything starts.
-    Without options.yes the run stops at the approval question: answer it with resume_tuning.
-    """
-    options = options or TuneOptions()
-    _check_options(options)
-    parsed = goal_for(goal_text, options)
-    run_id = new_run_id()
-    Store(options.db_path).add_run(run_id, "tune", parsed.goal.model_dump(mode="json"))
+def _in_thread(run_id: str, db_path: str | None, body: Any) -> None:
+    """Run `body()` on a background thread named for the run; its failure is recorded, a stop is not one."""
 
     def work() -> None:
         try:
-            tune(parsed, options, run_id=run_id)
-        except Exception as exc:
-            _ERRORS[run_id] = f"{type(exc).__name__}: {exc}"
-            Store(options.db_path).finish_run(run_id, "failed", {"error": _ERRORS[run_id]})
-
-    thread = threading.Thread(target=work, name=f"worldtune-{run_id}", daemon=True)
-    _THREADS[run_id] = thread
-    thread.start()
-    return run_id
-
-
-def resume_tuning(run_id: str, approve: bool | None = None, db_path: str | None = None) -> str:
-    """Resume a run in a background thread (answering the approval question when `approve` is given)."""
-
-    def work() -> None:
-        try:
-            resume(run_id, db_path, approve)
+            body()
+        except RunStopped:
+            pass  # recorded as interrupted by the run itself, after its teardown
         except Exception as exc:
             _ERRORS[run_id] = f"{type(exc).__name__}: {exc}"
             Store(db_path).finish_run(run_id, "failed", {"error": _ERRORS[run_id]})
@@ -226,7 +288,69 @@ def resume_tuning(run_id: str, approve: bool | None = None, db_path: str | None 
     thread = threading.Thread(target=work, name=f"worldtune-{run_id}", daemon=True)
     _THREADS[run_id] = thread
     thread.start()
+
+
+def start_tuning(goal_text: str, options: TuneOptions | None = None, detach: bool = False) -> str:
+    """Start a tuning run in a background thread; returns its run id (= thread id) at once.
+
+    The goal is parsed first, so an ambiguous goal raises GoalQuestion here, before anything starts.
+    Without options.yes the run stops at the approval question: answer it with resume_tuning.
+    `detach`: the run outlives the MCP session that started it (see stop_session_runs).
+    """
+    options = options or TuneOptions()
+    _check_options(options)
+    parsed = goal_for(goal_text, options)
+    run_id = new_run_id()
+    Store(options.db_path).add_run(run_id, "tune", parsed.goal.model_dump(mode="json"), detach=detach)
+    if detach:
+        _DETACHED.add(run_id)
+    _in_thread(run_id, options.db_path, lambda: tune(parsed, options, run_id=run_id))
     return run_id
+
+
+def resume_tuning(run_id: str, approve: bool | None = None, db_path: str | None = None) -> str:
+    """Resume a run in a background thread (answering the approval question when `approve` is given)."""
+    _in_thread(run_id, db_path, lambda: resume(run_id, db_path, approve))
+    return run_id
+
+
+def stop_tuning(run_id: str, reason: str) -> bool:
+    """Ask a run driven in this process to stop (it tears down what it started); False when none runs here."""
+    control = _CONTROLS.get(run_id)
+    if control is None:
+        return False
+    control.loop.call_soon_threadsafe(control.stop, reason, None)
+    return True
+
+
+def stop_session_runs(include_detached: bool, wait_s: float = 120.0) -> list[str]:
+    """The MCP session ended: stop the runs it started (detached ones too when `include_detached`), wait for
+    their teardown (at most `wait_s`), then wait for the detached ones to finish. Returns the ids stopped.
+
+    The policy (README "MCP sessions"): a run started over MCP belongs to the session and ends with it;
+    `detach=true` hands it to the server process, and if that process dies, to `worldtune gc` by heartbeat.
+    """
+    live = {r: t for r, t in _THREADS.items() if t.is_alive()}
+    stopped = [r for r in live if (include_detached or r not in _DETACHED) and stop_tuning(r, "MCP session ended")]
+    deadline = time.monotonic() + wait_s
+    for run_id, thread in live.items():
+        if run_id in stopped or include_detached:
+            _join(run_id, thread, deadline)
+    for run_id, thread in live.items():
+        if run_id not in stopped:
+            _join(run_id, thread, None)
+    return stopped
+
+
+def _join(run_id: str, thread: threading.Thread, deadline: float | None) -> None:
+    """Wait for a run's thread; a signal meanwhile (the client escalating) stops the run, and the wait goes on
+    until its teardown is done (or the deadline passes)."""
+    while thread.is_alive() and (deadline is None or time.monotonic() < deadline):
+        try:
+            thread.join(timeout=0.2)
+        except KeyboardInterrupt:
+            stop_tuning(run_id, "signal while the MCP session ended")
+            deadline = min(deadline or math.inf, time.monotonic() + 60.0)
 
 
 def get_tuning(run_id: str, db_path: str | None = None) -> dict[str, Any]:
@@ -240,6 +364,8 @@ def get_tuning(run_id: str, db_path: str | None = None) -> dict[str, Any]:
     status = str(row["status"])
     if thread is not None and thread.is_alive():
         status = "running"
+    elif status == "running" and not store.owner_alive(run_id):
+        status = "interrupted"  # its process is gone: gc tears down what it left, resume continues it
     out: dict[str, Any] = {"run_id": run_id, "status": status, "error": _ERRORS.get(run_id)}
     try:
         from langgraph.checkpoint.sqlite import SqliteSaver

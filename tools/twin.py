@@ -559,8 +559,15 @@ def replica_count(config: TwinConfig, replicas: int | None) -> int:
     return Plan.parse(config.plan).replicas
 
 
-async def serve(config: TwinConfig, host: str = "127.0.0.1", port: int = 8000, replicas: int | None = None) -> None:
-    """Serve N independent replicas on consecutive ports until SIGINT/SIGTERM."""
+async def serve(
+    config: TwinConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    replicas: int | None = None,
+    exit_with: tuple[int, int] | None = None,
+) -> None:
+    """Serve N independent replicas on consecutive ports until SIGINT/SIGTERM (or until the owner process
+    `exit_with` = (pid, start ticks) is gone: a twin started for a run dies with it, however it died)."""
     import uvicorn
 
     count = replica_count(config, replicas)
@@ -588,4 +595,16 @@ async def serve(config: TwinConfig, host: str = "127.0.0.1", port: int = 8000, r
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
+    watch = asyncio.create_task(_exit_with(exit_with, stop)) if exit_with else None
     await asyncio.gather(*(server.serve() for server in servers))
+    if watch is not None:
+        watch.cancel()
+
+
+async def _exit_with(owner: tuple[int, int], stop: Callable[[], None]) -> None:
+    """Stop the servers once the owner process is gone (its pid gone, or reused by another process)."""
+    from worldtune.tools.owners import process_alive
+
+    while process_alive(*owner):
+        await asyncio.sleep(0.5)
+    stop()

@@ -37,6 +37,9 @@ def twin(
     seed: Annotated[int, typer.Option(help="noise seed (replica i uses seed + i)")] = 0,
     guardrails: Annotated[bool, typer.Option("--guardrails/--no-guardrails", help="server-level guardrails")] = True,
     load_time: Annotated[float | None, typer.Option(help="model seconds of loading (default: from profile)")] = None,
+    exit_with: Annotated[
+        str | None, typer.Option(help="PID:START_TICKS of an owner process: exit when it is gone", hidden=True)
+    ] = None,
 ) -> None:
     """Serve vLLM-Omni's video API with Cosmos 3 timings from a profile (no GPU needed)."""
     import asyncio
@@ -59,7 +62,13 @@ def twin(
         f"twin: {engine.spec.hf_id} on {gpu} {engine.plan} x{count}, ports {ports}, time scale {time_scale:g}, "
         f"loading {engine.load_s:.0f} model s ({engine.load_s / time_scale:.2f} s wall)"
     )
-    asyncio.run(serve(config, host=host, port=port, replicas=count))
+    owner = None
+    if exit_with:
+        pid, _, started = exit_with.partition(":")
+        if not pid.isdigit() or not started.isdigit():
+            raise fail(f"exit_with={exit_with!r} is not valid: expected PID:START_TICKS, e.g. 1234:567890")
+        owner = (int(pid), int(started))
+    asyncio.run(serve(config, host=host, port=port, replicas=count, exit_with=owner))
 
 
 def _csv_ints(text: str, field: str) -> list[int]:

@@ -15,6 +15,7 @@ from worldtune.cli import emit_json, err_console, fail
 from worldtune.tools.errors import WorldtuneError
 
 EXIT_NOT_DONE = 3  # waiting for approval, or stopped without a verified recommendation
+EXIT_STOPPED = 130  # stopped by a signal other than a numbered one (128 + signal number otherwise)
 
 
 def _printer(as_json: bool) -> Any:
@@ -120,7 +121,7 @@ def register(app: typer.Typer) -> None:
         """Find, verify and recommend the cheapest deployment that meets a goal (asks before spending)."""
         from worldtune.agent.configuration import LOCAL_TWIN_TIME_SCALE, TuneOptions
         from worldtune.agent.goal_parser import GoalQuestion
-        from worldtune.agent.runner import goal_for
+        from worldtune.agent.runner import RunStopped, goal_for
         from worldtune.agent.runner import tune as run_tune
 
         try:
@@ -146,6 +147,8 @@ def register(app: typer.Typer) -> None:
                     from worldtune.agent.runner import resume as run_resume
 
                     outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
+        except RunStopped as exc:
+            raise _stopped(exc, as_json) from exc
         except (WorldtuneError, ValueError) as exc:
             raise fail(str(exc), as_json) from exc
         _finish(outcome, as_json)
@@ -159,11 +162,14 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
     ) -> None:
         """Continue a run that crashed, was killed or waits for approval, without repeating finished measurements."""
+        from worldtune.agent.runner import RunStopped
         from worldtune.agent.runner import resume as run_resume
 
         approve = True if yes else (False if no else None)
         try:
             outcome = run_resume(thread_id, db, approve, progress=_printer(as_json))
+        except RunStopped as exc:
+            raise _stopped(exc, as_json) from exc
         except (WorldtuneError, ValueError) as exc:
             raise fail(str(exc), as_json) from exc
         _finish(outcome, as_json)
@@ -187,6 +193,15 @@ def register(app: typer.Typer) -> None:
         else:
             for name, path in written.items():
                 err_console.print(f"{name}: {path}")
+
+
+def _stopped(exc: Any, as_json: bool) -> typer.Exit:
+    """A run stopped by SIGINT/SIGTERM/SIGHUP after its teardown: say so, exit 128 + the signal's number."""
+    if as_json:
+        emit_json({"run_id": exc.run_id, "thread_id": exc.run_id, "status": "interrupted", "reason": exc.reason,
+                   "resume": f"worldtune resume {exc.run_id}"})  # fmt: skip
+    err_console.print(f"[bold yellow]stopped[/] {exc}")
+    return typer.Exit(128 + exc.signum if exc.signum else EXIT_STOPPED)
 
 
 def _finish(outcome: dict[str, Any], as_json: bool) -> None:
