@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import secrets
 import signal
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 from worldtune.agent.configuration import Context, Progress, TuneOptions
 from worldtune.agent.goal_parser import ParsedGoal, read_goal
 from worldtune.policies import search as ws
+from worldtune.tools import owners
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.goal import Goal
 from worldtune.tools.profile import Profile
@@ -270,7 +270,6 @@ def resume(
 # ---- the job pattern for the MCP server -----------------------------------------------------------
 _THREADS: dict[str, threading.Thread] = {}
 _ERRORS: dict[str, str] = {}
-_DETACHED: set[str] = set()
 
 
 def _in_thread(run_id: str, db_path: str | None, body: Any) -> None:
@@ -295,17 +294,36 @@ def start_tuning(goal_text: str, options: TuneOptions | None = None, detach: boo
 
     The goal is parsed first, so an ambiguous goal raises GoalQuestion here, before anything starts.
     Without options.yes the run stops at the approval question: answer it with resume_tuning.
-    `detach`: the run outlives the MCP session that started it (see stop_session_runs).
+    A run in a thread ends with the MCP session that started it (stop_session_runs); `detach` starts it
+    in a process of its own instead (agent/detached.py), which outlives the session and the server.
     """
     options = options or TuneOptions()
     _check_options(options)
     parsed = goal_for(goal_text, options)
     run_id = new_run_id()
-    Store(options.db_path).add_run(run_id, "tune", parsed.goal.model_dump(mode="json"), detach=detach)
+    store = Store(options.db_path)
+    store.add_run(run_id, "tune", parsed.goal.model_dump(mode="json"), detach=detach)
     if detach:
-        _DETACHED.add(run_id)
+        _spawn_detached(run_id, goal_text, options.model_copy(update={"db_path": str(store.path)}))
+        owners.HEARTBEAT.drop(store.path, run_id)  # the spawned process owns and heartbeats it now
+        return run_id
     _in_thread(run_id, options.db_path, lambda: tune(parsed, options, run_id=run_id))
     return run_id
+
+
+def _spawn_detached(run_id: str, goal_text: str, options: TuneOptions) -> None:
+    """The run in its own session and process; its output goes to logs/RUN_ID.log next to the database."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    logs = Path(str(options.db_path)).parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{run_id}.log", "ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "worldtune.agent.detached", run_id, options.model_dump_json(), goal_text],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
 
 
 def resume_tuning(run_id: str, approve: bool | None = None, db_path: str | None = None) -> str:
@@ -323,34 +341,30 @@ def stop_tuning(run_id: str, reason: str) -> bool:
     return True
 
 
-def stop_session_runs(include_detached: bool, wait_s: float = 120.0) -> list[str]:
-    """The MCP session ended: stop the runs it started (detached ones too when `include_detached`), wait for
-    their teardown (at most `wait_s`), then wait for the detached ones to finish. Returns the ids stopped.
+def stop_session_runs(wait_s: float = 120.0) -> list[str]:
+    """The MCP session ended: stop every run this process drives in a thread (detached runs are processes
+    of their own and go on), and wait for their teardown, at most `wait_s`. Returns the ids stopped.
 
     The policy (README "MCP sessions"): a run started over MCP belongs to the session and ends with it;
-    `detach=true` hands it to the server process, and if that process dies, to `worldtune gc` by heartbeat.
+    `detach=true` runs it in its own process, and if that process dies, `worldtune gc` tears down what it
+    left (its heartbeat stops).
     """
     live = {r: t for r, t in _THREADS.items() if t.is_alive()}
-    stopped = [r for r in live if (include_detached or r not in _DETACHED) and stop_tuning(r, "MCP session ended")]
+    stopped = [r for r in live if stop_tuning(r, "MCP session ended")]
     deadline = time.monotonic() + wait_s
     for run_id, thread in live.items():
-        if run_id in stopped or include_detached:
-            _join(run_id, thread, deadline)
-    for run_id, thread in live.items():
-        if run_id not in stopped:
-            _join(run_id, thread, None)
+        _join(run_id, thread, deadline)
     return stopped
 
 
-def _join(run_id: str, thread: threading.Thread, deadline: float | None) -> None:
-    """Wait for a run's thread; a signal meanwhile (the client escalating) stops the run, and the wait goes on
-    until its teardown is done (or the deadline passes)."""
-    while thread.is_alive() and (deadline is None or time.monotonic() < deadline):
+def _join(run_id: str, thread: threading.Thread, deadline: float) -> None:
+    """Wait for a run's thread to finish its teardown; a signal meanwhile (the client escalating) does not cut
+    the wait short: SIGKILL would, and then gc tears down the rest."""
+    while thread.is_alive() and time.monotonic() < deadline:
         try:
             thread.join(timeout=0.2)
         except KeyboardInterrupt:
             stop_tuning(run_id, "signal while the MCP session ended")
-            deadline = min(deadline or math.inf, time.monotonic() + 60.0)
 
 
 def get_tuning(run_id: str, db_path: str | None = None) -> dict[str, Any]:

@@ -28,7 +28,7 @@ class AgentTuner:
 
         runner.resume_tuning(run_id, approve=approve, db_path=db_path)
 
-    def session_ended(self, include_detached: bool = False) -> list[str]:
+    def session_ended(self) -> list[str]:
         from worldtune.agent import runner
 
-        return runner.stop_session_runs(include_detached)
+        return runner.stop_session_runs()

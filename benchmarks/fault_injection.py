@@ -11,6 +11,8 @@ Scenarios, all on the local twin (real `worldtune` processes, real twin processe
 - engine: one twin process of a ready deployment is SIGKILLed while the tune runs; the tune must finish.
 - mcp-disconnect: `start_tuning` over a stdio MCP session (`worldtune mcp`), the client disconnects
   mid-run; then gc, then `worldtune resume` to completion.
+- mcp-detach: the same with detach=true: the run goes on in its own process after the session ends;
+  that process is then SIGKILLed; gc, then resume to completion.
 
 After every fault: no open ledger row, no deployment recorded alive, no twin process alive (checked by
 pid and start time); `leaks` counts what was still there after gc. After every completed run the
@@ -18,8 +20,8 @@ record is checked against the database: `repeated` counts completed benchmarks t
 not use (a finished measurement run again, or dropped), `samples_lost` the successful samples of
 completed benchmarks the record does not carry. Prints a table; saves JSON.
 
-    .venv/bin/python benchmarks/fault_injection.py [--seed 12] [--kills 21]
-        [--scenarios signals,engine,mcp-disconnect] [--out benchmarks/results/fault_injection.json]
+    .venv/bin/python benchmarks/fault_injection.py [--seed 12] [--kills 20]
+        [--scenarios signals,engine,mcp-disconnect,mcp-detach] [--out benchmarks/results/fault_injection.json]
 """
 
 from __future__ import annotations
@@ -112,6 +114,18 @@ def live_twins(db: Path) -> list[int]:
     return [pid for pid, started in twin_processes(db) if (now := start_ticks(pid)) and now == (started or now)]
 
 
+def leaked(db: Path) -> list[str]:
+    """What is still up, named: for a report that says what leaked, not only how much."""
+    alive = ("pending", "provisioning", "loading", "ready")
+    found = [f"ledger {r[0]} ({r[1]})" for r in query(db, "SELECT cluster, state FROM ledger WHERE gone_at IS NULL")]
+    for (body,) in query(db, "SELECT body FROM deployments"):
+        d = json.loads(body)
+        if d["state"] in alive:
+            found.append(f"deployment {d['id']} ({d['state']})")
+    found += [f"twin pid {pid}" for pid in live_twins(db)]
+    return found
+
+
 def leftovers(db: Path) -> dict[str, int]:
     """What is still up: open ledger rows, deployments recorded alive, twin processes alive."""
     alive = ("pending", "provisioning", "loading", "ready")
@@ -129,8 +143,15 @@ def worldtune(*args: str, timeout_s: float = RUN_S) -> subprocess.CompletedProce
     )
 
 
-def gc(db: Path) -> int:
-    """`worldtune gc --yes`; returns how many things it tore down."""
+def gc(db: Path, cli: bool = False) -> int:
+    """`worldtune gc --yes` (the command, or the same capability in this process, a few seconds cheaper);
+    returns how many things it tore down."""
+    if not cli:
+        from worldtune.sky.garbage import collect_garbage, garbage
+        from worldtune.tools.store import Store
+
+        store = Store(db)
+        return len(collect_garbage(store, garbage(store)))
     out = worldtune("gc", "--yes", "--json", "--db", str(db))
     if out.returncode != 0:
         raise RuntimeError(f"gc failed: {out.stderr[-2000:]}")
@@ -195,13 +216,14 @@ def signal_faults(db: Path, rng: random.Random, kills: int) -> tuple[list[dict[s
         run_id = run_id or run_ids(db)[-1]
         status = query(db, "SELECT status FROM runs WHERE id = ?", (run_id,))[0][0]
         left_by_run = leftovers(db)
-        torn = gc(db)
+        torn = gc(db, cli=not faults)  # the command once, the capability after
         left = leftovers(db)
         faults.append({
             "scenario": "signals", "signal": name, "kill_after_events": k, "events_at_kill": events(db) - base,
             "finished_before_the_kill": finished_first, "exit_code": child.returncode, "run_status": status,
             "left_for_gc": sum(left_by_run.values()), "gc_tore_down": torn, "leaks": sum(left.values()),
-            "leak_detail": left, "stderr_tail": "" if child.returncode else stderr[-500:],
+            "leak_detail": left, "leaked": leaked(db) if sum(left.values()) else [],
+            "stderr_tail": "" if child.returncode else stderr[-500:],
         })  # fmt: skip
         if finished_first:
             break
@@ -266,12 +288,59 @@ def mcp_disconnect_fault(db: Path, rng: random.Random) -> tuple[list[dict[str, A
         wait_until(lambda: start_ticks(pid) != started, "the MCP server to exit", 60)
     status = query(db, "SELECT status FROM runs WHERE id = ?", (run_id,))[0][0]
     left_by_run = leftovers(db)
-    torn = gc(db)
+    torn = gc(db, cli=True)
     left = leftovers(db)
     fault = {
         "scenario": "mcp-disconnect", "signal": "session end", "kill_after_events": k, "exit_code": None,
         "run_status": status, "left_for_gc": sum(left_by_run.values()), "gc_tore_down": torn,
         "leaks": sum(left.values()), "leak_detail": left, "stderr_tail": "",
+    }  # fmt: skip
+    last = worldtune("resume", run_id, "--json", "--db", str(db))
+    outcome = {"run_id": run_id, "final_exit_code": last.returncode, **record_check(db, run_id)}
+    outcome["final_stop_reason"] = json.loads(last.stdout).get("stop_reason") if last.stdout.strip() else None
+    outcome["leaks_after_completion"] = sum(leftovers(db).values())
+    return [fault], outcome
+
+
+def mcp_detach_fault(db: Path, rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """start_tuning(detach=true), the client disconnects k events later: the run goes on in its own process;
+    then that process is SIGKILLed a few events later; gc; resume to the end."""
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    k, later = rng.randint(2, 6), rng.randint(1, 4)
+    server = StdioServerParameters(command=WORLDTUNE, args=["mcp", "--db", str(db)], env=ENV)
+
+    async def session() -> str:
+        async with Client(server) as client:
+            base = events(db)
+            arguments = {"goal": GOAL, "time_scale": float(TIME_SCALE), "detach": True}
+            started = await client.call_tool("start_tuning", arguments)
+            run = str((started.structured_content or {}).get("run_id") or run_ids(db)[-1])
+            deadline = time.monotonic() + RUN_S
+            while events(db) < base + k and time.monotonic() < deadline:
+                await anyio.sleep(0.02)
+        return run
+
+    run_id = anyio.run(session)
+    base = events(db)
+    done = ("completed", "failed", "interrupted")
+    status_sql = "SELECT status FROM runs WHERE id = ?"
+    wait_until(lambda: events(db) >= base + later or query(db, status_sql, (run_id,))[0][0] in done,
+               "the detached run to go on after the session ended")  # fmt: skip
+    outlived = events(db) > base  # it kept measuring with no session and no server
+    (pid, started), *_ = query(db, "SELECT pid, pid_start FROM owners WHERE id = ?", (run_id,))
+    if start_ticks(pid) == started:
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: start_ticks(pid) != started, "the detached run's process to die", 60)
+    status = query(db, status_sql, (run_id,))[0][0]
+    left_by_run = leftovers(db)
+    torn = gc(db)
+    left = leftovers(db)
+    fault = {
+        "scenario": "mcp-detach", "signal": "SIGKILL (detached run)", "kill_after_events": later, "exit_code": None,
+        "run_status": status, "outlived_the_session": outlived, "left_for_gc": sum(left_by_run.values()),
+        "gc_tore_down": torn, "leaks": sum(left.values()), "leak_detail": left, "stderr_tail": "",
     }  # fmt: skip
     last = worldtune("resume", run_id, "--json", "--db", str(db))
     outcome = {"run_id": run_id, "final_exit_code": last.returncode, **record_check(db, run_id)}
@@ -292,6 +361,8 @@ def run_all(workdir: Path, seed: int, kills: int, scenarios: tuple[str, ...]) ->
             found, outcome = signal_faults(db, rng, kills)
         elif name == "engine":
             found, outcome = engine_fault(db)
+        elif name == "mcp-detach":
+            found, outcome = mcp_detach_fault(db, rng)
         else:
             found, outcome = mcp_disconnect_fault(db, rng)
         faults += found
@@ -358,8 +429,8 @@ ENV = {**os.environ, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "PYTHONUNBUFFERED
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=12)
-    parser.add_argument("--kills", type=int, default=21, help="signals sent to the one killed-and-resumed run")
-    parser.add_argument("--scenarios", default="signals,engine,mcp-disconnect")
+    parser.add_argument("--kills", type=int, default=20, help="signals sent to the one killed-and-resumed run")
+    parser.add_argument("--scenarios", default="signals,engine,mcp-disconnect,mcp-detach")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fault_injection.json"))
     parser.add_argument("--keep", default=None, help="keep the databases in this folder (default: a temporary one)")
     args = parser.parse_args()

@@ -57,8 +57,7 @@ def collect_garbage(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, 
     for row in rows:
         try:
             if row["backend"] == RECORD_ONLY:
-                _mark_terminated(store, row)
-                result = "marked terminated (nothing was running)"
+                result = _settle_record(store, row)
             elif row["backend"] == "skypilot":
                 if sky_backend is None:
                     from worldtune.sky.backend import SkyPilotBackend
@@ -80,6 +79,19 @@ def collect_garbage(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, 
              "resume": f"worldtune resume {run['id']}"},
         )  # fmt: skip
     return done
+
+
+def _settle_record(store: Store, row: dict[str, Any]) -> str:
+    """An alive deployment with no open ledger row: a local one is stopped by its recorded pids (a launch that
+    lost a race with a teardown may have started a process after its ledger row closed); then terminated."""
+    deployment = store.get_deployment(row["deployment_id"])
+    if deployment is not None and deployment.infra == "local":
+        from worldtune.tools import deploy
+
+        store.save_deployment(deploy.backend_for("local", store).teardown(deployment))
+        return "stopped its recorded processes; terminated"
+    _mark_terminated(store, row)
+    return "marked terminated (nothing was launched)"
 
 
 def _mark_terminated(store: Store, row: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from worldtune.tools.store import Store
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0
+PROGRESS_EVERY_S = 2.0  # progress while loading, even unchanged
 
 # Processes this process started (pid -> Popen), so it can reap them; another process finds them by pgid.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -113,6 +114,8 @@ class LocalBackend:
         exit_with = ["--exit-with", f"{me}:{my_start}"] if deployment.run_id and my_start else []
         try:
             for i in range(plan.replicas):
+                if not self.store.ledger_open(cluster):  # torn down meanwhile (a run's cleanup, gc): stop here
+                    break
                 port = free_port()
                 log = open(self.log_dir / f"{deployment.id}-r{i}.log", "ab")  # noqa: SIM115 (the child keeps it)
                 cmd = [
@@ -140,6 +143,11 @@ class LocalBackend:
             self.store.ledger_gone(cluster, f"spawn failed: {exc}")
             raise DeploymentFailed(f"could not start the twin: {exc}") from exc
         detail = json.dumps({"pgid": pgid, "pids": pids, "starts": starts, "ports": ports, "profile": profile.source})
+        if not self.store.ledger_open(cluster):  # a teardown won the race with this launch: it stays down
+            self._kill(pgid, dict(zip(pids, starts, strict=True)))
+            self.store.save_deployment(deployment.model_copy(update={"state": "terminated", "detail": detail,
+                                                                     "terminated_at": time.time()}))  # fmt: skip
+            raise DeploymentFailed(f"deployment {deployment.id} was torn down while it was starting")
         self.store.ledger_update(cluster, "running", detail)
         current = deployment.model_copy(
             update={
@@ -170,7 +178,7 @@ class LocalBackend:
         timeout = self.ready_timeout_s or (2.0 * load_s / deployment.time_scale + 60.0)
         deadline = time.monotonic() + timeout
         pending = list(deployment.endpoints)
-        reported = -1
+        reported, reported_at = -1, time.monotonic()
         while pending:
             dead = [pid for pid in self._pids(deployment) if not _alive(pid)]
             if dead:
@@ -187,8 +195,9 @@ class LocalBackend:
                 self.teardown(deployment)
                 self._fail(deployment, f"not healthy within {timeout:.0f} s: {', '.join(pending)}")
             done = len(deployment.endpoints) - len(pending)
-            if progress and done != reported:
-                reported = done
+            # also every few seconds while nothing changes: a caller that went away learns it here
+            if progress and (done != reported or time.monotonic() - reported_at >= PROGRESS_EVERY_S):
+                reported, reported_at = done, time.monotonic()
                 total = len(deployment.endpoints)
                 progress(f"loading: {done}/{total} replicas healthy", 0.1 + 0.8 * done / total)
             time.sleep(0.1)

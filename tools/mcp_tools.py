@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -279,13 +280,20 @@ async def while_caller_waits(caller_gone: threading.Event, work: Callable[[], Aw
             if not finished.is_set():
                 caller_gone.set()
 
+    error: BaseException | None = None
     async with anyio.create_task_group() as group:
         group.start_soon(watch)
         try:
             result = await work()
+        except BaseException as exc:  # raised below, outside the group, so it is not wrapped in a group error
+            error = exc
         finally:
             finished.set()
             group.cancel_scope.cancel()
+    if caller_gone.is_set() and not isinstance(error, anyio.get_cancelled_exc_class()):
+        await anyio.lowlevel.checkpoint()  # the call was cancelled: end as cancelled, whatever the worker raised
+    if error is not None:
+        raise error
     return result
 
 

@@ -339,8 +339,17 @@ class Store:
             )
 
     def ledger_update(self, cluster: str, state: str, detail: str = "") -> None:
+        """A new state for an open row; a row already gone stays gone (a launch in flight does not revive it)."""
         with self._connect() as db:
-            db.execute("UPDATE ledger SET state = ?, detail = ? WHERE cluster = ?", (state, detail, cluster))
+            db.execute(
+                "UPDATE ledger SET state = ?, detail = ? WHERE cluster = ? AND gone_at IS NULL",
+                (state, detail, cluster),
+            )
+
+    def ledger_open(self, cluster: str) -> bool:
+        with self._connect() as db:
+            row = db.execute("SELECT gone_at FROM ledger WHERE cluster = ?", (cluster,)).fetchone()
+        return row is not None and row["gone_at"] is None
 
     def ledger_gone(self, cluster: str, detail: str = "") -> None:
         with self._connect() as db:

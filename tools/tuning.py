@@ -6,7 +6,7 @@ in-process client) passes a Tuner; a server built without one refuses those thre
 
 A run started over MCP belongs to the session that started it: when the session ends, the server calls
 `session_ended` and the run stops and tears down what it started, unless it was started with
-detach=true; a detached run goes on in the server process, and if that process dies, `worldtune gc`
+detach=true; a detached run goes on in a process of its own, and if that process dies, `worldtune gc`
 tears down what it left (the run's heartbeat stops).
 """
 
@@ -48,7 +48,7 @@ class Tuner(Protocol):
         """Answer a run's approval question; it continues (approve) or stops."""
         ...
 
-    def session_ended(self, include_detached: bool = False) -> list[str]:
-        """The session ended: stop (and tear down) its runs that are not detached, then let detached ones
-        finish; `include_detached` stops those too (the server itself is stopping). Returns the stopped ids."""
+    def session_ended(self) -> list[str]:
+        """The session ended: stop its runs (each tears down what it started) and wait for that; detached
+        runs are processes of their own and go on. Returns the ids stopped."""
         ...

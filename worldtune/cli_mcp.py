@@ -4,9 +4,9 @@ HTTP binds to 127.0.0.1 by default. Binding to any other address needs a bearer 
 $WORLDTUNE_MCP_TOKEN); with a token, every request without `Authorization: Bearer <token>` gets 401.
 Nothing is printed on stdout in stdio mode: stdout is the protocol.
 
-Tuning runs started over MCP end with the session: when the stdio client disconnects (stdin closes)
-the server stops and tears down every run it started that was not detached, lets detached runs
-finish, then exits. SIGTERM and SIGHUP (and Ctrl-C) stop every run, detached ones included, before exit.
+Tuning runs started over MCP end with the session: when the stdio client disconnects (stdin closes),
+or the server gets SIGTERM, SIGHUP or Ctrl-C, it stops every run it drives, waits for their teardown,
+then exits. A run started with detach=true is a process of its own and goes on.
 """
 
 from __future__ import annotations
@@ -104,25 +104,24 @@ def serve(
     try:
         anyio.run(uvicorn.Server(config).serve)
     finally:  # HTTP has no session of its own: the server stopping ends every run it drives
-        tuner.session_ended(include_detached=True)
+        tuner.session_ended()
 
 
 @contextmanager
 def _session(tuner: Any) -> Iterator[None]:
-    """The stdio session: its end stops its runs (not detached ones); a signal stops every run first."""
+    """The stdio session: its end (stdin closed, or a signal) stops the runs it drives, after their teardown."""
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
-    signalled = False
     try:
         yield
     except KeyboardInterrupt:
-        signalled = True
+        pass  # a signal ends the session like a closed stdin
     finally:
-        tuner.session_ended(include_detached=signalled)
+        tuner.session_ended()
 
 
 def host_for_url(host: str) -> str:
