@@ -33,6 +33,7 @@ from worldtune.tools.plan import Plan
 from worldtune.tools.workload import anchor_changes
 
 POLL_S = 0.2  # how often a running benchmark is checked against its spending cap (wall seconds)
+ENGINE_CHECK_S = 2.0  # how often its deployment is asked whether the engine still runs (wall seconds)
 
 
 def _emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
@@ -205,7 +206,7 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     _emit(runtime, kind, key=cand.key, deployment=deployment_id)
     status = await tools.call("start_benchmark", deployment_id=deployment_id, run_id=run_id, **args)
     bench_id = str(status["id"])
-    bench_started = time.time()
+    bench_started = looked = time.time()
     while status.get("status") == "running":
         # Real GPUs bill wall time: stop the moment this action's share is used up.
         if not options.twin and charged_s + time.time() - bench_started >= cap_s:
@@ -213,6 +214,13 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
             return _failed(
                 task, cand, "stopped: this action reached its share of the budget", _bill(cand, cap_s), removed=True
             )
+        if time.time() - looked >= ENGINE_CHECK_S:  # an engine that died mid-benchmark never answers again
+            looked = time.time()
+            engine = await tools.call("get_deployment", deployment_id=deployment_id)
+            if engine.get("state") not in ("ready", "loading"):
+                spent_s = min(cap_s, charged_s + (time.time() - bench_started) * scale)
+                why = f"deployment {deployment_id} is {engine.get('state')} during benchmark {bench_id}"
+                return _failed(task, cand, why, _bill(cand, spent_s), removed=True)
         status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S)
     wall_s = time.time() - bench_started
     if status.get("status") != "completed":
