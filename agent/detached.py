@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 
 from worldtune.agent.configuration import TuneOptions
-from worldtune.agent.runner import RunStopped, tune
+from worldtune.agent.runner import tune
+from worldtune.agent.stopping import RunStopped
 from worldtune.tools.store import Store
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from typing import Any
 
 from worldtune.agent.configuration import Context, Progress, TuneOptions
 from worldtune.agent.goal_parser import ParsedGoal, read_goal
+from worldtune.agent.stopping import _CONTROLS, RunStopped, _catch_signals, _Control, stop_tuning
 from worldtune.policies import search as ws
 from worldtune.tools import owners
 from worldtune.tools.errors import InvalidInput
@@ -29,58 +29,6 @@ from worldtune.tools.profile import Profile
 from worldtune.tools.store import Store
 
 RECURSION_LIMIT = 1000  # the search's own iteration cap stops long before this
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each is handled like Ctrl-C
-RECANCEL_S = 0.5  # a stop whose cancellation something swallowed is delivered again this often
-
-
-class RunStopped(Exception):
-    """A run stopped on purpose (a signal, its MCP session ending) after tearing down what it started."""
-
-    def __init__(self, run_id: str, reason: str, signum: int | None = None) -> None:
-        self.run_id = run_id
-        self.reason = reason
-        self.signum = signum
-        super().__init__(f"run {run_id} stopped ({reason}); torn down; continue it with: worldtune resume {run_id}")
-
-
-class _Control:
-    """How a running graph is asked to stop: the reason is kept, and the driving task cancelled until it notices.
-
-    The reason is what counts: a cancellation that some library swallows on the way (seen under load, where
-    a Ctrl-C let the run finish and exit 0) is delivered again, and the driver checks the reason after every
-    step and at the end, so a stopped run never reports success.
-    """
-
-    def __init__(self, run_id: str, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
-        self.run_id = run_id
-        self.loop = loop
-        self.task = task
-        self.reason: str | None = None
-        self.signum: int | None = None
-        self.noticed = False
-
-    def stop(self, reason: str, signum: int | None = None) -> None:
-        """Ask the run to stop (call on its loop's thread); a second call keeps the first reason."""
-        if self.reason is None:
-            self.reason, self.signum = reason, signum
-            self._cancel()
-
-    def _cancel(self) -> None:
-        if not self.noticed and not self.task.done():
-            self.task.cancel()
-            self.loop.call_later(RECANCEL_S, self._cancel)
-
-    def notice(self) -> RunStopped | None:
-        """Called where the driver catches: stops the re-cancelling and clears the task's pending cancels."""
-        if self.reason is None:
-            return None
-        self.noticed = True
-        while self.task.cancelling():
-            self.task.uncancel()
-        return RunStopped(self.run_id, self.reason, self.signum)
-
-
-_CONTROLS: dict[str, _Control] = {}
 
 
 def new_run_id() -> str:
@@ -175,15 +123,6 @@ async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: 
     summary = values.get("summary") or {}
     store.finish_run(run_id, "completed", summary)
     return {"run_id": run_id, "thread_id": run_id, "status": "completed", "summary": summary, "state": values}
-
-
-def _catch_signals(loop: asyncio.AbstractEventLoop, control: _Control) -> list[int]:
-    """SIGINT, SIGTERM and SIGHUP stop the run like Ctrl-C (only the main thread can take signals)."""
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, control.stop, signal.Signals(sig).name, int(sig))
-    return list(STOP_SIGNALS)
 
 
 async def _cleanup(tools: Any, run_id: str, progress: Progress, settle_s: float = 60.0) -> None:
@@ -330,15 +269,6 @@ def resume_tuning(run_id: str, approve: bool | None = None, db_path: str | None 
     """Resume a run in a background thread (answering the approval question when `approve` is given)."""
     _in_thread(run_id, db_path, lambda: resume(run_id, db_path, approve))
     return run_id
-
-
-def stop_tuning(run_id: str, reason: str) -> bool:
-    """Ask a run driven in this process to stop (it tears down what it started); False when none runs here."""
-    control = _CONTROLS.get(run_id)
-    if control is None:
-        return False
-    control.loop.call_soon_threadsafe(control.stop, reason, None)
-    return True
 
 
 def stop_session_runs(wait_s: float = 120.0) -> list[str]:

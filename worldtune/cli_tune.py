@@ -121,8 +121,9 @@ def register(app: typer.Typer) -> None:
         """Find, verify and recommend the cheapest deployment that meets a goal (asks before spending)."""
         from worldtune.agent.configuration import LOCAL_TWIN_TIME_SCALE, TuneOptions
         from worldtune.agent.goal_parser import GoalQuestion
-        from worldtune.agent.runner import RunStopped, goal_for
+        from worldtune.agent.runner import goal_for
         from worldtune.agent.runner import tune as run_tune
+        from worldtune.agent.stopping import RunStopped
 
         try:
             options = TuneOptions(
@@ -162,8 +163,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
     ) -> None:
         """Continue a run that crashed, was killed or waits for approval, without repeating finished measurements."""
-        from worldtune.agent.runner import RunStopped
         from worldtune.agent.runner import resume as run_resume
+        from worldtune.agent.stopping import RunStopped
 
         approve = True if yes else (False if no else None)
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from worldtune.agent.runner import RunStopped, _Control
+from worldtune.agent.stopping import RunStopped, _Control
 
 
 def test_a_swallowed_cancellation_is_delivered_again_and_the_reason_is_kept() -> None:
