@@ -33,6 +33,7 @@ from worldtune.tools.plan import Plan
 from worldtune.tools.workload import anchor_changes
 
 POLL_S = 0.2  # how often a running benchmark is checked against its spending cap (wall seconds)
+ENGINE_CHECK_S = 2.0  # how often its deployment is asked whether the engine still runs (wall seconds)
 
 
 def _emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
@@ -142,6 +143,12 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     cap_s = task["cap_usd"] / price * 3600 if price > 0 else math.inf  # this action's share of the budget
     started = time.time()
 
+    # A measurement that completed before a crash, a signal or a teardown is in the database: use it (and bill
+    # it), never run it again. Ones this run already used (an inconclusive candidate's repeat) do not count.
+    earlier = await _finished_benchmark(tools, run_id, cand, kind=action.kind, used=task.get("used_benchmarks", []))
+    if earlier is not None:
+        return await _recorded(runtime, task, cand, *earlier)
+
     deployment = await _live_deployment(tools, task["deployment_id"], cand, run_id)
     if deployment is None:
         _emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra)
@@ -177,11 +184,7 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
             spent_s = min(cap_s, (time.time() - started) * scale)
             return _failed(task, cand, f"deploy failed: {exc}", _bill(cand, spent_s))
         deployment = outcome["deployment"]
-        load_s = ((deployment.get("ready_at") or time.time()) - deployment["created_at"]) * scale
-        if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
-            load_s = min(load_s, 2 * cand.load_s)
-        provision_s = cand.offer.provision_s if options.infra == "local" else 0.0  # modelled on the local twin
-        charged_s += provision_s + load_s
+        charged_s += _start_s(deployment, cand, options)
     deployment_id = str(deployment["id"])
     if charged_s >= cap_s:
         await _teardown(runtime, deployment_id)
@@ -190,44 +193,45 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
         )
 
     kind = action.kind
-    found = await _finished_benchmark(tools, run_id, deployment_id, kind)
-    if found is None:
-        replicas = Plan.parse(cand.plan).replicas
-        if kind == "probe":
-            args = {"steps": ws.PROBE_STEPS[0], "repeats": 1, "concurrency": [1], "probe_steps": list(ws.PROBE_STEPS)}
-            args["warmup"] = 1
-        else:
-            repeats = max(1, math.ceil(ws.FULL_REQUESTS / replicas))
-            args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
-            args["warmup"] = 0
-        # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
-        args.update(anchor_changes(goal.workload))
-        _emit(runtime, kind, key=cand.key, deployment=deployment_id)
-        status = await tools.call("start_benchmark", deployment_id=deployment_id, run_id=run_id, **args)
-        bench_id = str(status["id"])
-        bench_started = time.time()
-        while status.get("status") == "running":
-            # Real GPUs bill wall time: stop the moment this action's share is used up.
-            if not options.twin and charged_s + time.time() - bench_started >= cap_s:
-                await _teardown(runtime, deployment_id)
-                return _failed(
-                    task, cand, "stopped: this action reached its share of the budget", _bill(cand, cap_s), removed=True
-                )
-            status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S)
-        wall_s = time.time() - bench_started
-        if status.get("status") != "completed":
-            spent_s = min(cap_s, charged_s + wall_s * scale)
-            return _failed(
-                task, cand, f"benchmark {bench_id} {status.get('status')}: {status.get('error')}", _bill(cand, spent_s)
-            )
+    replicas = Plan.parse(cand.plan).replicas
+    if kind == "probe":
+        args = {"steps": ws.PROBE_STEPS[0], "repeats": 1, "concurrency": [1], "probe_steps": list(ws.PROBE_STEPS)}
+        args["warmup"] = 1
     else:
-        bench_id, wall_s = found, 0.0
-        _emit(runtime, "reuse", key=cand.key, benchmark=bench_id)
+        repeats = max(1, math.ceil(ws.FULL_REQUESTS / replicas))
+        args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
+        args["warmup"] = 0
+    # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
+    args.update(anchor_changes(goal.workload))
+    _emit(runtime, kind, key=cand.key, deployment=deployment_id)
+    status = await tools.call("start_benchmark", deployment_id=deployment_id, run_id=run_id, **args)
+    bench_id = str(status["id"])
+    bench_started = looked = time.time()
+    while status.get("status") == "running":
+        # Real GPUs bill wall time: stop the moment this action's share is used up.
+        if not options.twin and charged_s + time.time() - bench_started >= cap_s:
+            await _teardown(runtime, deployment_id)
+            return _failed(
+                task, cand, "stopped: this action reached its share of the budget", _bill(cand, cap_s), removed=True
+            )
+        if time.time() - looked >= ENGINE_CHECK_S:  # an engine that died mid-benchmark never answers again
+            looked = time.time()
+            engine = await tools.call("get_deployment", deployment_id=deployment_id)
+            if engine.get("state") not in ("ready", "loading"):
+                spent_s = min(cap_s, charged_s + (time.time() - bench_started) * scale)
+                why = f"deployment {deployment_id} is {engine.get('state')} during benchmark {bench_id}"
+                return _failed(task, cand, why, _bill(cand, spent_s), removed=True)
+        status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S)
+    wall_s = time.time() - bench_started
+    if status.get("status") != "completed":
+        spent_s = min(cap_s, charged_s + wall_s * scale)
+        return _failed(
+            task, cand, f"benchmark {bench_id} {status.get('status')}: {status.get('error')}", _bill(cand, spent_s)
+        )
     record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
-    if found is None:
-        # The twin's GPU time is its modelled busy time (the slowest replica's sum of server times); the
-        # HTTP and video-encoding overhead between requests, magnified by the time scale, is not.
-        charged_s += _busy_model_s(record) if options.twin else wall_s
+    # The twin's GPU time is its modelled busy time (the slowest replica's sum of server times); the
+    # HTTP and video-encoding overhead between requests, magnified by the time scale, is not.
+    charged_s += _busy_model_s(record) if options.twin else wall_s
     if charged_s >= cap_s:  # a watchdog in model time would have stopped it here
         await _teardown(runtime, deployment_id)
         return _failed(
@@ -236,6 +240,20 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     failure = _every_request_failed(kind, record)
     if failure:  # e.g. the engine ran out of memory at the first request: a failed action with its reason
         return _failed(task, cand, f"benchmark {bench_id}: {failure}", _bill(cand, charged_s))
+    return _measured(runtime, cand, kind, bench_id, record, charged_s, deployment_id, live=True)
+
+
+def _measured(
+    runtime: Runtime[Context],
+    cand: ws.Candidate,
+    kind: str,
+    bench_id: str,
+    record: dict[str, Any],
+    charged_s: float,
+    deployment_id: str,
+    live: bool,
+) -> dict[str, Any]:
+    """verify's update for one measurement: the result billed at `charged_s`, and the deployment if still live."""
     measurement = _measurement(cand, kind, bench_id, record)
     usd, gpu_hours = _bill(cand, charged_s)
     measurement = measurement.model_copy(update={"usd": usd, "gpu_hours": gpu_hours})
@@ -250,9 +268,42 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     )
     return {
         "results": [{**measurement.model_dump(mode="json"), "deployment_id": deployment_id, "model_s": charged_s}],
-        "deployments": {cand.key: deployment_id},
+        "deployments": {cand.key: deployment_id} if live else {},
         "events": [f"{kind} {cand.key}: {_measured_figures(measurement)} (${usd:.2f}, {charged_s:.0f} model-s)"],
     }
+
+
+async def _recorded(
+    runtime: Runtime[Context], task: VerifyTask, cand: ws.Candidate, bench_id: str, deployment_id: str
+) -> dict[str, Any]:
+    """A benchmark of this action that completed in an attempt that never returned: measured and billed once.
+
+    Its busy time was never billed, nor its deployment's start unless an earlier measurement of the run
+    used that deployment (and so billed it).
+    """
+    tools = runtime.context.tools
+    options = _options(task)
+    _emit(runtime, "reuse", key=cand.key, benchmark=bench_id, deployment=deployment_id)
+    record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
+    deployment = await tools.call("get_deployment", deployment_id=deployment_id)
+    bench = record.get("benchmark") or {}
+    wall_s = float(bench.get("finished_at") or bench.get("started_at") or 0.0) - float(bench.get("started_at") or 0.0)
+    charged_s = _busy_model_s(record) if options.twin else wall_s
+    if deployment_id not in task.get("billed_deployments", []):
+        charged_s += _start_s(deployment, cand, options)
+    live = deployment.get("state") == "ready"
+    return _measured(runtime, cand, ws.Action.model_validate(task["action"]).kind, bench_id, record, charged_s,
+                     deployment_id, live)  # fmt: skip
+
+
+def _start_s(deployment: dict[str, Any], cand: ws.Candidate, options: TuneOptions) -> float:
+    """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load."""
+    scale = options.time_scale if options.twin else 1.0
+    load_s = ((deployment.get("ready_at") or time.time()) - deployment["created_at"]) * scale
+    if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
+        load_s = min(load_s, 2 * cand.load_s)
+    provision_s = cand.offer.provision_s if options.infra == "local" else 0.0
+    return float(provision_s + load_s)
 
 
 async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -329,16 +380,27 @@ async def _live_deployment(tools: Any, known: str | None, cand: ws.Candidate, ru
     return None
 
 
-async def _finished_benchmark(tools: Any, run_id: str, deployment_id: str, kind: str) -> str | None:
-    """A completed benchmark of this kind on this deployment (a crashed attempt's): reused, never repeated."""
+async def _finished_benchmark(
+    tools: Any, run_id: str, cand: ws.Candidate, kind: str, used: list[str]
+) -> tuple[str, str] | None:
+    """(benchmark, deployment) of a completed benchmark of this kind on any deployment of this candidate in the
+    run that the run has not used yet (one a crashed or stopped attempt finished): reused, never repeated."""
+    deployments = await tools.call("list_deployments", run_id=run_id)
+    mine = {
+        str(d["id"])
+        for d in deployments.get("deployments", [])
+        if d["gpu"] == cand.gpu and d["plan"] == cand.plan and d["capacity"] == cand.capacity
+    }
     listed = await tools.call("list_results", run_id=run_id, limit=1000)
-    for row in listed.get("results", []):
-        if row.get("deployment_id") != deployment_id or row.get("status") != "completed":
+    for row in reversed(listed.get("results", [])):  # oldest first
+        if row.get("deployment_id") not in mine or row.get("status") != "completed":
+            continue
+        if row["benchmark_id"] in used:
             continue
         record = await tools.call("get_result", benchmark_id=row["benchmark_id"])
         probes = (record.get("config") or {}).get("probe_steps") or []
         if (kind == "probe") == bool(probes):
-            return str(row["benchmark_id"])
+            return str(row["benchmark_id"]), str(row["deployment_id"])
     return None
 
 
@@ -422,6 +484,9 @@ def next_actions(state: TuneState) -> list[Send] | str:
     left = search.goal.budget_usd - search.spent_usd
     slack = max(0.0, left - sum(a.expected_usd for a in decision.actions)) / len(decision.actions)
     live = state.get("deployments") or {}
+    recorded = state.get("results") or []  # what verify may not measure again, and the deployments already billed
+    used = [str(r["benchmark_id"]) for r in recorded if r.get("benchmark_id")]
+    billed = [str(r["deployment_id"]) for r in recorded if r.get("deployment_id")]
     return [
         Send(
             "verify",
@@ -434,6 +499,8 @@ def next_actions(state: TuneState) -> list[Send] | str:
                 deployment_id=live.get(a.key),
                 cap_usd=a.expected_usd + slack,
                 iteration=search.iterations,
+                used_benchmarks=used,
+                billed_deployments=billed,
             ),
         )
         for a in decision.actions

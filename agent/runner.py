@@ -2,13 +2,16 @@
 
 `tune()` blocks (the CLI); `start_tuning()` returns a run id at once and runs in a thread, and
 `get_tuning()` reports on any run from the database and the checkpoints (the MCP server's job pattern).
-The run id is the checkpoint thread id. Whatever stops a run early (an error, Ctrl-C) tears down every
-deployment it started before the exception leaves; `resume()` continues from the last checkpoint.
+The run id is the checkpoint thread id. Whatever stops a run early (an error, Ctrl-C, SIGTERM, SIGHUP,
+its MCP session ending) tears down every deployment it started before the exception leaves; what a
+SIGKILL leaves is found by `worldtune gc` through the run's heartbeat (the run is owned by the process
+that drives it). `resume()` continues from the last checkpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import threading
 import time
@@ -17,7 +20,9 @@ from typing import Any
 
 from worldtune.agent.configuration import Context, Progress, TuneOptions
 from worldtune.agent.goal_parser import ParsedGoal, read_goal
+from worldtune.agent.stopping import _CONTROLS, RunStopped, _catch_signals, _Control, stop_tuning
 from worldtune.policies import search as ws
+from worldtune.tools import owners
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.goal import Goal
 from worldtune.tools.profile import Profile
@@ -67,25 +72,42 @@ async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: 
     store = Store(options.db_path)
     config: Any = {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
     error: BaseException | None = None
-    async with (
-        AsyncSqliteSaver.from_conn_string(str(options.checkpoint_path())) as saver,
-        connect(str(store.path), options.mcp_url) as tools,
-    ):
-        graph = builder.compile(checkpointer=saver, name="worldtune")
-        context = Context(tools=tools, progress=progress)
-        try:
-            async for _ in graph.astream(
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    control = _CONTROLS[run_id] = _Control(run_id, loop, task)
+    caught = _catch_signals(loop, control)
+    try:
+        async with (
+            AsyncSqliteSaver.from_conn_string(str(options.checkpoint_path())) as saver,
+            connect(str(store.path), options.mcp_url) as tools,
+        ):
+            graph = builder.compile(checkpointer=saver, name="worldtune")
+            context = Context(tools=tools, progress=progress)
+            stream = graph.astream(
                 graph_input, config, context=context, stream_mode=["updates", "custom"], durability="sync"
-            ):
-                pass
-        except BaseException as exc:  # Ctrl-C and cancellation included: nothing may be left running
-            error = exc
-            store.finish_run(
-                run_id, "interrupted", {"error": str(exc) or type(exc).__name__, "resume": f"worldtune resume {run_id}"}
             )
-            await _cleanup(tools, run_id, progress)
-        else:
-            snapshot = await graph.aget_state(config)
+            try:
+                async for _ in stream:
+                    if control.reason is not None:
+                        raise asyncio.CancelledError
+                if control.reason is not None:  # asked to stop while the last step ran: not a success
+                    raise asyncio.CancelledError
+            except BaseException as exc:  # signals and cancellation included: nothing may be left running
+                error = control.notice() or exc
+                closing = getattr(stream, "aclose", None)  # an async generator: closing it stops its tasks
+                if closing is not None:
+                    with contextlib.suppress(BaseException):
+                        await closing()
+                why = str(error) or type(error).__name__
+                store.finish_run(run_id, "interrupted", {"error": why, "resume": f"worldtune resume {run_id}"})
+                await _cleanup(tools, run_id, progress)
+            else:
+                snapshot = await graph.aget_state(config)
+    finally:
+        for sig in caught:
+            loop.remove_signal_handler(sig)
+        _CONTROLS.pop(run_id, None)
     if error is not None:  # raised here, outside the MCP session, so it is not wrapped in a task-group error
         raise error
     values = dict(snapshot.values)
@@ -180,6 +202,7 @@ def resume(
     options = checkpointed_options(run_id, db_path)
     graph_input: Any = None if approve is None else Command(resume={"approved": approve})
     progress("resume", {"run_id": run_id})
+    Store(options.db_path).restart_run(run_id)  # this process owns (and heartbeats) the run from now on
     return asyncio.run(_drive(run_id, graph_input, options, progress))
 
 
@@ -188,37 +211,14 @@ _THREADS: dict[str, threading.Thread] = {}
 _ERRORS: dict[str, str] = {}
 
 
-def start_tuning(goal_text: str, options: TuneOptions | None = None) -> str:
-    """Start a tuning run in a background thread; returns its run id (= thread id) at once.
-
-    The goal is parsed first, so an ambiguous goal raises GoalQuestion here, before anything starts.
-    Without options.yes the run stops at the approval question: answer it with resume_tuning.
-    """
-    options = options or TuneOptions()
-    _check_options(options)
-    parsed = goal_for(goal_text, options)
-    run_id = new_run_id()
-    Store(options.db_path).add_run(run_id, "tune", parsed.goal.model_dump(mode="json"))
+def _in_thread(run_id: str, db_path: str | None, body: Any) -> None:
+    """Run `body()` on a background thread named for the run; its failure is recorded, a stop is not one."""
 
     def work() -> None:
         try:
-            tune(parsed, options, run_id=run_id)
-        except Exception as exc:
-            _ERRORS[run_id] = f"{type(exc).__name__}: {exc}"
-            Store(options.db_path).finish_run(run_id, "failed", {"error": _ERRORS[run_id]})
-
-    thread = threading.Thread(target=work, name=f"worldtune-{run_id}", daemon=True)
-    _THREADS[run_id] = thread
-    thread.start()
-    return run_id
-
-
-def resume_tuning(run_id: str, approve: bool | None = None, db_path: str | None = None) -> str:
-    """Resume a run in a background thread (answering the approval question when `approve` is given)."""
-
-    def work() -> None:
-        try:
-            resume(run_id, db_path, approve)
+            body()
+        except RunStopped:
+            pass  # recorded as interrupted by the run itself, after its teardown
         except Exception as exc:
             _ERRORS[run_id] = f"{type(exc).__name__}: {exc}"
             Store(db_path).finish_run(run_id, "failed", {"error": _ERRORS[run_id]})
@@ -226,7 +226,75 @@ def resume_tuning(run_id: str, approve: bool | None = None, db_path: str | None 
     thread = threading.Thread(target=work, name=f"worldtune-{run_id}", daemon=True)
     _THREADS[run_id] = thread
     thread.start()
+
+
+def start_tuning(goal_text: str, options: TuneOptions | None = None, detach: bool = False) -> str:
+    """Start a tuning run in a background thread; returns its run id (= thread id) at once.
+
+    The goal is parsed first, so an ambiguous goal raises GoalQuestion here, before anything starts.
+    Without options.yes the run stops at the approval question: answer it with resume_tuning.
+    A run in a thread ends with the MCP session that started it (stop_session_runs); `detach` starts it
+    in a process of its own instead (agent/detached.py), which outlives the session and the server.
+    """
+    options = options or TuneOptions()
+    _check_options(options)
+    parsed = goal_for(goal_text, options)
+    run_id = new_run_id()
+    store = Store(options.db_path)
+    store.add_run(run_id, "tune", parsed.goal.model_dump(mode="json"), detach=detach)
+    if detach:
+        _spawn_detached(run_id, goal_text, options.model_copy(update={"db_path": str(store.path)}))
+        owners.HEARTBEAT.drop(store.path, run_id)  # the spawned process owns and heartbeats it now
+        return run_id
+    _in_thread(run_id, options.db_path, lambda: tune(parsed, options, run_id=run_id))
     return run_id
+
+
+def _spawn_detached(run_id: str, goal_text: str, options: TuneOptions) -> None:
+    """The run in its own session and process; its output goes to logs/RUN_ID.log next to the database."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    logs = Path(str(options.db_path)).parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{run_id}.log", "ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "worldtune.agent.detached", run_id, options.model_dump_json(), goal_text],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def resume_tuning(run_id: str, approve: bool | None = None, db_path: str | None = None) -> str:
+    """Resume a run in a background thread (answering the approval question when `approve` is given)."""
+    _in_thread(run_id, db_path, lambda: resume(run_id, db_path, approve))
+    return run_id
+
+
+def stop_session_runs(wait_s: float = 120.0) -> list[str]:
+    """The MCP session ended: stop every run this process drives in a thread (detached runs are processes
+    of their own and go on), and wait for their teardown, at most `wait_s`. Returns the ids stopped.
+
+    The policy (README "MCP sessions"): a run started over MCP belongs to the session and ends with it;
+    `detach=true` runs it in its own process, and if that process dies, `worldtune gc` tears down what it
+    left (its heartbeat stops).
+    """
+    live = {r: t for r, t in _THREADS.items() if t.is_alive()}
+    stopped = [r for r in live if stop_tuning(r, "MCP session ended")]
+    deadline = time.monotonic() + wait_s
+    for run_id, thread in live.items():
+        _join(run_id, thread, deadline)
+    return stopped
+
+
+def _join(run_id: str, thread: threading.Thread, deadline: float) -> None:
+    """Wait for a run's thread to finish its teardown; a signal meanwhile (the client escalating) does not cut
+    the wait short: SIGKILL would, and then gc tears down the rest."""
+    while thread.is_alive() and time.monotonic() < deadline:
+        try:
+            thread.join(timeout=0.2)
+        except KeyboardInterrupt:
+            stop_tuning(run_id, "signal while the MCP session ended")
 
 
 def get_tuning(run_id: str, db_path: str | None = None) -> dict[str, Any]:
@@ -240,6 +308,8 @@ def get_tuning(run_id: str, db_path: str | None = None) -> dict[str, Any]:
     status = str(row["status"])
     if thread is not None and thread.is_alive():
         status = "running"
+    elif status == "running" and not store.owner_alive(run_id):
+        status = "interrupted"  # its process is gone: gc tears down what it left, resume continues it
     out: dict[str, Any] = {"run_id": run_id, "status": status, "error": _ERRORS.get(run_id)}
     try:
         from langgraph.checkpoint.sqlite import SqliteSaver

@@ -8,7 +8,7 @@ them back into the words (Goal, SearchState, Decision) with `model_validate`.
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
 
 
 def merge_deployments(current: dict[str, str], update: dict[str, str]) -> dict[str, str]:
@@ -72,3 +72,7 @@ class VerifyTask(TypedDict):
     deployment_id: str | None
     cap_usd: float
     iteration: int
+    used_benchmarks: NotRequired[list[str]]
+    """Benchmarks the run's results already hold: never reused as a new measurement (next_actions)."""
+    billed_deployments: NotRequired[list[str]]
+    """Deployments whose start a recorded result already billed (next_actions)."""

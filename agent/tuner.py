@@ -14,7 +14,9 @@ class AgentTuner:
         from worldtune.agent import runner
         from worldtune.agent.configuration import TuneOptions
 
-        return runner.start_tuning(goal, TuneOptions(**request.model_dump()))
+        fields = request.model_dump()
+        detach = bool(fields.pop("detach"))
+        return runner.start_tuning(goal, TuneOptions(**fields), detach=detach)
 
     def status(self, run_id: str, db_path: str | None) -> dict[str, Any]:
         from worldtune.agent import runner
@@ -25,3 +27,8 @@ class AgentTuner:
         from worldtune.agent import runner
 
         runner.resume_tuning(run_id, approve=approve, db_path=db_path)
+
+    def session_ended(self) -> list[str]:
+        from worldtune.agent import runner
+
+        return runner.stop_session_runs()

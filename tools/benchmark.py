@@ -38,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from worldtune.tools import owners
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.result import AffineFit, BenchmarkResult, compute_result, fit_affine, fit_time
 from worldtune.tools.store import Store
@@ -478,7 +479,9 @@ def _error_message(answer: Any) -> str:
 
 # ---- running and the job API -----------------------------------------------------------------
 def _config(spec: BenchmarkSpec) -> dict[str, Any]:
-    return {**spec.model_dump(mode="json"), "pid": os.getpid(), "host": socket.gethostname()}
+    # pid + start time: the process that runs it, so a reader can tell it is gone (a pid alone gets reused)
+    pid_start = owners.start_time(os.getpid())
+    return {**spec.model_dump(mode="json"), "pid": os.getpid(), "pid_start": pid_start, "host": socket.gethostname()}
 
 
 def run_benchmark(

@@ -8,6 +8,7 @@ Public API (plain, typed, pydantic out; the MCP server and the agent call these)
     list_deployments(run_id=None, alive_only=False, store=None) -> list[Deployment]
     teardown(deployment_id, store=None) -> Deployment
     backend_for(infra, store) -> Backend
+    deploy_for_caller(caller_gone, **deploy_arguments) -> Deployment   # torn down if the caller went away
 
 The backend is chosen by infra: "local" -> LocalBackend (twin processes here); "slurm/<name>" and SkyPilot
 clouds -> worldtune.sky.backend.SkyPilotBackend; "kubernetes" -> worldtune.sky.kubernetes.KubernetesBackend
@@ -17,11 +18,14 @@ GPU and model (vLLM-Omni's rules and memory), and vllm-omni cannot run on infra 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import threading
 from pathlib import Path
+from typing import Any
 
-from worldtune.tools.deployment import ENGINES, Backend, Deployment, Progress
-from worldtune.tools.errors import InvalidInput, one_of
+from worldtune.tools.deployment import ENGINES, Backend, Deployment, Progress, new_deployment_id
+from worldtune.tools.errors import InvalidInput, WorldtuneError, one_of
 from worldtune.tools.estimate import estimate_plan, resolve_profile
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.models import get_model
@@ -91,6 +95,7 @@ def deploy(
     run_id: str | None = None,
     store: Store | None = None,
     progress: Progress | None = None,
+    deployment_id: str | None = None,
 ) -> Deployment:
     """Start `plan` on `gpu` under `engine` on `infra`; return the deployment once ready (or raise).
 
@@ -128,6 +133,7 @@ def deploy(
         raise InvalidInput("plan", plan, verdict.reason or "a plan vLLM-Omni accepts", hint)
     offer = _offer_for(spec.name, parsed, infra, capacity)
     deployment = Deployment(
+        id=deployment_id or new_deployment_id(),
         run_id=run_id,
         model=model_spec.key,
         gpu=spec.name,
@@ -177,3 +183,36 @@ def teardown(deployment_id: str, store: Store | None = None) -> Deployment:
     store = store or Store()
     found = _find(deployment_id, store)
     return backend_for(found.infra, store).teardown(found)
+
+
+class CallerGone(WorldtuneError):
+    """The caller of a deploy went away before it was ready; what had started was torn down."""
+
+
+def deploy_for_caller(caller_gone: threading.Event, **arguments: Any) -> Deployment:
+    """deploy(), for a caller that may go away (an MCP client that timed out, cancelled or disconnected).
+
+    Once `caller_gone` is set the launch is abandoned at its next progress report, or torn down as soon
+    as it is ready: nobody holds the id of such a deployment, so it must not stay up (and bill).
+    """
+    store: Store = arguments.pop("store", None) or Store()
+    passed: Progress | None = arguments.pop("progress", None)
+    deployment_id = new_deployment_id()
+
+    def progress(message: str, fraction: float | None) -> None:
+        if caller_gone.is_set():
+            raise CallerGone(f"deployment {deployment_id}: the caller went away while it was starting")
+        if passed is not None:
+            passed(message, fraction)
+
+    try:
+        ready = deploy(**arguments, store=store, progress=progress, deployment_id=deployment_id)
+    except BaseException:
+        if caller_gone.is_set() and store.get_deployment(deployment_id) is not None:
+            with contextlib.suppress(Exception):  # the launch's own error is the one to report
+                teardown(deployment_id, store)
+        raise
+    if caller_gone.is_set():
+        teardown(deployment_id, store)
+        raise CallerGone(f"deployment {deployment_id} came up after its caller went away: torn down")
+    return ready

@@ -2,8 +2,11 @@
 
 One `worldtune twin` process per replica of the plan, each on a free loopback port, all in one
 process group so teardown stops them together. The cluster is written to the Store's ledger before
-anything starts and marked gone after teardown; launch and teardown are safe to call twice. Only the
-twin runs here: vLLM-Omni needs GPUs this machine does not have.
+anything starts, each process's pid and start time right after it starts (so `gc` can always find it
+and never signals a stranger that reuses its pid), and the cluster is marked gone after teardown;
+launch and teardown are safe to call twice. A twin started for a tuning run watches the process that
+started it and exits when that process is gone, whatever killed it. Only the twin runs here:
+vLLM-Omni needs GPUs this machine does not have.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.policies import perf_model
+from worldtune.tools import owners
 from worldtune.tools.deployment import Deployment, Progress
 from worldtune.tools.errors import InvalidInput, WorldtuneError
 from worldtune.tools.estimate import resolve_profile
@@ -31,6 +35,7 @@ from worldtune.tools.vllm_omni import PINNED
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0
+PROGRESS_EVERY_S = 2.0  # progress while loading, even unchanged
 
 # Processes this process started (pid -> Popen), so it can reap them; another process finds them by pgid.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -104,9 +109,14 @@ class LocalBackend:
         cluster = cluster_name(deployment)
         self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        ports, pids, pgid = [], [], 0
+        ports, pids, starts, pgid = [], [], [], 0
+        # a run's twins die with the process that runs it (the run's cleanup or gc tears down the rest)
+        _, me, my_start = owners.this_process()
+        exit_with = ["--exit-with", f"{me}:{my_start}"] if deployment.run_id and my_start else []
         try:
             for i in range(plan.replicas):
+                if not self.store.ledger_open(cluster):  # torn down meanwhile (a run's cleanup, gc): stop here
+                    break
                 port = free_port()
                 log = open(self.log_dir / f"{deployment.id}-r{i}.log", "ab")  # noqa: SIM115 (the child keeps it)
                 cmd = [
@@ -116,6 +126,7 @@ class LocalBackend:
                 ]  # fmt: skip
                 if deployment.twin_profile:
                     cmd += ["--profile", deployment.twin_profile]
+                cmd += exit_with
                 # one process group (in our session: setpgid cannot cross sessions) so teardown stops all at once
                 group: dict[str, Any] = {"process_group": pgid}
                 child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **group)
@@ -124,11 +135,20 @@ class LocalBackend:
                 pgid = pgid or child.pid
                 ports.append(port)
                 pids.append(child.pid)
+                starts.append(owners.start_time(child.pid))
+                # recorded before the next one starts: a kill right here still leaves gc every pid
+                spawned = json.dumps({"pgid": pgid, "pids": pids, "starts": starts, "ports": ports})
+                self.store.ledger_update(cluster, "launching", spawned)
         except OSError as exc:
             self._kill(pgid, pids)
             self.store.ledger_gone(cluster, f"spawn failed: {exc}")
             raise DeploymentFailed(f"could not start the twin: {exc}") from exc
-        detail = json.dumps({"pgid": pgid, "pids": pids, "ports": ports, "profile": profile.source})
+        detail = json.dumps({"pgid": pgid, "pids": pids, "starts": starts, "ports": ports, "profile": profile.source})
+        if not self.store.ledger_open(cluster):  # a teardown won the race with this launch: it stays down
+            self._kill(pgid, dict(zip(pids, starts, strict=True)))
+            self.store.save_deployment(deployment.model_copy(update={"state": "terminated", "detail": detail,
+                                                                     "terminated_at": time.time()}))  # fmt: skip
+            raise DeploymentFailed(f"deployment {deployment.id} was torn down while it was starting")
         self.store.ledger_update(cluster, "running", detail)
         current = deployment.model_copy(
             update={
@@ -159,7 +179,7 @@ class LocalBackend:
         timeout = self.ready_timeout_s or (2.0 * load_s / deployment.time_scale + 60.0)
         deadline = time.monotonic() + timeout
         pending = list(deployment.endpoints)
-        reported = -1
+        reported, reported_at = -1, time.monotonic()
         while pending:
             dead = [pid for pid in self._pids(deployment) if not _alive(pid)]
             if dead:
@@ -182,8 +202,9 @@ class LocalBackend:
                 self.teardown(deployment)
                 self._fail(deployment, f"not healthy within {timeout:.0f} s: {', '.join(pending)}")
             done = len(deployment.endpoints) - len(pending)
-            if progress and done != reported:
-                reported = done
+            # also every few seconds while nothing changes: a caller that went away learns it here
+            if progress and (done != reported or time.monotonic() - reported_at >= PROGRESS_EVERY_S):
+                reported, reported_at = done, time.monotonic()
                 total = len(deployment.endpoints)
                 progress(f"loading: {done}/{total} replicas healthy", 0.1 + 0.8 * done / total)
             time.sleep(0.1)
@@ -221,6 +242,25 @@ class LocalBackend:
     def _pids(self, deployment: Deployment) -> list[int]:
         return [int(p) for p in self._detail(deployment).get("pids", [])]
 
+    def _processes(self, deployment: Deployment) -> tuple[int, dict[int, int | None]]:
+        """(pgid, pid -> start time) from the deployment and from its ledger row (written first, per process)."""
+        cluster = deployment.cluster or cluster_name(deployment)
+        found: dict[int, int | None] = {}
+        pgid = 0
+        rows = [r["detail"] for r in self.store.ledger() if r["cluster"] == cluster]
+        for text in [deployment.detail, *rows]:
+            try:
+                data = json.loads(text or "{}")
+            except ValueError:
+                continue
+            if not isinstance(data, dict):
+                continue
+            pgid = pgid or int(data.get("pgid") or 0)
+            starts = list(data.get("starts") or [])
+            for i, pid in enumerate(data.get("pids") or []):
+                found.setdefault(int(pid), starts[i] if i < len(starts) else None)
+        return pgid, found
+
     def status(self, deployment: Deployment) -> Deployment:
         """Ready when every replica answers /health 200; failed when a process is gone or an engine is dead (503)."""
         import httpx
@@ -229,6 +269,12 @@ class LocalBackend:
             return deployment
         pids = self._pids(deployment)
         if not pids or not all(_alive(pid) for pid in pids):
+            # a replica is gone (killed, or it exited with its owner): stop the rest, the cluster is over
+            pgid, processes = self._processes(deployment)
+            self._kill(pgid, processes)
+            cluster = deployment.cluster or cluster_name(deployment)
+            if any(row["cluster"] == cluster for row in self.store.ledger(open_only=True)):
+                self.store.ledger_gone(cluster, "a replica process is gone")
             current = deployment.model_copy(update={"state": "failed"})  # detail keeps the pids teardown needs
             self.store.save_deployment(current)
             return current
@@ -249,8 +295,8 @@ class LocalBackend:
     # ---- teardown ----------------------------------------------------------------------------------
     def teardown(self, deployment: Deployment) -> Deployment:
         """Stop the process group (TERM, then KILL after a grace period), mark the ledger gone; idempotent."""
-        detail = self._detail(deployment)
-        self._kill(int(detail.get("pgid") or 0), self._pids(deployment))
+        pgid, processes = self._processes(deployment)
+        self._kill(pgid, processes)
         cluster = deployment.cluster or cluster_name(deployment)
         if any(row["cluster"] == cluster for row in self.store.ledger(open_only=True)):
             self.store.ledger_gone(cluster, "torn down")
@@ -261,9 +307,16 @@ class LocalBackend:
         self.store.save_deployment(current)
         return current
 
-    def _kill(self, pgid: int, pids: list[int]) -> None:
-        # a child we hold cannot have its pid recycled (we have not reaped it); others must show our command line
-        ours = [pid for pid in pids if _alive(pid) and (pid in _CHILDREN or _is_our_twin(pid))]
+    def _kill(self, pgid: int, processes: dict[int, int | None] | list[int]) -> None:
+        # a child we hold cannot have its pid recycled (we have not reaped it); others must be the very
+        # process started (same start time) and show our command line
+        starts = processes if isinstance(processes, dict) else dict.fromkeys(processes)
+        pids = list(starts)
+        ours = [
+            pid
+            for pid in pids
+            if _alive(pid) and (pid in _CHILDREN or (owners.process_alive(pid, starts[pid]) and _is_our_twin(pid)))
+        ]
         if pgid and ours:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGTERM)

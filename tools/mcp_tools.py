@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -261,6 +263,38 @@ async def in_thread_with_progress(ctx: Context, work: Callable[[Callable[[str, f
             anyio.from_thread.run(ctx.report_progress, last[0], 1.0, message)
 
     return await anyio.to_thread.run_sync(lambda: work(progress))
+
+
+async def while_caller_waits(caller_gone: threading.Event, work: Callable[[], Awaitable[T]]) -> T:
+    """Await `work()`; the moment this call is cancelled (client timeout, cancel, disconnect) set `caller_gone`.
+
+    The worker thread cannot be interrupted and anyio waits for it, so the event is how it learns that
+    nobody will receive what it is starting.
+    """
+    finished = threading.Event()
+
+    async def watch() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            if not finished.is_set():
+                caller_gone.set()
+
+    error: BaseException | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        try:
+            result = await work()
+        except BaseException as exc:  # raised below, outside the group, so it is not wrapped in a group error
+            error = exc
+        finally:
+            finished.set()
+            group.cancel_scope.cancel()
+    if caller_gone.is_set() and not isinstance(error, anyio.get_cancelled_exc_class()):
+        await anyio.lowlevel.checkpoint()  # the call was cancelled: end as cancelled, whatever the worker raised
+    if error is not None:
+        raise error
+    return result
 
 
 def size_fields(size: str | None, width: int | None, height: int | None) -> dict[str, int]:
@@ -545,16 +579,18 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             )
         from worldtune.tools import deploy as deploying
 
+        caller_gone = threading.Event()  # set when this call is cancelled: the deploy is then torn down
+
         def work(progress: Callable[[str, float | None], None]) -> Deployment:
             with refusals():
-                return deploying.deploy(
-                    gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
+                return deploying.deploy_for_caller(
+                    caller_gone, gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
                     twin_profile=twin_profile, time_scale=time_scale, run_id=run_id, store=session.store,
                     progress=progress,
                 )  # fmt: skip
 
         await ctx.report_progress(0.0, 1.0, f"deploying {spend.plan} on {infra} ({engine})")
-        deployment = await in_thread_with_progress(ctx, work)
+        deployment = await while_caller_waits(caller_gone, lambda: in_thread_with_progress(ctx, work))
         await ctx.report_progress(1.0, 1.0, f"{deployment.id} is {deployment.state}")
         return DeployOutcome(
             done=True,
@@ -792,6 +828,10 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             bool,
             Field(description="approve the run's spend up front; without it a paid run stops at the approval question"),
         ] = False,
+        detach: Annotated[
+            bool,
+            Field(description="keep running after this MCP session ends (else the run stops and tears down with it)"),
+        ] = False,
     ) -> TuningStatus:
         """Start the tuning agent on a goal and return its run id at once: it predicts, deploys, benchmarks,
         recalibrates and recommends the cheapest deployment that meets the goal, tearing down what it started.
@@ -799,6 +839,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         On infra local with the twin it spends nothing and runs without asking. Anywhere else it stops at an
         approval question showing its spend estimate unless confirm=true (answer with approve_tuning). An
         ambiguous goal is refused with the questions to answer. Poll get_tuning for progress and the result.
+        The run ends with this MCP session (stopped, everything it started torn down) unless detach=true.
         """
         from worldtune.tools.spend import infra_name, load_guardrails, needs_confirmation
         from worldtune.tools.tuning import TuningRequest
@@ -815,7 +856,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
                                     f"{rails.max_usd_per_run:g} (guardrails {rails.source})")  # fmt: skip
             request = TuningRequest(
                 infra=infra, engine=engine, twin_profile=twin_profile, time_scale=time_scale, budget_usd=budget_usd,
-                max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path,
+                max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path, detach=detach,
             )  # fmt: skip
             run_id = tuner().start(goal, request)
         return tuning_status(run_id)

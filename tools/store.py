@@ -2,7 +2,9 @@
 
 Each write commits at once, so a crash or a kill loses nothing already measured. Every process
 opens its own short-lived connections; WAL lets readers (the CLI, the MCP server) look while a
-benchmark writes.
+benchmark writes. Every run, deployment and ledger row has an owner (a run, or the process that made
+it) whose heartbeat is in `owners` (tools/owners.py), so `gc` can tell what a dead owner left behind.
+Columns added since the first schema are added to older databases when they are opened.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from worldtune.tools import owners
 from worldtune.tools.deployment import Deployment
 
 SCHEMA = """
@@ -44,7 +47,13 @@ CREATE TABLE IF NOT EXISTS ledger (
     cluster TEXT PRIMARY KEY, backend TEXT NOT NULL, deployment_id TEXT, run_id TEXT,
     launched_at REAL NOT NULL, gone_at REAL, state TEXT NOT NULL, detail TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS owners (
+    id TEXT PRIMARY KEY, kind TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, pid_start INTEGER NOT NULL,
+    created_at REAL NOT NULL, heartbeat_at REAL NOT NULL, released_at REAL, detach INTEGER NOT NULL DEFAULT 0
+);
 """
+# Columns newer than a table's first version: (table, column, declaration), added to older databases on open.
+ADDED_COLUMNS = (("deployments", "owner_id", "TEXT"), ("ledger", "owner_id", "TEXT"))
 
 
 def default_db_path() -> Path:
@@ -65,6 +74,14 @@ class Store:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
+            for table, column, declaration in ADDED_COLUMNS:
+                present = {r["name"] for r in db.execute(f"PRAGMA table_info({table})")}
+                if column not in present:
+                    try:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+                    except sqlite3.OperationalError as exc:  # another process added it a moment ago
+                        if "duplicate column" not in str(exc):
+                            raise
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -77,19 +94,81 @@ class Store:
             db.close()
 
     # ---- runs --------------------------------------------------------------------------------------
-    def add_run(self, run_id: str, kind: str, goal: dict[str, Any] | None = None) -> None:
+    def add_run(self, run_id: str, kind: str, goal: dict[str, Any] | None = None, detach: bool = False) -> None:
+        """Record a run as running, owned (and heartbeated) by this process."""
         with self._connect() as db:
             db.execute(
                 "INSERT OR IGNORE INTO runs (id, kind, status, goal, created_at) VALUES (?, ?, 'running', ?, ?)",
                 (run_id, kind, json.dumps(goal) if goal is not None else None, time.time()),
             )
+        self.claim_owner(run_id, kind, detach=detach)
+
+    def restart_run(self, run_id: str) -> None:
+        """A resumed run is running again, owned by the process that resumes it."""
+        with self._connect() as db:
+            db.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = ?", (run_id,))
+        self.claim_owner(run_id, "tune")
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        """Record how a run ended; its owner lets go, so whatever it left is garbage from now on."""
         with self._connect() as db:
             db.execute(
                 "UPDATE runs SET status = ?, summary = ?, finished_at = ? WHERE id = ?",
                 (status, json.dumps(summary, default=str), time.time(), run_id),
             )
+        self.release_owner(run_id)
+
+    # ---- owners and their heartbeats ---------------------------------------------------------------
+    def claim_owner(self, owner_id: str, kind: str, detach: bool | None = None) -> None:
+        """This process owns `owner_id` from now on (a resume takes over a dead owner's run) and heartbeats it."""
+        name, pid, started = owners.this_process()
+        now = time.time()
+        with self._connect() as db:
+            db.execute(
+                "INSERT INTO owners (id, kind, host, pid, pid_start, created_at, heartbeat_at, detach) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET host = excluded.host, "
+                "pid = excluded.pid, pid_start = excluded.pid_start, heartbeat_at = excluded.heartbeat_at, "
+                "released_at = NULL, detach = COALESCE(?, owners.detach)",
+                (owner_id, kind, name, pid, started, now, now, int(bool(detach)), None if detach is None else detach),
+            )
+        owners.HEARTBEAT.hold(self.path, owner_id)
+
+    def release_owner(self, owner_id: str) -> None:
+        """The owner is done on purpose: it stops heartbeating and counts as gone."""
+        owners.HEARTBEAT.drop(self.path, owner_id)
+        with self._connect() as db:
+            db.execute(
+                "UPDATE owners SET released_at = ? WHERE id = ? AND released_at IS NULL", (time.time(), owner_id)
+            )
+
+    def get_owner(self, owner_id: str) -> dict[str, Any] | None:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM owners WHERE id = ?", (owner_id,)).fetchone()
+        return dict(row) if row else None
+
+    def owner_alive(self, owner_id: str | None) -> bool:
+        """Alive: not released, its heartbeat fresh, and (on this host) its very process still running.
+
+        An owner never recorded (a database from before owners existed) has no heartbeat: it is dead.
+        """
+        row = self.get_owner(owner_id) if owner_id else None
+        if row is None or row["released_at"] is not None:
+            return False
+        if time.time() - float(row["heartbeat_at"]) > owners.STALE_S:
+            return False
+        return row["host"] != owners.host() or owners.process_alive(int(row["pid"]), int(row["pid_start"]) or None)
+
+    def process_owner(self) -> str:
+        """The owner id of this process (claimed on first use) for what it starts outside any run."""
+        owner_id = owners.process_owner_id()
+        if (str(self.path), owner_id) not in owners.HEARTBEAT.held():
+            self.claim_owner(owner_id, "process")
+        return owner_id
+
+    def owner_of_deployment(self, deployment_id: str) -> str | None:
+        with self._connect() as db:
+            row = db.execute("SELECT owner_id, run_id FROM deployments WHERE id = ?", (deployment_id,)).fetchone()
+        return (row["owner_id"] or row["run_id"]) if row else None
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         with self._connect() as db:
@@ -103,12 +182,15 @@ class Store:
 
     # ---- deployments -------------------------------------------------------------------------------
     def save_deployment(self, deployment: Deployment) -> None:
+        """Insert or update; the first save records the owner: its run, else the process that saves it."""
         now = time.time()
+        owner = deployment.run_id or (None if self.owner_of_deployment(deployment.id) else self.process_owner())
         with self._connect() as db:
             db.execute(
-                "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
-                "updated_at = excluded.updated_at, body = excluded.body, run_id = excluded.run_id",
+                "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body, owner_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
+                "updated_at = excluded.updated_at, body = excluded.body, run_id = excluded.run_id, "
+                "owner_id = COALESCE(excluded.owner_id, deployments.owner_id)",
                 (
                     deployment.id,
                     deployment.run_id,
@@ -117,6 +199,7 @@ class Store:
                     deployment.created_at,
                     now,
                     deployment.model_dump_json(),
+                    owner,
                 ),
             )
 
@@ -175,7 +258,28 @@ class Store:
     def get_benchmark(self, benchmark_id: str) -> dict[str, Any] | None:
         with self._connect() as db:
             row = db.execute("SELECT * FROM benchmarks WHERE id = ?", (benchmark_id,)).fetchone()
-        return _decode(row, ("config", "result")) if row else None
+        return self._settled(_decode(row, ("config", "result"))) if row else None
+
+    def _settled(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A 'running' benchmark whose process (on this host) is gone has failed: say so in the row itself,
+        so `results list`, `results show`, get_benchmark and the agent all read one status."""
+        config = row.get("config") or {}
+        pid = config.get("pid")
+        if row["status"] != "running" or not isinstance(pid, int) or config.get("host") != owners.host():
+            return row
+        if owners.process_alive(pid, config.get("pid_start")):
+            return row
+        with self._connect() as db:
+            done = db.execute("SELECT count(*) FROM samples WHERE benchmark_id = ?", (row["id"],)).fetchone()[0]
+            message = f"the benchmark process ({pid}) is gone; result from {done} samples"
+            # only a row still 'running': one its process finished just before it went stays as it ended
+            db.execute(
+                "UPDATE benchmarks SET status = 'failed', message = ?, error = COALESCE(error, ?), finished_at = ? "
+                "WHERE id = ? AND status = 'running'",
+                (message, f"process {pid} ended before the benchmark did", time.time(), row["id"]),
+            )
+            fresh = db.execute("SELECT * FROM benchmarks WHERE id = ?", (row["id"],)).fetchone()
+        return _decode(fresh, ("config", "result"))
 
     def list_benchmarks(self, run_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         query, args = "SELECT * FROM benchmarks", []
@@ -184,7 +288,7 @@ class Store:
             args.append(run_id)
         with self._connect() as db:
             rows = db.execute(query + " ORDER BY started_at DESC LIMIT ?", (*args, limit)).fetchall()
-        return [_decode(r, ("config", "result")) for r in rows]
+        return [self._settled(_decode(r, ("config", "result"))) for r in rows]
 
     def add_sample(self, benchmark_id: str, seq: int, sample: dict[str, Any]) -> None:
         """Write one measured request at once (idempotent on (benchmark, seq))."""
@@ -221,18 +325,31 @@ class Store:
     def ledger_launch(
         self, cluster: str, backend: str, deployment_id: str | None = None, run_id: str | None = None
     ) -> None:
-        """Record a cluster BEFORE launching it, so a crash mid-launch still leaves a trace to clean up."""
+        """Record a cluster BEFORE launching it, so a crash mid-launch still leaves a trace to clean up.
+
+        Its owner is its deployment's owner (a run, or the process that deployed it).
+        """
+        owner = (self.owner_of_deployment(deployment_id) if deployment_id else None) or run_id or self.process_owner()
         with self._connect() as db:
             db.execute(
-                "INSERT INTO ledger (cluster, backend, deployment_id, run_id, launched_at, state) "
-                "VALUES (?, ?, ?, ?, ?, 'launching') ON CONFLICT(cluster) DO UPDATE SET gone_at = NULL, "
-                "state = 'launching', launched_at = excluded.launched_at",
-                (cluster, backend, deployment_id, run_id, time.time()),
+                "INSERT INTO ledger (cluster, backend, deployment_id, run_id, launched_at, state, owner_id) "
+                "VALUES (?, ?, ?, ?, ?, 'launching', ?) ON CONFLICT(cluster) DO UPDATE SET gone_at = NULL, "
+                "state = 'launching', launched_at = excluded.launched_at, owner_id = excluded.owner_id",
+                (cluster, backend, deployment_id, run_id, time.time(), owner),
             )
 
     def ledger_update(self, cluster: str, state: str, detail: str = "") -> None:
+        """A new state for an open row; a row already gone stays gone (a launch in flight does not revive it)."""
         with self._connect() as db:
-            db.execute("UPDATE ledger SET state = ?, detail = ? WHERE cluster = ?", (state, detail, cluster))
+            db.execute(
+                "UPDATE ledger SET state = ?, detail = ? WHERE cluster = ? AND gone_at IS NULL",
+                (state, detail, cluster),
+            )
+
+    def ledger_open(self, cluster: str) -> bool:
+        with self._connect() as db:
+            row = db.execute("SELECT gone_at FROM ledger WHERE cluster = ?", (cluster,)).fetchone()
+        return row is not None and row["gone_at"] is None
 
     def ledger_gone(self, cluster: str, detail: str = "") -> None:
         with self._connect() as db:

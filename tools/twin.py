@@ -92,10 +92,13 @@ async def serve(
     port: int = 8000,
     replicas: int | None = None,
     on_bound: Callable[[], None] | None = None,
+    exit_with: tuple[int, int] | None = None,
 ) -> None:
     """Serve N independent replicas on consecutive ports until SIGINT/SIGTERM (exit 1: the load ran out of memory).
 
     on_bound: called once every port is bound, before loading (the CLI says so on stderr).
+    exit_with: (pid, start ticks) of an owner process: stop once it is gone (a twin started for a run dies
+    with it, however it died), loading or serving.
     """
     import uvicorn
 
@@ -141,6 +144,7 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
     loop.add_signal_handler(signal.SIGUSR1, kill_engines)
+    watch = asyncio.create_task(_exit_with(exit_with, stop)) if exit_with else None
     try:
         if not await _load(engines, stopping):
             return
@@ -149,6 +153,8 @@ async def serve(
         for task in watchdogs:
             task.cancel()
     finally:
+        if watch is not None:
+            watch.cancel()
         for sock in sockets:
             sock.close()
 
@@ -189,3 +195,12 @@ async def _watchdog(engine: TwinEngine, server: Any) -> None:
         if engine.dead and not engine.config.keep_alive_on_engine_death:
             server.should_exit = True
             return
+
+
+async def _exit_with(owner: tuple[int, int], stop: Callable[[], None]) -> None:
+    """Stop the servers once the owner process is gone (its pid gone, or reused by another process)."""
+    from worldtune.tools.owners import process_alive
+
+    while process_alive(*owner):
+        await asyncio.sleep(0.5)
+    stop()

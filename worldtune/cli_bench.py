@@ -43,6 +43,9 @@ def twin(
             "--enable-diffusion-pipeline-profiler", help="send stage durations (as vLLM-Omni's flag of that name)"
         ),
     ] = False,
+    exit_with: Annotated[
+        str | None, typer.Option(help="PID:START_TICKS of an owner process: exit when it is gone", hidden=True)
+    ] = None,
 ) -> None:
     """Serve vLLM-Omni's video API with Cosmos 3 timings from a profile (no GPU needed).
 
@@ -65,6 +68,12 @@ def twin(
     except (WorldtuneError, ValueError) as exc:
         raise fail(str(exc)) from exc
     ports = ", ".join(str(port + i) for i in range(count))
+    owner = None
+    if exit_with:
+        pid, _, started = exit_with.partition(":")
+        if not pid.isdigit() or not started.isdigit():
+            raise fail(f"exit_with={exit_with!r} is not valid: expected PID:START_TICKS, e.g. 1234:567890")
+        owner = (int(pid), int(started))
 
     def bound() -> None:  # printed once the ports are bound: from here on, connections are refused until loaded
         err_console.print(
@@ -72,7 +81,7 @@ def twin(
             f"{time_scale:g}, loading {engine.load_s:.0f} model s ({engine.load_s / time_scale:.2f} s wall)"
         )
 
-    asyncio.run(serve(config, host=host, port=port, replicas=count, on_bound=bound))
+    asyncio.run(serve(config, host=host, port=port, replicas=count, on_bound=bound, exit_with=owner))
 
 
 def _csv_ints(text: str, field: str) -> list[int]:

@@ -155,24 +155,27 @@ def gc(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Tear down every cluster the ledger says is still up and no running tuning run needs."""
-    from worldtune.sky.garbage import collect_garbage, garbage
+    """Tear down everything whose owner (a run, or the command that deployed it) no longer heartbeats."""
+    from worldtune.sky.garbage import collect_garbage, dead_runs, garbage
     from worldtune.tools.store import Store
 
     store = Store(db)
     found = garbage(store)
+    dead = [r["id"] for r in dead_runs(store)]
     if not yes:
         if as_json:
-            emit_json({"would_tear_down": found, "torn_down": []})
+            emit_json({"would_tear_down": found, "torn_down": [], "dead_runs": dead})
         else:
             for row in found:
                 console.print(f"{row['cluster']} ({row['backend']}, state {row['state']})")
+            for run_id in dead:
+                console.print(f"run {run_id} is marked running but its process is gone")
             console.print(f"{len(found)} to tear down; pass --yes to do it")
         return
     with contextlib.redirect_stdout(sys.stderr):
         done = collect_garbage(store, found)
     if as_json:
-        emit_json({"would_tear_down": found, "torn_down": done})
+        emit_json({"would_tear_down": found, "torn_down": done, "dead_runs": dead})
     else:
         for row in done:
             console.print(f"{row['cluster']}: {row['result']}")

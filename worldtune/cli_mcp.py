@@ -3,6 +3,10 @@
 HTTP binds to 127.0.0.1 by default. Binding to any other address needs a bearer token (--token or
 $WORLDTUNE_MCP_TOKEN); with a token, every request without `Authorization: Bearer <token>` gets 401.
 Nothing is printed on stdout in stdio mode: stdout is the protocol.
+
+Tuning runs started over MCP end with the session: when the stdio client disconnects (stdin closes),
+or the server gets SIGTERM, SIGHUP or Ctrl-C, it stops every run it drives, waits for their teardown,
+then exits. A run started with detach=true is a process of its own and goes on.
 """
 
 from __future__ import annotations
@@ -10,8 +14,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import signal
 import sys
-from typing import TYPE_CHECKING, Annotated, Literal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -78,21 +85,43 @@ def serve(
     from worldtune.agent.tuner import AgentTuner
     from worldtune.tools.mcp_server import build_server
 
+    tuner = AgentTuner()
     if transport == "stdio":
-        build_server(db, cache_tools=True, tuner=AgentTuner()).run()
+        with _session(tuner):
+            build_server(db, cache_tools=True, tuner=tuner).run()
         return
     import anyio
     import uvicorn
 
     server = build_server(
-        db, bearer_token=token, url=f"http://{host_for_url(host)}:{port}", cache_tools=True, tuner=AgentTuner()
+        db, bearer_token=token, url=f"http://{host_for_url(host)}:{port}", cache_tools=True, tuner=tuner
     )
     app = server.streamable_http_app(
         transport_security=transport_security(host, allowed_hosts or [], allowed_origins or []), host=host
     )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     logging.getLogger("worldtune.mcp").warning("worldtune MCP on http://%s:%d/mcp", host_for_url(host), port)
-    anyio.run(uvicorn.Server(config).serve)
+    try:
+        anyio.run(uvicorn.Server(config).serve)
+    finally:  # HTTP has no session of its own: the server stopping ends every run it drives
+        tuner.session_ended()
+
+
+@contextmanager
+def _session(tuner: Any) -> Iterator[None]:
+    """The stdio session: its end (stdin closed, or a signal) stops the runs it drives, after their teardown."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    try:
+        yield
+    except KeyboardInterrupt:
+        pass  # a signal ends the session like a closed stdin
+    finally:
+        tuner.session_ended()
 
 
 def host_for_url(host: str) -> str:

@@ -15,6 +15,7 @@ from worldtune.cli import emit_json, err_console, fail
 from worldtune.tools.errors import WorldtuneError
 
 EXIT_NOT_DONE = 3  # waiting for approval, or stopped without a verified recommendation
+EXIT_STOPPED = 130  # stopped by a signal other than a numbered one (128 + signal number otherwise)
 
 
 def _printer(as_json: bool) -> Any:
@@ -124,6 +125,7 @@ def register(app: typer.Typer) -> None:
         from worldtune.agent.goal_parser import GoalQuestion
         from worldtune.agent.runner import goal_for
         from worldtune.agent.runner import tune as run_tune
+        from worldtune.agent.stopping import RunStopped
 
         try:
             options = TuneOptions(
@@ -148,6 +150,8 @@ def register(app: typer.Typer) -> None:
                     from worldtune.agent.runner import resume as run_resume
 
                     outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
+        except RunStopped as exc:
+            raise _stopped(exc, as_json) from exc
         except (WorldtuneError, ValueError) as exc:
             raise fail(str(exc), as_json) from exc
         _finish(outcome, as_json)
@@ -162,10 +166,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Continue a run that crashed, was killed or waits for approval, without repeating finished measurements."""
         from worldtune.agent.runner import resume as run_resume
+        from worldtune.agent.stopping import RunStopped
 
         approve = True if yes else (False if no else None)
         try:
             outcome = run_resume(thread_id, db, approve, progress=_printer(as_json))
+        except RunStopped as exc:
+            raise _stopped(exc, as_json) from exc
         except (WorldtuneError, ValueError) as exc:
             raise fail(str(exc), as_json) from exc
         _finish(outcome, as_json)
@@ -189,6 +196,15 @@ def register(app: typer.Typer) -> None:
         else:
             for name, path in written.items():
                 err_console.print(f"{name}: {path}")
+
+
+def _stopped(exc: Any, as_json: bool) -> typer.Exit:
+    """A run stopped by SIGINT/SIGTERM/SIGHUP after its teardown: say so, exit 128 + the signal's number."""
+    if as_json:
+        emit_json({"run_id": exc.run_id, "thread_id": exc.run_id, "status": "interrupted", "reason": exc.reason,
+                   "resume": f"worldtune resume {exc.run_id}"})  # fmt: skip
+    err_console.print(f"[bold yellow]stopped[/] {exc}")
+    return typer.Exit(128 + exc.signum if exc.signum else EXIT_STOPPED)
 
 
 def _finish(outcome: dict[str, Any], as_json: bool) -> None:

@@ -12,28 +12,37 @@ import pytest
 
 from worldtune.sky import backend, garbage, local_cluster
 from worldtune.sky.preview import build_deployment
+from worldtune.tools.deployment import Deployment
 from worldtune.tools.store import Store
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 
 
-def test_garbage_is_every_open_row_no_running_run_needs(tmp_path: Path) -> None:
-    store = Store(tmp_path / "wt.db")
-    store.add_run("run-live", "tune")
+def launched_by_a_gone_process(db: Path, cluster: str, backend: str, deployment_id: str | None = None) -> None:
+    """A ledger row written by a standalone deploy process that has exited since."""
+    code = f"from worldtune.tools.store import Store; Store({str(db)!r}).ledger_launch({cluster!r}, {backend!r}, "
+    subprocess.run([sys.executable, "-c", code + f"{deployment_id!r})"], check=True, timeout=60)
+
+
+def test_garbage_is_every_open_row_whose_owner_is_gone(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    store = Store(db)
+    store.add_run("run-live", "tune")  # owned by this (live) process
     store.add_run("run-done", "tune")
-    store.finish_run("run-done", "completed", {})
+    store.finish_run("run-done", "completed", {})  # a finished run lets go of what it left
     store.ledger_launch("worldtune-a", "skypilot", "wt-a", "run-live")
     store.ledger_launch("worldtune-b", "skypilot", "wt-b", "run-done")
-    store.ledger_launch("worldtune-c", "skypilot", "wt-c", None)
+    launched_by_a_gone_process(db, "worldtune-c", "skypilot")  # as `worldtune deploy` leaves it
     store.ledger_launch("worldtune-d", "skypilot", "wt-d", None)
     store.ledger_gone("worldtune-d")
+    store.ledger_launch("worldtune-e", "skypilot", "wt-e", None)  # this live process deployed it: still owned
     assert [r["cluster"] for r in garbage.garbage(store)] == ["worldtune-b", "worldtune-c"]
 
 
 def test_gc_lists_without_yes_and_a_row_it_cannot_tear_down_stays_open(tmp_path: Path) -> None:
     db = tmp_path / "wt.db"
     store = Store(db)
-    store.ledger_launch("k8s/default/worldtune-wt-x", "kubernetes", "wt-x", None)  # no stored deployment
+    launched_by_a_gone_process(db, "k8s/default/worldtune-wt-x", "kubernetes", "wt-x")  # no stored deployment
     out = subprocess.run([WORLDTUNE, "gc", "--db", str(db), "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -75,3 +84,29 @@ def test_serve_job_id_is_read_back_from_the_detail() -> None:
     assert backend._job_from_detail("serve job 7") == 7
     assert backend._job_from_detail("launching") is None
     assert backend._after("(task, pid=3) WORLDTUNE_RESULT {}", "WORLDTUNE_RESULT") == "{}"
+
+
+def test_gc_settles_a_dead_runs_records_even_with_nothing_launched(tmp_path: Path) -> None:
+    """Killed between recording a deployment and launching it: no ledger row, but a 'pending' deployment and
+    a 'running' run. gc marks the deployment terminated and the run interrupted (resume continues it)."""
+    db = tmp_path / "wt.db"
+    code = (
+        "from worldtune.tools.store import Store\nfrom worldtune.tools.deployment import Deployment\n"
+        f"store = Store({str(db)!r})\nstore.add_run('run-killed', 'tune')\n"
+        "store.save_deployment(Deployment(id='wt-pending', gpu='H200', plan='tp8', run_id='run-killed'))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    store = Store(db)
+    store.add_run("run-alive", "tune")
+    store.save_deployment(Deployment(id="wt-alive", gpu="H200", plan="tp8", run_id="run-alive"))
+    found = garbage.garbage(store)
+    assert [(r["deployment_id"], r["backend"]) for r in found] == [("wt-pending", garbage.RECORD_ONLY)]
+    assert [r["id"] for r in garbage.dead_runs(store)] == ["run-killed"]
+    (done,) = garbage.collect_garbage(store, found)
+    assert "terminated" in done["result"]
+    gone = store.get_deployment("wt-pending")
+    assert gone is not None and gone.state == "terminated"
+    assert [d.id for d in store.list_deployments(alive_only=True)] == ["wt-alive"]
+    run = store.get_run("run-killed")
+    assert run is not None and run["status"] == "interrupted" and "resume" in run["summary"]
+    assert garbage.dead_runs(store) == [] and garbage.garbage(store) == []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from worldtune.tools.deployment import Deployment
@@ -51,3 +53,74 @@ def test_ledger_open_until_gone(tmp_path: Path) -> None:
     store.ledger_gone("worldtune-abc", "down")
     assert store.ledger(open_only=True) == []
     assert store.ledger()[0]["state"] == "gone"
+
+
+# ---- owners, heartbeats, and one status for a benchmark whose process is gone ------------------------
+OLD_SCHEMA = """
+CREATE TABLE deployments (id TEXT PRIMARY KEY, run_id TEXT, state TEXT NOT NULL, infra TEXT NOT NULL,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, body TEXT NOT NULL);
+CREATE TABLE ledger (cluster TEXT PRIMARY KEY, backend TEXT NOT NULL, deployment_id TEXT, run_id TEXT,
+    launched_at REAL NOT NULL, gone_at REAL, state TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '');
+"""
+
+
+def in_a_process_that_exits(db: Path, code: str) -> None:
+    """Run `code` (with `store` bound to the database) in a child process that then exits."""
+    script = f"from worldtune.tools.store import Store\nstore = Store({str(db)!r})\n{code}"
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+
+
+def test_a_database_from_before_owners_opens_and_gains_the_columns(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(OLD_SCHEMA)
+        dep = Deployment(gpu="H200", plan="tp8", state="ready")
+        conn.execute(
+            "INSERT INTO deployments VALUES (?, NULL, 'ready', 'local', 1.0, 1.0, ?)", (dep.id, dep.model_dump_json())
+        )
+        conn.execute("INSERT INTO ledger VALUES ('local-x', 'local', ?, NULL, 1.0, NULL, 'ready', '')", (dep.id,))
+    store = Store(db)
+    with sqlite3.connect(db) as conn:
+        assert "owner_id" in {r[1] for r in conn.execute("PRAGMA table_info(ledger)")}
+        assert "owner_id" in {r[1] for r in conn.execute("PRAGMA table_info(deployments)")}
+    assert store.get_deployment(dep.id) == dep
+    # nothing ever heartbeated for the old rows: their owner counts as gone
+    assert store.owner_of_deployment(dep.id) is None and not store.owner_alive(None)
+    Store(db)  # opening it again changes nothing
+
+
+def test_an_owner_is_alive_while_its_very_process_runs_and_beats(tmp_path: Path) -> None:
+    db = tmp_path / "w.db"
+    store = Store(db)
+    store.claim_owner("run-here", "tune")
+    assert store.owner_alive("run-here")
+    in_a_process_that_exits(db, "store.claim_owner('run-gone', 'tune')")
+    assert store.get_owner("run-gone") is not None and not store.owner_alive("run-gone")
+    store.release_owner("run-here")
+    assert not store.owner_alive("run-here")
+    store.claim_owner("run-stale", "tune")
+    with sqlite3.connect(db) as conn:  # as if its heartbeat thread had not beaten for ten minutes
+        conn.execute("UPDATE owners SET heartbeat_at = heartbeat_at - 600 WHERE id = 'run-stale'")
+    assert not store.owner_alive("run-stale")
+    store.claim_owner("run-reused", "tune")
+    with sqlite3.connect(db) as conn:  # the same pid, started at another time: another process
+        conn.execute("UPDATE owners SET pid_start = pid_start + 1 WHERE id = 'run-reused'")
+    assert not store.owner_alive("run-reused")
+
+
+def test_a_benchmark_whose_process_is_gone_reads_failed_everywhere(tmp_path: Path) -> None:
+    db = tmp_path / "w.db"
+    config = "{'pid': os.getpid(), 'pid_start': owners.start_time(os.getpid()), 'host': owners.host()}"
+    in_a_process_that_exits(
+        db,
+        "import os\nfrom worldtune.tools import owners\n"
+        f"store.create_benchmark('b-dead', {config})\n"
+        f"store.create_benchmark('b-done', {config})\n"
+        "store.update_benchmark('b-done', status='completed')",
+    )
+    store = Store(db)
+    assert {r["id"]: r["status"] for r in store.list_benchmarks()} == {"b-dead": "failed", "b-done": "completed"}
+    row = store.get_benchmark("b-dead")
+    assert row is not None and row["status"] == "failed" and "is gone" in row["message"]
+    with sqlite3.connect(db) as conn:  # written back: every reader, in any process, sees the same status
+        assert conn.execute("SELECT status FROM benchmarks WHERE id = 'b-dead'").fetchone()[0] == "failed"
