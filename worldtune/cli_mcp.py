@@ -137,6 +137,6 @@ def register(app: typer.Typer) -> None:
                 db=db,
             )
         except WorldtuneError as exc:
-            raise fail(str(exc)) from exc
+            raise fail(exc) from exc
         except KeyboardInterrupt:
             sys.exit(0)

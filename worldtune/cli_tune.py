@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from worldtune.cli import emit_json, err_console, fail
+from worldtune.cli import emit_json, err_console, fail, need_extra
 from worldtune.tools.errors import WorldtuneError
 
 EXIT_NOT_DONE = 3  # waiting for approval, or stopped without a verified recommendation
@@ -118,6 +118,7 @@ def register(app: typer.Typer) -> None:
         time_scale: Annotated[float | None, typer.Option(help="twin only: sleeps / K (300)")] = None,
     ) -> None:
         """Find, verify and recommend the cheapest deployment that meets a goal (asks before spending)."""
+        need_extra("worldtune tune", "langgraph", "agent", as_json)
         from worldtune.agent.configuration import LOCAL_TWIN_TIME_SCALE, TuneOptions
         from worldtune.agent.goal_parser import GoalQuestion
         from worldtune.agent.runner import goal_for
@@ -131,9 +132,9 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
             parsed = goal_for(goal, options)
         except GoalQuestion as exc:
-            raise fail(str(exc), as_json, {"questions": exc.questions}) from exc
+            raise fail(exc, as_json, {"questions": exc.questions}) from exc
         except (WorldtuneError, ValueError) as exc:
-            raise fail(str(exc), as_json) from exc
+            raise fail(exc, as_json) from exc
         if not yes and sys.stdin.isatty() and not as_json:
             err_console.print(f"[bold]goal[/] {parsed.goal.describe()}")
             for note in parsed.assumptions:
@@ -147,7 +148,7 @@ def register(app: typer.Typer) -> None:
 
                     outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
         except (WorldtuneError, ValueError) as exc:
-            raise fail(str(exc), as_json) from exc
+            raise fail(exc, as_json) from exc
         _finish(outcome, as_json)
 
     @app.command()
@@ -159,13 +160,14 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
     ) -> None:
         """Continue a run that crashed, was killed or waits for approval, without repeating finished measurements."""
+        need_extra("worldtune resume", "langgraph", "agent", as_json)
         from worldtune.agent.runner import resume as run_resume
 
         approve = True if yes else (False if no else None)
         try:
             outcome = run_resume(thread_id, db, approve, progress=_printer(as_json))
         except (WorldtuneError, ValueError) as exc:
-            raise fail(str(exc), as_json) from exc
+            raise fail(exc, as_json) from exc
         _finish(outcome, as_json)
 
     @app.command()
@@ -176,12 +178,13 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print the written paths as JSON")] = False,
     ) -> None:
         """Write the run's report: an HTML page, PNG plots, the JSON record and the deployment's YAML."""
+        need_extra("worldtune report", "matplotlib", "agent", as_json)
         from worldtune.agent.report import write_report
 
         try:
             written = write_report(run_id, out, db)
         except (WorldtuneError, ValueError) as exc:
-            raise fail(str(exc), as_json) from exc
+            raise fail(exc, as_json) from exc
         if as_json:
             emit_json(written)
         else:
