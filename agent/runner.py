@@ -136,11 +136,18 @@ def tune(
 ) -> dict[str, Any]:
     """Run a tuning run to its end (or to the approval question when not --yes); returns the outcome."""
     options = options or TuneOptions()
-    _check_options(options)
     parsed = goal if isinstance(goal, ParsedGoal) else goal_for(goal, options)
     run_id = run_id or new_run_id()
+    first = first_state(parsed, options, run_id)
+    progress("goal", {"goal": parsed.goal.describe(), "assumptions": parsed.assumptions, "run_id": run_id})
+    return asyncio.run(_drive(run_id, first, options, progress))
+
+
+def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> dict[str, Any]:
+    """A run's first state, recorded in the results database: what `tune` and the graph's read_goal start from."""
+    _check_options(options)
     Store(options.db_path).add_run(run_id, "tune", parsed.goal.model_dump(mode="json"))
-    first = {
+    return {
         "run_id": run_id,
         "goal_text": parsed.text,
         "goal": parsed.goal.model_dump(mode="json"),
@@ -149,8 +156,6 @@ def tune(
         "results": [],
         "events": [f"goal: {parsed.goal.describe()} (read by the {parsed.source})"],
     }
-    progress("goal", {"goal": parsed.goal.describe(), "assumptions": parsed.assumptions, "run_id": run_id})
-    return asyncio.run(_drive(run_id, first, options, progress))
 
 
 def checkpointed_options(run_id: str, db_path: str | None = None) -> TuneOptions:
