@@ -17,6 +17,7 @@ from typing import Any
 
 from worldtune.agent.configuration import Context, Progress, TuneOptions
 from worldtune.agent.goal_parser import ParsedGoal, read_goal
+from worldtune.agent.provenance import provenance
 from worldtune.policies import search as ws
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.goal import Goal
@@ -326,6 +327,7 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
         "candidates": [],
     }
     if search is None:
+        summary["provenance"] = provenance(summary)
         return summary
     initial = search.model_copy(
         update={
@@ -376,4 +378,5 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
         }
         summary["measured"] = _figures(goal, best, latencies)
         summary["predicted"] = _figures(goal, before.get(best.key))
+    summary["provenance"] = provenance(summary)  # what is simulated, measured, assumed; how prices are dated
     return summary

@@ -10,6 +10,7 @@ import sys
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from worldtune.cli import emit_json, err_console, fail, need_extra
 from worldtune.tools.errors import WorldtuneError
@@ -39,14 +40,14 @@ def _printer(as_json: bool) -> Any:
         elif kind == "next":
             err_console.print(f"[cyan]{data['kind']}[/] {data['key']}: {data['reason']} (~${data['expected_usd']:.2f})")
         elif kind == "measured":
-            figures = {k: v for k, v in data.items() if k not in ("key", "kind")}
-            err_console.print(f"  [green]measured[/] {data['kind']} {data['key']}: {figures}")
+            figures = ", ".join(f"{k} {v}" for k, v in data.items() if k not in ("key", "kind"))
+            err_console.print(f"  [green]measured[/] {data['kind']} {data['key']}: {escape(figures)}")
         elif kind == "learned":
             err_console.print(f"  [magenta]learned[/] {data['note']} (spent ${data['spent_usd']:.2f})")
         elif kind == "stop":
             err_console.print(f"[bold]stop[/] {data['reason']}")
         elif kind in ("deploy", "teardown", "reuse", "resume", "cleanup-failed"):
-            err_console.print(f"  [dim]{kind} {data}[/]")
+            err_console.print(f"  [dim]{kind} {escape(', '.join(f'{k} {v}' for k, v in data.items()))}[/]")
 
     return show
 
@@ -57,11 +58,18 @@ def _output(outcome: dict[str, Any]) -> dict[str, Any]:
         return {"run_id": outcome["run_id"], "thread_id": outcome["thread_id"], "status": outcome["status"],
                 "question": outcome.get("question"), "stop_reason": None}  # fmt: skip
     s = outcome["summary"]
+    from worldtune.agent.provenance import provenance
+
     keys = ("goal", "recommendation", "measured", "predicted", "spend", "stop_reason", "stop_kind", "run_id")
-    return {"status": "completed", "thread_id": outcome["thread_id"], **{k: s.get(k) for k in keys}}
+    # provenance: which figures are simulated (twin) or measured, which model terms are assumed, how far the
+    # latency claim goes with n samples, and the prices' snapshot date
+    return {"status": "completed", "thread_id": outcome["thread_id"], **{k: s.get(k) for k in keys},
+            "provenance": s.get("provenance") or provenance(s)}  # fmt: skip
 
 
 def _print_outcome(outcome: dict[str, Any]) -> None:
+    from worldtune.agent.provenance import labels, provenance
+
     if outcome["status"] == "waiting_for_approval":
         question = outcome.get("question") or {}
         err_console.print(f"[bold yellow]waiting for approval[/] of {question.get('spend_estimate')}")
@@ -74,6 +82,7 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
         err_console.print(f"[bold red]no verified recommendation[/]: {s['stop_reason']}")
     else:
         m, p = s["measured"], s["predicted"]
+        simulated = (s.get("provenance") or provenance(s))["simulated"]
         err_console.print(
             f"[bold green]recommendation[/] {rec['gpu']} plan {rec['plan']} x {rec['nodes']} node(s) "
             f"({rec['replicas']} replicas), {rec['capacity']} on {rec['offer']} at ${rec['usd_per_hour']:.2f}/h"
@@ -83,14 +92,17 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
                   for k, v in m.items() if k.endswith("_upper_s")]  # fmt: skip
         evidence = f" (n={m['samples']}; {', '.join(bounds)})" if m.get("samples") else ""
         err_console.print(
-            f"  measured: p50 {m['latency_p50_s']} s, p95 {m['latency_p95_s']} s{evidence}, "
-            f"{m['clips_per_hour_per_node']} clips/h/node, ${m['usd_per_clip']}/clip"
+            f"  {'simulated on the twin' if simulated else 'measured'}: p50 {m['latency_p50_s']} s, "
+            f"p95 {m['latency_p95_s']} s{evidence}, {m['clips_per_hour_per_node']} clips/h/node, "
+            f"${m['usd_per_clip']}/clip"
         )
         err_console.print(
             f"  predicted before measuring: p50 {p['latency_p50_s']} s, {p['clips_per_hour_per_node']} clips/h/node, "
             f"${p['usd_per_clip']}/clip"
         )
         err_console.print(f"  why it stopped: {s['stop_reason']}")
+        for line in labels(s):
+            err_console.print(f"  [yellow]{escape(line.split(':', 1)[0])}[/]:{escape(line.split(':', 1)[1])}")
     err_console.print(
         f"  search cost: ${spend['usd']:.2f}, {spend['gpu_hours']:.2f} GPU-h ({spend['model_seconds']:.0f} model-s), "
         f"{spend['deployments']} deployments, {spend['benchmarks']} benchmarks"
