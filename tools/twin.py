@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import math
 import os
@@ -73,6 +74,7 @@ class TwinConfig(BaseModel):
     guardrails: bool = True
     load_time_s: float | None = Field(default=None, ge=0, description="model seconds; from the profile if unset")
     sync_timeout_s: float = Field(default=DEFAULT_SYNC_TIMEOUT_S, gt=0, description="model seconds")
+    api_key: str | None = Field(default=None, description="as vLLM's --api-key: /v1 routes need this bearer token")
 
     @classmethod
     def from_env(cls, **fields: Any) -> TwinConfig:
@@ -375,6 +377,22 @@ class _TimeScaleHeader:
         await self.app(scope, receive, send_with_header if scope["type"] == "http" else send)
 
 
+class _ApiKey:
+    """ASGI middleware: as vLLM's --api-key, every /v1 request needs `Authorization: Bearer KEY` (else 401)."""
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and str(scope.get("path", "")).startswith("/v1"):
+            given = dict(scope.get("headers", [])).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await _error(401, "Unauthorized", "AuthenticationError")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(config: TwinConfig, profile: Profile | None = None) -> tuple[ASGIApp, TwinEngine]:
     """The ASGI app of one replica and its engine."""
     engine = TwinEngine(config, profile)
@@ -517,7 +535,9 @@ def create_app(config: TwinConfig, profile: Profile | None = None) -> tuple[ASGI
         Route("/v1/videos/{video_id}", delete, methods=["DELETE"]),
         Route("/v1/videos/{video_id}/content", content, methods=["GET"]),
     ]
-    app = Starlette(routes=routes)
+    app: ASGIApp = Starlette(routes=routes)
+    if config.api_key:
+        app = _ApiKey(app, config.api_key)
     return _TimeScaleHeader(app, config.time_scale), engine
 
 

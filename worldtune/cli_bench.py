@@ -37,6 +37,9 @@ def twin(
     seed: Annotated[int, typer.Option(help="noise seed (replica i uses seed + i)")] = 0,
     guardrails: Annotated[bool, typer.Option("--guardrails/--no-guardrails", help="server-level guardrails")] = True,
     load_time: Annotated[float | None, typer.Option(help="model seconds of loading (default: from profile)")] = None,
+    api_key: Annotated[
+        str | None, typer.Option(help="as vLLM's --api-key: /v1 routes need `Authorization: Bearer KEY`")
+    ] = None,
 ) -> None:
     """Serve vLLM-Omni's video API with Cosmos 3 timings from a profile (no GPU needed)."""
     import asyncio
@@ -46,7 +49,7 @@ def twin(
     try:
         config = TwinConfig.from_env(
             model=model, gpu=gpu, plan=plan, profile_path=profile, time_scale=time_scale, seed=seed,
-            guardrails=guardrails, load_time_s=load_time,
+            guardrails=guardrails, load_time_s=load_time, api_key=api_key or None,
         )  # fmt: skip
         count = replica_count(config, replicas)
         from worldtune.tools.twin import TwinEngine

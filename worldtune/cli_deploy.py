@@ -57,7 +57,7 @@ def deploy(
             update={"spot_fallback": spot_fallback, "install": install, **({"image": image} if image else {})}
         )
         options = type(options).model_validate(options.model_dump())
-        if infra not in ("local", "kubernetes"):
+        if infra not in ("local", "kubernetes"):  # a Kubernetes dry run leaves SkyPilot's home alone
             require_extra(f"worldtune deploy --infra {infra}", "sky", "sky")  # before the catalog is written
             sky_home = home.chosen_home(dry_run)
             if sky_home is not None:
@@ -140,6 +140,8 @@ def _print_preview(preview: Any, files: list[str]) -> None:
             f"{', spot' if o.use_spot else ''}) at ${o.usd_per_hour:.2f}/h",
             markup=False,
         )
+    elif preview.kind == "kubernetes":  # a reference price, said as one
+        console.print(preview.optimizer_note, markup=False)
     else:
         console.print(f"${preview.usd_per_hour:.2f}/h. {preview.optimizer_note}", markup=False)
     console.print(f"start-up allowance per replica: {preview.startup_allowance_s} s")
