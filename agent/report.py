@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.agent.provenance import labels, provenance
+from worldtune.agent.report_interactive import write_interactive
 from worldtune.policies.pareto import Direction, pareto_frontier
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
@@ -264,6 +265,9 @@ def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, s
         f"<p>{html.escape(prov['spend'])}</p>",
         _table([spend], list(spend)),
         "<h2>Plots</h2>",
+        "<p><a href='candidates.html'>Interactive: every candidate, hover for plan, offer and figures</a></p>"
+        if (Path(images.get("cost_per_clip_png", "")).parent / "candidates.html").is_file()
+        else "",
         *[f"<p><img src='{html.escape(Path(v).name)}' alt='{html.escape(k)}'></p>" for k, v in images.items()],
         "<p>Colour: GPU type; marker: capacity (circle on-demand, triangle spot, square serverless); faint: "
         "predicted and never run; black edge: probed; thick edge: full runs; line: Pareto frontier, labelled by "
@@ -300,6 +304,9 @@ def write_report(run_id: str, out_dir: str | Path | None = None, db_path: str | 
         images["latency_vs_throughput_png"],
     )
     _plot(record, "latency_s", "usd_per_clip", "latency per clip (s)", "USD per clip", images["cost_per_clip_png"])
+    interactive = folder / "candidates.html"
+    if write_interactive(record, interactive):  # plotly: hover shows each candidate (the 'agent' extra has it)
+        written["interactive_html"] = str(interactive)
     artifacts = deployment_artifacts(record)
     for name, text in artifacts.items():
         suffix = "sh" if name == "serve_commands" else "yaml"

@@ -46,6 +46,9 @@ def server(tmp_path: Path) -> Iterator[str]:
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
         "LANGSMITH_TRACING": "false",
         "LANGCHAIN_TRACING_V2": "false",
+        # without these the CLI posts analytics and the server asks PyPI for a newer version (seen with strace)
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGGRAPH_NO_VERSION_CHECK": "true",
     }
     log = (tmp_path / "langgraph-dev.log").open("w")
     cmd = [str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--allow-blocking", "--host", "127.0.0.1",

@@ -108,3 +108,23 @@ def test_tune_json_carries_the_provenance() -> None:
     out = _output({"status": "completed", "thread_id": "tune-x", "summary": record})
     assert out["provenance"]["simulated"] is True and "twin engine" in out["provenance"]["measured_figures"]
     assert "not claimable" in out["provenance"]["latency"]["empirical"]
+
+
+def test_interactive_page_names_each_candidate_and_says_simulated(tmp_path: Path) -> None:
+    import pytest
+
+    pytest.importorskip("plotly")
+    from worldtune.agent.report_interactive import _ticks, write_interactive
+
+    record = _record()
+    base = {"gpu": "H200", "capacity": "spot", "feasible": True, "offer": "nebius/x/H200:8/spot", "nodes": 1,
+            "usd_per_hour": 11.6, "clips_per_hour_per_node": 30.0}  # fmt: skip
+    record["candidates"] = [
+        {**base, "key": "k1", "plan": "cfg2-r4-vae8", "stage": "measured", "latency_s": 110.0, "usd_per_clip": 0.34},
+        {**base, "key": "k2", "plan": "tp8", "stage": "predicted", "latency_s": 95.0, "usd_per_clip": 0.5},
+    ]
+    out = tmp_path / "candidates.html"
+    assert write_interactive(record, out)
+    text = out.read_text()
+    assert "cfg2-r4-vae8" in text and "simulated on the twin" in text and "SIMULATED" in text
+    assert _ticks([40.0, 700.0])["ticktext"] == ["50", "100", "200", "500"]
