@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 # A 120-s clip takes 120 / 300 = 0.4 s of wall time on the local twin: fast, yet well above the HTTP and
 # video-encoding overhead of one request, which the time scale would otherwise magnify into model seconds.
@@ -58,7 +59,22 @@ def _quiet(kind: str, data: dict[str, Any]) -> None:
 
 @dataclass
 class Context:
-    """Run-time things the nodes use and the checkpoint must not hold."""
+    """Run-time things the nodes use and the checkpoint must not hold.
 
-    tools: Any  # agent.tools_client.ToolsClient (typed loosely: LangGraph builds Context from a dict too)
-    progress: Progress = field(default=_quiet)
+    Every field has a default, so LangGraph Studio / `langgraph dev` can run the graph from its forms with
+    no context at all: the tools are then in-process MCP sessions over the results database, and deploy on
+    the local twin when the run's options say so (the default). Only plain fields appear in Studio's
+    configuration form; the live client and the progress printer are skipped from the JSON schema
+    (a callable has none).
+    """
+
+    db_path: Annotated[str | None, Field(description="results database of the in-process tools ($WORLDTUNE_DB)")] = None
+    mcp_url: Annotated[str | None, Field(description="a remote `worldtune mcp --transport http` URL instead")] = None
+    tools: SkipJsonSchema[Any] = None  # agent.tools_client.ToolsClient; None: one in-process session per call
+    progress: SkipJsonSchema[Progress] = field(default=_quiet)
+
+    def __post_init__(self) -> None:
+        if self.tools is None:
+            from worldtune.agent.tools_client import SessionPerCall
+
+            self.tools = SessionPerCall(self.db_path, self.mcp_url)

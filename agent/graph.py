@@ -18,13 +18,14 @@ import math
 import time
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send, interrupt
 
 from worldtune.agent.configuration import Context, TuneOptions
-from worldtune.agent.state import TuneState, VerifyTask
+from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies import search as ws
 from worldtune.tools.goal import Goal
@@ -48,6 +49,24 @@ def _options(state: TuneState | VerifyTask) -> TuneOptions:
 
 
 # ---- nodes -----------------------------------------------------------------------------------------
+async def read_goal(state: TuneState, config: RunnableConfig) -> dict[str, Any]:
+    """A run started with only the goal text (Studio, `langgraph dev`) reads it here as `tune` does; the runner
+    has done this before the graph starts, and the node passes its state on untouched."""
+    if state.get("goal"):
+        return {}
+    from worldtune.agent.runner import first_state, goal_for
+    from worldtune.tools.spend import needs_confirmation
+
+    raw = dict(state.get("options") or {})
+    options = TuneOptions.model_validate(raw)
+    if "yes" not in raw:  # as start_tuning does: a free run (the local twin) needs no approval, a paid one asks
+        options = options.model_copy(update={"yes": not needs_confirmation(options.infra, options.engine)})
+    run_id = state.get("run_id") or str(config.get("configurable", {}).get("thread_id") or "")
+    parsed = await asyncio.to_thread(goal_for, state.get("goal_text", ""), options)
+    first = await asyncio.to_thread(first_state, parsed, options, run_id or f"studio-{int(time.time())}")
+    return {k: v for k, v in first.items() if k != "results"}
+
+
 async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Offers (MCP list_offers) x valid plans, ranked by the performance model under the goal; a spend estimate."""
     goal = Goal.model_validate(state["goal"])
@@ -508,14 +527,16 @@ def next_actions(state: TuneState) -> list[Send] | str:
 
 
 # ---- wiring ----------------------------------------------------------------------------------------
-builder = StateGraph(TuneState, context_schema=Context)
+builder = StateGraph(TuneState, context_schema=Context, input_schema=TuneInput, output_schema=TuneOutput)
+builder.add_node("read_goal", read_goal)
 builder.add_node("prepare", prepare)
 builder.add_node("approve", approve)
 builder.add_node("decide", decide)
-builder.add_node("verify", verify, input_schema=VerifyTask)  # type: ignore[call-overload]  # stubs miss Send inputs
+builder.add_node("verify", verify, input_schema=VerifyTask)  # type: ignore[arg-type]  # stubs miss Send inputs
 builder.add_node("learn", learn)
 builder.add_node("finish", finish)
-builder.add_edge(START, "prepare")
+builder.add_edge(START, "read_goal")
+builder.add_edge("read_goal", "prepare")
 builder.add_edge("prepare", "approve")
 builder.add_conditional_edges("approve", after_approval, ["decide", "finish"])
 builder.add_conditional_edges("decide", next_actions, ["verify", "finish"])

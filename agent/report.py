@@ -1,18 +1,26 @@
 """The report of a tuning run: an HTML page, PNG plots, the JSON record and the recommended deployment's YAML.
 
-Plots (matplotlib, Agg): latency vs clips/hour per node and cost per clip vs latency for every
-candidate, as first predicted, as finally believed, and as measured; the Pareto frontier of what was
-measured or believed; the chosen point. The SkyPilot service/task YAML and the serve commands come
-from sky/render.py, so they are exactly what `worldtune deploy` would launch.
+The page opens with what is simulated (a twin run), measured (real engines) and assumed (model terms),
+how far the latency claim goes with the samples taken, and the prices' snapshot date (agent/provenance.py).
+Plots (matplotlib, Agg): latency vs clips/hour per node and cost per clip vs latency for every candidate;
+colour is the GPU type, marker the capacity, size and edge how it is known (predicted, probed, full runs,
+drawn in that order so runs stay on top); the Pareto frontier labelled by plan; the chosen point. The
+SkyPilot service/task YAML and the serve commands come from sky/render.py, so they are exactly what
+`worldtune deploy` would launch.
 """
 
 from __future__ import annotations
 
+import ast
 import html
 import json
+import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
+from worldtune.agent.provenance import labels, provenance
+from worldtune.agent.report_interactive import write_interactive
 from worldtune.policies.pareto import Direction, pareto_frontier
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
@@ -60,53 +68,92 @@ def deployment_artifacts(record: dict[str, Any]) -> dict[str, str]:
     }
 
 
+GPU_COLOURS = {"H200": "#1f77b4", "B200": "#d62728", "H100": "#2ca02c", "B300": "#9467bd"}
+CAPACITY_MARKERS = {"on-demand": "o", "spot": "^", "serverless": "s"}
+STAGE_STYLE: dict[str, dict[str, Any]] = {  # later stages drawn bigger and on top: what was measured stays visible
+    "predicted": {"s": 14, "alpha": 0.35, "linewidths": 0.0, "zorder": 2},
+    "probed": {"s": 46, "alpha": 0.9, "linewidths": 0.8, "zorder": 5},
+    "measured": {"s": 80, "alpha": 1.0, "linewidths": 1.4, "zorder": 6},
+}
+
+
+def _readable_log_axis(axis: Any) -> None:
+    """Log scale with ticks at 1, 2, 5 x 10^k written as plain numbers (0.2, 50, 100), never 6x10^1."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _plot(record: dict[str, Any], x_key: str, y_key: str, x_label: str, y_label: str, path: Path) -> None:
+    """One scatter of every candidate: colour = GPU type, marker = capacity, size/edge = how it is known."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    cands = record["candidates"]
+    cands = [c for c in record["candidates"] if c.get(x_key) and c.get(y_key)]
     chosen = (record.get("recommendation") or {}).get("key")
-    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
-    first = [(c[f"predicted_{x_key}"], c[f"predicted_{y_key}"]) for c in cands if c.get(f"predicted_{x_key}")]
-    if first:
-        ax.scatter([x for x, _ in first], [y for _, y in first], s=8, c="#cccccc", label="predicted before measuring")
-    believed = [c for c in cands if c["stage"] == "predicted"]
-    ax.scatter(
-        [c[x_key] for c in believed],
-        [c[y_key] for c in believed],
-        s=10,
-        c="#7fa7d9",
-        label="predicted after recalibration",
-    )
-    probed = [c for c in cands if c["stage"] == "probed"]
-    if probed:
-        ax.scatter([c[x_key] for c in probed], [c[y_key] for c in probed], s=30, c="#f0a030", label="probed")
-    measured = [c for c in cands if c["stage"] == "measured"]
-    if measured:
-        ax.scatter([c[x_key] for c in measured], [c[y_key] for c in measured], s=45, c="#2a9d4a", label="measured")
+    simulated = (record.get("provenance") or {}).get("simulated", True)
+    fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
+    for stage, style in STAGE_STYLE.items():
+        for (gpu, capacity), group in _groups([c for c in cands if c["stage"] == stage]).items():
+            ax.scatter([c[x_key] for c in group], [c[y_key] for c in group], c=GPU_COLOURS.get(gpu, "#7f7f7f"),
+                       marker=CAPACITY_MARKERS.get(capacity, "D"), edgecolors="black", **style)  # fmt: skip
     directions: dict[str, Direction] = {"latency_s": "min", "usd_per_clip": "min", "clips_per_hour_per_node": "max"}
     front = sorted(pareto_frontier(cands, {x_key: directions[x_key], y_key: directions[y_key]}), key=lambda c: c[x_key])
     if front:
-        ax.plot([c[x_key] for c in front], [c[y_key] for c in front], "-", c="#444444", lw=1, label="Pareto frontier")
+        ax.plot([c[x_key] for c in front], [c[y_key] for c in front], "-", c="#444444", lw=1, zorder=3)
+        for c in front[:10]:  # the frontier's plans by name: the choices a person weighs
+            ax.annotate(f"{c['plan']} ({c['gpu']})", (c[x_key], c[y_key]), textcoords="offset points", xytext=(6, 4),
+                        fontsize=7, color="#333333", zorder=7)  # fmt: skip
     for c in cands:
-        if c["key"] == chosen:
-            ax.scatter([c[x_key]], [c[y_key]], s=220, marker="*", c="#d62828", zorder=5, label="chosen")
+        if c["key"] == chosen:  # hollow, under the measured point: the point itself stays visible
+            ax.scatter([c[x_key]], [c[y_key]], s=420, marker="*", facecolors="none", edgecolors="#d62828",
+                       linewidths=1.6, zorder=4)  # fmt: skip
     bound = record["goal"].get("latency_bound_s")
     if bound and "latency" in x_key:
-        ax.axvline(bound, ls="--", c="#d62828", lw=0.8, label=f"p{record['goal']['latency_percentile']} bound")
-    ax.set_xlabel(x_label)
-    ax.set_ylabel(y_label)
+        ax.axvline(bound, ls="--", c="#d62828", lw=0.8, zorder=1)
+    ax.set_xscale("log")
+    _readable_log_axis(ax.xaxis)
     if y_key == "usd_per_clip":
         ax.set_yscale("log")
-    ax.set_xscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(f"{record['goal']['describe']}", fontsize=8)
+        _readable_log_axis(ax.yaxis)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.grid(alpha=0.3, which="major")
+    measured_word = "simulated on the twin" if simulated else "measured"
+    handles = [Line2D([], [], ls="", marker="o", color=col, label=gpu) for gpu, col in GPU_COLOURS.items()
+               if any(c["gpu"] == gpu for c in cands)]  # fmt: skip
+    handles += [Line2D([], [], ls="", marker=m, color="#555555", label=cap) for cap, m in CAPACITY_MARKERS.items()
+                if any(c["capacity"] == cap for c in cands)]  # fmt: skip
+    handles += [
+        Line2D([], [], ls="", marker="o", color="#999999", alpha=0.4, markersize=4, label="predicted (not run)"),
+        Line2D([], [], ls="", marker="o", color="#999999", markeredgecolor="black", markersize=6,
+               label=f"probed ({measured_word})"),
+        Line2D([], [], ls="", marker="o", color="#999999", markeredgecolor="black", markeredgewidth=1.4,
+               markersize=8, label=f"full runs ({measured_word})"),
+        Line2D([], [], ls="-", color="#444444", label="Pareto frontier"),
+        Line2D([], [], ls="", marker="*", markerfacecolor="none", markeredgecolor="#d62828", markersize=14,
+               label="chosen"),
+    ]  # fmt: skip
+    if bound and "latency" in x_key:
+        handles.append(Line2D([], [], ls="--", color="#d62828", label=f"p{record['goal']['latency_percentile']} bound"))
+    ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.9)
+    title = record["goal"]["describe"] + (" | SIMULATED (twin engine, no GPU ran)" if simulated else "")
+    ax.set_title("\n".join(textwrap.wrap(title, 120)), fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _groups(cands: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for c in cands:
+        grouped.setdefault((c["gpu"], c["capacity"]), []).append(c)
+    return grouped
 
 
 def _table(rows: list[dict[str, Any]], keys: list[str]) -> str:
@@ -123,10 +170,75 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, str]) -> str:
+_DICT_IN_EVENT = re.compile(r"\{[^{}]*\}")
+
+
+def readable_event(event: str) -> str:
+    """An event line with any Python dict in it written as `key value, ...` (the log is for people)."""
+
+    def plain(match: re.Match[str]) -> str:
+        try:
+            found = ast.literal_eval(match.group(0))
+        except (ValueError, SyntaxError):
+            return match.group(0)
+        if not isinstance(found, dict):
+            return match.group(0)
+        return ", ".join(f"{k} {_cell(v)}" for k, v in found.items())
+
+    return _DICT_IN_EVENT.sub(plain, event)
+
+
+STYLE = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+    "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
+    # serve lines and YAML wrap instead of hiding behind a horizontal scroll
+    "pre{background:#f4f4f4;padding:8px;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
+    ".provenance{border:2px solid #b8860b;background:#fff8e1;padding:8px 14px;margin:1em 0}"
+    ".provenance.simulated h2{color:#8a5a00}.provenance li{margin:3px 0}"
+    "img{max-width:100%}"
+)
+
+
+def _provenance_html(record: dict[str, Any]) -> str:
+    """The box at the top: simulated or measured, what is assumed, how far the latency claim goes, price date."""
+    prov = record.get("provenance") or provenance(record)
+    title = (
+        "Simulated rehearsal: the twin engine stood in for vLLM-Omni; no GPU ran"
+        if prov["simulated"]
+        else "Measured on real GPUs with vLLM-Omni"
+    )
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in labels(record))
+    kind = "provenance simulated" if prov["simulated"] else "provenance"
+    return f"<div class='{kind}' id='provenance'><h2>{html.escape(title)}</h2><ul>{items}</ul></div>"
+
+
+def _recommendation_html(record: dict[str, Any]) -> list[str]:
     rec = record.get("recommendation") or {}
-    m, p, spend = record["measured"], record["predicted"], record["spend"]
-    figures = [{"figure": k, "measured": m.get(k), "predicted before measuring": p.get(k)} for k in m]
+    prov = record.get("provenance") or provenance(record)
+    m, p = record["measured"], record["predicted"]
+    column = "simulated on the twin" if prov["simulated"] else "measured"
+    figures = [{"figure": k, column: m.get(k), "predicted before measuring": p.get(k)} for k in m]
+    head = (
+        f"<p><b>{html.escape(str(rec.get('gpu')))}</b> plan <b>{html.escape(str(rec.get('plan')))}</b> x "
+        f"{rec.get('nodes')} node(s) ({rec.get('replicas')} replicas), {html.escape(str(rec.get('capacity')))} on "
+        f"{html.escape(str(rec.get('offer')))} at ${rec.get('usd_per_hour', 0):.2f}/h "
+        f"<small>({html.escape(prov['prices'])})</small></p>"
+        if rec
+        else "<p>No verified recommendation.</p>"
+    )
+    claim = prov["latency"]
+    return [
+        "<h2>Recommendation</h2>",
+        head,
+        f"<p><b>Why it stopped</b>: {html.escape(record['stop_reason'])}</p>",
+        _table(figures, ["figure", column, "predicted before measuring"]),
+        f"<p><b>Latency claim</b>: {html.escape(claim.get('claim', 'none'))}. {html.escape(claim['empirical'])}.</p>",
+    ]
+
+
+def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, str]) -> str:
+    prov = record.get("provenance") or provenance(record)
+    spend = record["spend"]
     measured_rows = [
         {k: r.get(k) for k in ("kind", "key", "per_step_s", "fixed_s", "latencies_s", "usd", "benchmark_id")}
         for r in record["measurements"]
@@ -134,50 +246,40 @@ def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, s
     shown = [c for c in record["candidates"] if c["stage"] != "predicted"] + [
         c for c in record["candidates"] if c["stage"] == "predicted"
     ][:30]
+    keys = ["key", "gpu", "capacity", "stage", "feasible", "latency_s", "clips_per_hour_per_node", "usd_per_clip",
+            "predicted_latency_s", "predicted_usd_per_clip"]  # fmt: skip
+    artifacts_title = (
+        "Deployment artifacts (rendered for vLLM-Omni from a simulated choice: not launched, verify on GPUs first)"
+        if prov["simulated"]
+        else "Deployment artifacts (rendered, not launched)"
+    )
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>worldtune run "
-        f"{html.escape(record['run_id'])}</title><style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}"
-        "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
-        "pre{background:#f4f4f4;padding:8px;overflow:auto;font-size:12px}</style></head><body>",
+        f"<!doctype html><html><head><meta charset='utf-8'><title>worldtune run {html.escape(record['run_id'])}"
+        f"</title><style>{STYLE}</style></head><body>",
         f"<h1>worldtune run {html.escape(record['run_id'])}</h1>",
         f"<p><b>Goal</b>: {html.escape(record['goal']['describe'])}<br>"
         f"<i>{html.escape(record['goal'].get('text', ''))}</i></p>",
-        "<h2>Recommendation</h2>",
-        (
-            f"<p><b>{html.escape(str(rec.get('gpu')))}</b> plan <b>{html.escape(str(rec.get('plan')))}</b> x "
-            f"{rec.get('nodes')} node(s) ({rec.get('replicas')} replicas), {html.escape(str(rec.get('capacity')))} on "
-            f"{html.escape(str(rec.get('offer')))} at ${rec.get('usd_per_hour', 0):.2f}/h</p>"
-            if rec
-            else "<p>No verified recommendation.</p>"
-        ),
-        f"<p><b>Why it stopped</b>: {html.escape(record['stop_reason'])}</p>",
-        _table(figures, ["figure", "measured", "predicted before measuring"]),
+        _provenance_html(record),
+        *_recommendation_html(record),
         "<h2>What the search cost</h2>",
+        f"<p>{html.escape(prov['spend'])}</p>",
         _table([spend], list(spend)),
         "<h2>Plots</h2>",
+        "<p><a href='candidates.html'>Interactive: every candidate, hover for plan, offer and figures</a></p>"
+        if (Path(images.get("cost_per_clip_png", "")).parent / "candidates.html").is_file()
+        else "",
         *[f"<p><img src='{html.escape(Path(v).name)}' alt='{html.escape(k)}'></p>" for k, v in images.items()],
-        "<p>Grey: predicted before measuring; blue: predicted after recalibration; orange: probed; green: measured; "
-        "line: Pareto frontier; red star: chosen.</p>",
-        "<h2>Every measurement</h2>",
+        "<p>Colour: GPU type; marker: capacity (circle on-demand, triangle spot, square serverless); faint: "
+        "predicted and never run; black edge: probed; thick edge: full runs; line: Pareto frontier, labelled by "
+        "plan; hollow red star: chosen.</p>",
+        "<h2>Every measurement" + (" (simulated on the twin)" if prov["simulated"] else "") + "</h2>",
         _table(measured_rows, list(measured_rows[0]) if measured_rows else ["kind"]),
-        "<h2>Candidates (measured first, then the best predicted)</h2>",
-        _table(
-            shown,
-            [
-                "key",
-                "stage",
-                "feasible",
-                "latency_s",
-                "clips_per_hour_per_node",
-                "usd_per_clip",
-                "predicted_latency_s",
-                "predicted_usd_per_clip",
-            ],
-        ),
-        "<h2>Ready to apply</h2>",
+        "<h2>Candidates (run first, then the best predicted)</h2>",
+        _table(shown, keys),
+        f"<h2>{html.escape(artifacts_title)}</h2>",
         *[f"<h3>{html.escape(k)}</h3><pre>{html.escape(v)}</pre>" for k, v in artifacts.items()],
         "<h2>What the agent did</h2><ol>",
-        *[f"<li>{html.escape(e)}</li>" for e in record.get("events", [])],
+        *[f"<li>{html.escape(readable_event(e))}</li>" for e in record.get("events", [])],
         "</ol></body></html>",
     ]
     return "\n".join(parts)
@@ -202,6 +304,9 @@ def write_report(run_id: str, out_dir: str | Path | None = None, db_path: str | 
         images["latency_vs_throughput_png"],
     )
     _plot(record, "latency_s", "usd_per_clip", "latency per clip (s)", "USD per clip", images["cost_per_clip_png"])
+    interactive = folder / "candidates.html"
+    if write_interactive(record, interactive):  # plotly: hover shows each candidate (the 'agent' extra has it)
+        written["interactive_html"] = str(interactive)
     artifacts = deployment_artifacts(record)
     for name, text in artifacts.items():
         suffix = "sh" if name == "serve_commands" else "yaml"

@@ -20,6 +20,7 @@ from typing import Any
 
 from worldtune.agent.configuration import Context, Progress, TuneOptions
 from worldtune.agent.goal_parser import ParsedGoal, read_goal
+from worldtune.agent.provenance import provenance
 from worldtune.agent.stopping import _CONTROLS, RunStopped, _catch_signals, _Control, stop_tuning
 from worldtune.policies import search as ws
 from worldtune.tools import owners
@@ -158,11 +159,18 @@ def tune(
 ) -> dict[str, Any]:
     """Run a tuning run to its end (or to the approval question when not --yes); returns the outcome."""
     options = options or TuneOptions()
-    _check_options(options)
     parsed = goal if isinstance(goal, ParsedGoal) else goal_for(goal, options)
     run_id = run_id or new_run_id()
+    first = first_state(parsed, options, run_id)
+    progress("goal", {"goal": parsed.goal.describe(), "assumptions": parsed.assumptions, "run_id": run_id})
+    return asyncio.run(_drive(run_id, first, options, progress))
+
+
+def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> dict[str, Any]:
+    """A run's first state, recorded in the results database: what `tune` and the graph's read_goal start from."""
+    _check_options(options)
     Store(options.db_path).add_run(run_id, "tune", parsed.goal.model_dump(mode="json"))
-    first = {
+    return {
         "run_id": run_id,
         "goal_text": parsed.text,
         "goal": parsed.goal.model_dump(mode="json"),
@@ -171,8 +179,6 @@ def tune(
         "results": [],
         "events": [f"goal: {parsed.goal.describe()} (read by the {parsed.source})"],
     }
-    progress("goal", {"goal": parsed.goal.describe(), "assumptions": parsed.assumptions, "run_id": run_id})
-    return asyncio.run(_drive(run_id, first, options, progress))
 
 
 def checkpointed_options(run_id: str, db_path: str | None = None) -> TuneOptions:
@@ -391,6 +397,7 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
         "candidates": [],
     }
     if search is None:
+        summary["provenance"] = provenance(summary)
         return summary
     initial = search.model_copy(
         update={
@@ -441,4 +448,5 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
         }
         summary["measured"] = _figures(goal, best, latencies)
         summary["predicted"] = _figures(goal, before.get(best.key))
+    summary["provenance"] = provenance(summary)  # what is simulated, measured, assumed; how prices are dated
     return summary

@@ -8,7 +8,11 @@ them back into the words (Goal, SearchState, Decision) with `model_validate`.
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired, Required
+
+# typing_extensions' TypedDict, not typing's: on Python 3.11 pydantic (and so LangGraph's /schemas, which
+# Studio's forms are built from) cannot read typing.TypedDict and the input/output schemas come out null.
+from typing_extensions import TypedDict
 
 
 def merge_deployments(current: dict[str, str], update: dict[str, str]) -> dict[str, str]:
@@ -59,6 +63,37 @@ class TuneState(TypedDict, total=False):
     """converged | budget | iterations | infeasible | declined (decide, approve)."""
     summary: dict[str, Any]
     """The final record: recommendation, measured vs predicted, spend (finish)."""
+
+
+class TuneInput(TypedDict):
+    """What starts a run: the goal in words (Studio's input form); the runner also passes the rest, parsed."""
+
+    goal_text: Required[str]
+    """The goal in plain words, e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip, H200, budget $100'."""
+    options: NotRequired[dict[str, Any]]
+    """TuneOptions fields (infra, engine, time_scale, budget_usd, ...); unset: the local twin, free, no approval."""
+    run_id: NotRequired[str]
+    """The run's id (runner); unset: the thread id."""
+    goal: NotRequired[dict[str, Any]]
+    """The parsed Goal (runner); unset: read_goal parses goal_text."""
+    goal_source: NotRequired[str]
+    """'parser' or 'llm:<model>' (runner)."""
+    results: NotRequired[list[dict[str, Any]]]
+    """Empty at the start (runner)."""
+    events: NotRequired[list[str]]
+    """The first event line (runner)."""
+
+
+class TuneOutput(TypedDict, total=False):
+    """What a finished run answers (Studio's output view): the record and the log."""
+
+    run_id: str
+    summary: dict[str, Any]
+    """Recommendation, measured vs predicted figures with what is simulated and assumed, spend (finish)."""
+    stop_reason: str
+    stop_kind: str
+    spend_estimate: dict[str, Any]
+    events: list[str]
 
 
 class VerifyTask(TypedDict):

@@ -60,3 +60,36 @@ async def connect(db_path: str | None = None, mcp_url: str | None = None) -> Asy
         target = build_server(db_path, tuner=AgentTuner())
     async with Client(target) as client:
         yield ToolsClient(client)
+
+
+class SessionPerCall:
+    """The tools of a run that was handed no client (LangGraph Studio, `langgraph dev`): one MCP session per call.
+
+    The runner opens one session for a whole run; a graph started by the LangGraph server gets no such
+    scope, and a session held open across nodes would be entered and left in different tasks. In-process
+    sessions cost little, and the server object (and its database) is kept between calls.
+    """
+
+    def __init__(self, db_path: str | None = None, mcp_url: str | None = None) -> None:
+        self.db_path = db_path
+        self.mcp_url = mcp_url
+        self.calls: list[str] = []
+        self._server: Any = None
+
+    def _target(self) -> Any:
+        if self.mcp_url:
+            return self.mcp_url
+        if self._server is None:
+            from worldtune.agent.tuner import AgentTuner
+            from worldtune.tools.mcp_server import build_server
+
+            self._server = build_server(self.db_path, tuner=AgentTuner())
+        return self._server
+
+    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        """Call one tool in a session of its own; raise ToolCallFailed as ToolsClient does."""
+        from mcp import Client
+
+        self.calls.append(tool)
+        async with Client(self._target()) as client:
+            return await ToolsClient(client).call(tool, **arguments)

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from worldtune.tools.errors import require_extra
 from worldtune.tools.tuning import TuningRequest
+
+# The agent's own imports (LangGraph, its SQLite checkpointer) come with the 'agent' extra. Checked before a run
+# is recorded or a thread started, so a bare install answers with what to install instead of a run that dies.
+AGENT_MODULES = ("langgraph", "langgraph.checkpoint.sqlite")
 
 
 class AgentTuner:
     """Runs tuning jobs in this process with agent.runner (one background thread per run)."""
 
     def start(self, goal: str, request: TuningRequest) -> str:
+        for module in AGENT_MODULES:
+            require_extra("start_tuning (the tuning agent)", module, "agent")
         from worldtune.agent import runner
         from worldtune.agent.configuration import TuneOptions
 

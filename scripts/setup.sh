@@ -9,6 +9,8 @@ PY=${PYTHON:-python3}
 need_apt=()
 command -v rsync >/dev/null || need_apt+=(rsync)        # SkyPilot needs rsync even for dry runs
 "$PY" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# headless Chromium renders the tuning report in tests/integration/test_report_chromium.py
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi

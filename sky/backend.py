@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
 import socket
 import threading
 import time
@@ -40,7 +41,7 @@ from worldtune.sky.render import (
     render_task,
     replica_slices,
 )
-from worldtune.tools.deployment import Deployment, Progress
+from worldtune.tools.deployment import API_KEY_ENV, Deployment, Progress
 from worldtune.tools.errors import WorldtuneError
 from worldtune.tools.plan import Plan
 from worldtune.tools.store import Store
@@ -104,6 +105,20 @@ class SkyPilotBackend:
         self.sky = home.import_skypilot(home.chosen_home(dry_run=False))
         self._serve_jobs: dict[str, int] = {}
 
+    def _api_key(self, deployment: Deployment) -> str:
+        """The API key of a deployment's servers: $WORLDTUNE_API_KEY, else one generated for it and kept (0600)
+        next to the results database, so the user's own clients can read it; never printed or logged."""
+        given = os.environ.get(API_KEY_ENV)
+        if given:
+            return given
+        path = self.store.path.parent / "api-keys" / cluster_name(deployment)
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(24))
+        return path.read_text().strip()
+
     # ---- SDK helpers ------------------------------------------------------------------------------
     def _get(self, request_id: Any) -> Any:
         return self.sky.get(request_id)
@@ -142,6 +157,8 @@ class SkyPilotBackend:
         token = os.environ.get(HF_TOKEN)
         if deployment.engine == "vllm-omni" and token:
             provision.update_secrets({HF_TOKEN: token})  # in memory only; SkyPilot redacts secrets in its logs
+        if deployment.engine == "vllm-omni":
+            provision.update_secrets({API_KEY_ENV: self._api_key(deployment)})
         cluster = cluster_name(deployment)
         self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
         dep = deployment.model_copy(update={"cluster": cluster, "state": "provisioning", "detail": "launching"})
@@ -167,6 +184,8 @@ class SkyPilotBackend:
             serve = validate_task(serve_config)
             if deployment.engine == "vllm-omni" and token:
                 serve.update_secrets({HF_TOKEN: token})
+            if deployment.engine == "vllm-omni":
+                serve.update_secrets({API_KEY_ENV: self._api_key(deployment)})
             job_id, _ = self._get(self.sky.exec(serve, cluster_name=cluster))
         except Exception as exc:
             self.store.ledger_update(cluster, "failed", str(exc)[:500])
@@ -329,6 +348,8 @@ class SkyPilotBackend:
         run = f"{python} -m worldtune.sky.bench_job --db {remote_db} -- {shlex.join(args)}"
         task = self.sky.Task(name=f"worldtune-bench-{benchmark_id}", run=run)
         task.set_resources(self.sky.Resources(cpus=1))
+        if dep.engine == "vllm-omni":  # the benchmark client sends the servers' key (tools/benchmark.auth_headers)
+            task.update_secrets({API_KEY_ENV: self._api_key(dep)})
         job_id, _ = self._get(self.sky.exec(task, cluster_name=cluster))
         say(f"bench job {job_id} on {cluster} (attempt {attempt})", None)
         if on_job:

@@ -81,3 +81,46 @@ def optimize_task(config: dict[str, Any]) -> OptimizerChoice:
         use_spot=bool(best.use_spot),
         usd_per_hour=round(float(best.get_cost(3600)), 4),
     )
+
+
+def validate_manifests(manifests: list[dict[str, Any]]) -> list[str]:
+    """Check Kubernetes manifests offline; returns the checks they passed, or raises InvalidInput naming the object.
+
+    Built-in kinds go strictly against the official OpenAPI schema with kubernetes-validate when it is installed
+    (`pip install kubernetes-validate`); a LeaderWorkerSet against the CRD schema shipped in sky/ (jsonschema).
+    """
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    checks: list[str] = []
+    strict = importlib.util.find_spec("kubernetes_validate") is not None
+    lws = [m for m in manifests if m.get("kind") == "LeaderWorkerSet"]
+    if lws:
+        schema = json.loads((Path(__file__).parent / "lws-crd-schema.json").read_text())
+        for obj in lws:
+            try:
+                jsonschema.validate(obj, schema)
+            except jsonschema.ValidationError as exc:
+                raise InvalidInput(f"LeaderWorkerSet {obj['metadata']['name']}", exc.json_path, exc.message) from exc
+        checks.append("LeaderWorkerSet CRD schema (jsonschema)")
+    if strict:
+        import kubernetes_validate
+
+        version = kubernetes_validate.latest_version()
+        for obj in manifests:
+            pods = [obj]
+            if obj.get("kind") == "LeaderWorkerSet":
+                roles = obj["spec"]["leaderWorkerTemplate"]
+                pods = [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": roles[r]}
+                        for r in ("leaderTemplate", "workerTemplate") if r in roles]  # fmt: skip
+            for pod in pods:
+                try:
+                    kubernetes_validate.validate(pod, version, strict=True)
+                except kubernetes_validate.ValidationError as exc:
+                    name = f"{obj['kind']} {obj['metadata']['name']}"
+                    raise InvalidInput(name, str(list(exc.path)), exc.message) from exc
+        checks.append(f"kubernetes-validate --strict (Kubernetes {version})")
+    return checks

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.errors import InvalidInput, require_extra
 
 HOME_ENV = "WORLDTUNE_SKY_HOME"
 
@@ -33,11 +33,13 @@ def chosen_home(dry_run: bool) -> Path | None:
     return dryrun_home() if dry_run else None
 
 
-def import_skypilot(home: Path | None) -> ModuleType:
+def import_skypilot(home: Path | None, what: str = "talking to SkyPilot") -> ModuleType:
     """Import SkyPilot with usage collection off and HOME pointing at `home` (None: leave HOME alone).
 
     Refuses to switch homes inside one process: SkyPilot has already fixed its paths at import.
+    Without the 'sky' extra it raises MissingExtra naming it, before anything is written or started.
     """
+    require_extra(what, "sky", "sky")
     os.environ["SKYPILOT_DISABLE_USAGE_COLLECTION"] = "1"
     if home is not None:
         home.mkdir(parents=True, exist_ok=True)

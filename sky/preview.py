@@ -118,18 +118,9 @@ def preview_deploy(
     opts = options or render.RenderOptions()
     allowance = render.startup_allowance_s(deployment)
     if deployment.infra == "kubernetes":
-        from worldtune.sky.kubernetes import K8sOptions, render_manifests
+        from worldtune.sky.kubernetes import K8sOptions
 
-        manifests = render_manifests(deployment, k8s_options or K8sOptions())
-        commands = [" ".join(c["command"]) for m in manifests if m["kind"] == "Deployment"
-                    for c in m["spec"]["template"]["spec"]["containers"]]  # fmt: skip
-        return DeployPreview(
-            deployment=deployment,
-            kind="kubernetes",
-            manifests=manifests,
-            serve_commands=commands,
-            startup_allowance_s=allowance,
-        )
+        return _preview_kubernetes(deployment, opts, k8s_options or K8sOptions(), allowance)
     if deployment.infra == "local":
         return DeployPreview(
             deployment=deployment,
@@ -170,6 +161,48 @@ def preview_deploy(
         usd_per_hour=price,
         startup_allowance_s=allowance,
         cold_start_s=render.cold_start_s(deployment) if serverless else None,
+    )
+
+
+def _preview_kubernetes(
+    deployment: Deployment, opts: render.RenderOptions, k8s_options: Any, allowance: int
+) -> DeployPreview:
+    """Your own cluster: the manifests (validated offline), the same plan as a SkyPilot task for SkyPilot's
+    Kubernetes support (task.yaml), and a reference price, since a cluster you run has no rental price."""
+    import sys
+
+    from worldtune.sky.dryrun import validate_manifests, validate_task
+    from worldtune.sky.kubernetes import render_manifests
+
+    manifests = render_manifests(deployment, k8s_options)
+    validated = validate_manifests(manifests)
+    task = render.render_task(deployment, opts)
+    if "sky" in sys.modules:  # imported under its home by a caller that uses SkyPilot anyway (not the CLI)
+        validate_task(task)
+        validated.append("sky.Task.from_yaml_config (task.yaml, infra kubernetes)")
+    else:
+        validated.append("task.yaml (SkyPilot on Kubernetes) rendered, not checked by SkyPilot here")
+    commands = [" ".join(c["command"]) for m in manifests if m["kind"] == "Deployment"
+                for c in m["spec"]["template"]["spec"]["containers"]]  # fmt: skip
+    plan = Plan.parse(deployment.plan)
+    reference = cheapest_fitting_offer(deployment.gpu, plan.gpus, capacity=[deployment.capacity])
+    note = (
+        f"your own cluster has no rental price; the same {plan.gpus}x{deployment.gpu} rent for "
+        f"${reference.usd_per_hour:.2f}/h on {reference.id} ({reference.source}, as of {reference.as_of})"
+        if reference
+        else f"your own cluster has no rental price, and no offer in the snapshot rents {plan.gpus}x{deployment.gpu}"
+    )
+    price = reference.usd_per_hour if reference else 0.0
+    return DeployPreview(
+        deployment=deployment.model_copy(update={"usd_per_hour": price}),
+        kind="kubernetes",
+        task=task,
+        manifests=manifests,
+        serve_commands=commands,
+        validated_by=validated,
+        optimizer_note=note,
+        usd_per_hour=price,
+        startup_allowance_s=allowance,
     )
 
 

@@ -11,6 +11,9 @@ replica dies, so a crashed server shows as a failed job.
 
 The Hugging Face token is passed as a SkyPilot secret named HF_TOKEN whose value is filled in at
 launch from the caller's environment: rendered files carry only the name, and nothing prints it.
+vLLM-Omni serves on an open port, so it runs with `--api-key "$WORLDTUNE_API_KEY"`, another secret the
+backend fills at launch ($WORLDTUNE_API_KEY, else a generated key); readiness checks and worldtune's
+benchmark send it as a bearer token.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.deployment import Deployment
+from worldtune.tools.deployment import API_KEY_ENV, Deployment
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.models import get_model
@@ -67,6 +70,9 @@ class RenderOptions(BaseModel):
     extra_serve_flags: tuple[str, ...] = ()
     ship_worldtune: bool = Field(
         default=False, description="sync this checkout as workdir and install it in ~/.worldtune-venv (bench jobs)"
+    )
+    service_time_s: float | None = Field(
+        default=None, gt=0, description="measured seconds per request of one replica (SkyServe target); else predicted"
     )
 
 
@@ -146,12 +152,16 @@ def serve_argv(deployment: Deployment, replica: ReplicaSlice, options: RenderOpt
 
 
 def serve_command(deployment: Deployment, replica: ReplicaSlice, options: RenderOptions) -> str:
-    """One replica's full shell command: its GPU slice, then the server."""
+    """One replica's full shell command: its GPU slice, then the server.
+
+    vLLM-Omni listens on the open port of a public node, so it takes an API key: the SkyPilot secret
+    $WORLDTUNE_API_KEY, expanded by the shell at start (the rendered text carries only its name).
+    """
     argv = serve_argv(deployment, replica, options)
     if deployment.engine == "twin":  # the worldtune command is the user's shell text (it may start with ~/)
         text = f"{options.worldtune} {shlex.join(argv[len(shlex.split(options.worldtune)) :])}"
     else:
-        text = shlex.join(argv)
+        text = f'{shlex.join(argv)} --api-key "${API_KEY_ENV}"'
     return f"CUDA_VISIBLE_DEVICES={replica.cuda_visible_devices} {text}"
 
 
@@ -174,11 +184,21 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_VENV = "~/.worldtune-venv"
 
 
+def shipped_checkout() -> Path | None:
+    """This checkout, when worldtune runs from one (it then travels as the task's workdir); None from a wheel."""
+    return REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else None
+
+
 def _worldtune_setup(options: RenderOptions) -> list[str]:
-    """Install this checkout (synced as the workdir) into its own venv, apart from the server's Python."""
+    """Install worldtune into its own venv, apart from the server's Python: from the synced workdir when this is a
+    checkout, else the released package of this version (a task rendered from a wheel install has no workdir,
+    and `pip install .` in an empty folder fails the setup under `set -e`)."""
     if not options.ship_worldtune:
         return [options.twin_setup] if options.twin_setup else []
-    return [f"python3 -m venv {CLUSTER_VENV} && {CLUSTER_VENV}/bin/pip install --quiet ."]
+    from worldtune import __version__
+
+    source = "." if shipped_checkout() is not None else shlex.quote(f"worldtune=={__version__}")
+    return [f"python3 -m venv {CLUSTER_VENV} && {CLUSTER_VENV}/bin/pip install --quiet {source}"]
 
 
 def _setup(deployment: Deployment, options: RenderOptions) -> str:
@@ -216,9 +236,11 @@ def _run(deployment: Deployment, options: RenderOptions) -> str:
     for replica in replica_slices(plan, options.base_port):
         lines.append(f'{serve_command(deployment, replica, options)} > "$logs/replica-{replica.index}.log" 2>&1 &')
         lines.append("pids+=($!)")
+    # the probe sends the API key when the servers have one (an unauthenticated /v1/models answers 401)
     probe = (
-        "python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "
-        f'"http://127.0.0.1:$port{PROBE_PATH}" >/dev/null 2>&1'
+        "python3 -c 'import os, sys, urllib.request as u; k = os.environ.get(sys.argv[2]); "
+        'u.urlopen(u.Request(sys.argv[1], headers={"Authorization": "Bearer " + k} if k else {}), timeout=5)\' '
+        f'"http://127.0.0.1:$port{PROBE_PATH}" {API_KEY_ENV} >/dev/null 2>&1'
     )
     ports = " ".join(str(r.port) for r in replica_slices(plan, options.base_port))
     lines += [
@@ -268,8 +290,10 @@ def _resources(deployment: Deployment, options: RenderOptions, accelerators: str
 def render_task(deployment: Deployment, options: RenderOptions | None = None) -> dict[str, Any]:
     """The SkyPilot task (YAML as a dict) that runs every replica of the deployment on one node."""
     opts = options or RenderOptions()
-    if deployment.infra in ("local", "kubernetes"):
-        raise InvalidInput("infra", deployment.infra, "a SkyPilot infra: slurm/NAME or a cloud (nebius, lambda, ...)")
+    if deployment.infra == "local":  # kubernetes is SkyPilot's too: the task runs on your cluster's pods
+        raise InvalidInput(
+            "infra", deployment.infra, "a SkyPilot infra: slurm/NAME, kubernetes or a cloud (nebius, lambda, ...)"
+        )
     if deployment.capacity == "serverless":
         return render_service(deployment, opts)
     task: dict[str, Any] = {
@@ -279,10 +303,10 @@ def render_task(deployment: Deployment, options: RenderOptions | None = None) ->
         "setup": _setup(deployment, opts),
         "run": _run(deployment, opts),
     }
-    if opts.ship_worldtune and (REPO_ROOT / "pyproject.toml").is_file():
-        task["workdir"] = str(REPO_ROOT)
+    if opts.ship_worldtune and (checkout := shipped_checkout()) is not None:
+        task["workdir"] = str(checkout)
     if deployment.engine == "vllm-omni":
-        task["secrets"] = {HF_TOKEN: None}
+        task["secrets"] = {HF_TOKEN: None, API_KEY_ENV: None}
     return task
 
 
@@ -297,22 +321,30 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
     opts = options or RenderOptions()
     plan = Plan.parse(deployment.plan)
     single = deployment.model_copy(update={"plan": str(plan.single_replica()), "offer": None})
-    service_opts = opts.model_copy(update={"host": "0.0.0.0", "open_ports": True})
+    # SkyServe replicas take no `sky exec` bench jobs, so only a twin (which is worldtune) needs worldtune there
+    service_opts = opts.model_copy(
+        update={
+            "host": "0.0.0.0",
+            "open_ports": True,
+            "ship_worldtune": opts.ship_worldtune and deployment.engine == "twin",
+        }
+    )
     accelerators = f"{get_gpu(deployment.gpu).sky_accelerator}:{plan.world_size}"
     resources = _resources(single.model_copy(update={"capacity": "on-demand"}), service_opts, accelerators)
     task: dict[str, Any] = {
         "name": cluster_name(deployment),
         "service": {
             "readiness_probe": {
-                "path": PROBE_PATH,
+                # vLLM's /health is outside --api-key's guard; while loading the port refuses connections
+                "path": "/health" if deployment.engine == "vllm-omni" else PROBE_PATH,
                 "initial_delay_seconds": startup_allowance_s(deployment),
                 "timeout_seconds": 15,
             },
             "replica_policy": {
                 "min_replicas": 0,
                 "max_replicas": plan.replicas,
-                # One request at a time per server: scale up as soon as requests queue.
-                "target_qps_per_replica": 0.01,
+                # One server answers one request at a time, so it saturates at 1 / service time: aim there.
+                "target_qps_per_replica": target_qps_per_replica(deployment, opts.service_time_s),
                 "upscale_delay_seconds": 30,
                 "downscale_delay_seconds": 900,
             },
@@ -323,9 +355,35 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
         "setup": _setup(single, service_opts),
         "run": _run(single, service_opts),
     }
+    if service_opts.ship_worldtune and (checkout := shipped_checkout()) is not None:
+        task["workdir"] = str(checkout)  # the setup installs worldtune from it, as in render_task
     if deployment.engine == "vllm-omni":
-        task["secrets"] = {HF_TOKEN: None}
+        task["secrets"] = {HF_TOKEN: None, API_KEY_ENV: None}
     return task
+
+
+def service_time_s(deployment: Deployment, measured_s: float | None = None) -> float:
+    """Seconds one replica spends per request on the anchor workload: measured when given, else predicted."""
+    if measured_s is not None:
+        return measured_s
+    from worldtune.tools.estimate import estimate_plan, resolve_profile
+    from worldtune.tools.workload import anchor_workload
+
+    plan = Plan.parse(deployment.plan).single_replica()
+    found = estimate_plan(anchor_workload(deployment.model), deployment.gpu, plan, resolve_profile(deployment.gpu))
+    if not found.valid or not found.latency_s:
+        raise InvalidInput(
+            "plan", deployment.plan, f"a plan with a predicted latency on {deployment.gpu}", found.reason
+        )
+    return float(found.latency_s)
+
+
+def target_qps_per_replica(deployment: Deployment, measured_s: float | None = None) -> float:
+    """SkyServe's per-replica target: what one server sustains (1 / service time), so a queue adds a replica.
+
+    A fixed 0.01 (36 requests/hour) against a replica that serves 4.4 clips/hour only scales at ~8x overload.
+    """
+    return float(f"{1.0 / service_time_s(deployment, measured_s):.3g}")
 
 
 def cold_start_s(deployment: Deployment) -> float:

@@ -366,7 +366,7 @@ class _Runner:
         # idle connections expire before the server's keep-alive (uvicorn's default is 5 s), so the client never
         # reuses one the server is closing at that very moment (a spurious connection error under heavy load)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
-        async with httpx.AsyncClient(limits=limits, timeout=None) as client:
+        async with httpx.AsyncClient(limits=limits, timeout=None, headers=auth_headers()) as client:
             await self.wait_ready(client)
             warm_steps = spec.warmup_steps or (min(spec.probe_steps) if spec.probe_steps else 4)
             for steps in {spec.steps, warm_steps, *spec.probe_steps}:
@@ -415,6 +415,14 @@ class _Runner:
             self.samples, benchmark_id=self.id, endpoints=self.spec.endpoints, model=self.spec.workload.model,
             steps=self.spec.steps, time_scale=self.scale, wall_duration=wall,
         )  # fmt: skip
+
+
+def auth_headers() -> dict[str, str]:
+    """The bearer token of a server started with an API key ($WORLDTUNE_API_KEY), on every request and probe."""
+    from worldtune.tools.deployment import API_KEY_ENV
+
+    key = os.environ.get(API_KEY_ENV)
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _preload() -> None:

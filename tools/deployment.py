@@ -26,6 +26,11 @@ def new_deployment_id() -> str:
     return f"wt-{secrets.token_hex(4)}"
 
 
+# The environment variable (and SkyPilot secret) that carries a public server's API key: `vllm serve --api-key`
+# reads it on the cluster, worldtune's benchmark and readiness checks send it as a bearer token.
+API_KEY_ENV = "WORLDTUNE_API_KEY"
+
+
 class Deployment(BaseModel):
     """A plan running (or about to run) on an offer, with its endpoints and state."""
 

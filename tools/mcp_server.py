@@ -16,14 +16,14 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server import MCPServer
 from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp_types import CallToolResult, InputRequiredResult
 from mcp_types import Tool as MCPTool
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from worldtune import __version__
 from worldtune.tools.errors import WorldtuneError
@@ -58,6 +58,41 @@ class StaticTokenVerifier:
         if hmac.compare_digest(token.encode(), self._token):
             return AccessToken(token=token, client_id="worldtune-mcp", scopes=[])
         return None
+
+
+class NoTokenChallenge:
+    """ASGI wrapper: a 401 to a request that sent no credentials carries no `error=` in its challenge.
+
+    RFC 6750 section 3.1: when a request lacks authentication information the server should not include an
+    error code; the SDK's middleware says `error="invalid_token"` either way. A wrong token keeps it.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        sent_credentials = scope.get("type") != "http" or any(
+            name.lower() == b"authorization" for name, _ in scope.get("headers", [])
+        )
+        if sent_credentials:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_challenge(message: Any) -> None:
+            if message.get("type") == "http.response.start" and message.get("status") == 401:
+                headers = [(k, _bare_challenge(v) if k.lower() == b"www-authenticate" else v)
+                           for k, v in message.get("headers", [])]  # fmt: skip
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_challenge)
+
+
+def _bare_challenge(value: bytes) -> bytes:
+    """`Bearer error=..., error_description=..., resource_metadata="U"` -> `Bearer resource_metadata="U"`."""
+    parts = [p.strip() for p in value.decode().removeprefix("Bearer").split(",")]
+    kept = [p for p in parts if p and not p.startswith(("error=", "error_description="))]
+    return ("Bearer " + ", ".join(kept)).strip().encode()
 
 
 class Session:
@@ -174,6 +209,13 @@ class WorldtuneServer(MCPServer):
         self.ensure_tools()
         return super()._tool_input_schema(name)
 
+    def streamable_http_app(self, **kwargs: Any) -> Any:
+        """The SDK's Starlette app, with RFC 6750's bare challenge when no token was sent."""
+        app = super().streamable_http_app(**kwargs)
+        if self._token_verifier is not None:
+            app.add_middleware(NoTokenChallenge)
+        return app
+
 
 # ---- the server -----------------------------------------------------------------------------------
 def build_server(
@@ -198,9 +240,15 @@ def build_server(
     if bearer_token:
         from mcp.server.auth.settings import AuthSettings
 
+        # The token is shared out of band (no OAuth flow), yet clients discover how to authenticate from the
+        # protected-resource metadata (RFC 9728) the MCP authorization spec asks for: the SDK serves it at
+        # /.well-known/oauth-protected-resource/mcp and names it in every 401; the root form is added below.
+        # validate_token_resource is off: a static token has no audience to compare with the resource.
         auth = {
             "token_verifier": StaticTokenVerifier(bearer_token),
-            "auth": AuthSettings(issuer_url=url, resource_server_url=None),
+            "auth": AuthSettings(
+                issuer_url=url, resource_server_url=f"{url.rstrip('/')}/mcp", validate_token_resource=False
+            ),
         }
 
     def register(server: MCPServer) -> None:
@@ -212,6 +260,15 @@ def build_server(
     mcp = WorldtuneServer(
         register, cache, name=SERVER_NAME, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING", **auth
     )
+
+    if bearer_token:
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+
+        @mcp.custom_route("/.well-known/oauth-protected-resource", methods=["GET"])  # type: ignore[untyped-decorator]
+        async def protected_resource(request: Request) -> JSONResponse:
+            """RFC 9728 metadata at the root path too (clients that do not insert the resource path look here)."""
+            return JSONResponse(protected_resource_metadata(url))
 
     # ---------- resources ----------
     @mcp.resource("worldtune://workload/anchor", mime_type="application/json")
@@ -278,8 +335,14 @@ def build_server(
             raise ResourceError(str(exc)) from exc
 
     # ---------- prompts ----------
-    @mcp.prompt()
-    def cheapest_plan_under_latency(latency_bound_s: str, model: str = "cosmos3-super", gpu: str = "H200") -> str:
+    @mcp.prompt(title="Cheapest plan under a latency bound")
+    def cheapest_plan_under_latency(
+        latency_bound_s: Annotated[str, Field(description="most seconds one clip may take, e.g. 100")],
+        model: Annotated[
+            str, Field(description="cosmos3-super | cosmos3-nano | cosmos3-edge | cosmos3-super-i2v-4step")
+        ] = "cosmos3-super",
+        gpu: Annotated[str, Field(description="GPU type: H200 or B200")] = "H200",
+    ) -> str:
         """Find the cheapest plan per clip whose predicted latency stays under a bound, then check it on the twin."""
         return (
             f"Find the cheapest way to serve {model} on {gpu} GPUs with latency per clip at most {latency_bound_s} s "
@@ -293,8 +356,12 @@ def build_server(
             "4. Tear the twin down (teardown confirm=true). Do not rent GPUs without asking me."
         )
 
-    @mcp.prompt()
-    def compare_benchmarks(benchmark_ids: str) -> str:
+    @mcp.prompt(title="Compare benchmark results")
+    def compare_benchmarks(
+        benchmark_ids: Annotated[
+            str, Field(description="benchmark ids, comma-separated, the base first (list_results lists them)")
+        ],
+    ) -> str:
         """Compare stored benchmark results and say which deployment to keep."""
         return (
             f"Compare the benchmark results {benchmark_ids} with compare_results (the first is the base). "
@@ -303,3 +370,13 @@ def build_server(
         )
 
     return mcp
+
+
+def protected_resource_metadata(url: str) -> dict[str, Any]:
+    """What a client reads to learn how to call this server (RFC 9728): the resource and a bearer header."""
+    return {
+        "resource": f"{url.rstrip('/')}/mcp",
+        "authorization_servers": [url.rstrip("/")],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "worldtune MCP server (bearer token set with --token or $WORLDTUNE_MCP_TOKEN)",
+    }

@@ -24,7 +24,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worldtune.tools.benchmark import BenchmarkStatus
 from worldtune.tools.deployment import Deployment
@@ -52,6 +52,8 @@ STARTS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempoten
 RENTS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 # Stops and deletes what a deployment runs; repeating it changes nothing more.
 DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True)
+# approve_tuning: approve=true spends, approve=false stops the run for good (not undoable, not repeatable)
+DECIDES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True)
 
 # ---- flat parameters, named and described as on the command line ---------------------------------
 ModelArg = Annotated[
@@ -208,17 +210,35 @@ class Comparison(BaseModel):
     figures: list[ComparedKey]
 
 
+class SpendEstimate(BaseModel):
+    """What a tuning run expects to spend before it starts (shown at the approval question)."""
+
+    model_config = ConfigDict(extra="allow")  # an older run's record may carry keys this version does not name
+
+    usd: float = Field(description="expected spend of the search, USD")
+    gpu_hours: float = Field(description="expected GPU-hours (modelled GPU time on the twin)")
+    budget_usd: float | None = Field(default=None, description="the hard budget of the run")
+    candidates: int | None = Field(default=None, description="candidates ranked")
+    feasible: int | None = Field(default=None, description="candidates predicted to meet the goal")
+    first_to_verify: list[str] = Field(default_factory=list, description="the candidates it would measure first")
+    engine: str | None = Field(default=None, description="twin | vllm-omni")
+    infra: str | None = Field(default=None, description="where it runs")
+    priced_as: str | None = Field(default=None, description="what the price is based on")
+
+
 class TuningStatus(BaseModel):
     """Where a tuning run stands (the agent's record and its last checkpoint)."""
 
     run_id: str
     status: str = Field(description="running | completed | failed | waiting (for approval) | ...")
     waiting_for_approval: bool = Field(default=False, description="answer with approve_tuning")
-    spend_estimate: Any = Field(default=None, description="what the run expects to spend, shown before approval")
+    spend_estimate: SpendEstimate | None = Field(
+        default=None, description="what the run expects to spend, shown before approval"
+    )
     spent_usd: float = 0.0
     measurements: int = 0
     stop_reason: str | None = None
-    events: list[Any] = Field(default_factory=list, description="the last events of the run")
+    events: list[str] = Field(default_factory=list, description="the last events of the run, one line each")
     summary: dict[str, Any] | None = Field(default=None, description="the recommendation and evidence, once done")
     error: str | None = None
     note: str | None = None
@@ -377,7 +397,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
     """Add every worldtune tool to `mcp`; they share `session` (the results database)."""
 
     # ---------- offers, plans, estimates (free, offline) ----------
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="List GPU offers", annotations=READ_ONLY)
     def list_offers(
         gpu: Annotated[str | None, Field(description="GPU type, e.g. H200 or B200; all when omitted")] = None,
         gpus: Annotated[int | None, Field(ge=1, le=8, description="exact GPUs per node; any when omitted")] = None,
@@ -401,7 +421,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             )  # fmt: skip
         return OfferList(count=len(found), offers=[OfferEntry(**o.model_dump(), offer_id=o.id) for o in found])
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="Validate a parallelism plan", annotations=READ_ONLY)
     def validate_plan(
         plan: PlanArg,
         model: ModelArg = "cosmos3-super",
@@ -425,7 +445,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             workload = anchor_workload(model) if steps is None else anchor_workload(model, steps=steps)
             return check_plan(workload, spec.name, Plan.parse(plan), resolve_profile(spec.name, profile), gpus)
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="Estimate one plan", annotations=READ_ONLY)
     def estimate(
         plan: PlanArg,
         model: ModelArg = "cosmos3-super",
@@ -444,7 +464,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         with refusals():
             return predict(model=model, gpu=gpu, plan=plan, steps=steps, profile_path=profile, capacity=capacity)
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="List plans and their Pareto frontier", annotations=READ_ONLY)
     def list_plans(
         model: ModelArg = "cosmos3-super",
         gpu: GpuArg = "H200",
@@ -541,7 +561,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             "Call again with confirm=true to go ahead."
         )
 
-    @mcp.tool(annotations=STARTS)
+    @mcp.tool(title="Deploy a plan", annotations=STARTS)
     async def deploy(
         ctx: Context,
         gpu: GpuArg,
@@ -600,7 +620,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             deployment=deployment,
         )
 
-    @mcp.tool(annotations=READ_ONLY_LIVE)
+    @mcp.tool(title="Get a deployment", annotations=READ_ONLY_LIVE)
     def get_deployment(
         deployment_id: Annotated[str, Field(description="id returned by deploy, e.g. wt-1a2b3c4d")],
     ) -> Deployment:
@@ -612,7 +632,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         with refusals():
             return deploying.get_deployment(deployment_id, store=session.store)
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="List deployments", annotations=READ_ONLY)
     def list_deployments(
         run_id: Annotated[str | None, Field(description="only this tuning run's deployments")] = None,
         alive_only: Annotated[bool, Field(description="only those not terminated or failed")] = False,
@@ -621,7 +641,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         found = session.store.list_deployments(run_id=run_id, alive_only=alive_only)
         return DeploymentList(count=len(found), deployments=found)
 
-    @mcp.tool(annotations=DESTROYS)
+    @mcp.tool(title="Tear down a deployment", annotations=DESTROYS)
     async def teardown(
         ctx: Context,
         deployment_id: Annotated[str, Field(description="id returned by deploy")],
@@ -659,7 +679,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         )
 
     # ---------- benchmarks and results ----------
-    @mcp.tool(annotations=STARTS)
+    @mcp.tool(title="Start a benchmark", annotations=STARTS)
     def start_benchmark(
         deployment_id: Annotated[str, Field(description="the ready deployment to measure (from deploy)")],
         steps: Annotated[int, Field(ge=1, le=200, description="denoising steps of the full runs")] = 35,
@@ -729,7 +749,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             )  # fmt: skip
             return benchmarking.start_benchmark(spec, str(session.store.path))
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="Get a benchmark", annotations=READ_ONLY)
     async def get_benchmark(
         ctx: Context,
         benchmark_id: Annotated[str, Field(description="id returned by start_benchmark")],
@@ -752,7 +772,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             await ctx.report_progress(status.progress, 1.0, status.message or "running")
             await anyio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="List benchmark results", annotations=READ_ONLY)
     def list_results(
         run_id: Annotated[str | None, Field(description="only this tuning run's benchmarks")] = None,
         limit: Annotated[int, Field(ge=1, le=1000, description="most results returned")] = 20,
@@ -761,7 +781,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         rows = session.store.list_benchmarks(run_id=run_id, limit=limit)
         return ResultList(count=len(rows), results=[summary_from_row(r) for r in rows])
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="Get a benchmark result", annotations=READ_ONLY)
     def get_result(
         benchmark_id: Annotated[str, Field(description="id from start_benchmark or list_results")],
         include_samples: Annotated[bool, Field(description="also return every measured request")] = False,
@@ -781,7 +801,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             sample_count=len(samples),
         )
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="Compare benchmark results", annotations=READ_ONLY)
     def compare_results(
         benchmark_ids: Annotated[
             list[str],
@@ -806,7 +826,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         with refusals():
             return TuningStatus.model_validate(tuner().status(run_id, session.db_path))
 
-    @mcp.tool(annotations=STARTS)
+    @mcp.tool(title="Start a tuning run", annotations=STARTS)
     def start_tuning(
         goal: Annotated[
             str,
@@ -861,7 +881,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             run_id = tuner().start(goal, request)
         return tuning_status(run_id)
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(title="Get a tuning run", annotations=READ_ONLY)
     async def get_tuning(
         ctx: Context,
         run_id: Annotated[str, Field(description="id returned by start_tuning")],
@@ -880,7 +900,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             await ctx.report_progress(float(status.measurements), None, str(last))
             await anyio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
-    @mcp.tool(annotations=RENTS)
+    @mcp.tool(title="Approve or stop a tuning run", annotations=DECIDES)
     def approve_tuning(
         run_id: Annotated[str, Field(description="a run waiting for approval (get_tuning says so)")],
         approve: Annotated[bool, Field(description="true: go ahead and spend; false: stop the run")],
@@ -894,7 +914,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         return tuning_status(run_id)
 
     # ---------- provision: rent the nodes for a plan (paid) ----------
-    @mcp.tool(annotations=RENTS)
+    @mcp.tool(title="Rent GPUs and start vLLM-Omni", annotations=RENTS)
     async def provision(
         ctx: Context,
         gpu: GpuArg,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import time
 import uuid
@@ -261,13 +262,32 @@ class TwinApi:
         ]
 
 
+class _ApiKey:
+    """vLLM's --api-key (entrypoints/openai/api_server.py AuthenticationMiddleware): every /v1 request needs
+    `Authorization: Bearer KEY`, else 401 {"error": "Unauthorized"}; /health stays open."""
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and str(scope.get("path", "")).startswith("/v1"):
+            given = dict(scope.get("headers", [])).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await JSONResponse({"error": "Unauthorized"}, 401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(
     config: TwinConfig, profile: Profile | None = None, terminate: Callable[[], None] | None = None
 ) -> tuple[ASGIApp, TwinEngine]:
     """The ASGI app of one loaded replica and its engine; `terminate` stops the server (a dead engine)."""
     engine = TwinEngine(config, profile)
     api = TwinApi(config, engine, terminate)
-    app = Starlette(routes=api.routes(), exception_handlers={HTTPException: api.not_found})
+    app: ASGIApp = Starlette(routes=api.routes(), exception_handlers={HTTPException: api.not_found})
+    if config.api_key:
+        app = _ApiKey(app, config.api_key)
     return _TimeScaleHeader(app, config.time_scale), engine
 
 

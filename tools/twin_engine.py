@@ -72,6 +72,7 @@ class TwinConfig(BaseModel):
     sync_timeout_s: float = Field(default=DEFAULT_SYNC_TIMEOUT_S, gt=0, description="model seconds")
     stage_profiler: bool = Field(default=False, description="--enable-diffusion-pipeline-profiler")
     keep_alive_on_engine_death: bool = Field(default=False, description="VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1")
+    api_key: str | None = Field(default=None, description="as vLLM's --api-key: /v1 routes need this bearer token")
 
     @classmethod
     def from_env(cls, **fields: Any) -> TwinConfig:

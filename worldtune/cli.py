@@ -13,9 +13,12 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperOption
 
-from worldtune.tools.errors import WorldtuneError
+from worldtune import __version__
+from worldtune.tools.errors import WorldtuneError, describe
 
 app = typer.Typer(
     name="worldtune",
@@ -23,7 +26,18 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+_option_type = TyperOption.display_type_rich
+
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """No value type beside a flag: typer 0.29 prints `--json <bool>`, which reads as if it took a value."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 # Wide tables when piped (rich would wrap at 80 columns); the terminal's width otherwise.
 console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
@@ -45,13 +59,28 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def fail(message: str, as_json: bool = False, extra: dict[str, Any] | None = None) -> typer.Exit:
-    """Report a refused input (stderr, or a JSON object) and return the exit to raise."""
+def fail(message: str | BaseException, as_json: bool = False, extra: dict[str, Any] | None = None) -> typer.Exit:
+    """Report a refused input (stderr, or a JSON object) and return the exit to raise.
+
+    An exception is described in words (pydantic's errors as field=value: rule); the message is
+    printed literally, so an install hint such as `worldtune[calibrate]` is not taken for Rich markup.
+    """
+    text = describe(message) if isinstance(message, BaseException) else message
     if as_json:
-        emit_json({"valid": False, "reason": message, **(extra or {})})
+        emit_json({"valid": False, "reason": text, **(extra or {})})
     else:
-        err_console.print(f"[bold red]error:[/] {message}")
+        err_console.print(f"[bold red]error:[/] {escape(text)}")
     return typer.Exit(EXIT_INVALID)
+
+
+def need_extra(what: str, module: str, extra: str, as_json: bool = False) -> None:
+    """Exit 2 naming the extra to install when `module` is missing; called before a command starts anything."""
+    from worldtune.tools.errors import MissingExtra, require_extra
+
+    try:
+        require_extra(what, module, extra)
+    except MissingExtra as exc:
+        raise fail(exc, as_json) from exc
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -82,7 +111,7 @@ def estimate(
     try:
         result = run_estimate(model=model, gpu=gpu, plan=plan, steps=steps, profile_path=profile, capacity=capacity)
     except (WorldtuneError, ValueError) as exc:
-        raise fail(str(exc), as_json, {"gpu": gpu, "plan": plan}) from exc
+        raise fail(exc, as_json, {"gpu": gpu, "plan": plan}) from exc
     if as_json:
         emit_json(result.model_dump(mode="json"))
     else:
@@ -150,7 +179,7 @@ def plans(
     try:
         found = list_plans(model=model, gpu=gpu, gpus=gpus, steps=steps, profile_path=profile, capacity=capacity)
     except (WorldtuneError, ValueError) as exc:
-        raise fail(str(exc), as_json) from exc
+        raise fail(exc, as_json) from exc
     valid = sorted((e for e in found if e.valid), key=keys[sort])
     refused = [e for e in found if not e.valid]
     if as_json:
@@ -183,6 +212,21 @@ def plans(
             for rule, items in sorted(by_rule.items()):
                 console.print(f"  {rule} ({len(items)}), e.g. {items[0].plan}: {items[0].reason}")
     console.print("[dim]fp8 and vae speed-ups are assumed, not calibrated; see the profile's 'assumed' list[/]")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"worldtune {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_show_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Find the cheapest way to serve Cosmos 3 on vLLM-Omni that meets a goal, with evidence."""
 
 
 def main() -> None:

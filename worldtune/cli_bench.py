@@ -46,6 +46,9 @@ def twin(
     exit_with: Annotated[
         str | None, typer.Option(help="PID:START_TICKS of an owner process: exit when it is gone", hidden=True)
     ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(help="as vLLM's --api-key: /v1 routes need `Authorization: Bearer KEY`")
+    ] = None,
 ) -> None:
     """Serve vLLM-Omni's video API with Cosmos 3 timings from a profile (no GPU needed).
 
@@ -59,14 +62,16 @@ def twin(
     try:
         config = TwinConfig.from_env(
             model=model, gpu=gpu, plan=plan, profile_path=profile, time_scale=time_scale, seed=seed,
-            guardrails=guardrails, load_time_s=load_time, stage_profiler=stage_profiler,
+            guardrails=guardrails, load_time_s=load_time, stage_profiler=stage_profiler, api_key=api_key or None,
         )  # fmt: skip
         count = replica_count(config, replicas)
         from worldtune.tools.twin import TwinEngine
 
         engine = TwinEngine(config)  # validates model, plan and profile before binding ports
+        _check_twin_plan(engine, config.plan)
+        _check_ports(port, count)
     except (WorldtuneError, ValueError) as exc:
-        raise fail(str(exc)) from exc
+        raise fail(exc) from exc
     ports = ", ".join(str(port + i) for i in range(count))
     owner = None
     if exit_with:
@@ -82,6 +87,30 @@ def twin(
         )
 
     asyncio.run(serve(config, host=host, port=port, replicas=count, on_bound=bound, exit_with=owner))
+
+
+def _check_twin_plan(engine: Any, plan: str) -> None:
+    """A twin stands in for vLLM-Omni, so it refuses the plans vLLM-Omni refuses (tp3: 3 does not divide 8 KV heads)."""
+    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.estimate import check_plan
+    from worldtune.tools.plan import Plan
+    from worldtune.tools.workload import anchor_workload
+
+    verdict = check_plan(anchor_workload(engine.spec.key), engine.profile.gpu, Plan.parse(plan), engine.profile)
+    if not verdict.valid:
+        raise InvalidInput("plan", plan, f"a plan vLLM-Omni accepts on {verdict.gpu}", verdict.message)
+
+
+def _check_ports(port: int, count: int) -> None:
+    """Every replica's port (port + i) must be a TCP port; 0 lets the system pick one for a single replica."""
+    from worldtune.tools.errors import InvalidInput
+
+    if count == 1 and port == 0:
+        return
+    if not 1 <= port <= 65535 - (count - 1):
+        raise InvalidInput(
+            "port", port, f"1 to {65535 - (count - 1)} (replica i listens on port + i; {count} replica(s))"
+        )
 
 
 def _csv_ints(text: str, field: str) -> list[int]:
@@ -137,7 +166,7 @@ def bench(
         )  # fmt: skip
         store = Store(db)
     except (WorldtuneError, ValueError) as exc:
-        raise fail(str(exc), as_json) from exc
+        raise fail(exc, as_json) from exc
 
     def progress(message: str, fraction: float | None) -> None:
         if not as_json:
@@ -147,7 +176,7 @@ def bench(
     try:
         result = run_benchmark(spec, store=store, progress=progress)
     except (WorldtuneError, ValueError) as exc:
-        raise fail(str(exc), as_json) from exc
+        raise fail(exc, as_json) from exc
     if as_json:
         emit_json(result.model_dump(mode="json"))
     else:
@@ -259,7 +288,7 @@ def results_show(
     try:
         status = get_benchmark(benchmark_id, store_path=db)
     except (WorldtuneError, ValueError) as exc:
-        raise fail(str(exc), as_json) from exc
+        raise fail(exc, as_json) from exc
     if as_json:
         emit_json(status.model_dump(mode="json"))
         return

@@ -74,7 +74,7 @@ def validate_task(task: dict[str, Any]) -> None:
     from worldtune.sky.home import chosen_home, import_skypilot
     from worldtune.tools.errors import InvalidInput
 
-    sky = import_skypilot(chosen_home(dry_run=True))
+    sky = import_skypilot(chosen_home(dry_run=True), "worldtune calibrate --infra (validating the task)")
     from sky import exceptions
 
     try:
@@ -180,7 +180,7 @@ def register(app: typer.Typer) -> None:
                 raise InvalidInput("from-mech", from_mech, "only with --from-raw (a run measures with --mechanisms)")
             _calibrate(spec.name, out, from_raw, world, tiny, device, as_json, mechanisms, from_mech)
         except (WorldtuneError, ValueError) as exc:
-            raise fail(str(exc), as_json, {"gpu": gpu}) from exc
+            raise fail(exc, as_json, {"gpu": gpu}) from exc
 
 
 def _render(gpu: str, count: int, infra: str, dry_run: bool, out: str | None, as_json: bool) -> None:

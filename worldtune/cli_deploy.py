@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from worldtune.cli import console, emit_json, err_console, fail
-from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.errors import WorldtuneError, require_extra
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 DbOpt = Annotated[str | None, typer.Option("--db", help="results database (default: $WORLDTUNE_DB or ~/.local/share)")]
@@ -57,7 +57,8 @@ def deploy(
             update={"spot_fallback": spot_fallback, "install": install, **({"image": image} if image else {})}
         )
         options = type(options).model_validate(options.model_dump())
-        if infra not in ("local", "kubernetes"):
+        if infra not in ("local", "kubernetes"):  # a Kubernetes dry run leaves SkyPilot's home alone
+            require_extra(f"worldtune deploy --infra {infra}", "sky", "sky")  # before the catalog is written
             sky_home = home.chosen_home(dry_run)
             if sky_home is not None:
                 write_catalog(sky_home)
@@ -65,7 +66,7 @@ def deploy(
         k8s = K8sOptions(namespace=namespace, **({"image": image} if image else {}))
         preview = preview_deploy(deployment, options, k8s_options=k8s)
     except (WorldtuneError, ValueError) as exc:
-        raise fail(str(exc), as_json, {"gpu": gpu, "plan": plan, "infra": infra}) from exc
+        raise fail(exc, as_json, {"gpu": gpu, "plan": plan, "infra": infra}) from exc
 
     files = [str(p) for p in write_preview(preview, Path(out))] if out else []
     if as_json and dry_run:
@@ -139,6 +140,8 @@ def _print_preview(preview: Any, files: list[str]) -> None:
             f"{', spot' if o.use_spot else ''}) at ${o.usd_per_hour:.2f}/h",
             markup=False,
         )
+    elif preview.kind == "kubernetes":  # a reference price, said as one
+        console.print(preview.optimizer_note, markup=False)
     else:
         console.print(f"${preview.usd_per_hour:.2f}/h. {preview.optimizer_note}", markup=False)
     console.print(f"start-up allowance per replica: {preview.startup_allowance_s} s")

@@ -166,6 +166,6 @@ def register(app: typer.Typer) -> None:
                 db=db,
             )
         except WorldtuneError as exc:
-            raise fail(str(exc)) from exc
+            raise fail(exc) from exc
         except KeyboardInterrupt:
             sys.exit(0)

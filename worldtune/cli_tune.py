@@ -10,8 +10,9 @@ import sys
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
-from worldtune.cli import emit_json, err_console, fail
+from worldtune.cli import emit_json, err_console, fail, need_extra
 from worldtune.tools.errors import WorldtuneError
 
 EXIT_NOT_DONE = 3  # waiting for approval, or stopped without a verified recommendation
@@ -40,8 +41,8 @@ def _printer(as_json: bool) -> Any:
         elif kind == "next":
             err_console.print(f"[cyan]{data['kind']}[/] {data['key']}: {data['reason']} (~${data['expected_usd']:.2f})")
         elif kind == "measured":
-            figures = {k: v for k, v in data.items() if k not in ("key", "kind")}
-            err_console.print(f"  [green]measured[/] {data['kind']} {data['key']}: {figures}")
+            figures = ", ".join(f"{k} {v}" for k, v in data.items() if k not in ("key", "kind"))
+            err_console.print(f"  [green]measured[/] {data['kind']} {data['key']}: {escape(figures)}")
         elif kind == "learned":
             err_console.print(f"  [magenta]learned[/] {data['note']} (spent ${data['spent_usd']:.2f})")
         elif kind == "failed":
@@ -49,7 +50,7 @@ def _printer(as_json: bool) -> Any:
         elif kind == "stop":
             err_console.print(f"[bold]stop[/] {data['reason']}")
         elif kind in ("deploy", "teardown", "reuse", "resume", "cleanup-failed"):
-            err_console.print(f"  [dim]{kind} {data}[/]")
+            err_console.print(f"  [dim]{kind} {escape(', '.join(f'{k} {v}' for k, v in data.items()))}[/]")
 
     return show
 
@@ -60,11 +61,18 @@ def _output(outcome: dict[str, Any]) -> dict[str, Any]:
         return {"run_id": outcome["run_id"], "thread_id": outcome["thread_id"], "status": outcome["status"],
                 "question": outcome.get("question"), "stop_reason": None}  # fmt: skip
     s = outcome["summary"]
+    from worldtune.agent.provenance import provenance
+
     keys = ("goal", "recommendation", "measured", "predicted", "spend", "stop_reason", "stop_kind", "run_id")
-    return {"status": "completed", "thread_id": outcome["thread_id"], **{k: s.get(k) for k in keys}}
+    # provenance: which figures are simulated (twin) or measured, which model terms are assumed, how far the
+    # latency claim goes with n samples, and the prices' snapshot date
+    return {"status": "completed", "thread_id": outcome["thread_id"], **{k: s.get(k) for k in keys},
+            "provenance": s.get("provenance") or provenance(s)}  # fmt: skip
 
 
 def _print_outcome(outcome: dict[str, Any]) -> None:
+    from worldtune.agent.provenance import labels, provenance
+
     if outcome["status"] == "waiting_for_approval":
         question = outcome.get("question") or {}
         err_console.print(f"[bold yellow]waiting for approval[/] of {question.get('spend_estimate')}")
@@ -77,6 +85,7 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
         err_console.print(f"[bold red]no verified recommendation[/]: {s['stop_reason']}")
     else:
         m, p = s["measured"], s["predicted"]
+        simulated = (s.get("provenance") or provenance(s))["simulated"]
         err_console.print(
             f"[bold green]recommendation[/] {rec['gpu']} plan {rec['plan']} x {rec['nodes']} node(s) "
             f"({rec['replicas']} replicas), {rec['capacity']} on {rec['offer']} at ${rec['usd_per_hour']:.2f}/h"
@@ -86,14 +95,17 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
                   for k, v in m.items() if k.endswith("_upper_s")]  # fmt: skip
         evidence = f" (n={m['samples']}; {', '.join(bounds)})" if m.get("samples") else ""
         err_console.print(
-            f"  measured: p50 {m['latency_p50_s']} s, p95 {m['latency_p95_s']} s{evidence}, "
-            f"{m['clips_per_hour_per_node']} clips/h/node, ${m['usd_per_clip']}/clip"
+            f"  {'simulated on the twin' if simulated else 'measured'}: p50 {m['latency_p50_s']} s, "
+            f"p95 {m['latency_p95_s']} s{evidence}, {m['clips_per_hour_per_node']} clips/h/node, "
+            f"${m['usd_per_clip']}/clip"
         )
         err_console.print(
             f"  predicted before measuring: p50 {p['latency_p50_s']} s, {p['clips_per_hour_per_node']} clips/h/node, "
             f"${p['usd_per_clip']}/clip"
         )
         err_console.print(f"  why it stopped: {s['stop_reason']}")
+        for line in labels(s):
+            err_console.print(f"  [yellow]{escape(line.split(':', 1)[0])}[/]:{escape(line.split(':', 1)[1])}")
     err_console.print(
         f"  search cost: ${spend['usd']:.2f}, {spend['gpu_hours']:.2f} GPU-h ({spend['model_seconds']:.0f} model-s), "
         f"{spend['deployments']} deployments, {spend['benchmarks']} benchmarks"
@@ -121,6 +133,7 @@ def register(app: typer.Typer) -> None:
         time_scale: Annotated[float | None, typer.Option(help="twin only: sleeps / K (300)")] = None,
     ) -> None:
         """Find, verify and recommend the cheapest deployment that meets a goal (asks before spending)."""
+        need_extra("worldtune tune", "langgraph", "agent", as_json)
         from worldtune.agent.configuration import LOCAL_TWIN_TIME_SCALE, TuneOptions
         from worldtune.agent.goal_parser import GoalQuestion
         from worldtune.agent.runner import goal_for
@@ -135,9 +148,9 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
             parsed = goal_for(goal, options)
         except GoalQuestion as exc:
-            raise fail(str(exc), as_json, {"questions": exc.questions}) from exc
+            raise fail(exc, as_json, {"questions": exc.questions}) from exc
         except (WorldtuneError, ValueError) as exc:
-            raise fail(str(exc), as_json) from exc
+            raise fail(exc, as_json) from exc
         if not yes and sys.stdin.isatty() and not as_json:
             err_console.print(f"[bold]goal[/] {parsed.goal.describe()}")
             for note in parsed.assumptions:
@@ -153,7 +166,7 @@ def register(app: typer.Typer) -> None:
         except RunStopped as exc:
             raise _stopped(exc, as_json) from exc
         except (WorldtuneError, ValueError) as exc:
-            raise fail(str(exc), as_json) from exc
+            raise fail(exc, as_json) from exc
         _finish(outcome, as_json)
 
     @app.command()
@@ -165,6 +178,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
     ) -> None:
         """Continue a run that crashed, was killed or waits for approval, without repeating finished measurements."""
+        need_extra("worldtune resume", "langgraph", "agent", as_json)
         from worldtune.agent.runner import resume as run_resume
         from worldtune.agent.stopping import RunStopped
 
@@ -174,7 +188,7 @@ def register(app: typer.Typer) -> None:
         except RunStopped as exc:
             raise _stopped(exc, as_json) from exc
         except (WorldtuneError, ValueError) as exc:
-            raise fail(str(exc), as_json) from exc
+            raise fail(exc, as_json) from exc
         _finish(outcome, as_json)
 
     @app.command()
@@ -185,12 +199,13 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print the written paths as JSON")] = False,
     ) -> None:
         """Write the run's report: an HTML page, PNG plots, the JSON record and the deployment's YAML."""
+        need_extra("worldtune report", "matplotlib", "agent", as_json)
         from worldtune.agent.report import write_report
 
         try:
             written = write_report(run_id, out, db)
         except (WorldtuneError, ValueError) as exc:
-            raise fail(str(exc), as_json) from exc
+            raise fail(exc, as_json) from exc
         if as_json:
             emit_json(written)
         else:

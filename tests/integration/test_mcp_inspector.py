@@ -73,3 +73,32 @@ def test_inspector_sees_a_readable_error(tmp_path: Path) -> None:
     )  # fmt: skip
     assert answer["isError"] is True
     assert "gpu='Z100' is not valid" in answer["content"][0]["text"]  # type: ignore[index]
+
+
+def test_inspector_passes_the_environment_only_with_e(tmp_path: Path) -> None:
+    # The Inspector starts the server with an environment of its own: what the README's -e flags carry
+    # is what reaches it (the database the server opens on first use shows which one it got).
+    inherited, passed = tmp_path / "inherited.db", tmp_path / "passed.db"
+    env_db = {"WORLDTUNE_DB": str(inherited)}
+    server = [str(WORLDTUNE), "mcp"]
+    for extra in ([], ["-e", f"WORLDTUNE_DB={passed}", "-e", "SKYPILOT_DISABLE_USAGE_COLLECTION=1"]):
+        env = {
+            **os.environ,
+            **env_db,
+            "MCP_CATALOG_PATH": str(tmp_path / "c.json"),
+            "MCP_CLIENT_CONFIG_PATH": str(tmp_path / "cl.json"),
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        }
+        done = subprocess.run(
+            [str(INSPECTOR), "--cli", *extra, *server, "--method", "tools/call", "--tool-name", "list_results",
+             "--tool-args-json", "{}"],
+            env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert passed.exists(), "the -e WORLDTUNE_DB did not reach the server"
+    assert not inherited.exists(), "the Inspector passed the parent's environment after all: the README's -e is moot"
+
+
+def test_inspector_shows_titles(tmp_path: Path) -> None:
+    answer = inspector(tmp_path, "--method", "tools/list")
+    assert all(t.get("title") for t in answer["tools"]), answer  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ from worldtune.tools.store import Store
 
 PROFILER = "--enable-diffusion-pipeline-profiler"  # stage durations in every answer
 RECIPE = ["--cfg-parallel-size", "2", "--ulysses-degree", "4", "--use-hsdp", "--hsdp-shard-size", "8"]
+API_KEY = ["--api-key", '"$WORLDTUNE_API_KEY"']  # public servers take the key from a SkyPilot secret
 
 
 def _argv_after_port(command: str) -> list[str]:
@@ -30,14 +31,14 @@ def test_cfg2_u4_hsdp8_on_h200_carries_the_reference_recipe_exactly() -> None:
     dep = build_deployment("H200", "cfg2-u4-hsdp8", infra="nebius")
     (command,) = render.serve_commands(dep)
     assert command.startswith("CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 vllm serve nvidia/Cosmos3-Super --omni ")
-    assert _argv_after_port(command) == [*RECIPE, "--init-timeout", "1800", PROFILER]
+    assert _argv_after_port(command) == [*RECIPE, "--init-timeout", "1800", PROFILER, *API_KEY]
     assert Plan.parse("cfg2-u4-hsdp8").serve_flags() == RECIPE
 
 
 def test_tp8_on_b200_is_one_server_with_tensor_parallel_8() -> None:
     dep = build_deployment("B200", "tp8", infra="nebius")
     (command,) = render.serve_commands(dep)
-    assert _argv_after_port(command) == ["--tensor-parallel-size", "8", "--init-timeout", "1800", PROFILER]
+    assert _argv_after_port(command) == ["--tensor-parallel-size", "8", "--init-timeout", "1800", PROFILER, *API_KEY]
     task = render.render_task(dep)
     assert task["resources"]["accelerators"] == "B200:8"
     assert task["resources"]["image_id"] == f"docker:{render.VLLM_OMNI_IMAGE}"
@@ -51,7 +52,7 @@ def test_8x1gpu_on_b200_runs_eight_servers_on_disjoint_gpus_and_distinct_ports()
     ports = [c.split()[c.split().index("--port") + 1] for c in commands]
     assert gpus == [str(i) for i in range(8)]
     assert ports == [str(8000 + i) for i in range(8)] and len(set(ports)) == 8
-    assert all(_argv_after_port(c) == ["--init-timeout", "1800", PROFILER] for c in commands)
+    assert all(_argv_after_port(c) == ["--init-timeout", "1800", PROFILER, *API_KEY] for c in commands)
     run = render.render_task(dep)["run"]
     assert run.count("vllm serve") == 8 and render.ALL_READY_MARKER in run
 
@@ -88,7 +89,7 @@ def test_serverless_is_a_skyserve_service_that_scales_to_zero() -> None:
     policy = service["service"]["replica_policy"]
     assert policy["min_replicas"] == 0 and policy["max_replicas"] == 8
     probe = service["service"]["readiness_probe"]
-    assert probe["path"] == "/v1/models" and probe["initial_delay_seconds"] == render.startup_allowance_s(dep)
+    assert probe["path"] == "/health" and probe["initial_delay_seconds"] == render.startup_allowance_s(dep)
     assert service["resources"]["accelerators"] == "H200:1"
     assert render.cold_start_s(dep) > render.startup_allowance_s(dep) / 2
 
@@ -99,7 +100,7 @@ def test_sync_timeout_is_raised_and_the_hf_token_is_only_a_name(monkeypatch: pyt
     task = render.render_task(dep)
     text = render.to_yaml(task)
     assert "hf_SENTINEL" not in text
-    assert task["secrets"] == {"HF_TOKEN": None}
+    assert task["secrets"] == {"HF_TOKEN": None, "WORLDTUNE_API_KEY": None}
     assert int(task["envs"]["VLLM_OMNI_VIDEO_SYNC_TIMEOUT"]) > 600
     assert "snapshot_download" in task["setup"] and "HF_TOKEN" not in task["setup"]
 
@@ -126,10 +127,11 @@ def test_bad_inputs_are_refused_naming_the_field(kwargs: dict[str, str], field: 
     assert err.value.field == field
 
 
-def test_kubernetes_and_local_are_not_skypilot_tasks() -> None:
-    dep = Deployment(gpu="H200", plan="tp8", infra="kubernetes")
+def test_local_is_not_a_skypilot_task_and_kubernetes_is_skypilots_kubernetes() -> None:
     with pytest.raises(InvalidInput):
-        render.render_task(dep)
+        render.render_task(Deployment(gpu="H200", plan="tp8", infra="local"))
+    task = render.render_task(Deployment(gpu="H200", plan="tp8", infra="kubernetes", engine="vllm-omni"))
+    assert task["resources"]["infra"] == "kubernetes"
 
 
 def test_catalog_rows_come_from_the_snapshot(tmp_path: Path) -> None:

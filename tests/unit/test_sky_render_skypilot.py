@@ -49,7 +49,8 @@ def test_dry_run_passes_skypilot_validation_and_names_the_cheapest_offer(
     assert data["optimizer"]["cloud"] == "nebius" and data["optimizer"]["accelerators"] == f"{gpu}:8"
     assert data["optimizer"]["usd_per_hour"] == price == data["usd_per_hour"]
     commands = data["serve_commands"]
-    assert len(commands) == servers and all(c.endswith(flags) for c in commands)
+    # every public server takes the API key from its SkyPilot secret, after the plan's flags
+    assert len(commands) == servers and all(c.endswith(f'{flags} --api-key "$WORLDTUNE_API_KEY"') for c in commands)
     assert len({c.split("--port ")[1].split()[0] for c in commands}) == servers
     written = yaml.safe_load((tmp_path / "out" / "task.yaml").read_text())
     assert written == data["task"]

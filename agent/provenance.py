@@ -1,0 +1,137 @@
+"""Where each figure of a tuning run's record comes from: measured, simulated or assumed (issue 15).
+
+A rehearsal on the twin produces numbers that look like measurements but are a simulation of a profile;
+a prediction rests on model terms some of which are assumed, not fitted; prices come from a dated
+snapshot; and an empirical percentile from a handful of samples is not a claim. `provenance(record)`
+says all of that from the record alone (so the report, `tune`'s output and its JSON say the same thing),
+and `labels(record)` turns it into the short lines a person reads next to the figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worldtune.tools.plan import Plan
+from worldtune.tools.result import samples_needed
+
+# Profile terms by the plan feature they matter for; a term is listed only when the plan exercises it.
+_TERM_FEATURE: dict[str, str] = {
+    "fp8_linear_speedup": "fp8",
+    "hsdp_overlap": "hsdp",
+    "ring_overlap": "ring",
+    "vae_parallel_efficiency": "vae",
+    "guardrail_base_s": "guardrails",
+    "guardrail_per_word_s": "guardrails",
+}
+
+
+def _features(plan: Plan, guardrails: bool) -> set[str]:
+    found = {"always"}
+    if plan.fp8:
+        found.add("fp8")
+    if plan.hsdp:
+        found.add("hsdp")
+    if plan.ring > 1:
+        found.add("ring")
+    if plan.vae > 1:
+        found.add("vae")
+    if guardrails:
+        found.add("guardrails")
+    return found
+
+
+def assumed_terms(gpu: str, plan: str, guardrails: bool) -> list[str]:
+    """The shipped profile's assumed (not fitted, not measured) terms that enter this plan's prediction."""
+    from worldtune.tools.errors import WorldtuneError
+    from worldtune.tools.estimate import resolve_profile
+
+    try:
+        profile = resolve_profile(gpu)
+    except (WorldtuneError, ValueError, OSError):  # an uncalibrated GPU type: no shipped profile to read
+        return []
+    features = _features(Plan.parse(plan), guardrails)
+    return [t for t in profile.assumed if _TERM_FEATURE.get(t.split(" ")[0], "always") in features]
+
+
+def _latency_claim(measured: dict[str, Any], percentile: int) -> dict[str, Any]:
+    """What the measured latency supports: the tolerance bound always, the empirical percentile only with n."""
+    n = int(measured.get("samples") or 0)
+    needed = samples_needed(percentile / 100.0)
+    bound = measured.get(f"latency_p{percentile}_upper_s")
+    claim: dict[str, Any] = {"percentile": percentile, "samples": n, "samples_needed_for_empirical": needed}
+    if bound is not None:
+        claim["claim"] = (
+            f"p{percentile} <= {bound} s at 95% confidence (one-sided normal tolerance bound over n={n} full-step "
+            "latencies)"
+        )
+    empirical = measured.get(f"latency_p{percentile}_s")
+    claim["empirical"] = (
+        f"p{percentile} = {empirical} s observed"
+        + ("" if n >= needed else f": not claimable on its own (n={n} < {needed})")
+        if empirical is not None and n
+        else "none measured"
+    )
+    return claim
+
+
+def provenance(record: dict[str, Any]) -> dict[str, Any]:
+    """Say, from a run's record, which figures are simulated or measured, what is assumed and how prices are dated."""
+    options = record.get("options") or {}
+    twin = options.get("engine", "twin") == "twin"
+    rec = record.get("recommendation") or {}
+    offer = rec.get("offer_detail") or {}
+    workload = (record.get("goal") or {}).get("workload") or {}
+    percentile = int((record.get("goal") or {}).get("latency_percentile") or 95)
+    if twin:
+        profile = (
+            f"the profile {options['twin_profile']}"
+            if options.get("twin_profile")
+            else "the shipped profile the agent also starts from (a rehearsal of the model, not a test of it)"
+        )
+        measured_by = (
+            f"the twin engine (infra {options.get('infra', 'local')}) served every request with timings from the "
+            f"performance model on {profile}, at time scale {options.get('time_scale', 1):g} (wall seconds x the "
+            "scale = model seconds); no GPU ran"
+        )
+    else:
+        measured_by = f"vLLM-Omni on real GPUs ({options.get('infra')}), timed by worldtune's benchmark client"
+    out: dict[str, Any] = {
+        "engine": "twin" if twin else "vllm-omni",
+        "simulated": twin,
+        "measured_figures": measured_by,
+        "twin_profile": (options.get("twin_profile") or "shipped") if twin else None,
+        "time_scale": options.get("time_scale") if twin else None,
+        "predicted_figures": "predicted by the performance model with the profile the agent believed before measuring",
+        "assumed_terms": assumed_terms(rec["gpu"], rec["plan"], bool(workload.get("guardrails"))) if rec else [],
+        "assumed_spread": "predicted p95 = p50 x (1 + 1.645 x 0.2%): the default run-to-run noise, assumed",
+        "prices": (
+            f"{offer.get('source', 'offers')}: ${offer.get('usd_per_hour', 0):.2f}/h as of {offer.get('as_of', '?')}"
+            if offer
+            else "no offer"
+        ),
+        "latency": _latency_claim(record.get("measured") or {}, percentile),
+        "spend": (
+            "modelled: offer price x the twin's model-seconds (no money was spent)"
+            if twin
+            else "offer price x wall time of the rented nodes"
+        ),
+        "artifacts": (
+            "rendered for vllm-omni from the simulated choice: verify on real GPUs before relying on the numbers"
+            if twin
+            else "rendered for the measured deployment"
+        ),
+    }
+    return out
+
+
+def labels(record: dict[str, Any]) -> list[str]:
+    """Short lines for a person: what is simulated, measured and assumed, and how far the latency claim goes."""
+    p = provenance(record)
+    lines = [("simulated: " if p["simulated"] else "measured: ") + p["measured_figures"]]
+    lines.append("predicted: " + p["predicted_figures"])
+    if p["assumed_terms"]:
+        lines.append("assumed (not fitted or measured): " + ", ".join(p["assumed_terms"]) + "; " + p["assumed_spread"])
+    claim = p["latency"]
+    lines.append("latency claim: " + "; ".join(x for x in (claim.get("claim"), claim["empirical"]) if x))
+    lines.append("prices: " + p["prices"] + "; spend " + p["spend"])
+    return lines

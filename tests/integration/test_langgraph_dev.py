@@ -1,0 +1,100 @@
+"""LangGraph Studio's server: `langgraph dev` loads langgraph.json and runs the graph to a recommendation over HTTP.
+
+The server (langgraph-cli[inmem], pinned in the dev extra) binds a free loopback port; the run is a stateless
+`POST /runs/wait` with only the goal text as input and no context, as Studio's forms send it: the default
+context gives in-process tools and the local twin. `--allow-blocking`: the in-process tools use SQLite
+synchronously on the server's event loop, which `langgraph dev` refuses by default (README says so).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+LANGGRAPH = Path(sys.executable).parent / "langgraph"
+GOAL = "Cosmos3-Super 480p 121-frame clips, p95 under 60 s, cheapest per clip, H200, budget $100"
+START_BOUND_S = 180  # the server imports the graph and LangGraph's API; ~10 s idle, more on a loaded machine
+RUN_BOUND_S = 480  # the run itself: 20-80 s here
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    if importlib.util.find_spec("langgraph_api") is None or not LANGGRAPH.exists():
+        pytest.fail("langgraph-cli[inmem] is missing: run scripts/setup.sh (the dev extra pins it)")
+    port = free_port()
+    env = {
+        **os.environ,
+        "WORLDTUNE_DB": str(tmp_path / "results.db"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "LANGSMITH_TRACING": "false",
+        "LANGCHAIN_TRACING_V2": "false",
+        # without these the CLI posts analytics and the server asks PyPI for a newer version (seen with strace)
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGGRAPH_NO_VERSION_CHECK": "true",
+    }
+    log = (tmp_path / "langgraph-dev.log").open("w")
+    cmd = [str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--allow-blocking", "--host", "127.0.0.1",
+           "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_BOUND_S
+        while True:
+            assert proc.poll() is None, (tmp_path / "langgraph-dev.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/ok", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "langgraph dev did not answer /ok"
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        log.close()
+
+
+def test_studio_server_shows_forms_and_runs_the_graph_to_a_recommendation(server: str) -> None:
+    assistants = httpx.post(f"{server}/assistants/search", json={"graph_id": "worldtune"}, timeout=30).json()
+    assert assistants, "the worldtune graph was not loaded"
+    schemas = httpx.get(f"{server}/assistants/{assistants[0]['assistant_id']}/schemas", timeout=30).json()
+    assert "goal_text" in schemas["input_schema"]["properties"], schemas["input_schema"]
+    assert "summary" in schemas["output_schema"]["properties"], schemas["output_schema"]
+    assert set(schemas["context_schema"]["properties"]) == {"db_path", "mcp_url"}, schemas["context_schema"]
+
+    answer = httpx.post(
+        f"{server}/runs/wait", json={"assistant_id": "worldtune", "input": {"goal_text": GOAL}}, timeout=RUN_BOUND_S
+    )
+    assert answer.status_code == 200, answer.text[-2000:]
+    out = answer.json()
+    assert "__error__" not in out, out
+    summary = out["summary"]
+    rec = summary["recommendation"]
+    assert rec is not None and rec["gpu"] == "H200", summary["stop_reason"]
+    assert out["stop_kind"] == "converged", out["stop_reason"]
+    assert summary["measured"]["latency_p95_upper_s"] <= 60.0  # the bound holds at 95% confidence
+    assert summary["spend"]["usd"] <= 100.0
+    assert out["events"][-1] == "torn down; record written"

@@ -1,0 +1,130 @@
+"""The record says what is simulated, measured and assumed, and the report's pieces read at a glance (issue 15)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from worldtune.agent.provenance import assumed_terms, labels, provenance
+from worldtune.agent.report import _plot, _readable_log_axis, readable_event
+
+
+def _record(engine: str = "twin", plan: str = "cfg2-r4-vae8", samples: int = 5) -> dict[str, Any]:
+    offer = {"infra": "nebius", "region": "eu-north1", "gpu": "H200", "gpu_count": 8, "capacity": "spot",
+             "usd_per_hour": 11.6, "source": "snapshot:2026-11-29", "as_of": "2026-11-29"}  # fmt: skip
+    return {
+        "run_id": "tune-x",
+        "options": {
+            "engine": engine,
+            "infra": "local" if engine == "twin" else "nebius",
+            "time_scale": 300.0,
+            "twin_profile": None,
+        },
+        "goal": {
+            "latency_percentile": 95,
+            "latency_bound_s": 150.0,
+            "describe": "p95 <= 150 s",
+            "workload": {"guardrails": False},
+        },
+        "recommendation": {"gpu": "H200", "plan": plan, "key": "k1", "offer_detail": offer},
+        "measured": {"latency_p50_s": 109.8, "latency_p95_s": 109.9, "latency_p95_upper_s": 110.4, "samples": samples},
+        "predicted": {"latency_p50_s": 110.0},
+        "candidates": [],
+    }
+
+
+def test_a_twin_run_is_labelled_simulated_with_profile_and_time_scale() -> None:
+    p = provenance(_record())
+    assert (
+        p["simulated"] is True and "twin engine" in p["measured_figures"] and "time scale 300" in p["measured_figures"]
+    )
+    assert "shipped profile" in p["measured_figures"] and "no GPU ran" in p["measured_figures"]
+    assert "2026-11-29" in p["prices"] and "modelled" in p["spend"]
+    real = provenance(_record(engine="vllm-omni"))
+    assert real["simulated"] is False and "real GPUs" in real["measured_figures"] and real["twin_profile"] is None
+    assert labels(_record())[0].startswith("simulated: ") and labels(_record("vllm-omni"))[0].startswith("measured: ")
+
+
+def test_assumed_terms_follow_the_plan() -> None:
+    ring = assumed_terms("H200", "cfg2-r4-vae8", guardrails=False)
+    assert "ring_overlap" in ring and "vae_parallel_efficiency" in ring and "hsdp_overlap" not in ring
+    hsdp = assumed_terms("H200", "cfg2-u4-hsdp8", guardrails=False)
+    assert "hsdp_overlap" in hsdp and "ring_overlap" not in hsdp and "fp8_linear_speedup" not in hsdp
+    assert "guardrail_base_s" in assumed_terms("H200", "tp8", guardrails=True)
+    assert "guardrail_base_s" not in assumed_terms("H200", "tp8", guardrails=False)
+
+
+def test_a_percentile_from_few_samples_is_not_claimed() -> None:
+    few = provenance(_record(samples=5))["latency"]
+    assert "not claimable" in few["empirical"] and "n=5 < 90" in few["empirical"]
+    assert "110.4 s at 95% confidence" in few["claim"]
+    many = provenance(_record(samples=120))["latency"]
+    assert "not claimable" not in many["empirical"]
+
+
+def test_events_print_dicts_as_words() -> None:
+    line = "probe k: {'per_step_s': 1.012, 'fixed_s': 3.86} ($7.00, 900 model-s)"
+    assert readable_event(line) == "probe k: per_step_s 1.012, fixed_s 3.86 ($7.00, 900 model-s)"
+    assert readable_event("no dict {here") == "no dict {here"
+
+
+def test_log_axes_read_as_plain_numbers(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.scatter([40, 60, 130, 700], [0.3, 0.6, 2.0, 6.0])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _readable_log_axis(ax.xaxis)
+    _readable_log_axis(ax.yaxis)
+    fig.canvas.draw()
+    texts = [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+    plt.close(fig)
+    assert texts and not any("10^" in t or "times" in t or "$" in t for t in texts), texts
+    assert "100" in texts and "0.5" in texts, texts
+
+
+def test_plot_draws_every_stage_with_gpu_colours(tmp_path: Path) -> None:
+    record = _record()
+    base = {"gpu": "H200", "capacity": "on-demand", "plan": "tp8", "feasible": True}
+    record["candidates"] = [
+        {**base, "key": "a", "stage": "predicted", "latency_s": 90.0, "usd_per_clip": 0.9},
+        {**base, "key": "b", "stage": "probed", "latency_s": 110.0, "usd_per_clip": 0.5, "capacity": "spot"},
+        {**base, "key": "k1", "stage": "measured", "latency_s": 120.0, "usd_per_clip": 0.4, "gpu": "B200"},
+    ]
+    out = tmp_path / "cost.png"
+    _plot(copy.deepcopy(record), "latency_s", "usd_per_clip", "latency (s)", "USD per clip", out)
+    assert out.is_file() and out.stat().st_size > 5_000
+
+
+def test_tune_json_carries_the_provenance() -> None:
+    from worldtune.cli_tune import _output
+
+    record = _record()
+    out = _output({"status": "completed", "thread_id": "tune-x", "summary": record})
+    assert out["provenance"]["simulated"] is True and "twin engine" in out["provenance"]["measured_figures"]
+    assert "not claimable" in out["provenance"]["latency"]["empirical"]
+
+
+def test_interactive_page_names_each_candidate_and_says_simulated(tmp_path: Path) -> None:
+    import pytest
+
+    pytest.importorskip("plotly")
+    from worldtune.agent.report_interactive import _ticks, write_interactive
+
+    record = _record()
+    base = {"gpu": "H200", "capacity": "spot", "feasible": True, "offer": "nebius/x/H200:8/spot", "nodes": 1,
+            "usd_per_hour": 11.6, "clips_per_hour_per_node": 30.0}  # fmt: skip
+    record["candidates"] = [
+        {**base, "key": "k1", "plan": "cfg2-r4-vae8", "stage": "measured", "latency_s": 110.0, "usd_per_clip": 0.34},
+        {**base, "key": "k2", "plan": "tp8", "stage": "predicted", "latency_s": 95.0, "usd_per_clip": 0.5},
+    ]
+    out = tmp_path / "candidates.html"
+    assert write_interactive(record, out)
+    text = out.read_text()
+    assert "cfg2-r4-vae8" in text and "simulated on the twin" in text and "SIMULATED" in text
+    assert _ticks([40.0, 700.0])["ticktext"] == ["50", "100", "200", "500"]

@@ -1,0 +1,80 @@
+"""Rendered artifacts that launch and are safe at launch (issue 15): setup without a workdir, an autoscaling
+target from the plan's service time, an API key on public servers that the benchmark sends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from worldtune.sky import render
+from worldtune.sky.preview import build_deployment
+from worldtune.tools.benchmark import auth_headers
+from worldtune.tools.deployment import API_KEY_ENV
+from worldtune.tools.estimate import estimate_plan, resolve_profile
+from worldtune.tools.plan import Plan
+from worldtune.tools.workload import anchor_workload
+
+
+def test_serverless_target_is_one_over_the_service_time() -> None:
+    deployment = build_deployment("H200", "2xtp4", infra="nebius", capacity="serverless")
+    service = render.render_service(deployment)
+    target = service["service"]["replica_policy"]["target_qps_per_replica"]
+    latency = estimate_plan(anchor_workload(), "H200", Plan.parse("tp4"), resolve_profile("H200")).latency_s
+    assert latency and target == pytest.approx(1.0 / latency, rel=0.01)
+    measured = render.render_service(deployment, render.RenderOptions(service_time_s=200.0))
+    assert measured["service"]["replica_policy"]["target_qps_per_replica"] == pytest.approx(0.005)
+
+
+def test_service_replicas_need_no_worldtune_and_no_workdir() -> None:
+    deployment = build_deployment("H200", "2xtp4", infra="nebius", capacity="serverless")
+    service = render.render_service(deployment, render.RenderOptions(ship_worldtune=True))
+    assert "workdir" not in service and "worldtune" not in service["setup"]
+    twin = build_deployment("H200", "2xtp4", infra="nebius", engine="twin", capacity="serverless")
+    twin_service = render.render_service(twin, render.RenderOptions(ship_worldtune=True))
+    assert "pip install --quiet ." in twin_service["setup"] and twin_service.get("workdir")  # shipped with it
+
+
+def test_a_task_without_a_checkout_installs_the_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldtune import __version__
+
+    monkeypatch.setattr(render, "shipped_checkout", lambda: None)
+    task = render.render_task(
+        build_deployment("H200", "tp8", infra="nebius"), render.RenderOptions(ship_worldtune=True)
+    )
+    assert (
+        "workdir" not in task
+        and f"worldtune=={__version__}" in task["setup"]
+        and "install --quiet ." not in task["setup"]
+    )
+
+
+def test_public_servers_take_an_api_key_secret() -> None:
+    deployment = build_deployment("H200", "cfg2-u4-hsdp8", infra="nebius")
+    task = render.render_task(deployment)
+    assert task["secrets"] == {render.HF_TOKEN: None, API_KEY_ENV: None}
+    assert all(c.endswith(f'--api-key "${API_KEY_ENV}"') for c in render.serve_commands(deployment))
+    assert "Authorization" in task["run"]  # the readiness probe sends it
+    service = render.render_service(build_deployment("H200", "2xtp4", infra="nebius", capacity="serverless"))
+    assert service["service"]["readiness_probe"]["path"] == "/health"  # vLLM's unguarded route
+
+
+def test_benchmark_sends_the_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    assert auth_headers() == {}
+    monkeypatch.setenv(API_KEY_ENV, "k-123")
+    assert auth_headers() == {"Authorization": "Bearer k-123"}
+
+
+def test_kubernetes_dry_run_prices_validates_and_writes_task_yaml(tmp_path: Path) -> None:
+    from worldtune.sky.preview import preview_deploy, write_preview
+
+    deployment = build_deployment("B200", "2xtp4", infra="kubernetes")
+    preview = preview_deploy(deployment)
+    assert (
+        preview.usd_per_hour > 0 and "no rental price" in preview.optimizer_note and "as of" in preview.optimizer_note
+    )
+    assert any(v.startswith("kubernetes-validate --strict") for v in preview.validated_by), preview.validated_by
+    written = {p.name for p in write_preview(preview, tmp_path)}
+    assert "task.yaml" in written and "serve-commands.sh" in written
+    assert (tmp_path / "task.yaml").read_text().count("infra: kubernetes") == 1
