@@ -14,15 +14,22 @@ from typing import Any
 from worldtune.tools.plan import Plan
 from worldtune.tools.result import samples_needed
 
-# Profile terms by the plan feature they matter for; a term is listed only when the plan exercises it.
-_TERM_FEATURE: dict[str, str] = {
-    "fp8_linear_speedup": "fp8",
-    "hsdp_overlap": "hsdp",
-    "ring_overlap": "ring",
-    "vae_parallel_efficiency": "vae",
-    "guardrail_base_s": "guardrails",
-    "guardrail_per_word_s": "guardrails",
-}
+# Profile terms by the plan feature they matter for (by name prefix, so a new term of a mechanism is covered
+# without a list to keep in step); a term is listed only when the plan exercises it.
+_PREFIX_FEATURE: tuple[tuple[str, str], ...] = (
+    ("fp8_", "fp8"),
+    ("hsdp_", "hsdp"),
+    ("ring_", "ring"),
+    ("vae_parallel", "vae"),
+    ("vae_tile", "vae"),
+    ("ulysses_", "ulysses"),
+    ("guardrail_", "guardrails"),
+)
+
+
+def _feature_of(term: str) -> str:
+    name = term.split(" ")[0]
+    return next((feature for prefix, feature in _PREFIX_FEATURE if name.startswith(prefix)), "always")
 
 
 def _features(plan: Plan, guardrails: bool) -> set[str]:
@@ -35,6 +42,8 @@ def _features(plan: Plan, guardrails: bool) -> set[str]:
         found.add("ring")
     if plan.vae > 1:
         found.add("vae")
+    if plan.ulysses > 1:
+        found.add("ulysses")
     if guardrails:
         found.add("guardrails")
     return found
@@ -50,7 +59,7 @@ def assumed_terms(gpu: str, plan: str, guardrails: bool) -> list[str]:
     except (WorldtuneError, ValueError, OSError):  # an uncalibrated GPU type: no shipped profile to read
         return []
     features = _features(Plan.parse(plan), guardrails)
-    return [t for t in profile.assumed if _TERM_FEATURE.get(t.split(" ")[0], "always") in features]
+    return [t for t in profile.assumed if _feature_of(t) in features]
 
 
 def _latency_claim(measured: dict[str, Any], percentile: int) -> dict[str, Any]:
