@@ -11,7 +11,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,32 @@ class Store:
                     deployment.model_dump_json(),
                 ),
             )
+
+    def reserve_deployment(self, deployment: Deployment, check: Callable[[list[Deployment]], None]) -> None:
+        """Save a new deployment only if `check(every stored deployment)` does not raise, atomically.
+
+        BEGIN IMMEDIATE holds the database's write lock from the read to the insert, so two callers
+        (threads, processes) cannot both pass a guardrail that only one of them fits under.
+        """
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            rows = db.execute("SELECT body FROM deployments ORDER BY created_at").fetchall()
+            check([Deployment.model_validate_json(r[0]) for r in rows])
+            now = time.time()
+            db.execute(
+                "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (deployment.id, deployment.run_id, deployment.state, deployment.infra, deployment.created_at, now,
+                 deployment.model_dump_json()),
+            )  # fmt: skip
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        finally:
+            db.close()
 
     def get_deployment(self, deployment_id: str) -> Deployment | None:
         with self._connect() as db:
