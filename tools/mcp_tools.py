@@ -655,6 +655,13 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         ] = (4, 8),
         warmup: Annotated[int, Field(ge=0, le=100, description="warm-up requests per endpoint (not counted)")] = 2,
         run_id: Annotated[str | None, Field(description="tuning run the benchmark belongs to")] = None,
+        wait: Annotated[
+            bool,
+            Field(
+                strict=True,
+                description="if another benchmark measures this deployment: false refuses, true starts when it ends",
+            ),
+        ] = False,
         size: SizeArg = None,
         width: WidthArg = None,
         height: HeightArg = None,
@@ -709,7 +716,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
                 concurrency=list(concurrency), probe_steps=list(probe_steps), warmup=warmup,
                 expected_latency_s=expected, deployment_id=deployment_id, run_id=run_id or current.run_id,
             )  # fmt: skip
-            return benchmarking.start_benchmark(spec, str(session.store.path))
+            return benchmarking.start_benchmark(spec, str(session.store.path), wait=wait)
 
     @mcp.tool(annotations=READ_ONLY)
     async def get_benchmark(

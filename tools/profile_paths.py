@@ -27,7 +27,7 @@ ORIGINS: tuple[str, ...] = get_args(Origin)
 PROFILE_DIR_ENV = "WORLDTUNE_PROFILE_DIR"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "policies" / "profiles"
 MAX_PATH_CHARS = 1024
-SUFFIXES = (".yaml", ".yml", ".json")
+SUFFIXES = (".yaml", ".yml")
 # Pseudo-filesystems whose "files" are the process's or the kernel's state (environ, memory, keys), never a profile.
 FORBIDDEN_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 

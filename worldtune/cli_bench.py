@@ -89,6 +89,9 @@ def bench(
     guardrails: Annotated[bool, typer.Option("--guardrails/--no-guardrails", help="per request")] = False,
     label: Annotated[str, typer.Option(help="a name for the benchmark")] = "",
     ready_timeout: Annotated[float, typer.Option(help="wall seconds to wait for every /health to be 200")] = 1800.0,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="if another benchmark measures these endpoints, wait for it (else refuse)")
+    ] = False,
     api: Annotated[
         str, typer.Option(help="sync (POST /v1/videos/sync) | async (jobs: create, poll, download)")
     ] = "sync",
@@ -123,7 +126,7 @@ def bench(
             err_console.print(f"[dim]{done}{message}[/]")
 
     try:
-        result = run_benchmark(spec, store=store, progress=progress)
+        result = run_benchmark(spec, store=store, progress=progress, wait=wait)
     except (WorldtuneError, ValueError) as exc:
         raise fail(str(exc), as_json) from exc
     if as_json:
