@@ -262,6 +262,9 @@ def refusals() -> Iterator[None]:
         raise
     except (WorldtuneError, ValidationError, ValueError, KeyError, FileNotFoundError) as exc:
         raise ToolError(str(exc)) from exc
+    except OSError as exc:  # e.g. a name too long: the SDK would answer a bare "Error executing tool"
+        name = exc.filename if isinstance(exc.filename, str) else ""
+        raise ToolError(f"file={name[:200]!r} is not valid: a file worldtune can use ({exc.strerror})") from exc
 
 
 async def in_thread_with_progress(ctx: Context, work: Callable[[Callable[[str, float | None], None]], T]) -> T:

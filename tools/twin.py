@@ -62,7 +62,7 @@ TIME_SCALE_HEADER = "X-Twin-Time-Scale"
 class TwinConfig(BaseModel):
     """How one twin server behaves: what it models, how fast it runs, what it refuses."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model: str = "cosmos3-super"
     gpu: str = "H200"
