@@ -16,6 +16,9 @@ from worldtune.tools.store import Store
 
 LAUNCHED: list[Deployment] = []
 SEAM = ("fake_cloud", "RecordingCloudBackend")
+# When set, status() reports this state (e.g. "preempted"): the fuzz uses it so no benchmark thread is left
+# polling an endpoint that does not exist.
+STATUS_OVERRIDE: list[str] = []
 
 
 class RecordingCloudBackend:
@@ -38,6 +41,8 @@ class RecordingCloudBackend:
         return ready
 
     def status(self, deployment: Deployment) -> Deployment:
+        if STATUS_OVERRIDE:
+            return deployment.model_copy(update={"state": STATUS_OVERRIDE[0]})
         return deployment
 
     def teardown(self, deployment: Deployment) -> Deployment:

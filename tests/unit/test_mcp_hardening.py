@@ -129,3 +129,26 @@ def test_json_output_never_holds_infinity_or_nan() -> None:
 
     assert finite_json({"a": float("inf"), "b": [float("nan"), 1.5], "c": "x"}) == {"a": None, "b": [None, 1.5],
                                                                                     "c": "x"}  # fmt: skip
+
+
+def test_start_tuning_checks_the_goal_texts_budget_like_the_argument(tmp_path: Path) -> None:
+    from worldtune.agent.tuner import AgentTuner
+
+    async def main() -> list[str]:
+        texts = []
+        async with Client(build_server(str(tmp_path / "wt.db"), tuner=AgentTuner())) as client:
+            for args in (
+                {"goal": "cheapest per clip, p95 under 150 s, budget $5000", "infra": "nebius", "engine": "vllm-omni"},
+                {"goal": "日本語🎥"},
+                {"goal": "cheapest per clip, p95 under 150 s", "infra": "local/x"},
+            ):
+                error, text, _ = await call(client, "start_tuning", args)
+                assert error, text
+                texts.append(text)
+        return texts
+
+    budget, gibberish, infra = anyio.run(main)
+    assert "goal budget=5000" in budget and "max_usd_per_run=300" in budget  # was: accepted
+    assert "日本語🎥" in gibberish and "could not read" in gibberish  # was: the default goal, a full run
+    assert "infra='local/x' is not valid" in infra
+    assert Store(tmp_path / "wt.db").list_runs() == []
