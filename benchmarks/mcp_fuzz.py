@@ -83,8 +83,9 @@ def main() -> None:
     table = Table(title=f"MCP fuzz: {found['sequences']} sequences, {found['wall_s']} s")
     table.add_column("count")
     table.add_column("value", justify="right")
-    for key in ("calls", "refusals", "refusals_without_clear_message", "unconfirmed_starts", "unconfirmed_stops",
-                "cap_breaches", "leaks", "launches"):  # fmt: skip
+    keys = ("calls", "refusals", "cap_refusals", "refusals_without_clear_message", "unconfirmed_starts",
+            "unconfirmed_stops", "cap_breaches", "leaks", "launches")  # fmt: skip
+    for key in keys:
         table.add_row(key, str(found[key]))
     for tool, count in found["by_tool"].items():
         table.add_row(f"  calls to {tool}", str(count))

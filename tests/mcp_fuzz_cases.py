@@ -137,6 +137,13 @@ REQUIRED = {"provision": ("gpu", "plan", "infra"), "deploy": ("gpu", "plan"), "t
 @st.composite
 def call_strategy(draw: st.DrawFn, secrets: list[str]) -> tuple[str, dict[str, Any]]:
     """One tool call: a tool, and for each parameter nothing, a plausible value, or (1 in 12) a hostile one."""
+    if draw(st.integers(0, 3)) == 0:  # a well-formed confirmed rental: sequences of them run into the caps
+        return "provision", {
+            "gpu": draw(st.sampled_from(["H200", "B200"])), "plan": draw(st.sampled_from(["cfg2-u4-hsdp8", "tp8"])),
+            "infra": draw(st.sampled_from(["nebius", "nebius/eu-north1", "aws", "lambda"])),
+            "capacity": draw(st.sampled_from(["on-demand", "spot"])), "hours": draw(st.sampled_from([1.0, 3.2, 6.0])),
+            "run_id": draw(st.sampled_from(["run-A", "run-B", None])), "confirm": True,
+        }  # fmt: skip
     tool = draw(st.sampled_from([*FUZZED_TOOLS, *["provision", "deploy"] * 4]))  # the paid paths most often
     args: dict[str, Any] = {}
     for name in ARGUMENTS[tool]:
@@ -163,6 +170,7 @@ class Tally:
 
     calls: int = 0
     refusals: int = 0
+    cap_refusals: int = 0  # refusals by a money cap (max_usd_*): the caps were reached, not only respected
     unclear: list[str] = field(default_factory=list)
     unconfirmed_starts: list[str] = field(default_factory=list)
     unconfirmed_stops: list[str] = field(default_factory=list)
@@ -174,7 +182,8 @@ class Tally:
     live: dict[str, tuple[str | None, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"calls": self.calls, "refusals": self.refusals, "refusals_without_clear_message": len(self.unclear),
+        return {"calls": self.calls, "refusals": self.refusals, "cap_refusals": self.cap_refusals,
+                "refusals_without_clear_message": len(self.unclear),
                 "unconfirmed_starts": len(self.unconfirmed_starts), "unconfirmed_stops": len(self.unconfirmed_stops),
                 "cap_breaches": len(self.cap_breaches), "leaks": len(self.leaks), "launches": self.launches,
                 "by_tool": dict(sorted(self.by_tool.items())),
@@ -250,6 +259,7 @@ async def _one(client: Client, store: Any, tool: str, args: dict[str, Any], tall
         tally.leaks.append(f"{tool} {args!r:.200}")
     if result.is_error:
         tally.refusals += 1
+        tally.cap_refusals += "max_usd_" in text
         if not (OURS.search(text) or PYDANTIC.search(text)):
             tally.unclear.append(f"{tool}: {text[:300]}")
     after = _snapshot(store)
@@ -278,6 +288,8 @@ def run_calls(calls: list[tuple[str, dict[str, Any]]], db: Path, tally: Tally) -
 
     from worldtune.tools.mcp_server import build_server
     from worldtune.tools.store import Store
+
+    tally.live = {}  # commitments are per database: a sequence starts with nothing live
 
     async def main() -> None:
         store = Store(db)

@@ -163,7 +163,8 @@ def test_a_cloud_without_prices_is_refused_by_name(tmp_path: Path, monkeypatch: 
     rails = tmp_path / "rails.yaml"
     rails.write_text("allowed_infras: [local, azure]\n")
     monkeypatch.setenv(GUARDRAILS_ENV, str(rails))
-    with pytest.raises(InvalidInput, match="infra='azure' is not valid: a cloud worldtune has prices for: aws"):
+    # (which clouds are listed depends on the catalog files found, so only the refusal itself is checked)
+    with pytest.raises(InvalidInput, match="infra='azure' is not valid: a cloud worldtune has prices for: "):
         check_tuning("azure", "vllm-omni", None)
 
 

@@ -117,3 +117,19 @@ def test_mcp_estimate_refuses_a_server_file_without_echoing_it(tmp_path: Path) -
 
 def test_a_profile_loads_as_before() -> None:
     assert Profile.load(SHIPPED_H200).gpu == "H200"
+
+
+def test_tune_refuses_a_twin_profile_that_is_not_one_before_anything_starts(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    token = planted(tmp_path)["token.yaml"]
+    db = tmp_path / "wt.db"
+    worldtune = str(Path(sys.executable).parent / "worldtune")
+    out = subprocess.run([worldtune, "tune", "cheapest per clip, p95 under 150 s", "--twin-profile", str(token),
+                          "--db", str(db), "--json"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "twin_profile=" in out.stdout and SECRET not in out.stdout + out.stderr
+    # was: the fragment written 140 times into the results and checkpoint databases, 30 failed deploys
+    assert not db.exists() or (SECRET.encode() not in db.read_bytes())
+    assert not list(tmp_path.glob("*checkpoints*"))
