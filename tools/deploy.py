@@ -115,7 +115,7 @@ def quote_deploy(
         raise InvalidInput("plan", plan, verdict.reason or "a plan vLLM-Omni accepts", hint)
     spend = quote(
         action, spec.name, str(parsed), infra=str(where), capacity=capacity, model=model_spec.key, hours=hours,
-        engine=engine, usd_per_hour=usd_per_hour,
+        usd_per_hour=usd_per_hour,
     )  # fmt: skip
     check_commitment(spend, store.list_deployments(), run_id)
     return spend

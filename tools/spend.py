@@ -110,7 +110,7 @@ def needs_confirmation(infra: str, engine: str) -> bool:
 
 
 def _price(
-    where: Infra, engine: str, gpu: str, gpus: int, capacity: str, usd_per_hour: float | None
+    where: Infra, gpu: str, gpus: int, capacity: str, usd_per_hour: float | None
 ) -> tuple[Offer | None, float, str]:
     """The offer (if one is rented), its price per hour and where the price comes from; refused if unknown."""
     from worldtune.tools.offers import cheapest_fitting_offer
@@ -133,7 +133,7 @@ def _price(
     # Own GPUs cost what the cluster's owner says they cost: worldtune will not count them as free.
     raise InvalidInput(
         "usd_per_hour", None, f"a price per node-hour for {where} (your own GPUs are not free to worldtune)",
-        f"pass usd_per_hour, or set own_usd_per_hour: {{{str(where)!r}: PRICE}} in guardrails ({engine})",
+        f"pass usd_per_hour (--usd-per-hour), or set own_usd_per_hour: {{{str(where)!r}: PRICE}} in guardrails",
     )  # fmt: skip
 
 
@@ -145,10 +145,13 @@ def quote(
     capacity: str = "on-demand",
     model: str = "cosmos3-super",
     hours: float = 1.0,
-    engine: str = "vllm-omni",
     usd_per_hour: float | None = None,
 ) -> SpendQuote:
-    """Quote an action: the cheapest offer on `infra` big enough for the plan, and the hours it would bill."""
+    """Quote an action: the cheapest offer on `infra` big enough for the plan, and the hours it would bill.
+
+    Clouds are priced by their offers; `local` is free; Slurm and Kubernetes need `usd_per_hour` or the
+    guardrails' own_usd_per_hour (refused without one).
+    """
     from worldtune.policies.perf_model import load_time_s
     from worldtune.tools.estimate import resolve_profile
     from worldtune.tools.gpus import get_gpu
@@ -164,7 +167,7 @@ def quote(
     spec = get_gpu(gpu)
     parsed = Plan.parse(plan)
     load_s = load_time_s(get_model(model), resolve_profile(spec.name))
-    offer, price, source = _price(where, engine, spec.name, parsed.gpus, capacity, usd_per_hour)
+    offer, price, source = _price(where, spec.name, parsed.gpus, capacity, usd_per_hour)
     provision_s = offer.provision_s if offer else 0.0
     expected_hours = (provision_s + load_s) / 3600.0 + hold
     return SpendQuote(
