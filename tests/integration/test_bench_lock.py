@@ -26,7 +26,8 @@ def test_a_second_bench_on_one_twin_is_refused_or_waits(tmp_path: Path) -> None:
     with twin("--time-scale", "100", "--load-time", "0") as urls:
         target = lock_target(None, urls)
         args = ["bench", "--endpoint", urls[0], "--repeats", "3", "--db", str(db), "--json"]
-        first = subprocess.Popen([*WORLDTUNE, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        long_run = [*args[:4], "8", *args[5:]]  # the first runs long enough (~30 s wall) to be seen running
+        first = subprocess.Popen([*WORLDTUNE, *long_run], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         holder = None
         for _ in range(12000):  # until the first bench holds the twin (bounded; it cannot end before it holds)
             holder = store.lock_holder(target)
