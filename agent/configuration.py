@@ -23,7 +23,7 @@ LOCAL_TWIN_TIME_SCALE = 300.0
 class TuneOptions(BaseModel):
     """Everything a tuning run needs besides its goal; JSON-serialisable and checkpointed with the state."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     infra: str = Field(default="local", description="local | slurm/NAME | kubernetes | a SkyPilot cloud")
     engine: str = Field(default="twin", description="twin | vllm-omni")

@@ -10,6 +10,7 @@ freer text; its answer goes through the same Goal validation and is shown for co
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -155,12 +156,26 @@ class _Reader:
         if question not in self.questions:
             self.questions.append(question)
 
+    def number(self, raw: str, what: str) -> float | None:
+        """`raw` as a finite number; a non-finite one (1e400) is asked about and gives None."""
+        value = float(raw)
+        if math.isfinite(value):
+            return value
+        self.ask(f"'{raw}' is not a number worldtune can use for {what}: give it in plain digits.")
+        return None
+
+    def once(self, found: dict[str, Any], key: str, value: Any, what: str) -> None:
+        """Record `key`; the same constraint given twice with different values is asked about, never overwritten."""
+        if key in found and found[key] != value:
+            self.ask(f"The goal gives {what} twice ({found[key]} and {value}): which one?")
+        found.setdefault(key, value)
+
     def leftovers(self) -> list[str]:
         words = re.findall(r"[a-z0-9$][a-z0-9$.%/'-]*", self.text)
         return [w for w in (w.strip(".-'") for w in words) if w and w not in FILLER]
 
 
-_NUM = r"(\d+(?:\.\d+)?)"
+_NUM = r"(\d+(?:\.\d+)?(?:e[+-]?\d+)?)"  # with an exponent: "$1e400" is one (non-finite) number
 _SECONDS = {"s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0, "min": 60.0, "mins": 60.0}
 _SECONDS |= {"minute": 60.0, "minutes": 60.0, "m": 60.0}
 _UNDER = r"(?:under|below|<=?|at most|within|less than|no more than|not above|max(?:imum)?|of)"
@@ -192,11 +207,11 @@ def _model(r: _Reader) -> str | None:
 def _workload_changes(r: _Reader) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     for m in r.take(r"\b(\d{3,4})\s*x\s*(\d{3,4})\b"):
-        changes["width"], changes["height"] = int(m.group(1)), int(m.group(2))
+        r.once(changes, "size", (int(m.group(1)), int(m.group(2))), "the frame size")
     for m in r.take(r"\b(\d{3,4})p\b"):
         key = f"{m.group(1)}p"
         if key in RESOLUTIONS:
-            changes["width"], changes["height"] = RESOLUTIONS[key]
+            r.once(changes, "size", RESOLUTIONS[key], "the frame size")
         else:
             options = ", ".join(f"{w}x{h}" for w, h in SUPPORTED_SIZES if h == int(m.group(1)) or w == int(m.group(1)))
             r.ask(
@@ -205,36 +220,42 @@ def _workload_changes(r: _Reader) -> dict[str, Any]:
                 + "."
             )
     for m in r.take(r"\b(\d{1,4})[\s-]*frames?\b"):
-        changes["num_frames"] = int(m.group(1))
+        r.once(changes, "num_frames", int(m.group(1)), "the frame count")
     for m in r.take(r"\b(?:at\s+)?(\d{2})\s*fps\b"):
-        changes["fps"] = int(m.group(1))
+        r.once(changes, "fps", int(m.group(1)), "the frame rate")
     for m in r.take(r"\b(\d{1,3})[\s-]*(?:denoising\s+|inference\s+|diffusion\s+)?steps?\b"):
-        changes["steps"] = int(m.group(1))
+        r.once(changes, "steps", int(m.group(1)), "the step count")
     for m in r.take(r"\bguidance(?:[\s-]scale)?\s*(?:=|of|at)?\s*" + _NUM):
-        changes["guidance_scale"] = float(m.group(1))
+        value = r.number(m.group(1), "the guidance scale")
+        if value is not None:
+            r.once(changes, "guidance_scale", value, "the guidance scale")
     if r.take(r"\b(?:no|without|disable|disabled)\s+guardrails?\b|\bguardrails?\s+(?:off|disabled)\b"):
-        changes["guardrails"] = False
+        r.once(changes, "guardrails", False, "guardrails (off)")
     if r.take(r"\b(?:with|enable|enabled)\s+guardrails?\b|\bguardrails?\s+(?:on|enabled)\b"):
-        changes["guardrails"] = True
+        r.once(changes, "guardrails", True, "guardrails (on)")
     if r.take(r"\b(i2v|image[\s-]to[\s-]video)\b"):
         changes["task"] = "i2v"
+    if "size" in changes:
+        changes["width"], changes["height"] = changes.pop("size")
     return changes
 
 
 def _latency(r: _Reader) -> tuple[float | None, int | None]:
-    bound: float | None = None
-    percentile: int | None = None
+    bounds: dict[str, Any] = {}
     pattern = rf"\b(?:latency\s+)?{_PERCENTILE}\s*(?:latency\s*)?(?:{_UNDER}\s*)?{_NUM}\s*{_UNIT}"
     for m in r.take(pattern):
         pct = int(m.group(1) or m.group(2) or 50)
         if pct not in PERCENTILES:
             r.ask(f"Latency bound at p{pct}: which percentile, {', '.join(f'p{p}' for p in PERCENTILES)}?")
             continue
-        value, unit = float(m.group(4)), m.group(5)
+        value, unit = r.number(m.group(4), f"the p{pct} bound"), m.group(5)
+        if value is None:
+            continue
         if unit is None:
             r.ask(f"Is the p{pct} bound of {value:g} in seconds or minutes (e.g. 'p{pct} under {value:g} s')?")
             continue
-        bound, percentile = value * _SECONDS[unit], pct
+        r.once(bounds, "bound", f"p{pct} under {value * _SECONDS[unit]:g} s", "the latency bound")
+        bounds.setdefault("value", (value * _SECONDS[unit], pct))
     for m in r.take(rf"\b(?:mean\s+|average\s+|avg\s+)?latency\s*{_UNDER}?\s*{_NUM}\s*{_UNIT}"):
         r.ask(
             f"At which percentile must the latency bound of {m.group(1)} {m.group(2) or ''} hold: "
@@ -242,11 +263,14 @@ def _latency(r: _Reader) -> tuple[float | None, int | None]:
         )
     for m in r.take(rf"\b{_UNDER}\s*{_NUM}\s*(s|secs?|seconds?|mins?|minutes?)\s*(?:per\s+clip|a\s+clip|each)?\b"):
         r.ask(f"Is '{m.group(0).strip()}' a latency bound? Say at which percentile, e.g. 'p95 under {m.group(1)} s'.")
+    if "value" not in bounds:
+        return None, None
+    bound, percentile = bounds["value"]
     return bound, percentile
 
 
 def _throughput(r: _Reader) -> float | None:
-    floor: float | None = None
+    floors: dict[str, Any] = {}
     per = {"h": 1.0, "hr": 1.0, "hour": 1.0, "min": 60.0, "minute": 60.0, "day": 1 / 24}
     pattern = (
         r"\b(?:(?:at\s+least|>=?|minimum(?:\s+of)?|min|no\s+fewer\s+than|no\s+less\s+than|sustain(?:ing)?)\s*)?"
@@ -254,8 +278,10 @@ def _throughput(r: _Reader) -> float | None:
         + r"\s*(?:clips?|videos?)\s*(?:/|per|an|a|every)\s*(hour|hr|h|minute|min|day)\b"
     )
     for m in r.take(pattern):
-        floor = float(m.group(1)) * per[m.group(2)]
-    return floor
+        value = r.number(m.group(1), "the throughput floor")
+        if value is not None:
+            r.once(floors, "floor", value * per[m.group(2)], "the throughput floor (clips per hour)")
+    return floors.get("floor")
 
 
 def _objective(r: _Reader) -> str | None:
@@ -319,14 +345,21 @@ def _infras(r: _Reader) -> list[str]:
 
 def _capacities(r: _Reader) -> list[str] | None:
     caps: list[str] | None = None
-    if r.take(r"\b(?:spot\s+only|only\s+spot)\b"):
-        caps = ["spot"]
-    if r.take(r"\b(?:no|not|without|avoid)\s+spot\b|\bon[\s-]demand\s+only\b|\bonly\s+on[\s-]demand\b"):
-        caps = ["on-demand"]
-    if r.take(
+    only_spot = bool(r.take(r"\b(?:spot\s+only|only\s+spot)\b"))
+    no_spot = bool(r.take(r"\b(?:no|not|without|avoid)\s+spot\b|\bon[\s-]demand\s+only\b|\bonly\s+on[\s-]demand\b"))
+    spot_ok = bool(r.take(
         r"\bspot\s+(?:is\s+)?(?:ok|okay|allowed|fine|welcome|acceptable)\b|\ballow(?:ing)?\s+spot\b"
         r"|\b(?:on[\s-]demand\s+or\s+spot|spot\s+or\s+on[\s-]demand)\b|\b(?:use|with)\s+spot\b"
-    ):
+    ))  # fmt: skip
+    if no_spot and (only_spot or spot_ok):
+        said = "spot only" if only_spot else "spot ok"
+        r.ask(f"The goal says both '{said}' and 'no spot' (or on-demand only): may spot capacity be used?")
+        return None
+    if only_spot:
+        caps = ["spot"]
+    if no_spot:
+        caps = ["on-demand"]
+    if spot_ok:
         caps = sorted({*(caps or ["on-demand"]), "spot"}, key=["on-demand", "spot", "serverless"].index)
     if r.take(r"\b(?:serverless|scale[\s-]to[\s-]zero)(?:\s+(?:is\s+)?(?:ok|okay|allowed|fine))?\b"):
         caps = sorted({*(caps or ["on-demand"]), "serverless"}, key=["on-demand", "spot", "serverless"].index)
@@ -336,12 +369,14 @@ def _capacities(r: _Reader) -> list[str] | None:
 
 
 def _budget(r: _Reader) -> float | None:
-    budget: float | None = None
+    budgets: dict[str, Any] = {}
     money = r"\$\s*" + _NUM + r"\s*(k)?|" + _NUM + r"\s*(k)?\s*(?:usd|dollars?)"
 
-    def amount(m: re.Match[str], first: int) -> float:
-        value = float(m.group(first) or m.group(first + 2))
-        return value * (1000 if (m.group(first + 1) or m.group(first + 3)) else 1)
+    def amount(m: re.Match[str], first: int) -> None:
+        value = r.number(m.group(first) or m.group(first + 2), "the budget")
+        if value is not None:
+            usd = value * (1000 if (m.group(first + 1) or m.group(first + 3)) else 1)
+            r.once(budgets, "usd", usd, "the budget")
 
     for m in r.take(rf"(?:{money})\s*(?:/|per|a|an|each)\s*(clip|video|hour|hr|h)\b"):
         r.ask(
@@ -354,16 +389,18 @@ def _budget(r: _Reader) -> float | None:
     )
     trail = r"(?:budget|to\s+find\s+out|for\s+(?:the\s+)?(?:search|tuning)|on\s+(?:the\s+)?search|search\s+budget)"
     for m in r.take(rf"\b{lead}\s*(?:{money})(?:\s*{trail})?"):
-        budget = amount(m, 1)
+        amount(m, 1)
     for m in r.take(rf"(?:{money})\s*{trail}"):
-        budget = amount(m, 1)
+        amount(m, 1)
     for m in r.take(r"\bbudget(?:\s+(?:of|is))?\s*" + _NUM + r"\b"):
-        budget = float(m.group(1))
+        value = r.number(m.group(1), "the budget")
+        if value is not None:
+            r.once(budgets, "usd", value, "the budget")
     for m in r.take(rf"(?:{money})"):
         r.ask(
             f"What is '{m.group(0).strip()}' for? Say 'budget {m.group(0).strip()}' if it is what the search may spend."
         )
-    return budget
+    return budgets.get("usd")
 
 
 def _max_gpus(r: _Reader) -> int | None:
@@ -393,6 +430,12 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
     max_gpus = _max_gpus(r)
     for word in r.leftovers():
         r.ask(f"I could not read '{word}' in the goal: what does it ask for? (rephrase or remove it)")
+    for run in re.findall(r"[^\x00-\x7f]+", r.text):  # the rules read English words and ASCII digits only
+        r.ask(f"I could not read '{run.strip()}' in the goal: please write it in English words and digits.")
+    read = (model, budget, throughput, bound, changes, objective, gpus, capacities, text_infras, max_gpus)
+    if not r.questions and all(v is None or v == {} or v == [] for v in read):
+        r.ask("Nothing in the goal could be read: what should worldtune tune for? "
+              "e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip'")  # fmt: skip
     if gpus == []:
         r.ask(f"Every GPU type is excluded: which may be used ({', '.join(GPUS)})?")
     if r.questions:

@@ -42,10 +42,15 @@ def _quiet(kind: str, data: dict[str, Any]) -> None:
 
 def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
     """The goal as the run will use it: the command line's budget and cloud win over the text."""
-    from worldtune.tools.deploy import infra_kind
+    from worldtune.tools.infra import Infra
+    from worldtune.tools.spend import check_tuning
 
-    infras = [options.infra.lower()] if infra_kind(options.infra) == "cloud" else None
-    return read_goal(goal_text, budget_usd=options.budget_usd, infras=infras)
+    where = Infra.parse(options.infra)
+    check_tuning(str(where), options.engine, options.budget_usd)  # a bad infra or budget: refused before parsing
+    parsed = read_goal(goal_text, budget_usd=options.budget_usd, infras=[where.name] if where.kind == "cloud" else None)
+    if options.budget_usd is None:  # a budget in the goal's words is bound like the argument
+        check_tuning(str(where), options.engine, parsed.goal.budget_usd, "goal budget")
+    return parsed
 
 
 def _check_options(options: TuneOptions) -> None:
@@ -60,6 +65,10 @@ def _check_options(options: TuneOptions) -> None:
         )
     if options.twin_profile and options.engine != "twin":
         raise InvalidInput("twin_profile", options.twin_profile, "only with --engine twin")
+    if options.twin_profile:  # read once, here: a file that is not a profile stops the run before anything starts
+        from worldtune.tools.profile_paths import load_profile
+
+        load_profile(options.twin_profile, "cli", "twin_profile")
 
 
 # ---- driving the graph -----------------------------------------------------------------------------

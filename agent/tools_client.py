@@ -57,7 +57,8 @@ async def connect(db_path: str | None = None, mcp_url: str | None = None) -> Asy
         from worldtune.agent.tuner import AgentTuner
         from worldtune.tools.mcp_server import build_server
 
-        target = build_server(db_path, tuner=AgentTuner())
+        # origin "cli": the run's twin profile was checked against its caller's allow-list when the run started
+        target = build_server(db_path, tuner=AgentTuner(), origin="cli")
     async with Client(target) as client:
         yield ToolsClient(client)
 

@@ -18,6 +18,7 @@ recovery is not used: its preemption check contacts public addresses (see PLATFO
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import secrets
@@ -86,6 +87,14 @@ def render_options_for(deployment: Deployment) -> RenderOptions:
     return RenderOptions(ship_worldtune=True, worldtune="~/.worldtune-venv/bin/worldtune")
 
 
+def hard_down_minutes(deployment: Deployment) -> int:
+    """Minutes after the serve job starts at which SkyPilot downs the cluster: load allowance + hours asked."""
+    from worldtune.sky.render import startup_allowance_s
+
+    hours = deployment.hold_hours or 0.0
+    return max(1, math.ceil(startup_allowance_s(deployment) / 60.0 + hours * 60.0))
+
+
 class SkyPilotBackend:
     """The Backend for `slurm/<cluster>` and SkyPilot clouds."""
 
@@ -144,6 +153,27 @@ class SkyPilotBackend:
         status = found.get(job_id) if isinstance(found, dict) else None
         return status.value if status is not None else None
 
+    def autodown_arguments(self, deployment: Deployment) -> dict[str, Any]:
+        """sky.launch's autodown: a hard `down` at the end of the hours paid for, else the idle safety net.
+
+        The idle timeout alone never fires while the serve job runs (SkyPilot counts a running job as
+        activity), so a deployment with `hold_hours` is launched with wait_for=NONE: SkyPilot downs it
+        `minutes` after the timer last started, whatever runs. The timer starts when autostop is set at
+        launch and restarts whenever a job is submitted (the serve job, each benchmark job), so the bound
+        is hold_hours + the load allowance after the last job submitted, not after the launch.
+        """
+        if not self.autodown:
+            return {"down": False, "idle_minutes_to_autostop": None}
+        if deployment.hold_hours is None:
+            return {"down": True, "idle_minutes_to_autostop": AUTODOWN_IDLE_MINUTES}
+        from sky.skylet.autostop_lib import AutostopWaitFor
+
+        return {
+            "down": True,
+            "idle_minutes_to_autostop": hard_down_minutes(deployment),
+            "wait_for": AutostopWaitFor.NONE,
+        }
+
     # ---- the Backend protocol ---------------------------------------------------------------------
     def launch(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
         say: Progress = progress or (lambda message, fraction: None)
@@ -166,12 +196,7 @@ class SkyPilotBackend:
         say(f"launching {cluster} on {deployment.infra}", 0.0)
         started = time.time()
         try:
-            request = self.sky.launch(
-                provision,
-                cluster_name=cluster,
-                down=self.autodown,
-                idle_minutes_to_autostop=AUTODOWN_IDLE_MINUTES if self.autodown else None,
-            )
+            request = self.sky.launch(provision, cluster_name=cluster, **self.autodown_arguments(deployment))
             _, handle = self._get(request)
             say(f"{cluster} provisioned in {time.time() - started:.0f} s; starting the servers", 0.4)
             serve_config = {k: v for k, v in config.items() if k != "setup"}

@@ -21,13 +21,12 @@ from worldtune.tools.deployment import ENGINES, Deployment
 from worldtune.tools.errors import InvalidInput, one_of
 from worldtune.tools.estimate import estimate_plan, resolve_profile
 from worldtune.tools.gpus import get_gpu
+from worldtune.tools.infra import Infra
 from worldtune.tools.models import get_model
 from worldtune.tools.offer import CAPACITIES, Offer
 from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.plan import Plan
 from worldtune.tools.workload import anchor_workload
-
-UNPRICED_INFRAS = ("local", "kubernetes")
 
 
 class DeployPreview(BaseModel):
@@ -47,16 +46,17 @@ class DeployPreview(BaseModel):
 
 
 def is_skypilot_infra(infra: str) -> bool:
-    return infra not in UNPRICED_INFRAS
+    """Slurm clusters and clouds go through SkyPilot; local and Kubernetes do not."""
+    return Infra.parse(infra).kind in ("slurm", "cloud")
 
 
 def pick_offer(gpu: str, plan: Plan, capacity: str, infra: str) -> Offer | None:
-    """The cheapest node big enough for the plan on that infra (serverless: one replica's node)."""
-    if not is_skypilot_infra(infra) or infra.startswith("slurm/"):
+    """The cheapest node big enough for the plan on that cloud (and region), for serverless one replica's node."""
+    where = Infra.parse(infra)
+    if where.kind != "cloud":
         return None
     need = plan.world_size if capacity == "serverless" else plan.gpus
-    cloud = infra.split("/")[0]
-    offer = cheapest_fitting_offer(gpu, need, capacity=[capacity], infra=[cloud])
+    offer = cheapest_fitting_offer(gpu, need, capacity=[capacity], infra=[str(where)])
     if offer is None:
         raise InvalidInput(
             "infra", infra, f"an infra that rents {need}x{gpu} at capacity {capacity}", "see `worldtune plans`"
@@ -82,11 +82,13 @@ def build_deployment(
         raise one_of("engine", engine, ENGINES)
     if capacity not in CAPACITIES:
         raise one_of("capacity", capacity, CAPACITIES)
-    if not infra or infra != infra.strip() or " " in infra:
+    if not isinstance(infra, str) or infra != infra.strip() or " " in infra:
         raise InvalidInput("infra", infra, "local, slurm/NAME, kubernetes or a SkyPilot cloud such as nebius")
-    if infra.startswith("slurm/") and capacity != "on-demand":
+    where = Infra.parse(infra)
+    infra = str(where)
+    if where.kind == "slurm" and capacity != "on-demand":
         raise InvalidInput("capacity", capacity, "on-demand on Slurm (SkyPilot has no spot or SkyServe there)")
-    if infra in UNPRICED_INFRAS and capacity == "serverless":
+    if where.kind in ("local", "kubernetes") and capacity == "serverless":
         raise InvalidInput("capacity", capacity, f"on-demand or spot on {infra} (serverless is SkyServe)")
     parsed = Plan.parse(plan)
     verdict = estimate_plan(anchor_workload(model), spec.name, parsed, resolve_profile(spec.name))
@@ -117,11 +119,12 @@ def preview_deploy(
     """Render and check what `deployment` would apply. SkyPilot must already be importable (sky/home.py)."""
     opts = options or render.RenderOptions()
     allowance = render.startup_allowance_s(deployment)
-    if deployment.infra == "kubernetes":
+    kind = Infra.parse(deployment.infra).kind
+    if kind == "kubernetes":
         from worldtune.sky.kubernetes import K8sOptions
 
         return _preview_kubernetes(deployment, opts, k8s_options or K8sOptions(), allowance)
-    if deployment.infra == "local":
+    if kind == "local":
         return DeployPreview(
             deployment=deployment,
             kind="local",

@@ -6,8 +6,8 @@ Public API (plain, typed, pydantic in/out; the MCP server and the agent call the
                   poisson_rate_per_hour=None, poisson_requests=20, seed=17, probe_steps=[4, 8], warmup=2,
                   full=True, check_video=True, api="sync", expected_latency_s=None, deployment_id=None,
                   run_id=None, label="")
-    run_benchmark(spec, store=None, benchmark_id=None, progress=None) -> BenchmarkResult    # blocks
-    start_benchmark(spec, store_path=None) -> BenchmarkStatus        # returns at once, runs in a thread
+    run_benchmark(spec, store=None, benchmark_id=None, progress=None, wait=False) -> BenchmarkResult  # blocks
+    start_benchmark(spec, store_path=None, wait=False) -> BenchmarkStatus  # returns at once, runs in a thread
     get_benchmark(benchmark_id, store_path=None) -> BenchmarkStatus  # any process can ask (reads the Store)
     wait_benchmark(benchmark_id, timeout_s, store_path=None) -> BenchmarkStatus
 
@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from worldtune.tools import owners
+from worldtune.tools import benchmark_lock, owners
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.result import AffineFit, BenchmarkResult, compute_result, fit_affine, fit_time
 from worldtune.tools.store import Store
@@ -492,15 +492,43 @@ def _config(spec: BenchmarkSpec) -> dict[str, Any]:
     return {**spec.model_dump(mode="json"), "pid": os.getpid(), "pid_start": pid_start, "host": socket.gethostname()}
 
 
+def _lock_args(spec: BenchmarkSpec) -> tuple[str, str, str]:
+    """(lock target, the field a refusal names, its value)."""
+    target = benchmark_lock.lock_target(spec.deployment_id, spec.endpoints)
+    if spec.deployment_id:
+        return target, "deployment_id", spec.deployment_id
+    return target, "endpoint", ", ".join(spec.endpoints)
+
+
 def run_benchmark(
     spec: BenchmarkSpec,
     store: Store | None = None,
     benchmark_id: str | None = None,
     progress: Progress | None = None,
+    wait: bool = False,
 ) -> BenchmarkResult:
-    """Run one benchmark to the end (blocking), storing every sample and the result."""
+    """Run one benchmark to the end (blocking), storing every sample and the result.
+
+    It holds its deployment (or endpoints) for the whole run: another benchmark on them is refused
+    (BenchmarkBusy, before anything is stored), or with `wait` waited for.
+    """
     store = store or Store()
     bid = benchmark_id or new_benchmark_id()
+    target, field, value = _lock_args(spec)
+    waited = 0.0
+    if (store.lock_holder(target) or {}).get("benchmark_id") != bid:
+        if store.get_benchmark(bid) is not None:
+            store.update_benchmark(bid, message="waiting for the benchmark that measures this deployment")
+        waited = benchmark_lock.acquire(store, target, bid, wait=wait, field=field, value=value)
+    try:
+        return _run_locked(spec, store, bid, progress, target, waited)
+    finally:
+        benchmark_lock.release(store, target, bid)
+
+
+def _run_locked(
+    spec: BenchmarkSpec, store: Store, bid: str, progress: Progress | None, target: str, waited: float
+) -> BenchmarkResult:
     if store.get_benchmark(bid) is None:
         store.create_benchmark(bid, _config(spec), deployment_id=spec.deployment_id, run_id=spec.run_id)
     runner = _Runner(spec, store, bid, progress)
@@ -511,10 +539,12 @@ def run_benchmark(
     except BaseException as exc:
         status = "cancelled" if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError) else "failed"
         partial = runner.result(time.monotonic() - started)
+        partial.load = benchmark_lock.load_seen(store, bid, target, waited)
         store.update_benchmark(bid, status=status, error=f"{type(exc).__name__}: {exc}",
                                result=partial.model_dump(mode="json"))  # fmt: skip
         raise
     result = runner.result(time.monotonic() - started)
+    result.load = benchmark_lock.load_seen(store, bid, target, waited)
     store.update_benchmark(bid, status="completed", progress=1.0, message="done", result=result.model_dump(mode="json"))
     return result
 
@@ -522,19 +552,30 @@ def run_benchmark(
 _THREADS: dict[str, threading.Thread] = {}
 
 
-def start_benchmark(spec: BenchmarkSpec, store_path: str | None = None) -> BenchmarkStatus:
-    """Start a benchmark in a background thread of this process and return its id and status at once."""
+def start_benchmark(spec: BenchmarkSpec, store_path: str | None = None, wait: bool = False) -> BenchmarkStatus:
+    """Start a benchmark in a background thread of this process and return its id and status at once.
+
+    Refused (BenchmarkBusy, nothing stored) when another benchmark measures the same deployment, unless
+    `wait`: then it is recorded at once and starts measuring when the other one ends.
+    """
     store = Store(store_path)
     bid = new_benchmark_id()
+    target, field, value = _lock_args(spec)
+    if not wait:
+        benchmark_lock.acquire(store, target, bid, field=field, value=value)
     store.create_benchmark(bid, _config(spec), deployment_id=spec.deployment_id, run_id=spec.run_id)
 
     def work() -> None:
         with contextlib.suppress(Exception):  # the failure is recorded in the Store by run_benchmark
-            run_benchmark(spec, store=store, benchmark_id=bid)
+            run_benchmark(spec, store=store, benchmark_id=bid, wait=True)
 
     thread = threading.Thread(target=work, name=f"benchmark-{bid}", daemon=True)
     _THREADS[bid] = thread
-    thread.start()
+    try:
+        thread.start()
+    except BaseException:
+        benchmark_lock.release(store, target, bid)
+        raise
     return get_benchmark(bid, store_path)
 
 

@@ -2,8 +2,11 @@
 
 Public API (plain, typed, pydantic out; the MCP server and the agent call these):
 
+    quote_deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
+                 hours=1.0, run_id=None, usd_per_hour=None, store=None) -> SpendQuote   # checks, starts nothing
     deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
-           twin_profile=None, time_scale=1.0, run_id=None, store=None, progress=None) -> Deployment
+           twin_profile=None, time_scale=1.0, run_id=None, store=None, progress=None, hours=1.0,
+           usd_per_hour=None, profile_origin="cli") -> Deployment
     get_deployment(deployment_id, store=None, refresh=True) -> Deployment
     list_deployments(run_id=None, alive_only=False, store=None) -> list[Deployment]
     teardown(deployment_id, store=None) -> Deployment
@@ -13,7 +16,8 @@ Public API (plain, typed, pydantic out; the MCP server and the agent call these)
 The backend is chosen by infra: "local" -> LocalBackend (twin processes here); "slurm/<name>" and SkyPilot
 clouds -> worldtune.sky.backend.SkyPilotBackend; "kubernetes" -> worldtune.sky.kubernetes.KubernetesBackend
 (both imported only when used). Input is checked before anything starts: the plan must be valid for the
-GPU and model (vLLM-Omni's rules and memory), and vllm-omni cannot run on infra local (no GPU here).
+GPU and model (vLLM-Omni's rules and memory), vllm-omni cannot run on infra local (no GPU here), and the
+commitment must fit the budget guardrails (tools/spend.py), whoever calls: CLI, MCP, agent or Python.
 """
 
 from __future__ import annotations
@@ -21,18 +25,21 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
-from pathlib import Path
+import time
 from typing import Any
 
 from worldtune.tools.deployment import ENGINES, Backend, Deployment, Progress, new_deployment_id
 from worldtune.tools.errors import InvalidInput, WorldtuneError, one_of
 from worldtune.tools.estimate import estimate_plan, resolve_profile
 from worldtune.tools.gpus import get_gpu
+from worldtune.tools.infra import Infra
 from worldtune.tools.models import get_model
 from worldtune.tools.offer import CAPACITIES, Offer
 from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
+from worldtune.tools.profile_paths import allowed_profile_path
+from worldtune.tools.spend import SpendQuote, check_commitment, finite, quote
 from worldtune.tools.store import Store
 from worldtune.tools.workload import anchor_workload
 
@@ -41,17 +48,8 @@ K8S_BACKEND = ("worldtune.sky.kubernetes", "KubernetesBackend")
 
 
 def infra_kind(infra: str) -> str:
-    """'local', 'kubernetes', 'slurm' or 'cloud'."""
-    name = infra.strip().lower()
-    if name == "local":
-        return "local"
-    if name in ("kubernetes", "k8s"):
-        return "kubernetes"
-    if name.startswith("slurm/"):
-        return "slurm"
-    if name == "slurm":
-        raise InvalidInput("infra", infra, "slurm/<cluster name>", "e.g. slurm/localcluster")
-    return "cloud"
+    """'local', 'kubernetes', 'slurm' or 'cloud' (Infra.parse: a malformed infra is refused)."""
+    return Infra.parse(infra).kind
 
 
 def backend_for(infra: str, store: Store) -> Backend:
@@ -77,10 +75,54 @@ def backend_for(infra: str, store: Store) -> Backend:
     return backend
 
 
-def _offer_for(gpu: str, plan: Plan, infra: str, capacity: str) -> Offer | None:
+def _offer_for(gpu: str, plan: Plan, infra: Infra, capacity: str) -> Offer | None:
     """The cheapest node big enough for the plan (on that infra, unless local, which is priced as anywhere)."""
-    infras = None if infra_kind(infra) == "local" else [infra.lower()]
+    infras = None if infra.kind != "cloud" else [str(infra)]
     return cheapest_fitting_offer(gpu, plan.gpus, capacity=[capacity], infra=infras)
+
+
+def quote_deploy(
+    gpu: str,
+    plan: str,
+    infra: str = "local",
+    engine: str = "twin",
+    capacity: str = "on-demand",
+    model: str = "cosmos3-super",
+    hours: float = 1.0,
+    run_id: str | None = None,
+    usd_per_hour: float | None = None,
+    store: Store | None = None,
+    action: str = "deploy",
+) -> SpendQuote:
+    """What `deploy` with these arguments would commit, refused now if a guardrail would refuse it then.
+
+    Checks every input deploy checks (the plan against vLLM-Omni's rules and memory, engine, capacity,
+    infra) and the commitment against the guardrails, counting every live deployment in the Store.
+    """
+    store = store or Store()
+    where = Infra.parse(infra)
+    spec = get_gpu(gpu)
+    model_spec = get_model(model)
+    parsed = Plan.parse(plan)
+    if engine not in ENGINES:
+        raise one_of("engine", engine, ENGINES)
+    if capacity not in CAPACITIES:
+        raise one_of("capacity", capacity, CAPACITIES)
+    if where.is_local and engine == "vllm-omni":
+        raise InvalidInput(
+            "engine", engine, "twin on infra local: this machine has no GPU",
+            "use --infra slurm/NAME, kubernetes or a cloud for vllm-omni, or engine twin to rehearse here",
+        )  # fmt: skip
+    verdict = estimate_plan(anchor_workload(model_spec.key), spec.name, parsed, resolve_profile(spec.name))
+    if not verdict.valid:
+        hint = f"try {verdict.alternative}" if verdict.alternative else None
+        raise InvalidInput("plan", plan, verdict.reason or "a plan vLLM-Omni accepts", hint)
+    spend = quote(
+        action, spec.name, str(parsed), infra=str(where), capacity=capacity, model=model_spec.key, hours=hours,
+        usd_per_hour=usd_per_hour,
+    )  # fmt: skip
+    check_commitment(spend, store.list_deployments(), run_id)
+    return spend
 
 
 def deploy(
@@ -95,61 +137,65 @@ def deploy(
     run_id: str | None = None,
     store: Store | None = None,
     progress: Progress | None = None,
+    hours: float = 1.0,
+    usd_per_hour: float | None = None,
+    profile_origin: str = "cli",
+    backend: Backend | None = None,
     deployment_id: str | None = None,
 ) -> Deployment:
     """Start `plan` on `gpu` under `engine` on `infra`; return the deployment once ready (or raise).
 
-    Local twins cost nothing (usd_per_hour 0); `offer` still names the node the plan would rent, so
-    cost per clip can be computed from a rehearsal.
+    Bound by the guardrails whoever calls it: the commitment (price x (provisioning + load + `hours`)) is
+    checked against the per-action, per-run and everything-live caps and recorded in the same database
+    transaction, before anything starts. Local twins cost nothing (usd_per_hour 0); `offer` still names
+    the node the plan would rent, so cost per clip can be computed from a rehearsal. `twin_profile` passes
+    the profile allow-list for `profile_origin` (a remote MCP client may only name a profile). `backend`:
+    one the caller configured (the CLI's render options); else the infra's default.
     """
     store = store or Store()
-    spec = get_gpu(gpu)
-    model_spec = get_model(model)
-    parsed = Plan.parse(plan)
-    if engine not in ENGINES:
-        raise one_of("engine", engine, ENGINES)
-    if capacity not in CAPACITIES:
-        raise one_of("capacity", capacity, CAPACITIES)
-    if not time_scale > 0:
+    where = Infra.parse(infra)
+    scale = finite("time_scale", time_scale, "a positive number (sleeps are divided by it)")
+    if not scale > 0:
         raise InvalidInput("time_scale", time_scale, "a positive number (sleeps are divided by it)")
-    kind = infra_kind(infra)
-    if kind == "local" and engine == "vllm-omni":
-        raise InvalidInput(
-            "engine", engine, "twin on infra local: this machine has no GPU",
-            "use --infra slurm/NAME, kubernetes or a cloud for vllm-omni, or engine twin to rehearse here",
-        )  # fmt: skip
     if engine == "vllm-omni" and (twin_profile or time_scale != 1.0):
         raise InvalidInput("twin_profile/time_scale", twin_profile or time_scale, "only with engine twin")
-    profile: Profile = resolve_profile(spec.name)
+    spend = quote_deploy(gpu, plan, str(where), engine, capacity, model, hours, run_id, usd_per_hour, store)
+    truth_path = None
     if twin_profile:
-        if not Path(twin_profile).is_file():
-            raise InvalidInput("twin_profile", twin_profile, "a readable profile YAML file")
-        truth = Profile.load(twin_profile)
-        if truth.gpu.lower() != spec.name.lower():
-            raise InvalidInput("twin_profile", twin_profile, f"a profile for {spec.name}", f"it is for {truth.gpu}")
-    verdict = estimate_plan(anchor_workload(model_spec.key), spec.name, parsed, profile)
-    if not verdict.valid:
-        hint = f"try {verdict.alternative}" if verdict.alternative else None
-        raise InvalidInput("plan", plan, verdict.reason or "a plan vLLM-Omni accepts", hint)
-    offer = _offer_for(spec.name, parsed, infra, capacity)
+        truth_path = allowed_profile_path(twin_profile, profile_origin, "twin_profile")
+        truth = Profile.load(truth_path, field="twin_profile")
+        if truth.gpu.lower() != spend.gpu.lower():
+            raise InvalidInput("twin_profile", twin_profile, f"a profile for {spend.gpu}", f"it is for {truth.gpu}")
+    offer = spend.offer or _offer_for(spend.gpu, Plan.parse(spend.plan), where, capacity)
     deployment = Deployment(
         id=deployment_id or new_deployment_id(),
         run_id=run_id,
-        model=model_spec.key,
-        gpu=spec.name,
-        plan=str(parsed),
-        infra=infra.lower(),
+        model=spend.model,
+        gpu=spend.gpu,
+        plan=spend.plan,
+        infra=str(where),
         engine="twin" if engine == "twin" else "vllm-omni",
         capacity=capacity,
         offer=offer,
-        usd_per_hour=0.0 if kind == "local" else (offer.usd_per_hour if offer else 0.0),
-        twin_profile=str(Path(twin_profile).resolve()) if twin_profile else None,
-        time_scale=time_scale,
+        usd_per_hour=spend.usd_per_hour,
+        hold_hours=spend.hold_hours,
+        committed_usd=spend.expected_usd,
+        twin_profile=str(truth_path) if truth_path else None,
+        time_scale=scale,
         state="pending",
     )
-    backend = backend_for(infra, store)
-    store.save_deployment(deployment)
-    return backend.launch(deployment, progress)
+    host = backend or backend_for(str(where), store)
+    # checked again inside the write lock: another caller may have committed since the quote
+    store.reserve_deployment(deployment, lambda stored: check_commitment(spend, stored, run_id))
+    try:
+        return host.launch(deployment, progress)
+    except Exception as exc:
+        # a launch that failed must not keep counting as committed (backends that say so themselves win)
+        current = store.get_deployment(deployment.id) or deployment
+        if current.alive:
+            store.save_deployment(current.model_copy(update={"state": "failed", "terminated_at": time.time(),
+                                                             "detail": f"launch failed: {exc}"[:500]}))  # fmt: skip
+        raise
 
 
 def _find(deployment_id: str, store: Store) -> Deployment:

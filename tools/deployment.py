@@ -46,6 +46,10 @@ class Deployment(BaseModel):
     capacity: str = "on-demand"
     offer: Offer | None = None
     usd_per_hour: float = 0.0
+    hold_hours: float | None = Field(default=None, ge=0, description="hours the caller asked to keep it up once ready")
+    committed_usd: float = Field(
+        default=0.0, ge=0, description="price x hours asked (provisioning + load + hold) when it was started"
+    )
     state: DeploymentState = "pending"
     endpoints: list[str] = Field(default_factory=list, description="base URLs, one per replica")
     cluster: str | None = Field(default=None, description="SkyPilot cluster / Kubernetes name / local pid group")

@@ -18,6 +18,7 @@ from worldtune.tools.offer import Offer
 from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
+from worldtune.tools.profile_paths import load_profile
 from worldtune.tools.workload import Workload, anchor_workload
 
 
@@ -82,7 +83,7 @@ class PlanCheck(BaseModel):
 def resolve_profile(gpu: str, profile_path: str | None = None) -> Profile:
     """The profile to predict with: the given file, else the calibrated one shipped for the GPU."""
     if profile_path:
-        profile = Profile.load(profile_path)
+        profile = load_profile(profile_path, "cli")  # MCP callers pass a path their origin was allowed
         if profile.gpu.lower() != get_gpu(gpu).name.lower():
             raise InvalidInput("profile", profile_path, f"a profile for {gpu}", f"it is for {profile.gpu}")
         return profile

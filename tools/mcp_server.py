@@ -98,9 +98,10 @@ def _bare_challenge(value: bytes) -> bytes:
 class Session:
     """What the tools share: the results database (opened on first use, so tools/list never waits on it)."""
 
-    def __init__(self, db_path: str | None = None, tuner: Tuner | None = None) -> None:
+    def __init__(self, db_path: str | None = None, tuner: Tuner | None = None, origin: str = "mcp-local") -> None:
         self.db_path = db_path
         self.tuner = tuner
+        self.origin = origin  # who the clients are, for the profile-path allow-list (tools/profile_paths.py)
         self._store: Store | None = None
 
     @property
@@ -225,6 +226,7 @@ def build_server(
     url: str = "http://127.0.0.1:8765",
     cache_tools: bool = False,
     tuner: Tuner | None = None,
+    origin: str = "mcp-local",
 ) -> MCPServer:
     """The worldtune MCP server over the results database at `db_path` ($WORLDTUNE_DB or the default).
 
@@ -234,8 +236,14 @@ def build_server(
     `worldtune mcp` does, since an IDE waits on it; in-process users need no cache).
     tuner: what start_tuning, get_tuning and approve_tuning run on (the agent's AgentTuner); without
     one those tools answer that tuning is not available here (tools never import the agent).
+    origin: "mcp-local" (stdio: a client on this machine), "mcp-http" (remote clients: profiles by name
+    only), or "cli" (the agent's in-process server, whose caller already checked its paths).
     """
-    session = Session(db_path, tuner)
+    if origin not in ("cli", "mcp-local", "mcp-http"):  # profile_paths.ORIGINS, without its import at start-up
+        from worldtune.tools.errors import InvalidInput
+
+        raise InvalidInput("origin", origin, "one of cli, mcp-local, mcp-http")
+    session = Session(db_path, tuner, origin)
     auth: dict[str, Any] = {}
     if bearer_token:
         from mcp.server.auth.settings import AuthSettings

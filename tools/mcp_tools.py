@@ -78,11 +78,25 @@ InfraArg = Annotated[
     str, Field(description="where to run: local (this machine), slurm/NAME, kubernetes, or a cloud (nebius, aws, ...)")
 ]
 ConfirmArg = Annotated[
-    bool, Field(description="must be true to actually start/stop; false answers with what would happen and cost")
+    bool,
+    Field(
+        strict=True,  # JSON true only: "yes", "on" or 1 are not a person's consent to spend
+        description="must be true to actually start/stop; false answers with what would happen and cost",
+    ),
 ]
 HoursArg = Annotated[
-    float, Field(ge=0, le=720, description="hours you plan to keep it up once ready (for the cost estimate)")
-]
+    float,
+    Field(
+        ge=0, le=720, allow_inf_nan=False,
+        description="hours to keep it up once ready: the commitment counted against the guardrails, and on "
+        "SkyPilot the hard autodown",
+    ),
+]  # fmt: skip
+UsdPerHourArg = Annotated[
+    float | None,
+    Field(ge=0, le=100000, allow_inf_nan=False,
+          description="your own cluster's price per node-hour (slurm/NAME, kubernetes); clouds use their offer"),
+]  # fmt: skip
 # The workload of a benchmark's requests, one argument per Workload field (unset: the model's anchor value).
 # Limits are Workload's own (checked when it is built), so they are stated here, not enforced twice.
 SizeArg = Annotated[
@@ -95,8 +109,8 @@ FpsArg = Annotated[int | None, Field(description=f"frames per second, one of {li
 GuidanceArg = Annotated[
     float | None, Field(description="guidance_scale, 0 to 20; above 1 runs two CFG branches (distilled: 1.0 only)")
 ]
-FlowShiftArg = Annotated[float | None, Field(description="flow_shift of the scheduler")]
-SeedArg = Annotated[int | None, Field(description="seed of every request")]
+FlowShiftArg = Annotated[float | None, Field(description="flow_shift of the scheduler, above 0 and at most 100")]
+SeedArg = Annotated[int | None, Field(description="seed of every request, a signed 64-bit integer")]
 GuardrailsArg = Annotated[bool | None, Field(description="run the guardrails per request (anchor: false)")]
 PromptArg = Annotated[str | None, Field(description="prompt of every request (anchor: a warehouse robot scene)")]
 NegativePromptArg = Annotated[str | None, Field(description="negative prompt of every request")]
@@ -270,6 +284,9 @@ def refusals() -> Iterator[None]:
         raise
     except (WorldtuneError, ValidationError, ValueError, KeyError, FileNotFoundError) as exc:
         raise ToolError(str(exc)) from exc
+    except OSError as exc:  # e.g. a name too long: the SDK would answer a bare "Error executing tool"
+        name = exc.filename if isinstance(exc.filename, str) else ""
+        raise ToolError(f"file={name[:200]!r} is not valid: a file worldtune can use ({exc.strerror})") from exc
 
 
 async def in_thread_with_progress(ctx: Context, work: Callable[[Callable[[str, float | None], None]], T]) -> T:
@@ -396,6 +413,12 @@ def compare(rows: list[dict[str, Any]], deployments: dict[str, Deployment] | Non
 def register_tools(mcp: MCPServer, session: Session) -> None:
     """Add every worldtune tool to `mcp`; they share `session` (the results database)."""
 
+    def allowed_profile(path: str | None, field: str = "profile") -> str | None:
+        """The profile file `path` names, if this session's client may have it read (tools/profile_paths.py)."""
+        from worldtune.tools.profile_paths import allowed_profile_path
+
+        return str(allowed_profile_path(path, session.origin, field)) if path else None
+
     # ---------- offers, plans, estimates (free, offline) ----------
     @mcp.tool(title="List GPU offers", annotations=READ_ONLY)
     def list_offers(
@@ -443,7 +466,8 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         with refusals():
             spec = get_gpu(gpu)
             workload = anchor_workload(model) if steps is None else anchor_workload(model, steps=steps)
-            return check_plan(workload, spec.name, Plan.parse(plan), resolve_profile(spec.name, profile), gpus)
+            truth = resolve_profile(spec.name, allowed_profile(profile))
+            return check_plan(workload, spec.name, Plan.parse(plan), truth, gpus)
 
     @mcp.tool(title="Estimate one plan", annotations=READ_ONLY)
     def estimate(
@@ -462,7 +486,9 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         from worldtune.tools.estimate import estimate as predict
 
         with refusals():
-            return predict(model=model, gpu=gpu, plan=plan, steps=steps, profile_path=profile, capacity=capacity)
+            return predict(
+                model=model, gpu=gpu, plan=plan, steps=steps, profile_path=allowed_profile(profile), capacity=capacity
+            )
 
     @mcp.tool(title="List plans and their Pareto frontier", annotations=READ_ONLY)
     def list_plans(
@@ -504,8 +530,8 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
                 capacities=[capacity],
             )
             found = all_plans(
-                model=model, gpu=spec.name, gpus=gpus, steps=steps, profile_path=profile, capacity=capacity,
-                workload=workload,
+                model=model, gpu=spec.name, gpus=gpus, steps=steps, profile_path=allowed_profile(profile),
+                capacity=capacity, workload=workload,
             )  # fmt: skip
         valid = [e for e in found if e.valid]
         refused = [e for e in found if not e.valid]
@@ -537,20 +563,11 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         )
 
     # ---------- deployments (start things; paid ones need confirm) ----------
-    def quote_or_refuse(
-        action: str, gpu: str, plan: str, infra: str, capacity: str, model: str, hours: float, run_id: str | None
-    ) -> SpendQuote:
-        from worldtune.tools.estimate import estimate as predict
-        from worldtune.tools.spend import check_spend, quote, run_spent_usd
+    def quote_or_refuse(action: str, **arguments: Any) -> SpendQuote:
+        from worldtune.tools.deploy import quote_deploy
 
-        with refusals():
-            verdict = predict(model=model, gpu=gpu, plan=plan, capacity=capacity)
-            if not verdict.valid:
-                raise ToolError(f"plan={plan!r} is not valid on {verdict.gpu}: {verdict.reason}")
-            spend = quote(action, gpu, plan, infra=infra, capacity=capacity, model=model, hours=hours)
-            spent = run_spent_usd(session.store.list_deployments(run_id=run_id)) if run_id else 0.0
-            check_spend(spend, spent_usd=spent)
-        return spend
+        with refusals():  # the capability checks the plan, the infra and the guardrails
+            return quote_deploy(action=action, store=session.store, **arguments)
 
     def would(spend: SpendQuote, what: str) -> str:
         where = spend.offer.id if spend.offer else spend.infra
@@ -582,6 +599,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         hours: HoursArg = 1.0,
         run_id: Annotated[str | None, Field(description="tuning run that owns the deployment")] = None,
         confirm: ConfirmArg = False,
+        usd_per_hour: UsdPerHourArg = None,
     ) -> DeployOutcome:
         """Start a plan on an infra with an engine and wait until it is ready; returns the deployment and its endpoints.
 
@@ -592,7 +610,10 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         """
         from worldtune.tools.spend import needs_confirmation
 
-        spend = quote_or_refuse("deploy", gpu, plan, infra, capacity, model, hours, run_id)
+        spend = quote_or_refuse(
+            "deploy", gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model, hours=hours,
+            run_id=run_id, usd_per_hour=usd_per_hour,
+        )  # fmt: skip
         if needs_confirmation(infra, engine) and not confirm:
             return DeployOutcome(
                 done=False, needs_confirmation=True, message=would(spend, f"deploy {engine}"), quote=spend
@@ -606,7 +627,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
                 return deploying.deploy_for_caller(
                     caller_gone, gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
                     twin_profile=twin_profile, time_scale=time_scale, run_id=run_id, store=session.store,
-                    progress=progress,
+                    progress=progress, hours=hours, usd_per_hour=usd_per_hour, profile_origin=session.origin,
                 )  # fmt: skip
 
         await ctx.report_progress(0.0, 1.0, f"deploying {spend.plan} on {infra} ({engine})")
@@ -693,6 +714,13 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         ] = (4, 8),
         warmup: Annotated[int, Field(ge=0, le=100, description="warm-up requests per endpoint (not counted)")] = 2,
         run_id: Annotated[str | None, Field(description="tuning run the benchmark belongs to")] = None,
+        wait: Annotated[
+            bool,
+            Field(
+                strict=True,
+                description="if another benchmark measures this deployment: false refuses, true starts when it ends",
+            ),
+        ] = False,
         size: SizeArg = None,
         width: WidthArg = None,
         height: HeightArg = None,
@@ -747,7 +775,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
                 concurrency=list(concurrency), probe_steps=list(probe_steps), warmup=warmup,
                 expected_latency_s=expected, deployment_id=deployment_id, run_id=run_id or current.run_id,
             )  # fmt: skip
-            return benchmarking.start_benchmark(spec, str(session.store.path))
+            return benchmarking.start_benchmark(spec, str(session.store.path), wait=wait)
 
     @mcp.tool(title="Get a benchmark", annotations=READ_ONLY)
     async def get_benchmark(
@@ -842,7 +870,9 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         time_scale: Annotated[
             float, Field(gt=0, le=100000, description="twin only: divide its sleeps by this")
         ] = 300.0,
-        budget_usd: Annotated[float | None, Field(gt=0, description="overrides the goal's budget")] = None,
+        budget_usd: Annotated[
+            float | None, Field(gt=0, allow_inf_nan=False, description="overrides the goal's budget")
+        ] = None,
         max_iterations: Annotated[int, Field(ge=1, le=200, description="most measurements")] = 30,
         confirm: Annotated[
             bool,
@@ -861,19 +891,13 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         ambiguous goal is refused with the questions to answer. Poll get_tuning for progress and the result.
         The run ends with this MCP session (stopped, everything it started torn down) unless detach=true.
         """
-        from worldtune.tools.spend import infra_name, load_guardrails, needs_confirmation
+        from worldtune.tools.spend import needs_confirmation
         from worldtune.tools.tuning import TuningRequest
 
+        # the tuner checks the budget (this argument, or the goal text's) and the infra against the guardrails
         with refusals():
             paid = needs_confirmation(infra, engine)
-            if paid:
-                rails = load_guardrails()
-                if infra_name(infra) not in rails.allowed_infras:
-                    raise ToolError(f"infra={infra!r} is not valid: one of allowed_infras: "
-                                    f"{', '.join(rails.allowed_infras)} (guardrails {rails.source})")  # fmt: skip
-                if budget_usd is not None and budget_usd > rails.max_usd_per_run:
-                    raise ToolError(f"budget_usd={budget_usd:g} is not valid: at most max_usd_per_run="
-                                    f"{rails.max_usd_per_run:g} (guardrails {rails.source})")  # fmt: skip
+            twin_profile = allowed_profile(twin_profile, "twin_profile")  # the agent's own server trusts its caller
             request = TuningRequest(
                 infra=infra, engine=engine, twin_profile=twin_profile, time_scale=time_scale, budget_usd=budget_usd,
                 max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path, detach=detach,
@@ -925,6 +949,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         hours: HoursArg = 1.0,
         run_id: Annotated[str | None, Field(description="tuning run that pays for it")] = None,
         confirm: ConfirmArg = False,
+        usd_per_hour: UsdPerHourArg = None,
     ) -> DeployOutcome:
         """Rent GPUs for a plan on a cloud or cluster and start vLLM-Omni on them (SkyPilot).
 
@@ -932,14 +957,13 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         (provisioning + model load + `hours`) and cost. Refused when the budget guardrails
         (policies/guardrails.yaml, $WORLDTUNE_GUARDRAILS) do not allow it.
         """
-        from worldtune.tools.spend import infra_name
-
-        if infra_name(infra) == "local":
-            raise ToolError(f"infra={infra!r} is not valid: provision rents remote GPUs; use deploy for local")
-        spend = quote_or_refuse("provision", gpu, plan, infra, capacity, model, hours, run_id)
+        spend = quote_or_refuse(
+            "provision", gpu=gpu, plan=plan, infra=infra, engine="vllm-omni", capacity=capacity, model=model,
+            hours=hours, run_id=run_id, usd_per_hour=usd_per_hour,
+        )  # fmt: skip
         if not confirm:
             return DeployOutcome(done=False, needs_confirmation=True, message=would(spend, "rent"), quote=spend)
         return await deploy(
             ctx, gpu=gpu, plan=plan, infra=infra, engine="vllm-omni", capacity=capacity, model=model, hours=hours,
-            run_id=run_id, confirm=True,
+            run_id=run_id, confirm=True, usd_per_hour=usd_per_hour,
         )  # fmt: skip

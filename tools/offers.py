@@ -128,19 +128,20 @@ def list_offers(
     capacity: Iterable[str] | None = None,
     source: str = "auto",
 ) -> list[Offer]:
-    """Offers filtered by GPU type, exact GPU count, infra and capacity, cheapest first."""
+    """Offers filtered by GPU type, exact GPU count, infra (CLOUD or CLOUD/REGION) and capacity, cheapest first."""
     gpu_name = get_gpu(gpu).name if gpu else None
     capacities = list(capacity or [])
     for cap in capacities:
         if cap not in CAPACITIES:
             raise one_of("capacity", cap, CAPACITIES)
-    infras = [i.lower() for i in (infra or [])]
+    # "nebius/eu-north1" names a cloud and one of its regions; "nebius" any of its regions
+    infras = [i.lower().partition("/")[::2] for i in (infra or [])]
     chosen = [
         o
         for o in all_offers(source)
         if (gpu_name is None or o.gpu == gpu_name)
         and (gpus is None or o.gpu_count == gpus)
-        and (not infras or o.infra in infras)
+        and (not infras or any(o.infra == name and region in ("", o.region) for name, region in infras))
         and (not capacities or o.capacity in capacities)
     ]
     return sorted(chosen, key=lambda o: o.usd_per_hour)

@@ -7,14 +7,16 @@ that users can edit and refit.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worldtune.tools.errors import InvalidInput
 
+MAX_PROFILE_BYTES = 1_000_000  # the shipped profiles are ~5 kB; anything this big is not a profile
 BasisKind = Literal["fitted", "measured", "published", "assumed"]
 
 # Prior one-sigma relative (log-space) uncertainty of a parameter, by how it is known, when its basis gives none.
@@ -142,15 +144,38 @@ class Profile(BaseModel):
         return (value or self.link_gbps) * 1e9
 
     @classmethod
-    def load(cls, path: str | Path) -> Profile:
-        """Read a profile file; a missing or malformed file is a clear error."""
+    def load(cls, path: str | Path, field: str = "profile") -> Profile:
+        """Read a profile file; a missing, unreadable or malformed file is a clear error that never quotes it.
+
+        The error names the path, and for a file that is YAML but not a profile, only Profile's own field
+        names: the file may be anything its reader can open (a token, a password file), so nothing it holds
+        (not a line, not a key, not a value) is echoed back.
+        """
         file = Path(path)
-        if not file.is_file():
-            raise InvalidInput("profile", str(path), "a readable profile YAML file")
-        data = yaml.safe_load(file.read_text())
+        try:
+            info = file.stat()
+        except (OSError, ValueError):
+            raise InvalidInput(field, str(path), "a readable profile YAML file") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidInput(field, str(path), "a regular file (not a folder, device or pipe)")
+        if info.st_size > MAX_PROFILE_BYTES:
+            raise InvalidInput(field, str(path), f"a profile YAML of at most {MAX_PROFILE_BYTES} bytes")
+        try:
+            with file.open("rb") as handle:
+                raw = handle.read(MAX_PROFILE_BYTES + 1)
+            data = yaml.safe_load(raw.decode("utf-8"))
+        except (OSError, UnicodeDecodeError):
+            raise InvalidInput(field, str(path), "a readable UTF-8 profile YAML file") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise InvalidInput(field, str(path), f"a profile YAML file: it is not YAML{where}") from None
         if not isinstance(data, dict):
-            raise InvalidInput("profile", str(path), "a YAML mapping of profile fields")
-        return cls.model_validate(data)
+            raise InvalidInput(field, str(path), "a YAML mapping of profile fields")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidInput(field, str(path), f"a profile: {_summary(exc)}") from None
 
     def dump(self, path: str | Path) -> None:
         """Write the profile as YAML (stable key order, readable by people)."""
@@ -160,3 +185,25 @@ class Profile(BaseModel):
         data = self.model_dump()
         data.update(changes)
         return Profile.model_validate(data)
+
+
+def _summary(exc: ValidationError) -> str:
+    """A profile's validation errors by Profile field name only: keys it does not know are counted, not named."""
+    known = set(Profile.model_fields)
+    missing, wrong, unknown = [], [], 0
+    for err in exc.errors():
+        top = str(err["loc"][0]) if err["loc"] else ""
+        if top not in known:
+            unknown += 1
+        elif err["type"] == "missing":
+            missing.append(top)
+        else:
+            wrong.append(top)
+    parts = []
+    if missing:
+        parts.append(f"missing {', '.join(sorted(set(missing)))}")
+    if wrong:
+        parts.append(f"invalid {', '.join(sorted(set(wrong)))}")
+    if unknown:
+        parts.append(f"{unknown} field(s) a Profile does not have")
+    return "; ".join(parts) or "not a profile"

@@ -244,6 +244,9 @@ class BenchmarkResult(BaseModel):
     prediction_error_rel: float | None = Field(default=None, description="(predicted - measured) / measured")
     latency: LatencySummary | None = None
     server_time: LatencySummary | None = None
+    load: dict[str, Any] = Field(
+        default_factory=dict, description="what else measured the same deployment meanwhile (tools/benchmark_lock.py)"
+    )
     latency_ci: Interval | None = None
     clips_per_hour: float | None = Field(default=None, description="best steady rate over the closed-loop levels")
     video_seconds_per_wall_second: float | None = None

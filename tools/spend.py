@@ -7,6 +7,7 @@ refuses with an InvalidInput naming the field, the value and the limit, before a
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -17,24 +18,38 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
+from worldtune.tools.infra import Infra
 from worldtune.tools.offer import CAPACITIES, Offer
 
 GUARDRAILS_FILE = Path(__file__).resolve().parent.parent / "policies" / "guardrails.yaml"
 GUARDRAILS_ENV = "WORLDTUNE_GUARDRAILS"
-# Infras that run on hardware the user already has: no rental price, but still real processes.
-OWN_INFRAS = ("local", "slurm", "kubernetes")
+# Deployments whose commitment still counts: everything not yet failed or terminated.
+LIVE_STATES = ("pending", "provisioning", "loading", "ready")
+
+
+def finite(field: str, value: Any, expected: str) -> float:
+    """`value` as a float, refused when it is not a finite number (inf, nan, 1e400 and bools are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(field, value, f"a finite number: {expected}")
+    return float(value)
 
 
 class Guardrails(BaseModel):
-    """Limits on spending: per action, per run, where and at which capacity."""
+    """Limits on spending: per action, per run, everything at once, where and at which capacity."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_usd_per_action: float = Field(ge=0, description="most one provision/deploy may be expected to cost")
-    max_usd_per_run: float = Field(ge=0, description="most everything under one run id may cost together")
+    max_usd_per_run: float = Field(ge=0, description="most everything under one run id may commit together")
+    max_usd_committed: float = Field(
+        default=300.0, ge=0, description="most everything live (any run, or none) may commit together"
+    )
     allowed_infras: list[str] = Field(description="infra names (the part before '/', e.g. slurm)")
     allowed_capacities: list[str]
     max_hours_per_action: float = Field(default=8.0, gt=0, description="longest a paid deployment may be asked for")
+    own_usd_per_hour: dict[str, float] = Field(
+        default_factory=dict, description="price per node-hour of your own clusters, by infra (slurm/NAME, kubernetes)"
+    )
     source: str = Field(default="", description="the files these limits were read from")
 
 
@@ -50,6 +65,7 @@ class SpendQuote(BaseModel):
     capacity: str
     offer: Offer | None = Field(default=None, description="the node that would be rented (None on own hardware)")
     usd_per_hour: float
+    price_source: str = Field(default="", description="offer, stated, guardrails own_usd_per_hour, or local (free)")
     provision_s: float = Field(description="expected seconds from launch to a node that runs commands")
     load_s: float = Field(description="expected seconds to load the model (perf_model.load_time_s)")
     hold_hours: float = Field(description="hours the caller asked to keep it up after it is ready")
@@ -84,13 +100,41 @@ def load_guardrails(path: str | Path | None = None) -> Guardrails:
 
 
 def infra_name(infra: str) -> str:
-    """The infra's name without its cluster part: slurm/mycluster -> slurm."""
-    return infra.split("/", 1)[0].lower()
+    """The infra's name without its cluster or region part: slurm/mycluster -> slurm (refused if malformed)."""
+    return Infra.parse(infra).name
 
 
 def needs_confirmation(infra: str, engine: str) -> bool:
     """Everything but the twin on this machine starts real processes on real (possibly paid) GPUs."""
-    return not (infra_name(infra) == "local" and engine == "twin")
+    return not (Infra.parse(infra).is_local and engine == "twin")
+
+
+def _price(
+    where: Infra, gpu: str, gpus: int, capacity: str, usd_per_hour: float | None
+) -> tuple[Offer | None, float, str]:
+    """The offer (if one is rented), its price per hour and where the price comes from; refused if unknown."""
+    from worldtune.tools.offers import cheapest_fitting_offer
+
+    if where.kind == "cloud":
+        offer = cheapest_fitting_offer(gpu, gpus, capacity=[capacity], infra=[str(where)])
+        if offer is None:
+            raise InvalidInput(
+                "infra", str(where), f"an infra that rents {gpus}x{gpu} at {capacity}", "list_offers shows which do"
+            )
+        return offer, offer.usd_per_hour, f"offer {offer.id} ({offer.source})"
+    if usd_per_hour is not None:
+        return None, finite("usd_per_hour", usd_per_hour, "zero or more USD per node-hour"), "stated by the caller"
+    if where.is_local:
+        return None, 0.0, "local: this machine, nothing rented"
+    rails = load_guardrails()
+    for key in (str(where), where.name):
+        if key in rails.own_usd_per_hour:
+            return None, rails.own_usd_per_hour[key], f"guardrails own_usd_per_hour[{key!r}]"
+    # Own GPUs cost what the cluster's owner says they cost: worldtune will not count them as free.
+    raise InvalidInput(
+        "usd_per_hour", None, f"a price per node-hour for {where} (your own GPUs are not free to worldtune)",
+        f"pass usd_per_hour (--usd-per-hour), or set own_usd_per_hour: {{{str(where)!r}: PRICE}} in guardrails",
+    )  # fmt: skip
 
 
 def quote(
@@ -101,58 +145,62 @@ def quote(
     capacity: str = "on-demand",
     model: str = "cosmos3-super",
     hours: float = 1.0,
+    usd_per_hour: float | None = None,
 ) -> SpendQuote:
-    """Quote an action: the cheapest offer on `infra` big enough for the plan, and the hours it would bill."""
+    """Quote an action: the cheapest offer on `infra` big enough for the plan, and the hours it would bill.
+
+    Clouds are priced by their offers; `local` is free; Slurm and Kubernetes need `usd_per_hour` or the
+    guardrails' own_usd_per_hour (refused without one).
+    """
     from worldtune.policies.perf_model import load_time_s
     from worldtune.tools.estimate import resolve_profile
     from worldtune.tools.gpus import get_gpu
     from worldtune.tools.models import get_model
-    from worldtune.tools.offers import cheapest_fitting_offer
     from worldtune.tools.plan import Plan
 
+    where = Infra.parse(infra)
     if capacity not in CAPACITIES:
         raise InvalidInput("capacity", capacity, f"one of {', '.join(CAPACITIES)}")
-    if hours < 0:
+    hold = finite("hours", hours, "zero or more hours to keep it up")
+    if hold < 0:
         raise InvalidInput("hours", hours, "zero or more hours to keep it up")
     spec = get_gpu(gpu)
     parsed = Plan.parse(plan)
     load_s = load_time_s(get_model(model), resolve_profile(spec.name))
-    kind = infra_name(infra)
-    offer = cheapest_fitting_offer(spec.name, parsed.gpus, capacity=[capacity], infra=[kind])
-    note = ""
-    if offer is None:
-        if kind not in OWN_INFRAS:
-            raise InvalidInput(
-                "infra",
-                infra,
-                f"an infra that rents {parsed.gpus}x{spec.name} at {capacity}",
-                "list_offers shows which do",
-            )
-        note = f"{kind}: your own hardware, no rental price"
-    price = offer.usd_per_hour if offer else 0.0
+    offer, price, source = _price(where, spec.name, parsed.gpus, capacity, usd_per_hour)
     provision_s = offer.provision_s if offer else 0.0
-    expected_hours = (provision_s + load_s) / 3600.0 + hours
+    expected_hours = (provision_s + load_s) / 3600.0 + hold
     return SpendQuote(
         action=action,
         model=get_model(model).key,
         gpu=spec.name,
         plan=str(parsed),
         gpus=parsed.gpus,
-        infra=infra,
+        infra=str(where),
         capacity=capacity,
         offer=offer,
         usd_per_hour=price,
+        price_source=source,
         provision_s=provision_s,
         load_s=load_s,
-        hold_hours=hours,
+        hold_hours=hold,
         expected_hours=expected_hours,
         expected_usd=price * expected_hours,
-        note=note,
+        note="" if offer else f"{where.kind}: {source}",
     )
 
 
-def check_spend(spend: SpendQuote, guardrails: Guardrails | None = None, spent_usd: float = 0.0) -> None:
-    """Refuse (InvalidInput naming field, value and limit) an action the guardrails do not allow."""
+def check_spend(
+    spend: SpendQuote,
+    guardrails: Guardrails | None = None,
+    spent_usd: float = 0.0,
+    committed_usd: float = 0.0,
+) -> None:
+    """Refuse (InvalidInput naming field, value and limit) an action the guardrails do not allow.
+
+    spent_usd: what the action's run has committed already (None run: 0); committed_usd: what every live
+    deployment has committed, whatever its run. Both include the hours asked for, not only those billed.
+    """
     rails = guardrails or load_guardrails()
     where = f"guardrails {rails.source}"
     if infra_name(spend.infra) not in rails.allowed_infras:
@@ -178,9 +226,61 @@ def check_spend(spend: SpendQuote, guardrails: Guardrails | None = None, spent_u
         raise InvalidInput(
             "run_usd",
             total,
-            f"at most max_usd_per_run={rails.max_usd_per_run:g} (already spent {spent_usd:.2f})",
+            f"at most max_usd_per_run={rails.max_usd_per_run:g} (already committed {spent_usd:.2f})",
             f"{where}; tear something down or raise the limit",
         )
+    everything = round(committed_usd + spend.expected_usd, 2)
+    if everything > rails.max_usd_committed:
+        raise InvalidInput(
+            "committed_usd",
+            everything,
+            f"at most max_usd_committed={rails.max_usd_committed:g} (live deployments commit {committed_usd:.2f})",
+            f"{where}; tear something down or raise the limit",
+        )
+
+
+def check_tuning(infra: str, engine: str, budget_usd: float | None, field: str = "budget_usd") -> None:
+    """Refuse a tuning run the guardrails do not allow, before it starts: where it runs and what it may spend.
+
+    `budget_usd` is the run's budget whether it came as an argument or was read from the goal text
+    (`field` says which), so "budget $5000" in words is bound exactly as budget_usd=5000 is.
+    """
+    from worldtune.tools.offers import list_offers
+
+    where = Infra.parse(infra)
+    if budget_usd is not None:
+        finite(field, budget_usd, "the most the search may spend, in USD")
+    if not needs_confirmation(str(where), engine):
+        return  # the twin on this machine spends nothing
+    rails = load_guardrails()
+    source = f"guardrails {rails.source}"
+    if where.name not in rails.allowed_infras:
+        raise InvalidInput("infra", infra, f"one of allowed_infras: {', '.join(rails.allowed_infras)}", source)
+    if where.kind == "cloud" and not list_offers(infra=[str(where)]):
+        priced = sorted({o.infra for o in list_offers()})
+        raise InvalidInput("infra", infra, f"a cloud worldtune has prices for: {', '.join(priced)}",
+                           "list_offers shows them; SkyPilot catalog files add more")  # fmt: skip
+    if budget_usd is not None and budget_usd > rails.max_usd_per_run:
+        raise InvalidInput(field, budget_usd, f"at most max_usd_per_run={rails.max_usd_per_run:g}", source)
+
+
+def deployment_commitment(d: Deployment, now: float | None = None) -> float:
+    """USD a deployment commits: price x hours asked while it lives (or billed, if it ran longer); billed once gone."""
+    billed = run_spent_usd([d], now)
+    return max(billed, d.committed_usd) if d.state in LIVE_STATES else billed
+
+
+def commitments(deployments: list[Deployment], run_id: str | None, now: float | None = None) -> tuple[float, float]:
+    """(what `run_id` has committed, what every live deployment commits) over `deployments`."""
+    run = sum(deployment_commitment(d, now) for d in deployments if run_id and d.run_id == run_id)
+    live = sum(deployment_commitment(d, now) for d in deployments if d.state in LIVE_STATES)
+    return run, live
+
+
+def check_commitment(spend: SpendQuote, deployments: list[Deployment], run_id: str | None) -> None:
+    """check_spend with the run's and everything's commitments read from `deployments` (the database's)."""
+    run, live = commitments(deployments, run_id)
+    check_spend(spend, spent_usd=run, committed_usd=live)
 
 
 def run_spent_usd(deployments: list[Deployment], now: float | None = None) -> float:

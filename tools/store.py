@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,9 @@ CREATE TABLE IF NOT EXISTS samples (
     UNIQUE (benchmark_id, seq)
 );
 CREATE INDEX IF NOT EXISTS samples_by_benchmark ON samples (benchmark_id, seq);
+CREATE TABLE IF NOT EXISTS benchmark_locks (
+    target TEXT PRIMARY KEY, benchmark_id TEXT NOT NULL, acquired_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS ledger (
     cluster TEXT PRIMARY KEY, backend TEXT NOT NULL, deployment_id TEXT, run_id TEXT,
     launched_at REAL NOT NULL, gone_at REAL, state TEXT NOT NULL, detail TEXT NOT NULL DEFAULT ''
@@ -203,6 +206,32 @@ class Store:
                 ),
             )
 
+    def reserve_deployment(self, deployment: Deployment, check: Callable[[list[Deployment]], None]) -> None:
+        """Save a new deployment only if `check(every stored deployment)` does not raise, atomically.
+
+        BEGIN IMMEDIATE holds the database's write lock from the read to the insert, so two callers
+        (threads, processes) cannot both pass a guardrail that only one of them fits under.
+        """
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            rows = db.execute("SELECT body FROM deployments ORDER BY created_at").fetchall()
+            check([Deployment.model_validate_json(r[0]) for r in rows])
+            now = time.time()
+            db.execute(
+                "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (deployment.id, deployment.run_id, deployment.state, deployment.infra, deployment.created_at, now,
+                 deployment.model_dump_json()),
+            )  # fmt: skip
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        finally:
+            db.close()
+
     def get_deployment(self, deployment_id: str) -> Deployment | None:
         with self._connect() as db:
             row = db.execute("SELECT body FROM deployments WHERE id = ?", (deployment_id,)).fetchone()
@@ -320,6 +349,46 @@ class Store:
                 "SELECT body FROM samples WHERE benchmark_id = ? ORDER BY seq", (benchmark_id,)
             ).fetchall()
         return [json.loads(r["body"]) for r in rows]
+
+    # ---- one benchmark per deployment ----------------------------------------------------------------
+    def lock_holder(self, target: str) -> dict[str, Any] | None:
+        """The benchmark holding `target` (a deployment or an endpoint set), if any."""
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM benchmark_locks WHERE target = ?", (target,)).fetchone()
+        return dict(row) if row else None
+
+    def take_lock(self, target: str, benchmark_id: str, replacing: str | None = None) -> str | None:
+        """Hold `target` for `benchmark_id` unless another benchmark holds it; returns that holder, or None.
+
+        `replacing`: a holder the caller found stale (finished, or its process gone): taken over only if it
+        is still the one holding, so two callers that both judged it stale cannot both get the lock.
+        """
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute("SELECT benchmark_id FROM benchmark_locks WHERE target = ?", (target,)).fetchone()
+            holder = row[0] if row else None
+            if holder not in (None, benchmark_id, replacing):
+                db.execute("ROLLBACK")
+                return str(holder)
+            db.execute(
+                "INSERT INTO benchmark_locks (target, benchmark_id, acquired_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(target) DO UPDATE SET benchmark_id = excluded.benchmark_id, "
+                "acquired_at = excluded.acquired_at",
+                (target, benchmark_id, time.time()),
+            )
+            db.execute("COMMIT")
+            return None
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        finally:
+            db.close()
+
+    def release_lock(self, target: str, benchmark_id: str) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM benchmark_locks WHERE target = ? AND benchmark_id = ?", (target, benchmark_id))
 
     # ---- the cluster ledger -------------------------------------------------------------------------
     def ledger_launch(

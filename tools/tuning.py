@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class TuningRequest(BaseModel):
     """What start_tuning passes on besides the goal text (checked by the MCP tool's schema first)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     infra: str
     engine: str

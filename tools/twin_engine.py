@@ -59,7 +59,7 @@ def _env_flag(name: str) -> bool:
 class TwinConfig(BaseModel):
     """How one twin server behaves: what it models, how fast it runs, what it reports."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model: str = "cosmos3-super"
     gpu: str = "H200"

@@ -47,7 +47,7 @@ def _size_list() -> str:
 class Workload(BaseModel):
     """One video request: model, task, size, frames, fps, steps, guidance, seed, prompt, guardrails."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model: str = "cosmos3-super"
     task: Literal["t2v", "i2v"] = "t2v"
@@ -57,8 +57,8 @@ class Workload(BaseModel):
     fps: int = 24
     steps: int = Field(default=35, ge=1, le=200, description="num_inference_steps")
     guidance_scale: float = Field(default=6.0, ge=0.0, le=20.0)
-    flow_shift: float = 10.0
-    seed: int = 17
+    flow_shift: float = Field(default=10.0, gt=0.0, le=100.0, description="the scheduler's timestep shift")
+    seed: int = Field(default=17, ge=-(2**63), le=2**63 - 1, description="a signed 64-bit integer, as vLLM-Omni takes")
     prompt: str = ANCHOR_PROMPT
     negative_prompt: str = ANCHOR_NEGATIVE_PROMPT
     guardrails: bool = False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import sys
 from typing import Annotated, Any
 
@@ -54,9 +55,20 @@ COMMAND_MODULES: tuple[str, ...] = (
 EXIT_INVALID = 2
 
 
+def finite_json(data: Any) -> Any:
+    """`data` with every non-finite float as null: JSON has no Infinity or NaN, and scripts' parsers refuse them."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite_json(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite_json(v) for v in data]
+    return data
+
+
 def emit_json(data: Any) -> None:
-    """Print machine-readable output on stdout (nothing else goes there with --json)."""
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Print machine-readable output on stdout (nothing else goes there with --json); strict JSON only."""
+    sys.stdout.write(json.dumps(finite_json(data), indent=2, default=str, allow_nan=False) + "\n")
 
 
 def fail(message: str | BaseException, as_json: bool = False, extra: dict[str, Any] | None = None) -> typer.Exit:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from worldtune.cli import console, emit_json, err_console, fail
+from worldtune.cli import console, emit_json, err_console, fail, finite_json
 from worldtune.tools.errors import WorldtuneError
 
 DbOpt = Annotated[str | None, typer.Option("--db", help="results database (default: $WORLDTUNE_DB or ~/.local/share)")]
@@ -140,6 +140,9 @@ def bench(
     guardrails: Annotated[bool, typer.Option("--guardrails/--no-guardrails", help="per request")] = False,
     label: Annotated[str, typer.Option(help="a name for the benchmark")] = "",
     ready_timeout: Annotated[float, typer.Option(help="wall seconds to wait for every /health to be 200")] = 1800.0,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="if another benchmark measures these endpoints, wait for it (else refuse)")
+    ] = False,
     api: Annotated[
         str, typer.Option(help="sync (POST /v1/videos/sync) | async (jobs: create, poll, download)")
     ] = "sync",
@@ -174,7 +177,7 @@ def bench(
             err_console.print(f"[dim]{done}{message}[/]")
 
     try:
-        result = run_benchmark(spec, store=store, progress=progress)
+        result = run_benchmark(spec, store=store, progress=progress, wait=wait)
     except (WorldtuneError, ValueError) as exc:
         raise fail(exc, as_json) from exc
     if as_json:
@@ -315,13 +318,20 @@ def results_export(
         raise fail(f"benchmark={benchmark_id!r} is not valid: no such benchmark in {store.path}")
     samples = store.samples(benchmark_id)
     if fmt == "json":
-        text = json.dumps({"benchmark": row, "samples": samples}, indent=2, default=str) + "\n"
+        data = finite_json({"benchmark": row, "samples": samples})
+        text = json.dumps(data, indent=2, default=str, allow_nan=False) + "\n"
     elif fmt == "csv":
         text = samples_csv(samples)
     else:
         raise fail(f"format={fmt!r} is not valid: expected csv or json")
     if out:
-        Path(out).write_text(text)
+        target = Path(out)
+        if not target.parent.is_dir():
+            raise fail(f"out={out!r} is not valid: a file in an existing folder ({target.parent} does not exist)")
+        try:
+            target.write_text(text)
+        except OSError as exc:  # a folder, a read-only place: say so, no traceback
+            raise fail(f"out={out!r} is not valid: a file worldtune can write ({exc.strerror})") from exc
         err_console.print(f"wrote {len(samples)} samples to {out}")
     else:
         sys.stdout.write(text)

@@ -36,6 +36,10 @@ def deploy(
     install: Annotated[str, typer.Option(help="docker | pip (pinned vllm-omni on the host)")] = "docker",
     spot_fallback: Annotated[bool, typer.Option(help="spot: fall back to on-demand if none")] = False,
     namespace: Annotated[str, typer.Option(help="Kubernetes namespace")] = "default",
+    hours: Annotated[float, typer.Option(help="hours to keep it up once ready: what is committed; the autodown")] = 1.0,
+    usd_per_hour: Annotated[
+        float | None, typer.Option("--usd-per-hour", help="your own cluster's price per node-hour (slurm, kubernetes)")
+    ] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -44,7 +48,7 @@ def deploy(
     from worldtune.sky.backend import render_options_for
     from worldtune.sky.catalog import write_catalog
     from worldtune.sky.kubernetes import K8sOptions
-    from worldtune.sky.preview import build_deployment, preview_deploy, write_preview
+    from worldtune.sky.preview import build_deployment, is_skypilot_infra, preview_deploy, write_preview
     from worldtune.tools.store import Store
 
     try:
@@ -57,7 +61,7 @@ def deploy(
             update={"spot_fallback": spot_fallback, "install": install, **({"image": image} if image else {})}
         )
         options = type(options).model_validate(options.model_dump())
-        if infra not in ("local", "kubernetes"):  # a Kubernetes dry run leaves SkyPilot's home alone
+        if is_skypilot_infra(infra):  # local and Kubernetes leave SkyPilot's home alone
             require_extra(f"worldtune deploy --infra {infra}", "sky", "sky")  # before the catalog is written
             sky_home = home.chosen_home(dry_run)
             if sky_home is not None:
@@ -76,10 +80,22 @@ def deploy(
         _print_preview(preview, files)
     if dry_run:
         return
-    if preview.usd_per_hour > 0 and not yes:
+    from worldtune.tools import deploy as deploying
+
+    assert store is not None
+    guarded: dict[str, Any] = {
+        "gpu": gpu, "plan": plan, "infra": infra, "engine": engine, "capacity": capacity, "model": model,
+        "hours": hours, "usd_per_hour": usd_per_hour, "store": store,
+    }  # fmt: skip
+    try:  # the guardrails bind the command line as they bind MCP and the agent: refused before anything starts
+        spend = deploying.quote_deploy(**guarded)
+    except (WorldtuneError, ValueError) as exc:
+        raise fail(str(exc), as_json, {"gpu": gpu, "plan": plan, "infra": infra}) from exc
+    if spend.expected_usd > 0 and not yes:
+        ask = f"${spend.usd_per_hour:.2f}/h for about {spend.expected_hours:.2f} h (${spend.expected_usd:.2f})"
         if not sys.stdin.isatty():
-            raise fail(f"launching costs ${preview.usd_per_hour:.2f}/h: pass --yes to approve", as_json)
-        if not typer.confirm(f"Launch at ${preview.usd_per_hour:.2f}/h?"):
+            raise fail(f"launching costs {ask}: pass --yes to approve", as_json)
+        if not typer.confirm(f"Launch at {ask}?"):
             raise typer.Exit(1)
     backend = _backend(infra, store, k8s, options)
 
@@ -87,15 +103,12 @@ def deploy(
         if not as_json:
             err_console.print(f"[dim]{message}[/]")
 
-    assert store is not None
-    store.save_deployment(preview.deployment)
     try:
         with contextlib.redirect_stdout(sys.stderr):  # SkyPilot prints to stdout; keep it for our output
-            ready = backend.launch(preview.deployment, progress)
+            ready = deploying.deploy(**guarded, time_scale=time_scale, twin_profile=twin_profile, progress=progress,
+                                     backend=backend)  # fmt: skip
     except (WorldtuneError, ValueError, RuntimeError, TimeoutError) as exc:
-        store.save_deployment(preview.deployment.model_copy(update={"state": "failed", "detail": str(exc)}))
         raise fail(f"launch failed: {exc}", as_json) from exc
-    store.save_deployment(ready)
     if as_json:
         emit_json(ready.model_dump(mode="json"))
     else:
@@ -104,11 +117,14 @@ def deploy(
 
 
 def _backend(infra: str, store: Any, k8s: Any, options: Any) -> Any:
-    if infra == "kubernetes":
+    from worldtune.tools.infra import Infra
+
+    kind = Infra.parse(infra).kind
+    if kind == "kubernetes":
         from worldtune.sky.kubernetes import KubernetesBackend
 
         return KubernetesBackend(store, k8s)
-    if infra == "local":
+    if kind == "local":
         from worldtune.tools.deploy import backend_for
 
         return backend_for(infra, store)

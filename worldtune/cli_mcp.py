@@ -94,7 +94,12 @@ def serve(
     import uvicorn
 
     server = build_server(
-        db, bearer_token=token, url=f"http://{host_for_url(host)}:{port}", cache_tools=True, tuner=tuner
+        db,
+        bearer_token=token,
+        url=f"http://{host_for_url(host)}:{port}",
+        cache_tools=True,
+        tuner=tuner,
+        origin="mcp-http",
     )
     app = server.streamable_http_app(
         transport_security=transport_security(host, allowed_hosts or [], allowed_origins or []), host=host

@@ -144,7 +144,8 @@ def register(app: typer.Typer) -> None:
             options = TuneOptions(
                 infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes, db_path=db,
                 parallel=parallel, mcp_url=mcp_url,
-                time_scale=time_scale or (LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0),
+                # `or` would read --time-scale 0 as unset (300): only a missing option takes the default
+                time_scale=(LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0) if time_scale is None else time_scale,
             )  # fmt: skip
             parsed = goal_for(goal, options)
         except GoalQuestion as exc:

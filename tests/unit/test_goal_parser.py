@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -138,3 +139,42 @@ def test_without_a_configured_model_questions_stay_questions(monkeypatch: pytest
     with pytest.raises(GoalQuestion):
         read_goal("latency under 150 s")
     assert read_goal("fastest").goal.objective == "min_latency"
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("日本語🎥", "日本語🎥"),  # was the default goal, and a full tuning run
+        ("cheapest per clip, p95 under 150 s, 日本語", "日本語"),
+        ("!!! ???", "Nothing in the goal could be read"),
+        ("cheapest, spot ok, no spot", "may spot capacity be used"),  # was: spot allowed
+        ("cheapest, spot only, on-demand only", "may spot capacity be used"),
+        ("cheapest, budget $100, budget $900", "the budget twice (100.0 and 900.0)"),  # was: $900
+        ("p95 under 150 s, p50 under 20 s, cheapest", "the latency bound twice"),  # was: only p50 kept
+        ("cheapest, budget $1e400", "'1e400' is not a number"),  # was: an unknown GPU 'E400'
+        ("cheapest, 121 frames, 189 frames", "the frame count twice"),
+        ("cheapest, guardrails on, no guardrails", "guardrails"),
+        ("at least 10 clips/hour, at least 20 clips/hour", "the throughput floor"),
+    ],
+)
+def test_what_cannot_be_read_becomes_a_question_never_a_default(text: str, asks: str) -> None:
+    with pytest.raises(GoalQuestion) as info:
+        parse_goal(text)
+    assert any(asks in q for q in info.value.questions), info.value.questions
+
+
+def test_a_constraint_repeated_with_the_same_value_is_not_a_contradiction() -> None:
+    goal = parse_goal("cheapest, budget $300, p95 under 150 s, budget $300").goal
+    assert goal.budget_usd == 300 and goal.latency_bound_s == 150
+
+
+def test_goal_questions_exit_2_on_the_command_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    worldtune = Path(sys.executable).parent / "worldtune"
+    for goal in ("日本語🎥", "cheapest, spot ok, no spot"):
+        out = subprocess.run([str(worldtune), "tune", goal, "--db", str(tmp_path / "wt.db"), "--json"],
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert json.loads(out.stdout)["questions"], out.stdout

@@ -82,7 +82,7 @@ def test_check_refuses_naming_field_value_and_limit(tmp_path: Path) -> None:
         check_spend(quote("deploy", "H200", "1gpu", infra="nebius", capacity="spot", hours=7.0), rails)
     with pytest.raises(InvalidInput, match=r"capacity='on-demand'.*allowed_capacities: spot"):
         check_spend(quote("deploy", "H200", "1gpu", infra="nebius", capacity="on-demand"), rails)
-    with pytest.raises(InvalidInput, match=r"run_usd=.*max_usd_per_run=40.*already spent 39"):
+    with pytest.raises(InvalidInput, match=r"run_usd=.*max_usd_per_run=40.*already committed 39"):
         check_spend(spot, rails, spent_usd=39.0)
     with pytest.raises(InvalidInput, match=r"hours=9.*max_hours_per_action"):
         check_spend(quote("deploy", "H200", "1gpu", infra="nebius", capacity="spot", hours=9.0), rails)
