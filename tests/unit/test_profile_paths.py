@@ -35,7 +35,8 @@ def planted(tmp_path: Path) -> dict[str, Path]:
         "broken.yaml": f"gpu: [H200\n  {SECRET}\n",  # not YAML: the parser's message quotes the line
         "scalar.yml": f'"{SECRET}"\n',
         "data.json": f'{{"token": "{SECRET}"}}\n',  # not a profile suffix
-        "typed.yaml": SHIPPED_H200.read_text().replace("link_gbps:", f"link_gbps: {SECRET} #"),
+        # the top-level field only (the profile's `basis:` mapping has a `link_gbps:` key of its own)
+        "typed.yaml": SHIPPED_H200.read_text().replace("\nlink_gbps:", f"\nlink_gbps: {SECRET} #", 1),
     }
     out = {}
     for name, text in files.items():
