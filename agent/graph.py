@@ -110,7 +110,7 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     decision = ws.decide(
         search, parallel=options.parallel, margin=options.margin, max_iterations=options.max_iterations
     )
-    keep = {a.key for a in decision.actions}
+    keep = {a.key for a in decision.actions if not a.redeploy}  # a retry gets a fresh deployment
     removed: dict[str, str] = {}
     for key, deployment_id in live.items():
         if key not in keep:
@@ -123,7 +123,8 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         update["events"] = [f"stop: {decision.stop_reason}"]
     else:
         for a in decision.actions:
-            _emit(runtime, "next", kind=a.kind, key=a.key, reason=a.reason, expected_usd=round(a.expected_usd, 2))
+            _emit(runtime, "next", kind=a.kind, key=a.key, reason=a.reason, expected_usd=round(a.expected_usd, 2),
+                  value=round(a.value, 5), requests=a.requests)  # fmt: skip
         update["events"] = [f"next: {a.kind} {a.key} ({a.reason})" for a in decision.actions]
     return update
 
@@ -152,27 +153,15 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
             "engine": options.engine,
             "capacity": cand.capacity,
             "model": goal.workload.model,
-            "twin_profile": options.twin_profile,
+            "twin_profile": None,
             "time_scale": options.time_scale if options.twin else None,
             "hours": options.hold_hours,
             "run_id": run_id,
             "confirm": True,
         }
         try:
-            try:
-                outcome = await asyncio.wait_for(
-                    tools.call("deploy", **arguments), timeout=None if math.isinf(cap_s) else cap_s / scale + 30
-                )
-            except ToolCallFailed as exc:
-                # The rehearsal's profile is for another GPU type: the twin of this one runs its shipped profile.
-                # (The agent never opens the file; the deploy tool says whom it is for.)
-                if not options.twin_profile or "twin_profile" not in str(exc):
-                    raise
-                _emit(runtime, "deploy", key=cand.key, note=f"twin profile not for {cand.gpu}: {exc}")
-                arguments["twin_profile"] = None
-                outcome = await asyncio.wait_for(
-                    tools.call("deploy", **arguments), timeout=None if math.isinf(cap_s) else cap_s / scale + 30
-                )
+            outcome = await _deploy(runtime, cand, arguments, options.twin_profiles(), None if math.isinf(cap_s)
+                                    else cap_s / scale + 30)  # fmt: skip
         except (ToolCallFailed, TimeoutError) as exc:
             spent_s = min(cap_s, (time.time() - started) * scale)
             return _failed(task, cand, f"deploy failed: {exc}", _bill(cand, spent_s))
@@ -197,7 +186,7 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
             args = {"steps": ws.PROBE_STEPS[0], "repeats": 1, "concurrency": [1], "probe_steps": list(ws.PROBE_STEPS)}
             args["warmup"] = 1
         else:
-            repeats = max(1, math.ceil(ws.FULL_REQUESTS / replicas))
+            repeats = max(1, math.ceil((action.requests or ws.full_requests(goal)) / replicas))
             args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
             args["warmup"] = 0
         # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
@@ -234,6 +223,8 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
             task, cand, "stopped: this action reached its share of the budget", _bill(cand, cap_s), removed=True
         )
     measurement = _measurement(cand, kind, bench_id, record)
+    if kind == "full" and (measurement.failed_requests or len(measurement.latencies_s) < measurement.requested):
+        measurement = measurement.model_copy(update={"engine_problem": await _engine_check(tools, deployment_id)})
     usd, gpu_hours = _bill(cand, charged_s)
     measurement = measurement.model_copy(update={"usd": usd, "gpu_hours": gpu_hours})
     _emit(
@@ -263,17 +254,23 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     for raw in fresh:
         m = ws.Measurement.model_validate({k: v for k, v in raw.items() if k in ws.Measurement.model_fields})
         if raw.get("failed"):
-            search = ws.record_failure(search, m.key, m.usd, m.gpu_hours)
+            search = ws.record_failure(search, m.key, m.usd, m.gpu_hours, str(raw.get("error") or "failed"))
             events.append(f"{m.key}: {raw.get('error')}")
             continue
+        rejected = len(search.rejected)
         search = ws.record(search, m, recalibrate=False)
+        if len(search.rejected) > rejected:
+            r = search.rejected[-1]
+            then = "retry on a fresh deployment" if m.key in search.retry else f"failed: {search.failures.get(m.key)}"
+            events.append(f"rejected {r.kind} {m.key} (benchmark {r.benchmark_id}): {r.reason}; {then}")
+            _emit(runtime, "rejected", key=m.key, reason=r.reason, then=then)
+            continue
         gpus.add(ws.hardware_key(m.key).split(":")[0])
     for gpu in sorted(gpus):
         search = ws.recalibrated(search, gpu)
-        p = search.beliefs[gpu]
+        post = search.posterior(gpu)
         note = (
-            f"recalibrated {gpu}: linear {p.linear_tflops:.0f} TFLOP/s, attention {p.attn_tflops:.0f}, "
-            f"link {p.link_gbps:.0f} GB/s, fixed {p.text_encode_s + p.vae_decode_s + p.mux_s:.1f} s"
+            f"posterior {gpu} ({post.observations} observations, model error {post.model_error:.2%}): {post.summary()}"
         )
         events.append(note)
         _emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))
@@ -297,6 +294,22 @@ async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 # ---- small pieces the nodes share ------------------------------------------------------------------
+async def _deploy(
+    runtime: Runtime[Context], cand: ws.Candidate, arguments: dict[str, Any], profiles: list[str], timeout: float | None
+) -> dict[str, Any]:
+    """Deploy with the rehearsal profile for this GPU type: each given file in turn until the deploy tool accepts
+    one (it refuses a profile for another GPU type; the agent never opens the files); none fits: the shipped one."""
+    tools = runtime.context.tools
+    for path in profiles:
+        try:
+            return dict(await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": path}), timeout))
+        except ToolCallFailed as exc:
+            if "twin_profile" not in str(exc):
+                raise
+            _emit(runtime, "deploy", key=cand.key, note=f"twin profile {path} not for {cand.gpu}: {exc}")
+    return dict(await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": None}), timeout))
+
+
 async def _teardown(runtime: Runtime[Context], deployment_id: str) -> None:
     try:
         await runtime.context.tools.call("teardown", deployment_id=deployment_id, confirm=True)
@@ -348,14 +361,44 @@ def _measurement(cand: ws.Candidate, kind: str, bench_id: str, record: dict[str,
             fixed_s=fit.get("fixed_s"),
             benchmark_id=bench_id,
         )
-    samples = record.get("samples") or []
+    samples = [s for s in record.get("samples") or [] if s.get("phase") == "full"]
     # The server's own time when it reports one (the stage time published figures use), else the client's.
     latencies = [
         float(s["server_time_s"] if s.get("server_time_s") is not None else s["latency_s"])
         for s in samples
-        if s.get("phase") == "full" and s.get("ok")
+        if s.get("ok")
     ]
-    return ws.Measurement(key=cand.key, kind="full", latencies_s=latencies, benchmark_id=bench_id)
+    config = record.get("config") or {}
+    # the benchmark sends `repeats` full requests per client at every concurrency level
+    requested = sum(int(c) * int(config.get("repeats") or 0) for c in config.get("concurrency") or [])
+    return ws.Measurement(
+        key=cand.key,
+        kind="full",
+        latencies_s=latencies,
+        benchmark_id=bench_id,
+        requested=max(requested, len(samples)),
+        failed_requests=sum(1 for s in samples if not s.get("ok")),
+        contaminated=sum(1 for s in samples if _waited_behind_others(s)),
+    )
+
+
+def _waited_behind_others(sample: dict[str, Any]) -> bool:
+    """An answer sent with nothing of ours ahead on its endpoint that still took over half a clip more than the
+    server's own time: it queued behind load that was not this benchmark's (another client on the deployment)."""
+    server, latency = sample.get("server_time_s"), sample.get("latency_s")
+    if not sample.get("ok") or server is None or latency is None or int(sample.get("queue_ahead") or 0) > 0:
+        return False
+    return float(latency) > 1.5 * float(server) + 1.0
+
+
+async def _engine_check(tools: Any, deployment_id: str) -> str:
+    """After a run with failed or missing answers: what the deployment says about itself ('' if it looks ready)."""
+    try:
+        current = await tools.call("get_deployment", deployment_id=deployment_id)
+    except ToolCallFailed as exc:
+        return f"deployment {deployment_id} unreadable: {exc}"
+    state = current.get("state")
+    return "" if state == "ready" else f"deployment {deployment_id} is {state}"
 
 
 def _busy_model_s(record: dict[str, Any]) -> float:

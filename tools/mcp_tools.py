@@ -782,7 +782,10 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         ],
         infra: InfraArg = "local",
         engine: Annotated[Literal["twin", "vllm-omni"], Field(description="twin (rehearsal) or vllm-omni")] = "twin",
-        twin_profile: Annotated[str | None, Field(description="twin only: profile YAML the twin runs with")] = None,
+        twin_profile: Annotated[
+            str | list[str] | None,
+            Field(description="twin only: profile YAML files or folders the twin runs with, one per GPU type"),
+        ] = None,
         time_scale: Annotated[
             float, Field(gt=0, le=100000, description="twin only: divide its sleeps by this")
         ] = 300.0,
