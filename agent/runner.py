@@ -335,6 +335,7 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
         update={
             "beliefs": {g: Profile.model_validate(p) for g, p in (state.get("initial_beliefs") or {}).items()}
             or search.beliefs,
+            "posteriors": {},
             "measurements": [],
         }
     )

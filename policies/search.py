@@ -169,7 +169,8 @@ class SearchState(BaseModel):
         return self.priors.get(gpu) or self.beliefs[gpu]
 
     def posterior(self, gpu: str) -> belief.Posterior:
-        return self.posteriors.get(gpu) or belief.prior_posterior(self.prior(gpu))
+        """The fitted posterior, else the prior around the current belief (a caller may swap `beliefs` for a truth)."""
+        return self.posteriors.get(gpu) or belief.prior_posterior(self.beliefs[gpu])
 
 
 # ---- candidates ------------------------------------------------------------------------------------
@@ -256,7 +257,7 @@ def assess(state: SearchState) -> list[Assessed]:
     cache: dict[tuple[str, str], belief.Predictive] = {}
     out: list[Assessed] = []
     for offer in state.offers:
-        post, prior = state.posterior(offer.gpu), state.prior(offer.gpu)
+        post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
         cov = np.asarray(post.cov)
         for plan in _plans_for(state, offer.gpu, offer.gpu_count):
             key = candidate_key(offer, str(plan))
@@ -282,7 +283,7 @@ def candidate_for(state: SearchState, key: str) -> Candidate:
     offer = next((o for o in state.offers if o.id == offer_id), None)
     if offer is None or plan_text not in {str(p) for p in _plans_for(state, offer.gpu, offer.gpu_count)}:
         raise KeyError(f"unknown candidate {key}")
-    post, prior = state.posterior(offer.gpu), state.prior(offer.gpu)
+    post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
     pred = belief.predictive(post, prior, state.goal.workload, Plan.parse(plan_text))
     sigma = pred.sd(np.asarray(post.cov), post.model_error)
     return _candidate(state.goal, offer, pred.prediction, state.beliefs[offer.gpu], sigma, key)
