@@ -183,7 +183,8 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     if found is None:
         replicas = Plan.parse(cand.plan).replicas
         if kind == "probe":
-            args = {"steps": ws.PROBE_STEPS[0], "repeats": 1, "concurrency": [1], "probe_steps": list(ws.PROBE_STEPS)}
+            args = {"steps": ws.PROBE_STEPS[0], "repeats": ws.PROBE_REPEATS, "concurrency": [1],
+                    "probe_steps": list(ws.PROBE_STEPS)}  # fmt: skip
             args["warmup"] = 1
         else:
             repeats = max(1, math.ceil((action.requests or ws.full_requests(goal)) / replicas))
@@ -360,6 +361,7 @@ def _measurement(cand: ws.Candidate, kind: str, bench_id: str, record: dict[str,
             per_step_s=fit.get("per_step_s"),
             fixed_s=fit.get("fixed_s"),
             benchmark_id=bench_id,
+            repeats=max(1, int((record.get("config") or {}).get("repeats") or 1)),
         )
     samples = [s for s in record.get("samples") or [] if s.get("phase") == "full"]
     # The server's own time when it reports one (the stage time published figures use), else the client's.

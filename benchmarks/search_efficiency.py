@@ -135,11 +135,15 @@ class Twin:
         return latencies, sum(max(r) for r in rounds)
 
 
+def truth_candidates(scenario: Scenario, goal: Goal) -> list[ws.Candidate]:
+    """Every candidate as it truly is under the scenario's truth."""
+    state = ws.initial_state(goal, scenario.offers)
+    return ws.candidates(state.model_copy(update={"beliefs": dict(scenario.truth), "posteriors": {}}))
+
+
 def truth_table(scenario: Scenario, goal: Goal) -> dict[str, tuple[float, bool]]:
     """Every candidate's true objective and feasibility under the scenario's truth."""
-    state = ws.initial_state(goal, scenario.offers)
-    truth_state = state.model_copy(update={"beliefs": dict(scenario.truth), "posteriors": {}})
-    return {c.key: (ws.objective_value(goal, c), c.feasible) for c in ws.candidates(truth_state)}
+    return {c.key: (ws.objective_value(goal, c), c.feasible) for c in truth_candidates(scenario, goal)}
 
 
 @dataclass
@@ -190,10 +194,11 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             cand = cands[action.key]
             seconds = twin.deploy_seconds(cand) if action.key not in state.deployed else 0.0
             if action.kind == "probe":
-                points = [(s, twin.latency(cand, s)) for s in ws.PROBE_STEPS]
+                points = [(s, twin.latency(cand, s)) for s in ws.PROBE_STEPS for _ in range(ws.PROBE_REPEATS)]
                 seconds += sum(lat for _, lat in points)
                 slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
-                m = ws.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept))
+                m = ws.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
+                                   repeats=ws.PROBE_REPEATS)  # fmt: skip
             else:
                 n = action.requests or ws.full_requests(goal)
                 latencies, wall = twin.full_latencies(cand, n)

@@ -44,11 +44,19 @@ def draws(state: ws.SearchState, assessed: list[ws.Assessed], n: int = DRAWS) ->
     """Posterior draws of every candidate's objective and feasibility (seeded by the state: reproducible)."""
     goal = state.goal
     rng = np.random.default_rng(1000 + state.iterations)
-    shifts: dict[str, np.ndarray] = {}
-    for gpu in {a.cand.gpu for a in assessed}:
-        cov = np.asarray(state.posterior(gpu).cov)
-        w, v = np.linalg.eigh((cov + cov.T) / 2)
-        shifts[gpu] = (v * np.sqrt(np.clip(w, 0.0, None))) @ rng.standard_normal((len(w), n))
+    # per GPU type: which mode each draw comes from, and each mode's parameter shifts (its Laplace Gaussian)
+    picks: dict[str, np.ndarray] = {}
+    shifts: dict[str, list[np.ndarray]] = {}
+    for gpu in sorted({a.cand.gpu for a in assessed}):
+        post = state.posterior(gpu)
+        modes = post.modes()
+        weights = np.asarray([m.weight for m in modes])
+        picks[gpu] = rng.choice(len(modes), size=n, p=weights / weights.sum())
+        shifts[gpu] = []
+        for m in modes:
+            cov = np.asarray(m.cov)
+            w, v = np.linalg.eigh((cov + cov.T) / 2)
+            shifts[gpu].append((v * np.sqrt(np.clip(w, 0.0, None))) @ rng.standard_normal((len(w), n)))
     own: dict[str, np.ndarray] = {}  # one error per hardware key: the same plan on another offer is the same plan
     c = len(assessed)
     d_lat, d_svc = np.zeros((c, n)), np.zeros((c, n))
@@ -57,8 +65,16 @@ def draws(state: ws.SearchState, assessed: list[ws.Assessed], n: int = DRAWS) ->
         if hw not in own:
             own[hw] = rng.standard_normal(n)
         eps = a.own_sigma * own[hw] if a.cand.stage != "measured" else np.zeros(n)
-        d_lat[i] = np.asarray(a.grad_latency) @ shifts[a.cand.gpu] + eps
-        d_svc[i] = np.asarray(a.grad_service) @ shifts[a.cand.gpu] + eps
+        gpu = a.cand.gpu
+        layers = [(0.0, 0.0, a.grad_latency, a.grad_service)]
+        layers += [(s.d_latency, s.d_service, s.grad_latency, s.grad_service) for s in a.modes]
+        for k, (off_l, off_s, g_l, g_s) in enumerate(layers):
+            mask = picks[gpu] == k
+            if mask.any():
+                d_lat[i, mask] = off_l + (np.asarray(g_l) @ shifts[gpu][k])[mask]
+                d_svc[i, mask] = off_s + (np.asarray(g_s) @ shifts[gpu][k])[mask]
+        d_lat[i] += eps
+        d_svc[i] += eps
     lat_q = np.asarray([a.cand.latency_q_s for a in assessed])[:, None] * np.exp(d_lat)
     cph = np.asarray([a.cand.clips_per_hour_per_node for a in assessed])[:, None] * np.exp(-d_svc)
     usd = np.asarray([a.cand.usd_per_clip for a in assessed])[:, None] * np.exp(d_svc)
@@ -98,7 +114,7 @@ def nearest_options(state: ws.SearchState, d: Draws, top: int = 3) -> list[ws.Ne
 
 def _values(d: Draws, goal: Goal, reference: np.ndarray, open_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Expected improvement of each candidate over `reference` (per draw), and the value of measuring it."""
-    scale = max(float(np.median(np.abs(reference))), 1e-9)
+    scale = max(float(np.median(np.abs(reference))), float(np.median(np.abs(d.objective[open_]))), 1e-9)
     gain = np.where(d.feasible, np.maximum(reference[None, :] - d.objective, 0.0), 0.0) / scale
     ei = np.where(open_, gain.mean(axis=1), 0.0)
     live = np.flatnonzero(ei > 0)
@@ -151,9 +167,10 @@ def decide(state: ws.SearchState, parallel: int = 1, margin: float = 0.03, max_i
             )  # fmt: skip
         reference = np.full(d.objective.shape[1], threshold)
     else:
+        # nothing verified yet: what counts is being feasible, and cheap; measured against the dearest candidate
         p_beaten = None
-        worst = np.where(d.feasible, d.objective, -np.inf).max(axis=0)
-        reference = np.where(np.isfinite(worst), worst, 0.0)
+        means = np.asarray([ws.objective_value(goal, c) for c in ranked])
+        reference = np.full(d.objective.shape[1], float(np.max(means[np.isfinite(means)])))
     ei, value = _values(d, goal, reference, open_)
     return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any)
 
@@ -177,7 +194,9 @@ def _choose(
     pool = [i for i in range(len(cands)) if open_[i] and (best is not None or cands[i].key in ready)]
     top = max(pool, key=lambda i: p_best[i], default=None)
     best_share = p_best[[i for i, c in enumerate(cands) if best and c.key == best.key]].sum() if best else 0.0
-    if top is not None and cands[top].key in ready and p_best[top] > 0 and p_best[top] >= best_share:
+    # a full run costs many probes: before anything is verified, only for a candidate that is probably feasible
+    likely = top is not None and (best is not None or float(d.feasible[top].mean()) >= 0.5)
+    if top is not None and likely and cands[top].key in ready and p_best[top] > 0 and p_best[top] >= best_share:
         order.append((1e300, top, "likeliest optimum"))
     requests = ws.full_requests(goal)
     for i, c in enumerate(cands):

@@ -1,8 +1,9 @@
 """The search's belief: a posterior over the performance model's parameters, per GPU type.
 
 Each learnable Profile field is a coordinate: log(value), or log(1 - value) for a share hidden behind
-compute (what is learnt is the exposed share). The prior is Gaussian in those coordinates, centred on
-the profile's value with one-sigma `Profile.uncertainty(name)`; the bounds are physical (no rate above
+compute (what is learnt is the exposed share). The prior is centred on the profile's value with scale
+`Profile.uncertainty(name)` in those coordinates (Student-t tails, so data can overrule a wrong profile;
+the Laplace covariance at the MAP is Gaussian); the bounds are physical (no rate above
 the GPU's datasheet peak, no bus bandwidth above its links, fractions in [0, 1]). Measurements are
 log-normal around what `perf_model.predict` gives for the measured plan. The MAP comes from
 scipy.optimize.least_squares with those bounds, the covariance from the Gauss-Newton (Laplace)
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -26,11 +27,19 @@ from pydantic import BaseModel, Field
 from worldtune.policies import perf_model
 from worldtune.tools.gpus import GpuSpec, get_gpu
 from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
+from worldtune.tools.profile import DEFAULT_SIGMA, Profile
 from worldtune.tools.workload import Workload
 
 Transform = Literal["log", "log1m"]
 MODEL_ERROR = 0.01  # relative error of the model's form itself, per plan (what no parameter can explain)
+MODE_DISTANCE = 1.0  # two local MAPs closer than this (prior sigmas, every coordinate) are one mode
+MODE_MIN_WEIGHT = 0.001  # an explanation under 0.1% of the MAP's weight is dropped
+RESTART_SPAN = 4.0  # a restart searches one coordinate over +-4 in log space (x0.02 .. x55) within its bounds
+RESTARTS = 3
+RESTART_GRID = 25
+RESTART_PAIR_GRID = 7
+RESTART_MIN_MOVE = 1.5  # prior sigmas a one-coordinate explanation must move to count as a distinct hypothesis
+PRIOR_DOF = 3.0  # the prior's tails: Student-t in log space, not Gaussian
 MODEL_ERROR_WEIGHT = 3.0  # observations' worth of confidence in MODEL_ERROR as the prior of the model's error
 MODEL_ERROR_FLOOR = 0.002
 FD_STEP = 1e-3  # finite-difference step in log coordinates
@@ -98,6 +107,15 @@ def _from_x(x: float, transform: Transform) -> float:
     return math.exp(x) if transform == "log" else 1.0 - math.exp(x)
 
 
+class Mode(BaseModel):
+    """One explanation of the data: a local MAP, its Laplace covariance and its posterior weight."""
+
+    mean: list[float]
+    cov: list[list[float]]
+    cost: float = 0.0
+    weight: float = 1.0
+
+
 class Posterior(BaseModel):
     """The belief about one GPU type: MAP and covariance in the learnable coordinates (JSON-serialisable)."""
 
@@ -115,6 +133,18 @@ class Posterior(BaseModel):
         default=MODEL_ERROR, description="relative error of the model's form per plan, estimated from the residuals"
     )
     cost: float = Field(default=0.0, description="least-squares cost at the MAP (0.5 x sum of squared residuals)")
+    weight: float = Field(default=1.0, description="posterior weight of the MAP's mode")
+    alternatives: list[Mode] = Field(
+        default_factory=list, description="other explanations of the same data still worth keeping, with weights"
+    )
+
+    def modes(self) -> list[Mode]:
+        """Every mode, the MAP's first, weights summing to one."""
+        return [Mode(mean=self.mean, cov=self.cov, cost=self.cost, weight=self.weight), *self.alternatives]
+
+    def at(self, mode: Mode) -> Posterior:
+        """This posterior centred on one of its modes (for that mode's predictions)."""
+        return self.model_copy(update={"mean": mode.mean, "cov": mode.cov, "alternatives": [], "weight": 1.0})
 
     def sd(self) -> np.ndarray:
         return np.sqrt(np.diag(np.asarray(self.cov)))
@@ -155,7 +185,7 @@ def prior_posterior(prior: Profile) -> Posterior:
         names.append(p.name)
         transforms.append(p.transform)
         mean.append(x0)
-        sd.append(prior.uncertainty(p.name))
+        sd.append(_prior_sigma(prior, p.name))
         lower.append(lo)
         upper.append(hi)
     return Posterior(
@@ -169,6 +199,15 @@ def prior_posterior(prior: Profile) -> Posterior:
         mean=list(mean),
         cov=np.diag(np.square(sd)).tolist(),
     )
+
+
+def _prior_sigma(prior: Profile, name: str) -> float:
+    """Profile.uncertainty, except that a collective bandwidth the profile leaves unset (it follows link_gbps)
+    was never fitted on its own: its own deviation from the link is as uncertain as an assumption."""
+    collective = name in ("a2a_gbps", "allreduce_gbps", "allgather_gbps")
+    if collective and getattr(prior, name) is None and name not in prior.basis:
+        return max(prior.uncertainty(name), DEFAULT_SIGMA["assumed"])
+    return prior.uncertainty(name)
 
 
 class Observation(BaseModel):
@@ -204,13 +243,21 @@ def _residuals(
 ) -> np.ndarray:
     sigma = np.sqrt(np.square([o.rel_sigma for o in obs]) + model_error**2)
     data = _log_errors(post, prior, obs, x) / sigma
-    return np.concatenate([data, (x - np.asarray(post.prior_mean)) / np.asarray(post.prior_sd)])
+    return np.concatenate([data, _prior_residuals(post, x)])
+
+
+def _prior_residuals(post: Posterior, x: np.ndarray) -> np.ndarray:
+    """Student-t prior rows (PRIOR_DOF degrees of freedom, scale = the prior sigma) written as residuals:
+    r^2 = nu log(1 + z^2 / nu), so r ~ z near the prior and a far move costs only logarithmically. A profile
+    can be wrong by far more than its sigma (a slow node's all-to-all): the data must be able to say so."""
+    z = (x - np.asarray(post.prior_mean)) / np.asarray(post.prior_sd)
+    out: np.ndarray = np.sign(z) * np.sqrt(PRIOR_DOF * np.log1p(z**2 / PRIOR_DOF))
+    return out
 
 
 def fit(prior: Profile, obs: list[Observation], start: Posterior | None = None) -> Posterior:
-    """MAP (bounded least squares on log coordinates) and Laplace covariance of one GPU type's parameters."""
-    from scipy.optimize import least_squares
-
+    """MAP (bounded least squares on log coordinates) and Laplace covariance of one GPU type's parameters,
+    plus the other explanations of the same data worth keeping (modes, weighted by their Laplace evidence)."""
     base = prior_posterior(prior)
     if not obs:
         return base
@@ -218,26 +265,109 @@ def fit(prior: Profile, obs: list[Observation], start: Posterior | None = None) 
     x0 = np.asarray(start.mean if start is not None and start.names == base.names else base.mean)
     x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
     model_error = start.model_error if start is not None else MODEL_ERROR
-    for _ in range(2):  # MAP at the current model-error estimate, then the estimate from its residuals, once more
-        result = least_squares(
-            lambda x, e=model_error: _residuals(base, prior, obs, x, e),
-            x0,
-            bounds=(lower, upper),
-            x_scale=np.asarray(base.prior_sd),
-        )
-        x0 = result.x
-        model_error = _model_error(_log_errors(base, prior, obs, result.x), obs)
-    jac = np.asarray(result.jac)
-    cov = np.linalg.pinv(jac.T @ jac, hermitian=True)  # Gauss-Newton / Laplace; the prior rows keep it full rank
+    found = [_solve(base, prior, obs, x0, model_error)]
+    # A local fit can explain a far-off mechanism by small moves of many others (the gradient of a fast link's
+    # share is tiny at the prior), and one measurement can often be explained in more than one way: fit again
+    # from starts where one relevant coordinate alone explains the data, and keep every distinct mode.
+    starts = _restarts(base, prior, obs, found[0], model_error)
+    if start is not None and start.names == base.names:  # explanations the last fit kept stay in the running
+        starts += [np.clip(np.asarray(m.mean), lower + 1e-9, upper - 1e-9) for m in start.alternatives]
+    for xs in starts:
+        found.append(_solve(base, prior, obs, xs, model_error))
+    main = min(found, key=lambda r: r.cost)
+    model_error = _model_error(_log_errors(base, prior, obs, main.x), obs)
+    modes = _modes(base, prior, obs, found, model_error)
+    best = modes[0]
+    alternatives = [m for m in modes[1:] if m.weight >= MODE_MIN_WEIGHT * best.weight]
+    total = best.weight + sum(m.weight for m in alternatives)
     return base.model_copy(
         update={
-            "mean": result.x.tolist(),
-            "cov": cov.tolist(),
+            "mean": best.mean,
+            "cov": best.cov,
             "observations": len(obs),
-            "cost": float(result.cost),
+            "cost": best.cost,
             "model_error": model_error,
+            "weight": best.weight / total,
+            "alternatives": [m.model_copy(update={"weight": m.weight / total}) for m in alternatives],
         }
     )
+
+
+def _solve(base: Posterior, prior: Profile, obs: list[Observation], x: np.ndarray, e: float) -> Any:
+    from scipy.optimize import least_squares
+
+    lower, upper = np.asarray(base.lower), np.asarray(base.upper)
+    return least_squares(
+        lambda v: _residuals(base, prior, obs, v, e), x, bounds=(lower, upper), x_scale=np.asarray(base.prior_sd)
+    )
+
+
+def _modes(base: Posterior, prior: Profile, obs: list[Observation], found: list[Any], e: float) -> list[Mode]:
+    """Distinct local MAPs refitted at the model error e, best first, each weighted by its Laplace evidence
+    exp(-cost) sqrt(det cov) (unnormalised; the caller normalises)."""
+    sd = np.asarray(base.prior_sd)
+    modes: list[Mode] = []
+    for r in sorted(found, key=lambda r: r.cost):
+        if any(np.max(np.abs(r.x - np.asarray(m.mean)) / sd) < MODE_DISTANCE for m in modes):
+            continue
+        r = _solve(base, prior, obs, r.x, e)
+        if any(np.max(np.abs(r.x - np.asarray(m.mean)) / sd) < MODE_DISTANCE for m in modes):
+            continue
+        jac = np.asarray(r.jac)
+        cov = np.linalg.pinv(jac.T @ jac, hermitian=True)  # Gauss-Newton / Laplace; prior rows keep it full rank
+        _, logdet = np.linalg.slogdet(cov)
+        modes.append(Mode(mean=r.x.tolist(), cov=cov.tolist(), cost=float(r.cost), weight=-float(r.cost) + logdet / 2))
+    top = max(m.weight for m in modes)
+    modes = [m.model_copy(update={"weight": math.exp(m.weight - top)}) for m in modes]
+    return sorted(modes, key=lambda m: -m.weight)
+
+
+def _restarts(base: Posterior, prior: Profile, obs: list[Observation], result: Any, model_error: float) -> list[Any]:
+    """Starts for refits, one per hypothesis: from the prior, each coordinate the data depend on alone fitted over
+    a wide range (a grid, then a bounded scalar search), and each pair of the coordinates that had to move far
+    (a coarse 2-D grid: a mechanism hidden behind a max(), like ring passing under attention, only shows once a
+    second one moves with it). The best RESTARTS one-coordinate and RESTARTS pair starts are returned."""
+    from scipy.optimize import minimize_scalar
+
+    lower, upper = np.asarray(base.lower), np.asarray(base.upper)
+    mean, sd = np.asarray(base.mean, dtype=float), np.asarray(base.prior_sd)
+    relevant = [int(i) for i in np.flatnonzero(np.abs(np.asarray(result.jac)[: len(obs)]).max(axis=0) > 1e-9)]
+
+    def cost(x: np.ndarray) -> float:
+        return 0.5 * float(np.sum(_residuals(base, prior, obs, x, model_error) ** 2))
+
+    def span(i: int) -> tuple[float, float]:
+        return max(lower[i] + 1e-9, mean[i] - RESTART_SPAN), min(upper[i] - 1e-9, mean[i] + RESTART_SPAN)
+
+    singles: list[tuple[float, np.ndarray]] = []
+    far: list[int] = []
+    for i in relevant:
+        x = mean.copy()
+
+        def along(v: float, i: int = i, x: np.ndarray = x) -> float:
+            x[i] = v
+            return cost(x)
+
+        grid = np.linspace(*span(i), RESTART_GRID)  # the cost along one coordinate need not be convex: grid first
+        k = int(np.argmin([along(float(v)) for v in grid]))
+        near = (float(grid[max(k - 1, 0)]), float(grid[min(k + 1, len(grid) - 1)]))
+        best = minimize_scalar(along, bounds=near, method="bounded", options={"xatol": 1e-3})
+        start = mean.copy()
+        start[i] = min(max(float(best.x), lower[i] + 1e-9), upper[i] - 1e-9)
+        singles.append((float(best.fun), start))
+        if abs(start[i] - mean[i]) >= RESTART_MIN_MOVE * sd[i]:
+            far.append(i)
+    pairs: list[tuple[float, np.ndarray]] = []
+    for a, fi in enumerate(far):
+        for fj in far[a + 1 :]:
+            for vi in np.linspace(*span(fi), RESTART_PAIR_GRID):
+                for vj in np.linspace(*span(fj), RESTART_PAIR_GRID):
+                    x = mean.copy()
+                    x[fi], x[fj] = vi, vj
+                    pairs.append((cost(x), x))
+    singles.sort(key=lambda t: t[0])
+    pairs.sort(key=lambda t: t[0])
+    return [x for _, x in singles[:RESTARTS]] + [x for _, x in pairs[:RESTARTS]]
 
 
 def _model_error(errors: np.ndarray, obs: list[Observation]) -> float:

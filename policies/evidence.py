@@ -109,8 +109,9 @@ def observations(state: ws.SearchState, gpu: str) -> list[belief.Observation]:
             # the two-point fit's noise: the per-request noise over the step difference, and the intercept's
             span = ws.PROBE_STEPS[-1] - ws.PROBE_STEPS[0]
             hi = m.fixed_s + ws.PROBE_STEPS[-1] * m.per_step_s
-            step_sd = max(math.sqrt(2) * prior.noise_cv * hi / (span * m.per_step_s), 0.001)
-            fixed_sd = max(math.sqrt(5) * prior.noise_cv * hi / m.fixed_s, 0.001)
+            root = math.sqrt(m.repeats)
+            step_sd = max(math.sqrt(2) * prior.noise_cv * hi / (span * m.per_step_s) / root, 0.0005)
+            fixed_sd = max(math.sqrt(5) * prior.noise_cv * hi / m.fixed_s / root, 0.0005)
             out.append(belief.Observation(plan=plan, workload=wl, quantity="per_step", value=m.per_step_s,
                                           rel_sigma=step_sd, label=f"probe {m.key}"))  # fmt: skip
             out.append(belief.Observation(plan=plan, workload=wl, quantity="fixed", value=m.fixed_s,

@@ -37,6 +37,7 @@ from worldtune.tools.workload import Workload
 ActionKind = Literal["probe", "full"]
 StopKind = Literal["converged", "budget", "iteration_cap", "infeasible", "declined"]
 PROBE_STEPS: tuple[int, ...] = (4, 8)  # two short step counts fix latency = fixed + steps x per_step
+PROBE_REPEATS = 4  # requests per probe step count: a probe's cost is mostly the deployment, its precision is not
 FULL_REQUESTS = 5  # the fewest full requests a run takes when the claim's count does not fit the budget
 STOP_LEVEL = 0.05  # converged / infeasible below this posterior probability
 CONFIDENCE = stats.TOLERANCE_CONFIDENCE
@@ -90,6 +91,7 @@ class Measurement(BaseModel):
     benchmark_id: str = ""
     predicted_before: float | None = Field(default=None, description="what the belief predicted for this measure")
     requested: int = Field(default=0, description="full requests asked for (0: not known)")
+    repeats: int = Field(default=1, ge=1, description="probes: requests per step count")
     failed_requests: int = 0
     contaminated: int = Field(default=0, description="answers that waited behind load that was not ours")
     engine_problem: str = Field(default="", description="what the deployment check found wrong, if anything")
@@ -239,41 +241,69 @@ def _z(percentile: int) -> float:
     return float(norm.ppf(percentile / 100.0))
 
 
-class Assessed(BaseModel):
-    """A candidate with what the posterior draws need: its sensitivities and its own (model) error."""
+class ModeShift(BaseModel):
+    """How one of the posterior's other explanations moves a candidate: offsets from the MAP's prediction
+    (log latency, log service time) and the sensitivities at that mode."""
 
-    model_config = {"arbitrary_types_allowed": True}
+    d_latency: float
+    d_service: float
+    grad_latency: list[float]
+    grad_service: list[float]
+
+
+class Assessed(BaseModel):
+    """A candidate with what the posterior draws need: its sensitivities, other modes and its own (model) error."""
 
     cand: Candidate
     grad_latency: list[float]
     grad_service: list[float]
     own_sigma: float = Field(description="independent relative error of this plan's prediction")
+    modes: list[ModeShift] = Field(default_factory=list, description="per alternative mode of the GPU's posterior")
+
+
+def _mixture_sd(post: belief.Posterior, preds: list[belief.Predictive]) -> float:
+    """Relative sd of a plan's latency over every mode: within-mode variance plus the spread of the modes' means."""
+    modes = post.modes()
+    means = np.asarray([p.log_latency for p in preds])
+    variances = np.asarray([p.sd(np.asarray(m.cov), post.model_error) ** 2 for p, m in zip(preds, modes, strict=True)])
+    w = np.asarray([m.weight for m in modes])
+    mean = float(w @ means)
+    return math.sqrt(max(float(w @ (variances + (means - mean) ** 2)), 0.0))
 
 
 def assess(state: SearchState) -> list[Assessed]:
     """Every candidate under the posterior, best first (feasible ones first), with its sensitivities."""
     goal = state.goal
     measured = _by_key(state)
-    cache: dict[tuple[str, str], belief.Predictive] = {}
+    cache: dict[tuple[str, str], list[belief.Predictive]] = {}
     out: list[Assessed] = []
     for offer in state.offers:
         post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
-        cov = np.asarray(post.cov)
         for plan in _plans_for(state, offer.gpu, offer.gpu_count):
             key = candidate_key(offer, str(plan))
-            pred = cache.get((offer.gpu, str(plan)))
-            if pred is None:
-                pred = cache[(offer.gpu, str(plan))] = belief.predictive(post, prior, goal.workload, plan)
-            model_error = post.model_error
-            cand = _candidate(goal, offer, pred.prediction, state.beliefs[offer.gpu], pred.sd(cov, model_error), key)
-            found = measured.get(hardware_key(key), [])
-            cand = _with_measurements(goal, cand, found, state.beliefs[offer.gpu])
+            preds = cache.get((offer.gpu, str(plan)))
+            if preds is None:
+                preds = [belief.predictive(post.at(m), prior, goal.workload, plan) for m in post.modes()]
+                cache[(offer.gpu, str(plan))] = preds
+            main = preds[0]
+            cand = _candidate(goal, offer, main.prediction, prior, _mixture_sd(post, preds), key)
+            cand = _with_measurements(goal, cand, measured.get(hardware_key(key), []), prior)
             if cand.stage == "predicted":
-                out.append(Assessed(cand=cand, grad_latency=pred.grad_latency.tolist(),
-                                    grad_service=pred.grad_service.tolist(), own_sigma=model_error))  # fmt: skip
+                shifts = [
+                    ModeShift(d_latency=p.log_latency - main.log_latency, d_service=p.log_service - main.log_service,
+                              grad_latency=p.grad_latency.tolist(), grad_service=p.grad_service.tolist())
+                    for p in preds[1:]
+                ]  # fmt: skip
+                out.append(Assessed(cand=cand, grad_latency=main.grad_latency.tolist(),
+                                    grad_service=main.grad_service.tolist(), own_sigma=post.model_error,
+                                    modes=shifts))  # fmt: skip
             else:  # its own measurement pins it: no parameter moves it any more
                 zero = [0.0] * len(post.names)
-                out.append(Assessed(cand=cand, grad_latency=zero, grad_service=zero, own_sigma=cand.sigma))
+                pinned = [ModeShift(d_latency=0.0, d_service=0.0, grad_latency=zero, grad_service=zero)] * (
+                    len(preds) - 1
+                )
+                out.append(Assessed(cand=cand, grad_latency=zero, grad_service=zero, own_sigma=cand.sigma,
+                                    modes=pinned))  # fmt: skip
     return sorted(out, key=lambda a: (not a.cand.feasible, objective_value(goal, a.cand), a.cand.key))
 
 
@@ -397,8 +427,8 @@ def probe_sigma(goal: Goal, m: Measurement, profile: Profile) -> float:
     w_lo = w_hi - 1.0
     at = [m.fixed_s + s * m.per_step_s for s in (lo, hi)]
     latency = m.fixed_s + steps * m.per_step_s
-    sd = profile.noise_cv * math.hypot(w_lo * at[0], w_hi * at[1])
-    return max(sd / max(latency, 1e-9), 0.001)
+    sd = profile.noise_cv * math.hypot(w_lo * at[0], w_hi * at[1]) / math.sqrt(m.repeats)
+    return max(sd / max(latency, 1e-9), 0.0005)
 
 
 def objective_value(goal: Goal, cand: Candidate) -> float:
@@ -445,9 +475,9 @@ def full_requests(goal: Goal) -> int:
     return max(FULL_REQUESTS, stats.samples_needed(goal.latency_percentile / 100.0))
 
 
-def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS) -> float:
-    """Model-seconds the probes take: one request per short step count, after a deployment is ready."""
-    return sum(cand.fixed_s + s * cand.per_step_s for s in steps)
+def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS, repeats: int = PROBE_REPEATS) -> float:
+    """Model-seconds the probes take: `repeats` requests per short step count, after a deployment is ready."""
+    return repeats * sum(cand.fixed_s + s * cand.per_step_s for s in steps)
 
 
 def full_seconds(cand: Candidate, requests: int = FULL_REQUESTS) -> float:

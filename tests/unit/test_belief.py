@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from worldtune.policies import belief
 from worldtune.policies import search as ws
@@ -41,17 +40,13 @@ def _value(post: belief.Posterior, name: str) -> float:
     return belief._from_x(post.mean[i], post.transforms[i])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known weakness: with a2a's prior sigma 0.15 and the empirical model error, the local least-squares fit "
-    "absorbs a slow all-to-all in the model-error term instead of moving a2a_gbps (needs multi-start or wider priors)",
-)
 def test_posterior_moves_the_mechanism_the_plan_exercises_and_not_the_others() -> None:
     prior = shipped_profile("H200")
-    truth = prior.with_changes(a2a_gbps=200.0)  # all-to-all slow; all-reduce and all-gather as believed
-    # u8 alone could be slow compute or a slow all-to-all; the single-GPU probe tells the two apart
-    post = belief.fit(prior, _probe_obs("1gpu", truth) + _probe_obs("u8", truth))
-    assert _value(post, "a2a_gbps") < 0.75 * prior.bandwidth("a2a") / 1e9  # Ulysses exercised a2a: it moved
+    truth = prior.with_changes(a2a_gbps=60.0)  # all-to-all slow; all-reduce and all-gather as believed
+    # u8 alone could be slow compute, small work running less efficiently, or a slow all-to-all: 1gpu pins the
+    # rates, and u2 vs u8 scale differently with the work per GPU (a2a volume vs the half-rate curve)
+    post = belief.fit(prior, _probe_obs("1gpu", truth) + _probe_obs("u2", truth) + _probe_obs("u8", truth))
+    assert _value(post, "a2a_gbps") < 0.5 * prior.bandwidth("a2a") / 1e9  # Ulysses exercised a2a: it moved
     assert abs(math.log(_value(post, "attn_tflops") / prior.attn_tflops)) < 0.02  # compute was pinned by 1gpu
     assert abs(math.log(_value(post, "allreduce_gbps") / (prior.bandwidth("allreduce") / 1e9))) < 0.05
     sd = post.sd()
