@@ -271,7 +271,9 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         search = ws.recalibrated(search, gpu)
         post = search.posterior(gpu)
         note = (
-            f"posterior {gpu} ({post.observations} observations, model error {post.model_error:.2%}): {post.summary()}"
+            f"recalibrated {gpu}: posterior from {post.observations} observations (model error "
+            f"{post.model_error:.2%}, {len(post.alternatives) + 1} explanation(s), the MAP's weight "
+            f"{post.weight:.0%}): {post.summary()}"
         )
         events.append(note)
         _emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))

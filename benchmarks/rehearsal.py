@@ -89,6 +89,7 @@ def truths(count: int, seed: int = 7) -> list[tuple[se.Scenario, Goal]]:
 def run(count: int, seeds: int, strategies: list[str]) -> dict[str, Any]:
     started = time.time()
     rows: list[dict[str, Any]] = []
+    partial = RESULTS.with_name("rehearsal.partial.json")  # rows so far, so a long run that is stopped keeps them
     for scenario, goal in truths(count):
         truth = se.truth_table(scenario, goal)
         feasible = any(ok for _, ok in truth.values())
@@ -103,6 +104,8 @@ def run(count: int, seeds: int, strategies: list[str]) -> dict[str, Any]:
                     "grid_gpu_hours": grid.total_gpu_hours, "extra": out.extra,
                 })  # fmt: skip
         print(f"{scenario.name}: {time.time() - started:.0f} s", file=sys.stderr, flush=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps({"rows": rows}, default=str))
     return {"rows": rows, "elapsed_s": round(time.time() - started, 1)}
 
 

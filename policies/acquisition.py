@@ -266,9 +266,10 @@ def _why(
     a = d.assessed[i]
     post = state.posterior(cand.gpu)
     learns = belief.informs(post, np.asarray(a.grad_latency), max(a.own_sigma, 1e-3)) if kind == "probe" else []
+    against = "the best verified by more than the margin" if best is not None else "the dearest candidate"
     text = (f"predicted {_fmt(state.goal, cand)} (±{cand.sigma:.1%}), P(feasible) "
-            f"{float(d.feasible[i].mean()):.0%}, P(optimum) {p_best[i]:.0%}, expected improvement {ei[i]:.2%}, "
-            f"value {value[i]:.2%} incl. what it tells about others")  # fmt: skip
+            f"{float(d.feasible[i].mean()):.0%}, P(optimum) {p_best[i]:.0%}; expected improvement over {against} "
+            f"{ei[i]:.1%} of the objective, {value[i]:.1%} with what it tells about the others")  # fmt: skip
     if why == "likeliest optimum":
         text = f"the likeliest optimum, pinned by its probe: a full run of {requests} requests verifies it; " + text
     if learns:

@@ -144,3 +144,16 @@ def test_statistics_module_matches_order_statistic_rules() -> None:
     assert v.parametric_upper > max(100.0, 101.0) and "normal" in v.parametric_assumption
     bound, text = v.bound()
     assert bound == v.parametric_upper and "p95_upper_95conf_normal" in text and "not claimable" in text
+
+
+def test_estimate_shows_predicted_uncertainty_and_marks_plans_resting_on_assumed_terms() -> None:
+    from worldtune.tools.estimate import estimate
+
+    plain = estimate(gpu="H200", plan="tp8")
+    fp8 = estimate(gpu="H200", plan="tp8-fp8")
+    for e in (plain, fp8):
+        assert e.latency_sigma is not None and e.latency_sigma > 0.01 and e.latency_range_s is not None
+        assert e.latency_s is not None and e.latency_range_s[0] < e.latency_s < e.latency_range_s[1]
+    assert fp8.relies_on_assumed and "fp8_linear_speedup" in fp8.assumed_terms  # FP8's speed-up is assumed
+    assert not plain.relies_on_assumed and "fp8_linear_speedup" not in plain.assumed_terms
+    assert fp8.latency_sigma is not None and plain.latency_sigma is not None and fp8.latency_sigma > plain.latency_sigma
