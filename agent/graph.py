@@ -387,12 +387,15 @@ def _measurement(cand: ws.Candidate, kind: str, bench_id: str, record: dict[str,
 
 
 def _waited_behind_others(sample: dict[str, Any]) -> bool:
-    """An answer sent with nothing of ours ahead on its endpoint that still took over half a clip more than the
-    server's own time: it queued behind load that was not this benchmark's (another client on the deployment)."""
-    server, latency = sample.get("server_time_s"), sample.get("latency_s")
-    if not sample.get("ok") or server is None or latency is None or int(sample.get("queue_ahead") or 0) > 0:
+    """An answer sent with nothing of ours ahead on its endpoint whose server time exceeds its own forward pass
+    (the stage durations the server reports) by more than half a clip: it queued at the server behind load
+    that was not this benchmark's. The client's latency is not used: on a busy machine, or through a twin's
+    time scale, the client's own overhead would read as queueing."""
+    server, stages = sample.get("server_time_s"), sample.get("stage_durations") or {}
+    if not sample.get("ok") or server is None or int(sample.get("queue_ahead") or 0) > 0:
         return False
-    return float(latency) > 1.5 * float(server) + 1.0
+    forward = max((float(v) for k, v in stages.items() if str(k).endswith(".forward")), default=None)
+    return forward is not None and forward > 0 and float(server) - forward > 0.5 * forward
 
 
 async def _engine_check(tools: Any, deployment_id: str) -> str:

@@ -14,6 +14,7 @@ the budget). Per strategy: the regret distribution, the share that declared conv
 infeasible truths detected and their cost, GPU-hours against the grid's.
 
 Run: .venv/bin/python benchmarks/rehearsal.py [TRUTHS] [SEEDS]   (writes benchmarks/results/rehearsal.json)
+     .venv/bin/python benchmarks/rehearsal.py --graph 3   (the real graph on the twin: rehearsal_graph.json)
 """
 
 from __future__ import annotations
@@ -134,7 +135,68 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _goal_text(goal: Goal) -> str:
+    spot = "spot ok" if "spot" in goal.capacities else "no spot"
+    return (f"Cosmos3-Super 720p 189 frames, p95 under {goal.latency_bound_s:g} s, cheapest per clip, "
+            f"{' or '.join(goal.gpus)}, {spot}, budget ${goal.budget_usd:g}")  # fmt: skip
+
+
+def run_graph(sample: int) -> list[dict[str, Any]]:
+    """The real graph on the twin (`worldtune tune --twin-profile FOLDER`, one truth profile per GPU type) for the
+    two named truths and the first random ones, at the snapshot's prices (the graph reads the real offers)."""
+    import subprocess
+    import tempfile
+
+    offers = [o for o in all_offers("snapshot") if o.capacity != "serverless"]
+    rows = []
+    for scenario, goal in truths(max(0, sample - 2))[:sample]:
+        scenario = se.Scenario(scenario.name, scenario.truth, offers, scenario.note)
+        truth = se.truth_table(scenario, goal)
+        best = min((v for v, ok in truth.values() if ok), default=math.inf)
+        grid = se.run_grid(scenario, goal, 0)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / "truth"
+            folder.mkdir()
+            for gpu, profile in scenario.truth.items():
+                profile.dump(folder / f"{gpu}.yaml")
+            started = time.time()
+            out = subprocess.run(
+                [str(Path(sys.executable).parent / "worldtune"), "tune", _goal_text(goal), "--yes", "--json",
+                 "--db", str(Path(tmp) / "wt.db"), "--twin-profile", str(folder)],
+                capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            wall = time.time() - started
+        data = json.loads(out.stdout) if out.stdout.strip().startswith("{") else {}
+        rec = (data.get("recommendation") or {}).get("key")
+        value, ok = truth.get(rec, (math.inf, False)) if rec else (math.inf, False)
+        rows.append({
+            "truth": scenario.name, "goal": _goal_text(goal), "exit": out.returncode, "stop": data.get("stop_kind"),
+            "recommendation": rec, "regret": (value / best - 1) if rec and ok and math.isfinite(best) else None,
+            "truly_feasible": math.isfinite(best), "gpu_hours": (data.get("spend") or {}).get("gpu_hours"),
+            "grid_gpu_hours": grid.total_gpu_hours, "wall_s": round(wall, 1),
+            "stop_reason": data.get("stop_reason"),
+        })  # fmt: skip
+        print(f"graph {scenario.name}: exit {out.returncode}, {data.get('stop_kind')}, {wall:.0f} s", file=sys.stderr)
+    return rows
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--graph":
+        rows = run_graph(int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+        table = Table(title="Rehearsal through the real graph on the twin (worldtune tune --twin-profile FOLDER)")
+        for c in ("truth", "exit", "stop", "regret", "GPU-h", "GPU-h/grid", "wall s", "recommendation"):
+            table.add_column(c)
+        for r in rows:
+            regret = "-" if r["regret"] is None else f"{r['regret']:.1%}"
+            share = f"{(r['gpu_hours'] or 0) / max(r['grid_gpu_hours'], 1e-9):.1%}"
+            table.add_row(r["truth"], str(r["exit"]), str(r["stop"]), regret, f"{r['gpu_hours'] or 0:.1f}", share,
+                          str(r["wall_s"]), str(r["recommendation"]))  # fmt: skip
+        Console(width=220).print(table)
+        path = RESULTS.with_name("rehearsal_graph.json")
+        path.write_text(json.dumps({"benchmark": "rehearsal_graph", "date": time.strftime("%Y-%m-%d"),
+                                    "rows": rows}, indent=2, default=str))  # fmt: skip
+        print(f"saved {path}")
+        return
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     seeds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     strategies = sys.argv[3].split(",") if len(sys.argv) > 3 else ["worldtune", "grid", "random", "optuna-tpe"]
