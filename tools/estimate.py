@@ -9,8 +9,9 @@ from dataclasses import asdict
 
 from pydantic import BaseModel, Field
 
-from worldtune.policies import belief, perf_model
+from worldtune.policies import perf_model
 from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.uncertainty import uncertainty
 from worldtune.tools import plan_rules
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu
@@ -143,7 +144,7 @@ def estimate_plan(
     if not check.valid:
         return base
     p = perf_model.predict(workload, plan, profile)
-    spread = belief.uncertainty(profile, workload, plan)
+    spread = uncertainty(profile, workload, plan)
     # one node's price buys its clips/h whichever offer it is, so the cheapest node is the cheapest clip
     offer = cheapest_fitting_offer(check.gpu, plan.gpus, capacity=capacities or ["on-demand"])
     return base.model_copy(
