@@ -27,7 +27,11 @@ class TuneOptions(BaseModel):
 
     infra: str = Field(default="local", description="local | slurm/NAME | kubernetes | a SkyPilot cloud")
     engine: str = Field(default="twin", description="twin | vllm-omni")
-    twin_profile: str | None = Field(default=None, description="what the twin runs with; the agent never reads it")
+    twin_profile: str | list[str] | None = Field(
+        default=None,
+        description="what the twin runs with, one profile per GPU type: files or folders of YAML files; "
+        "the agent never reads them (the deploy tool says which GPU type each is for)",
+    )
     time_scale: float = Field(default=LOCAL_TWIN_TIME_SCALE, gt=0, description="twin only: sleeps divided by it")
     budget_usd: float | None = Field(default=None, gt=0, description="overrides the goal's budget")
     parallel: int = Field(default=1, ge=1, le=8, description="candidates verified at once on separate deployments")
@@ -37,6 +41,19 @@ class TuneOptions(BaseModel):
     max_iterations: int = Field(default=30, ge=1, description="most measurements (probes + full runs)")
     margin: float = Field(default=0.03, ge=0, le=0.5, description="an unverified candidate must beat the best by this")
     hold_hours: float = Field(default=0.25, gt=0, description="hours each deployment is quoted for")
+
+    def twin_profiles(self) -> list[str]:
+        """The rehearsal's profile files: each file given, and every *.yaml / *.yml in each folder given."""
+        given = [self.twin_profile] if isinstance(self.twin_profile, str) else list(self.twin_profile or [])
+        files: list[str] = []
+        for item in given:
+            for part in (p.strip() for p in item.split(",")):
+                path = Path(part)
+                if part and path.is_dir():
+                    files += sorted(str(f) for f in path.iterdir() if f.suffix in (".yaml", ".yml"))
+                elif part:
+                    files.append(part)
+        return files
 
     @property
     def twin(self) -> bool:

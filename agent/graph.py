@@ -130,7 +130,7 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     decision = ws.decide(
         search, parallel=options.parallel, margin=options.margin, max_iterations=options.max_iterations
     )
-    keep = {a.key for a in decision.actions}
+    keep = {a.key for a in decision.actions if not a.redeploy}  # a retry gets a fresh deployment
     removed: dict[str, str] = {}
     for key, deployment_id in live.items():
         if key not in keep:
@@ -143,7 +143,8 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         update["events"] = [f"stop: {decision.stop_reason}"]
     else:
         for a in decision.actions:
-            _emit(runtime, "next", kind=a.kind, key=a.key, reason=a.reason, expected_usd=round(a.expected_usd, 2))
+            _emit(runtime, "next", kind=a.kind, key=a.key, reason=a.reason, expected_usd=round(a.expected_usd, 2),
+                  value=round(a.value, 5), requests=a.requests)  # fmt: skip
         update["events"] = [f"next: {a.kind} {a.key} ({a.reason})" for a in decision.actions]
     return update
 
@@ -178,27 +179,15 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
             "engine": options.engine,
             "capacity": cand.capacity,
             "model": goal.workload.model,
-            "twin_profile": options.twin_profile,
+            "twin_profile": None,
             "time_scale": options.time_scale if options.twin else None,
             "hours": options.hold_hours,
             "run_id": run_id,
             "confirm": True,
         }
         try:
-            try:
-                outcome = await asyncio.wait_for(
-                    tools.call("deploy", **arguments), timeout=None if math.isinf(cap_s) else cap_s / scale + 30
-                )
-            except ToolCallFailed as exc:
-                # The rehearsal's profile is for another GPU type: the twin of this one runs its shipped profile.
-                # (The agent never opens the file; the deploy tool says whom it is for.)
-                if not options.twin_profile or "twin_profile" not in str(exc):
-                    raise
-                _emit(runtime, "deploy", key=cand.key, note=f"twin profile not for {cand.gpu}: {exc}")
-                arguments["twin_profile"] = None
-                outcome = await asyncio.wait_for(
-                    tools.call("deploy", **arguments), timeout=None if math.isinf(cap_s) else cap_s / scale + 30
-                )
+            outcome = await _deploy(runtime, cand, arguments, options.twin_profiles(), None if math.isinf(cap_s)
+                                    else cap_s / scale + 30)  # fmt: skip
         except (ToolCallFailed, TimeoutError) as exc:
             spent_s = min(cap_s, (time.time() - started) * scale)
             return _failed(task, cand, f"deploy failed: {exc}", _bill(cand, spent_s))
@@ -214,10 +203,11 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     kind = action.kind
     replicas = Plan.parse(cand.plan).replicas
     if kind == "probe":
-        args = {"steps": ws.PROBE_STEPS[0], "repeats": 1, "concurrency": [1], "probe_steps": list(ws.PROBE_STEPS)}
+        args = {"steps": ws.PROBE_STEPS[0], "repeats": ws.PROBE_REPEATS, "concurrency": [1],
+                "probe_steps": list(ws.PROBE_STEPS)}  # fmt: skip
         args["warmup"] = 1
     else:
-        repeats = max(1, math.ceil(ws.FULL_REQUESTS / replicas))
+        repeats = max(1, math.ceil((action.requests or ws.full_requests(goal)) / replicas))
         args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
         args["warmup"] = 0
     # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
@@ -259,10 +249,10 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     failure = _every_request_failed(kind, record)
     if failure:  # e.g. the engine ran out of memory at the first request: a failed action with its reason
         return _failed(task, cand, f"benchmark {bench_id}: {failure}", _bill(cand, charged_s))
-    return _measured(runtime, cand, kind, bench_id, record, charged_s, deployment_id, live=True)
+    return await _measured(runtime, cand, kind, bench_id, record, charged_s, deployment_id, live=True)
 
 
-def _measured(
+async def _measured(
     runtime: Runtime[Context],
     cand: ws.Candidate,
     kind: str,
@@ -273,7 +263,10 @@ def _measured(
     live: bool,
 ) -> dict[str, Any]:
     """verify's update for one measurement: the result billed at `charged_s`, and the deployment if still live."""
+    tools = runtime.context.tools
     measurement = _measurement(cand, kind, bench_id, record)
+    if kind == "full" and (measurement.failed_requests or len(measurement.latencies_s) < measurement.requested):
+        measurement = measurement.model_copy(update={"engine_problem": await _engine_check(tools, deployment_id)})
     usd, gpu_hours = _bill(cand, charged_s)
     measurement = measurement.model_copy(update={"usd": usd, "gpu_hours": gpu_hours})
     _emit(
@@ -311,7 +304,7 @@ async def _recorded(
     if deployment_id not in task.get("billed_deployments", []):
         charged_s += _start_s(deployment, cand, options)
     live = deployment.get("state") == "ready"
-    return _measured(runtime, cand, ws.Action.model_validate(task["action"]).kind, bench_id, record, charged_s,
+    return await _measured(runtime, cand, ws.Action.model_validate(task["action"]).kind, bench_id, record, charged_s,
                      deployment_id, live)  # fmt: skip
 
 
@@ -336,19 +329,27 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     for raw in fresh:
         m = ws.Measurement.model_validate({k: v for k, v in raw.items() if k in ws.Measurement.model_fields})
         if raw.get("failed"):
-            search = ws.record_failure(search, m.key, m.usd, m.gpu_hours)
+            search = ws.record_failure(search, m.key, m.usd, m.gpu_hours, str(raw.get("error") or "failed"))
             events.append(f"{m.key}: {raw.get('error')}")
             # people see why (a load that ran out of memory, every request failing), not only that money went
             _emit(runtime, "failed", key=m.key, error=str(raw.get("error"))[:600])
             continue
+        rejected = len(search.rejected)
         search = ws.record(search, m, recalibrate=False)
+        if len(search.rejected) > rejected:
+            r = search.rejected[-1]
+            then = "retry on a fresh deployment" if m.key in search.retry else f"failed: {search.failures.get(m.key)}"
+            events.append(f"rejected {r.kind} {m.key} (benchmark {r.benchmark_id}): {r.reason}; {then}")
+            _emit(runtime, "rejected", key=m.key, reason=r.reason, then=then)
+            continue
         gpus.add(ws.hardware_key(m.key).split(":")[0])
     for gpu in sorted(gpus):
         search = ws.recalibrated(search, gpu)
-        p = search.beliefs[gpu]
+        post = search.posterior(gpu)
         note = (
-            f"recalibrated {gpu}: linear {p.linear_tflops:.0f} TFLOP/s, attention {p.attn_tflops:.0f}, "
-            f"link {p.link_gbps:.0f} GB/s, fixed {p.text_encode_s + p.vae_decode_s + p.mux_s:.1f} s"
+            f"recalibrated {gpu}: posterior from {post.observations} observations (model error "
+            f"{post.model_error:.2%}, {len(post.alternatives) + 1} explanation(s), the MAP's weight "
+            f"{post.weight:.0%}): {post.summary()}"
         )
         events.append(note)
         _emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))
@@ -372,6 +373,22 @@ async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 # ---- small pieces the nodes share ------------------------------------------------------------------
+async def _deploy(
+    runtime: Runtime[Context], cand: ws.Candidate, arguments: dict[str, Any], profiles: list[str], timeout: float | None
+) -> dict[str, Any]:
+    """Deploy with the rehearsal profile for this GPU type: each given file in turn until the deploy tool accepts
+    one (it refuses a profile for another GPU type; the agent never opens the files); none fits: the shipped one."""
+    tools = runtime.context.tools
+    for path in profiles:
+        try:
+            return dict(await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": path}), timeout))
+        except ToolCallFailed as exc:
+            if "twin_profile" not in str(exc):
+                raise
+            _emit(runtime, "deploy", key=cand.key, note=f"twin profile {path} not for {cand.gpu}: {exc}")
+    return dict(await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": None}), timeout))
+
+
 async def _teardown(runtime: Runtime[Context], deployment_id: str) -> None:
     try:
         await runtime.context.tools.call("teardown", deployment_id=deployment_id, confirm=True)
@@ -433,15 +450,49 @@ def _measurement(cand: ws.Candidate, kind: str, bench_id: str, record: dict[str,
             per_step_s=fit.get("per_step_s"),
             fixed_s=fit.get("fixed_s"),
             benchmark_id=bench_id,
+            repeats=max(1, int((record.get("config") or {}).get("repeats") or 1)),
         )
-    samples = record.get("samples") or []
+    samples = [s for s in record.get("samples") or [] if s.get("phase") == "full"]
     # The server's own time when it reports one (the stage time published figures use), else the client's.
     latencies = [
         float(s["server_time_s"] if s.get("server_time_s") is not None else s["latency_s"])
         for s in samples
-        if s.get("phase") == "full" and s.get("ok")
+        if s.get("ok")
     ]
-    return ws.Measurement(key=cand.key, kind="full", latencies_s=latencies, benchmark_id=bench_id)
+    config = record.get("config") or {}
+    # the benchmark sends `repeats` full requests per client at every concurrency level
+    requested = sum(int(c) * int(config.get("repeats") or 0) for c in config.get("concurrency") or [])
+    return ws.Measurement(
+        key=cand.key,
+        kind="full",
+        latencies_s=latencies,
+        benchmark_id=bench_id,
+        requested=max(requested, len(samples)),
+        failed_requests=sum(1 for s in samples if not s.get("ok")),
+        contaminated=sum(1 for s in samples if _waited_behind_others(s)),
+    )
+
+
+def _waited_behind_others(sample: dict[str, Any]) -> bool:
+    """An answer sent with nothing of ours ahead on its endpoint whose server time exceeds its own forward pass
+    (the stage durations the server reports) by more than half a clip: it queued at the server behind load
+    that was not this benchmark's. The client's latency is not used: on a busy machine, or through a twin's
+    time scale, the client's own overhead would read as queueing."""
+    server, stages = sample.get("server_time_s"), sample.get("stage_durations") or {}
+    if not sample.get("ok") or server is None or int(sample.get("queue_ahead") or 0) > 0:
+        return False
+    forward = max((float(v) for k, v in stages.items() if str(k).endswith(".forward")), default=None)
+    return forward is not None and forward > 0 and float(server) - forward > 0.5 * forward
+
+
+async def _engine_check(tools: Any, deployment_id: str) -> str:
+    """After a run with failed or missing answers: what the deployment says about itself ('' if it looks ready)."""
+    try:
+        current = await tools.call("get_deployment", deployment_id=deployment_id)
+    except ToolCallFailed as exc:
+        return f"deployment {deployment_id} unreadable: {exc}"
+    state = current.get("state")
+    return "" if state == "ready" else f"deployment {deployment_id} is {state}"
 
 
 def _every_request_failed(kind: str, record: dict[str, Any]) -> str | None:

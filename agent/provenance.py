@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from worldtune.tools.plan import Plan
-from worldtune.tools.result import samples_needed
+from worldtune.tools.stats import samples_needed
 
 # Profile terms by the plan feature they matter for (by name prefix, so a new term of a mechanism is covered
 # without a list to keep in step); a term is listed only when the plan exercises it.

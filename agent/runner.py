@@ -354,6 +354,8 @@ def get_tuning(run_id: str, db_path: str | None = None) -> dict[str, Any]:
 
 # ---- the record ------------------------------------------------------------------------------------
 def _figures(goal: Goal, cand: ws.Candidate | None, latencies: list[float] | None = None) -> dict[str, Any]:
+    """The record's figures: a measured percentile only as tools/stats claims it (order statistics when n allows;
+    else null, with the named parametric bound and its assumption beside it)."""
     if cand is None:
         return {"latency_p50_s": None, "latency_p95_s": None, "clips_per_hour_per_node": None, "usd_per_clip": None}
     out: dict[str, Any] = {
@@ -363,12 +365,15 @@ def _figures(goal: Goal, cand: ws.Candidate | None, latencies: list[float] | Non
         "usd_per_clip": round(cand.usd_per_clip, 4),
     }
     if latencies:
-        import numpy as np
+        from worldtune.tools import stats
 
-        out["latency_p95_s"] = round(float(np.percentile(latencies, 95)), 2)
-        out[f"latency_p{goal.latency_percentile}_upper_s"] = round(
-            ws.tolerance_bound(latencies, goal.latency_percentile), 2
-        )
+        p95 = stats.percentile_verdict(latencies, 95)
+        out["latency_p95_s"] = round(p95.upper, 2) if p95.upper is not None else None
+        out["latency_p95_claim"] = "claimable (order statistics)" if p95.claimable else p95.note
+        verdict = stats.percentile_verdict(latencies, goal.latency_percentile)
+        if verdict.parametric_upper is not None:
+            out[verdict.parametric_name] = round(verdict.parametric_upper, 2)
+            out["parametric_assumption"] = verdict.parametric_assumption
         out["samples"] = len(latencies)
     return out
 
@@ -401,6 +406,7 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
             "priced_as": "offer price x modelled GPU seconds (twin)" if options.twin else "offer price x wall time",
         },
         "spend_estimate": state.get("spend_estimate"),
+        "decision": state.get("decision"),
         "events": list(state.get("events") or []),
         "measurements": results,
         "candidates": [],
@@ -408,10 +414,14 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
     if search is None:
         summary["provenance"] = provenance(summary)
         return summary
+    summary["rejected"] = [r.model_dump(mode="json") for r in search.rejected]
+    summary["failed"] = dict(search.failures)
+    summary["nearest"] = (state.get("decision") or {}).get("nearest") or []
     initial = search.model_copy(
         update={
             "beliefs": {g: Profile.model_validate(p) for g, p in (state.get("initial_beliefs") or {}).items()}
             or search.beliefs,
+            "posteriors": {},
             "measurements": [],
         }
     )

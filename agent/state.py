@@ -60,7 +60,7 @@ class TuneState(TypedDict, total=False):
     stop_reason: str
     """Why the search stopped (decide, approve)."""
     stop_kind: str
-    """converged | budget | iterations | infeasible | declined (decide, approve)."""
+    """converged | budget | iteration_cap | infeasible | declined (decide, approve)."""
     summary: dict[str, Any]
     """The final record: recommendation, measured vs predicted, spend (finish)."""
 

@@ -135,11 +135,15 @@ class Twin:
         return latencies, sum(max(r) for r in rounds)
 
 
+def truth_candidates(scenario: Scenario, goal: Goal) -> list[ws.Candidate]:
+    """Every candidate as it truly is under the scenario's truth."""
+    state = ws.initial_state(goal, scenario.offers)
+    return ws.candidates(state.model_copy(update={"beliefs": dict(scenario.truth), "posteriors": {}}))
+
+
 def truth_table(scenario: Scenario, goal: Goal) -> dict[str, tuple[float, bool]]:
     """Every candidate's true objective and feasibility under the scenario's truth."""
-    state = ws.initial_state(goal, scenario.offers)
-    truth_state = state.model_copy(update={"beliefs": dict(scenario.truth)})
-    return {c.key: (ws.objective_value(goal, c), c.feasible) for c in ws.candidates(truth_state)}
+    return {c.key: (ws.objective_value(goal, c), c.feasible) for c in truth_candidates(scenario, goal)}
 
 
 @dataclass
@@ -161,7 +165,7 @@ def _finish(out: Outcome, twin: Twin, rec: str | None, truth: dict[str, tuple[fl
     out.total_gpu_hours, out.total_usd, out.recommendation = twin.gpu_hours, twin.usd, rec
     if rec is not None:
         value, feasible = truth[rec]
-        out.regret = value / best - 1 if feasible else math.inf
+        out.regret = value / best - 1 if feasible and math.isfinite(best) else math.inf
     return out
 
 
@@ -173,7 +177,7 @@ def _is_near(key: str, truth: dict[str, tuple[float, bool]], best: float) -> boo
 # ---- strategies ------------------------------------------------------------------------------------
 def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
     truth = truth_table(scenario, goal)
-    best = min(v for v, ok in truth.values() if ok)
+    best = min((v for v, ok in truth.values() if ok), default=math.inf)
     twin = Twin(scenario, seed)
     state = ws.initial_state(goal, scenario.offers)
     out = Outcome("worldtune", scenario.name)
@@ -190,14 +194,16 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             cand = cands[action.key]
             seconds = twin.deploy_seconds(cand) if action.key not in state.deployed else 0.0
             if action.kind == "probe":
-                points = [(s, twin.latency(cand, s)) for s in ws.PROBE_STEPS]
+                points = [(s, twin.latency(cand, s)) for s in ws.PROBE_STEPS for _ in range(ws.PROBE_REPEATS)]
                 seconds += sum(lat for _, lat in points)
                 slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
-                m = ws.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept))
+                m = ws.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
+                                   repeats=ws.PROBE_REPEATS)  # fmt: skip
             else:
-                latencies, wall = twin.full_latencies(cand, ws.FULL_REQUESTS)
+                n = action.requests or ws.full_requests(goal)
+                latencies, wall = twin.full_latencies(cand, n)
                 seconds += wall
-                m = ws.Measurement(key=cand.key, kind="full", latencies_s=latencies)
+                m = ws.Measurement(key=cand.key, kind="full", latencies_s=latencies, requested=n)
                 measured.add(cand.key)
             usd, gpu_hours = twin.bill(cand, seconds)
             state = ws.record(state, m.model_copy(update={"usd": usd, "gpu_hours": gpu_hours}))
@@ -205,7 +211,8 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             if action.kind == "full" and out.hit_usd is None and _is_near(cand.key, truth, best):
                 out.hit_usd, out.hit_gpu_hours = twin.usd, twin.gpu_hours
     out.measured_candidates = len({m.key for m in state.measurements})
-    out.extra = {"probes": sum(m.kind == "probe" for m in state.measurements), "full_runs": len(measured)}
+    out.extra = {"probes": sum(m.kind == "probe" for m in state.measurements), "full_runs": len(measured),
+                 "stop_reason": decision.stop_reason}  # fmt: skip
     rec = ws.recommendation(state)
     return _finish(out, twin, rec.key if rec else None, truth, best)
 
@@ -224,7 +231,7 @@ def _baseline(
     name: str, scenario: Scenario, goal: Goal, order: list[ws.Candidate], budget: float | None, seed: int
 ) -> Outcome:
     truth = truth_table(scenario, goal)
-    best = min(v for v, ok in truth.values() if ok)
+    best = min((v for v, ok in truth.values() if ok), default=math.inf)
     twin = Twin(scenario, seed)
     out = Outcome(name, scenario.name)
     found: list[tuple[float, str]] = []
@@ -261,7 +268,7 @@ def run_tpe(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     truth = truth_table(scenario, goal)
-    best = min(v for v, ok in truth.values() if ok)
+    best = min((v for v, ok in truth.values() if ok), default=math.inf)
     twin = Twin(scenario, seed)
     state = ws.initial_state(goal, scenario.offers)
     by_offer: dict[str, list[ws.Candidate]] = {}

@@ -1,53 +1,49 @@
 """The search: which candidate to measure next, what the measurements teach, and when to stop.
 
 Candidates are offers x valid plans (each plan fixes the replica layout on the node) x capacity, and
-the number of nodes a throughput floor needs. The performance model ranks them under the goal's
-constraints with the agent's current belief (one Profile per GPU type). Verification is cheap first:
-short-step probes give per-step and fixed time (`StepObs`); only candidates that can still win get a
-full anchor run (`LatencyObs`). After every measurement the belief is refitted with
-`calibration.fit_profile` and the ranking is redone.
+the number of nodes a throughput floor needs. The belief is a posterior over the performance model's
+parameters per GPU type (policies/belief.py); every candidate's prediction and its uncertainty come
+from it (the parameters its plan exercises). Short-step probes give per-step and fixed time, full runs
+give the latencies a percentile claim needs (tools/stats.py: order statistics when n allows, else the
+named parametric bound). A measurement with failed requests, fewer answers than asked, or other load on
+the deployment is not evidence: it is retried once on a fresh deployment, then the candidate is failed.
 
-Stopping rule: the best fully measured candidate meets the latency bound with statistical confidence
-(a one-sided normal tolerance bound on its percentile, scipy's noncentral t) and no unmeasured
-candidate can beat it by more than `margin` even optimistically (prediction minus z x its model
-uncertainty); or the budget or the iteration cap is reached. The decision says which.
+The next action and the stop come from posterior draws (policies/acquisition.py): converged when
+P(an unverified candidate that meets the constraints beats the chosen one by more than the margin) is
+below STOP_LEVEL; infeasible when P(any candidate meets the constraints) is below it (with the nearest
+options); budget and iteration cap are last resorts and say so.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, Field
 
-from worldtune.policies import perf_model
-from worldtune.policies.calibration import LatencyObs, Observation, Prior, StepObs, fit_profile, shipped_profile
-from worldtune.tools import plan_rules
+from worldtune.policies import belief, perf_model
+from worldtune.policies.calibration import shipped_profile
+from worldtune.tools import plan_rules, stats
 from worldtune.tools.goal import Goal
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.offer import Offer
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
+from worldtune.tools.workload import Workload
 
 ActionKind = Literal["probe", "full"]
+StopKind = Literal["converged", "budget", "iteration_cap", "infeasible", "declined"]
 PROBE_STEPS: tuple[int, ...] = (4, 8)  # two short step counts fix latency = fixed + steps x per_step
-FULL_REQUESTS = 5  # full anchor-step requests per verified candidate
-CONFIDENCE = 0.95  # of the tolerance bound on a latency percentile
-PRIOR_SIGMA = 0.10  # relative error of an unmeasured prediction before anything on its GPU type is measured
-UNSEEN_FAMILY_SIGMA = 0.03  # a measured GPU type, but a communication mix nothing measured exercised
-MIN_SIGMA = 0.015  # never trust the model more than this for a candidate nobody measured
-PROBED_SIGMA = 0.01  # a probe fixes latency to the affine fit's accuracy (REFERENCE: within 0.3%)
-OPTIMISM_Z = 1.645  # one-sided 95%
+PROBE_REPEATS = 4  # requests per probe step count: a probe's cost is mostly the deployment, its precision is not
+FULL_REQUESTS = 5  # the fewest full requests a run takes when the claim's count does not fit the budget
+STOP_LEVEL = 0.05  # converged / infeasible below this posterior probability
+CONFIDENCE = stats.TOLERANCE_CONFIDENCE
+OPTIMISM_Z = 1.645  # one-sided 95%, for the spend estimate's optimistic values
 MAX_NODES = 64
-# How far each fitted number may move from the shipped profile (log-space spread) when recalibrating.
-RECALIBRATION_SPREAD = {
-    "linear_tflops": 0.3,
-    "attn_tflops": 0.3,
-    "link_gbps": 0.7,
-    "collective_latency_us": 1.0,
-    "fixed_s": 0.5,
-}
+RETRIES = 1  # a bad measurement is repeated once on a fresh deployment, then the candidate is failed
 
 
 class Candidate(BaseModel):
@@ -58,18 +54,19 @@ class Candidate(BaseModel):
     plan: str
     offer: Offer
     nodes: int = 1
-    latency_s: float = Field(description="predicted (or measured) p50 latency per clip")
-    latency_q_s: float = Field(description="predicted latency at the goal's percentile")
+    latency_s: float = Field(description="predicted (posterior mean) or measured p50 latency per clip")
+    latency_q_s: float = Field(description="latency at the goal's percentile (predicted, or the measured bound)")
     per_step_s: float
     fixed_s: float
     load_s: float
     clips_per_hour_per_node: float
     usd_per_clip: float
     memory_gib_per_gpu: float
-    sigma: float = Field(description="relative uncertainty of the prediction")
-    feasible: bool = Field(description="predicted to meet the goal's constraints")
+    sigma: float = Field(description="relative (log-space) one-sigma of the latency under the posterior")
+    feasible: bool = Field(description="meets the goal's constraints (predicted at the posterior mean, or measured)")
     violations: list[str] = Field(default_factory=list)
     stage: Literal["predicted", "probed", "measured"] = "predicted"
+    evidence: str = Field(default="", description="for a measured candidate: the claim or bound it was judged on")
 
     @property
     def replicas(self) -> int:
@@ -93,6 +90,11 @@ class Measurement(BaseModel):
     gpu_hours: float = 0.0
     benchmark_id: str = ""
     predicted_before: float | None = Field(default=None, description="what the belief predicted for this measure")
+    requested: int = Field(default=0, description="full requests asked for (0: not known)")
+    repeats: int = Field(default=1, ge=1, description="probes: requests per step count")
+    failed_requests: int = 0
+    contaminated: int = Field(default=0, description="answers that waited behind load that was not ours")
+    engine_problem: str = Field(default="", description="what the deployment check found wrong, if anything")
 
 
 class Action(BaseModel):
@@ -104,6 +106,21 @@ class Action(BaseModel):
     expected_s: float
     needs_deploy: bool
     reason: str
+    requests: int = Field(default=0, description="full runs: how many requests (the claim's count when affordable)")
+    redeploy: bool = Field(default=False, description="a retry: tear the old deployment down and start a fresh one")
+    value: float = Field(default=0.0, description="expected improvement (share of the objective) the action buys")
+
+
+class NearestOption(BaseModel):
+    """What comes closest to an infeasible goal: the latency reachable, the bound it would meet, its cost."""
+
+    key: str
+    gpu: str
+    plan: str
+    stage: str
+    latency_q_s: float = Field(description="posterior mean (or measured bound) at the goal's percentile")
+    would_meet_s: float = Field(description="the bound it meets at 95% posterior probability")
+    usd_per_clip: float
 
 
 class Decision(BaseModel):
@@ -111,8 +128,20 @@ class Decision(BaseModel):
 
     actions: list[Action] = Field(default_factory=list)
     stop_reason: str | None = None
-    stop_kind: Literal["converged", "budget", "iterations", "infeasible", "declined"] | None = None
+    stop_kind: StopKind | None = None
     best: str | None = None
+    p_beaten: float | None = Field(default=None, description="P(an unverified feasible candidate beats the best)")
+    p_feasible: float | None = Field(default=None, description="P(any candidate meets the constraints)")
+    nearest: list[NearestOption] = Field(default_factory=list)
+
+
+class Rejected(BaseModel):
+    """A measurement that was not used as evidence, and why."""
+
+    key: str
+    kind: ActionKind
+    benchmark_id: str = ""
+    reason: str
 
 
 class SearchState(BaseModel):
@@ -120,7 +149,9 @@ class SearchState(BaseModel):
 
     goal: Goal
     offers: list[Offer]
-    beliefs: dict[str, Profile] = Field(description="GPU type -> the current calibrated profile")
+    beliefs: dict[str, Profile] = Field(description="GPU type -> the profile at the posterior's MAP")
+    priors: dict[str, Profile] = Field(default_factory=dict, description="GPU type -> the prior (shipped) profile")
+    posteriors: dict[str, belief.Posterior] = Field(default_factory=dict)
     measurements: list[Measurement] = Field(default_factory=list)
     surprises: dict[str, list[float]] = Field(default_factory=dict, description="GPU -> |measured/predicted - 1|")
     deployed: list[str] = Field(default_factory=list, description="candidate keys with a live deployment")
@@ -129,14 +160,26 @@ class SearchState(BaseModel):
     iterations: int = 0
     include_fp8: bool = False
     failed: list[str] = Field(default_factory=list, description="candidate keys whose deployment or benchmark failed")
+    failures: dict[str, str] = Field(default_factory=dict, description="failed candidate key -> why")
     inconclusive: list[str] = Field(
         default_factory=list, description="candidate keys whose probes could not separate per-step from fixed time"
     )
+    rejected: list[Rejected] = Field(default_factory=list, description="measurements not used as evidence")
+    retry: list[str] = Field(default_factory=list, description="candidate keys whose last measurement is to be redone")
+
+    def prior(self, gpu: str) -> Profile:
+        return self.priors.get(gpu) or self.beliefs[gpu]
+
+    def posterior(self, gpu: str) -> belief.Posterior:
+        """The fitted posterior, else the prior around the current belief (a caller may swap `beliefs` for a truth)."""
+        return self.posteriors.get(gpu) or belief.prior_posterior(self.beliefs[gpu])
 
 
 # ---- candidates ------------------------------------------------------------------------------------
-def initial_state(goal: Goal, offers: Iterable[Offer], include_fp8: bool = False) -> SearchState:
-    """The search's starting point: the goal, the offers it may rent, and the shipped profiles as belief."""
+def initial_state(
+    goal: Goal, offers: Iterable[Offer], include_fp8: bool = False, priors: dict[str, Profile] | None = None
+) -> SearchState:
+    """The search's starting point: the goal, the offers it may rent, and the shipped profiles as the prior."""
     usable = [
         o
         for o in offers
@@ -145,8 +188,10 @@ def initial_state(goal: Goal, offers: Iterable[Offer], include_fp8: bool = False
         and (not goal.infras or o.infra in goal.infras)
         and o.gpu_count <= goal.max_gpus_per_node
     ]
-    beliefs = {gpu: shipped_profile(gpu) for gpu in goal.gpus}
-    return SearchState(goal=goal, offers=_cheapest_per_shape(usable), beliefs=beliefs, include_fp8=include_fp8)
+    profiles = {gpu: (priors or {}).get(gpu) or shipped_profile(gpu) for gpu in goal.gpus}
+    return SearchState(
+        goal=goal, offers=_cheapest_per_shape(usable), beliefs=profiles, priors=profiles, include_fp8=include_fp8
+    )
 
 
 def _cheapest_per_shape(offers: list[Offer]) -> list[Offer]:
@@ -168,51 +213,129 @@ def hardware_key(key: str) -> str:
     return f"{shape}|{plan}"
 
 
-def _plans_for(state: SearchState, gpu: str, gpu_count: int) -> list[Plan]:
+@functools.lru_cache(maxsize=256)
+def _valid_plans(gpu: str, gpu_count: int, include_fp8: bool, workload_json: str, profile_json: str) -> list[str]:
+    """Plans vLLM-Omni accepts here; memory terms are not learnt, so the prior profile decides (cached)."""
     spec = get_gpu(gpu)
-    profile = state.beliefs[gpu]
+    workload = Workload.model_validate_json(workload_json)
+    profile = Profile.model_validate_json(profile_json)
     return [
-        p
-        for p in plan_rules.candidate_plans(gpu_count, spec.max_gpus_per_node, include_fp8=state.include_fp8)
-        if plan_rules.check(p, state.goal.workload, spec, profile, gpu_count, suggest=False).valid
+        str(p)
+        for p in plan_rules.candidate_plans(gpu_count, spec.max_gpus_per_node, include_fp8=include_fp8)
+        if plan_rules.check(p, workload, spec, profile, gpu_count, suggest=False).valid
     ]
 
 
+def _plans_for(state: SearchState, gpu: str, gpu_count: int) -> list[Plan]:
+    prior = state.prior(gpu)
+    plans = _valid_plans(
+        gpu, gpu_count, state.include_fp8, state.goal.workload.model_dump_json(), prior.model_dump_json()
+    )
+    return [Plan.parse(p) for p in plans]
+
+
+@functools.lru_cache(maxsize=64)
 def _z(percentile: int) -> float:
     from scipy.stats import norm
 
     return float(norm.ppf(percentile / 100.0))
 
 
-def candidates(state: SearchState) -> list[Candidate]:
-    """Every candidate with its prediction under the current belief, best first (feasible ones first)."""
+class ModeShift(BaseModel):
+    """How one of the posterior's other explanations moves a candidate: offsets from the MAP's prediction
+    (log latency, log service time) and the sensitivities at that mode."""
+
+    d_latency: float
+    d_service: float
+    grad_latency: list[float]
+    grad_service: list[float]
+
+
+class Assessed(BaseModel):
+    """A candidate with what the posterior draws need: its sensitivities, other modes and its own (model) error."""
+
+    cand: Candidate
+    grad_latency: list[float]
+    grad_service: list[float]
+    own_sigma: float = Field(description="independent relative error of this plan's prediction")
+    modes: list[ModeShift] = Field(default_factory=list, description="per alternative mode of the GPU's posterior")
+
+
+def _mixture_sd(post: belief.Posterior, preds: list[belief.Predictive]) -> float:
+    """Relative sd of a plan's latency over every mode: within-mode variance plus the spread of the modes' means."""
+    modes = post.modes()
+    means = np.asarray([p.log_latency for p in preds])
+    variances = np.asarray([p.sd(np.asarray(m.cov), post.model_error) ** 2 for p, m in zip(preds, modes, strict=True)])
+    w = np.asarray([m.weight for m in modes])
+    mean = float(w @ means)
+    return math.sqrt(max(float(w @ (variances + (means - mean) ** 2)), 0.0))
+
+
+def assess(state: SearchState) -> list[Assessed]:
+    """Every candidate under the posterior, best first (feasible ones first), with its sensitivities."""
     goal = state.goal
     measured = _by_key(state)
-    out: list[Candidate] = []
+    cache: dict[tuple[str, str], list[belief.Predictive]] = {}
+    out: list[Assessed] = []
     for offer in state.offers:
-        profile = state.beliefs[offer.gpu]
-        sigma_gpu = _gpu_sigma(state, offer.gpu)
-        families = _measured_families(state, offer.gpu)
+        post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
         for plan in _plans_for(state, offer.gpu, offer.gpu_count):
             key = candidate_key(offer, str(plan))
-            p = perf_model.predict(goal.workload, plan, profile)
-            sigma = sigma_gpu if not families or family(plan) in families else max(sigma_gpu, UNSEEN_FAMILY_SIGMA)
-            cand = _candidate(goal, offer, plan, p, profile, sigma, key)
-            out.append(_with_measurements(goal, cand, measured.get(hardware_key(key), []), profile))
-    return sorted(out, key=lambda c: (not c.feasible, objective_value(goal, c), c.key))
+            preds = cache.get((offer.gpu, str(plan)))
+            if preds is None:
+                preds = [belief.predictive(post.at(m), prior, goal.workload, plan) for m in post.modes()]
+                cache[(offer.gpu, str(plan))] = preds
+            main = preds[0]
+            cand = _candidate(goal, offer, main.prediction, prior, _mixture_sd(post, preds), key)
+            cand = _with_measurements(goal, cand, measured.get(hardware_key(key), []), prior)
+            if cand.stage == "predicted":
+                shifts = [
+                    ModeShift(d_latency=p.log_latency - main.log_latency, d_service=p.log_service - main.log_service,
+                              grad_latency=p.grad_latency.tolist(), grad_service=p.grad_service.tolist())
+                    for p in preds[1:]
+                ]  # fmt: skip
+                out.append(Assessed(cand=cand, grad_latency=main.grad_latency.tolist(),
+                                    grad_service=main.grad_service.tolist(), own_sigma=post.model_error,
+                                    modes=shifts))  # fmt: skip
+            else:  # its own measurement pins it: no parameter moves it any more
+                zero = [0.0] * len(post.names)
+                pinned = [ModeShift(d_latency=0.0, d_service=0.0, grad_latency=zero, grad_service=zero)] * (
+                    len(preds) - 1
+                )
+                out.append(Assessed(cand=cand, grad_latency=zero, grad_service=zero, own_sigma=cand.sigma,
+                                    modes=pinned))  # fmt: skip
+    return sorted(out, key=lambda a: (not a.cand.feasible, objective_value(goal, a.cand), a.cand.key))
+
+
+def candidate_for(state: SearchState, key: str) -> Candidate:
+    """One candidate's prediction (before its own measurements), without ranking all of them."""
+    offer_id, plan_text = key.split("|", 1)
+    offer = next((o for o in state.offers if o.id == offer_id), None)
+    if offer is None or plan_text not in {str(p) for p in _plans_for(state, offer.gpu, offer.gpu_count)}:
+        raise KeyError(f"unknown candidate {key}")
+    post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
+    pred = belief.predictive(post, prior, state.goal.workload, Plan.parse(plan_text))
+    sigma = pred.sd(np.asarray(post.cov), post.model_error)
+    return _candidate(state.goal, offer, pred.prediction, state.beliefs[offer.gpu], sigma, key)
+
+
+def candidates(state: SearchState) -> list[Candidate]:
+    """Every candidate with its prediction under the current belief, best first (feasible ones first)."""
+    return [a.cand for a in assess(state)]
 
 
 def _candidate(
-    goal: Goal, offer: Offer, plan: Plan, p: perf_model.Prediction, profile: Profile, sigma: float, key: str
+    goal: Goal, offer: Offer, p: perf_model.Prediction, profile: Profile, sigma: float, key: str
 ) -> Candidate:
     latency_q = p.latency_s * (1 + _z(goal.latency_percentile) * profile.noise_cv)
     nodes = 1
     if goal.throughput_floor_clips_per_hour:
         nodes = max(1, math.ceil(goal.throughput_floor_clips_per_hour / p.clips_per_hour_per_node))
+    plan = key.split("|", 1)[1]
     cand = Candidate(
         key=key,
         gpu=offer.gpu,
-        plan=str(plan),
+        plan=plan,
         offer=offer,
         nodes=nodes,
         latency_s=p.latency_s,
@@ -241,39 +364,37 @@ def _judge(goal: Goal, cand: Candidate) -> Candidate:
 
 
 def _with_measurements(goal: Goal, cand: Candidate, found: list[Measurement], profile: Profile) -> Candidate:
-    """Replace predictions by what was measured (a probe's affine fit, or a full run's latencies)."""
+    """Replace predictions by what was measured (a full run's latencies, or a probe's affine fit)."""
     full = [m for m in found if m.kind == "full" and m.latencies_s]
     probe = [m for m in found if m.kind == "probe" and m.per_step_s is not None]
     if full:
         latencies = [x for m in full for x in m.latencies_s]
-        p50 = _median(latencies)
+        p50 = float(np.median(latencies))
         cph = next((m.clips_per_hour_per_node for m in reversed(full) if m.clips_per_hour_per_node), None)
         cph = cph or cand.clips_per_hour_per_node * cand.latency_s / p50
         nodes = cand.nodes
         if goal.throughput_floor_clips_per_hour:
             nodes = max(1, math.ceil(goal.throughput_floor_clips_per_hour / cph))
+        bound, evidence = stats.percentile_verdict(latencies, goal.latency_percentile).bound()
         updated = cand.model_copy(
             update={
                 "latency_s": p50,
-                "latency_q_s": tolerance_bound(latencies, goal.latency_percentile),
+                "latency_q_s": bound if bound is not None else math.inf,
                 "clips_per_hour_per_node": cph,
                 "usd_per_clip": cand.offer.usd_per_clip(cph),
                 "nodes": nodes,
                 "sigma": 0.0,
                 "stage": "measured",
+                "evidence": evidence,
             }
         )
         return _judge(goal, updated)
     if probe:
         m = probe[-1]
         assert m.per_step_s is not None and m.fixed_s is not None
-        latency = (
-            m.fixed_s
-            + goal.workload.steps * m.per_step_s
-            + cand.latency_s
-            - cand.fixed_s
-            - cand.per_step_s * (goal.workload.steps)
-        )  # keep the model's guardrail term, which probes do not separate
+        # keep the model's guardrail term, which probes do not separate
+        latency = m.fixed_s + goal.workload.steps * m.per_step_s + cand.latency_s - cand.fixed_s
+        latency -= cand.per_step_s * goal.workload.steps
         scale = latency / cand.latency_s
         cph = cand.clips_per_hour_per_node / scale
         nodes = cand.nodes
@@ -288,12 +409,26 @@ def _with_measurements(goal: Goal, cand: Candidate, found: list[Measurement], pr
                 "clips_per_hour_per_node": cph,
                 "usd_per_clip": cand.offer.usd_per_clip(cph),
                 "nodes": nodes,
-                "sigma": PROBED_SIGMA,
+                "sigma": probe_sigma(goal, m, profile),
                 "stage": "probed",
             }
         )
         return _judge(goal, updated)
     return cand
+
+
+def probe_sigma(goal: Goal, m: Measurement, profile: Profile) -> float:
+    """Relative one-sigma of the full latency a probe extrapolates to: latency = -a L(4) + b L(8) amplifies
+    the per-request noise (noise_cv on each part) by the extrapolation's weights."""
+    assert m.per_step_s is not None and m.fixed_s is not None
+    lo, hi = PROBE_STEPS[0], PROBE_STEPS[-1]
+    steps = goal.workload.steps
+    w_hi = (steps - lo) / (hi - lo)
+    w_lo = w_hi - 1.0
+    at = [m.fixed_s + s * m.per_step_s for s in (lo, hi)]
+    latency = m.fixed_s + steps * m.per_step_s
+    sd = profile.noise_cv * math.hypot(w_lo * at[0], w_hi * at[1]) / math.sqrt(m.repeats)
+    return max(sd / max(latency, 1e-9), 0.0005)
 
 
 def objective_value(goal: Goal, cand: Candidate) -> float:
@@ -308,7 +443,8 @@ def objective_value(goal: Goal, cand: Candidate) -> float:
 def optimistic_value(goal: Goal, cand: Candidate) -> float:
     """The best the candidate could plausibly be (its prediction moved z sigmas in its favour)."""
     value = objective_value(goal, cand)
-    return value * (1 - OPTIMISM_Z * cand.sigma) if value > 0 else value * (1 + OPTIMISM_Z * cand.sigma)
+    factor = math.exp(-OPTIMISM_Z * cand.sigma)
+    return value * factor if value > 0 else value / factor
 
 
 def could_be_feasible(goal: Goal, cand: Candidate) -> bool:
@@ -316,56 +452,13 @@ def could_be_feasible(goal: Goal, cand: Candidate) -> bool:
         return True
     if goal.latency_bound_s is None or cand.stage == "measured":
         return False
-    return cand.latency_q_s * (1 - OPTIMISM_Z * cand.sigma) <= goal.latency_bound_s and cand.nodes <= MAX_NODES
+    return cand.latency_q_s * math.exp(-OPTIMISM_Z * cand.sigma) <= goal.latency_bound_s and cand.nodes <= MAX_NODES
 
 
-# ---- statistics ------------------------------------------------------------------------------------
 def tolerance_bound(values: list[float], percentile: int, confidence: float = CONFIDENCE) -> float:
-    """Upper bound on the `percentile` of a normal population from a sample, at `confidence` (one-sided).
-
-    k = t'_{confidence}(n-1, z_p sqrt(n)) / sqrt(n) with the noncentral t (the standard tolerance factor).
-    One sample gives no spread: its value is inflated by the twin's default noise to stay conservative.
-    """
-    from scipy.stats import nct, norm
-
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean * (1 + 3 * 0.01)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    z = norm.ppf(percentile / 100.0)
-    k = float(nct.ppf(confidence, n - 1, z * math.sqrt(n))) / math.sqrt(n)
-    return mean + k * sd
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def family(plan: Plan) -> tuple[bool, ...]:
-    """Which communication a plan does (TP, Ulysses, ring, HSDP, CFG, VAE patch): what a fit can only learn
-    from a measurement that exercises it."""
-    return (plan.tp > 1, plan.ulysses > 1, plan.ring > 1, plan.hsdp > 1, plan.cfg > 1, plan.vae > 1)
-
-
-def _measured_families(state: SearchState, gpu: str) -> set[tuple[bool, ...]]:
-    out = set()
-    for m in state.measurements:
-        shape, plan = hardware_key(m.key).split("|", 1)
-        if shape.split(":")[0] == gpu:
-            out.add(family(Plan.parse(plan)))
-    return out
-
-
-def _gpu_sigma(state: SearchState, gpu: str) -> float:
-    """Model uncertainty on a GPU type: the prior until measured, then the recent surprises' size."""
-    seen = state.surprises.get(gpu, [])
-    if not seen:
-        return PRIOR_SIGMA
-    recent = seen[-4:]
-    return max(MIN_SIGMA, 1.5 * math.sqrt(sum(s * s for s in recent) / len(recent)))
+    """The named parametric bound (stats.normal_tolerance_upper, assumes normal latencies); one sample: inf."""
+    bound = stats.normal_tolerance_upper(values, percentile / 100.0, confidence)
+    return math.inf if bound is None else bound
 
 
 def _by_key(state: SearchState) -> dict[str, list[Measurement]]:
@@ -377,239 +470,87 @@ def _by_key(state: SearchState) -> dict[str, list[Measurement]]:
 
 
 # ---- costs -----------------------------------------------------------------------------------------
-def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS) -> float:
-    """Model-seconds the probes take: one request per short step count, after a deployment is ready."""
-    return sum(cand.fixed_s + s * cand.per_step_s for s in steps)
+def full_requests(goal: Goal) -> int:
+    """Requests a full run takes: what an order-statistic claim of the goal's percentile needs (P95: 90)."""
+    return max(FULL_REQUESTS, stats.samples_needed(goal.latency_percentile / 100.0))
+
+
+def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS, repeats: int = PROBE_REPEATS) -> float:
+    """Model-seconds the probes take: `repeats` requests per short step count, after a deployment is ready."""
+    return repeats * sum(cand.fixed_s + s * cand.per_step_s for s in steps)
 
 
 def full_seconds(cand: Candidate, requests: int = FULL_REQUESTS) -> float:
-    """Model-seconds of a full run: `requests` anchor clips spread over the node's replicas, then one more each."""
+    """Model-seconds of a full run: `requests` anchor clips spread over the node's replicas."""
     replicas = Plan.parse(cand.plan).replicas
     rounds = math.ceil(requests / replicas)
     return rounds * cand.latency_s
 
 
-def action_cost(cand: Candidate, kind: ActionKind, deployed: bool, safety: float = 1.25) -> tuple[float, float]:
+def action_cost(
+    cand: Candidate, kind: ActionKind, deployed: bool, safety: float = 1.25, requests: int = FULL_REQUESTS
+) -> tuple[float, float]:
     """(expected seconds, expected USD) of one action on one node, provisioning and load included if needed."""
-    seconds = probe_seconds(cand) if kind == "probe" else full_seconds(cand)
+    seconds = probe_seconds(cand) if kind == "probe" else full_seconds(cand, requests)
     if not deployed:
         seconds += cand.offer.provision_s + cand.load_s
     seconds *= safety
     return seconds, cand.offer.usd_per_hour * seconds / 3600.0
 
 
-# ---- the decision ----------------------------------------------------------------------------------
 def best_verified(state: SearchState, ranked: list[Candidate] | None = None) -> Candidate | None:
-    """The best fully measured candidate that meets the constraints at the goal's confidence."""
+    """The best fully measured candidate that meets the constraints (by its percentile claim or named bound)."""
     ranked = ranked if ranked is not None else candidates(state)
-    done = [c for c in ranked if c.stage == "measured" and c.feasible]
+    done = [c for c in ranked if c.stage == "measured" and c.feasible and c.key not in state.failed]
     return min(done, key=lambda c: objective_value(state.goal, c)) if done else None
 
 
-def decide(
-    state: SearchState,
-    parallel: int = 1,
-    margin: float = 0.03,
-    max_iterations: int = 40,
-) -> Decision:
-    """The next actions (at most `parallel`, on distinct candidates), or the reason to stop."""
-    goal = state.goal
-    ranked = candidates(state)
-    best = best_verified(state, ranked)
-    best_key = best.key if best else None
-    if state.iterations >= max_iterations:
-        return Decision(stop_reason=f"iteration cap reached ({max_iterations} measurements)", stop_kind="iterations",
-                        best=best_key)  # fmt: skip
-    threshold = objective_value(goal, best) - margin * abs(objective_value(goal, best)) if best else math.inf
-    contenders = [
-        c
-        for c in ranked
-        if c.stage != "measured"
-        and c.key not in state.failed
-        and could_be_feasible(goal, c)
-        and optimistic_value(goal, c) < threshold
-    ]
-    if not contenders:
-        if best:
-            return Decision(
-                stop_reason=(
-                    f"converged: {best.plan} on {best.offer.id} meets the goal at {CONFIDENCE:.0%} confidence and no "
-                    f"unverified candidate can beat it by more than {margin:.0%}"
-                ),
-                stop_kind="converged",
-                best=best_key,
-            )
-        return Decision(stop_reason="no candidate can meet the goal's constraints", stop_kind="infeasible")
-    # Most promising first: a probed contender goes to its full run, others get a probe.
-    # A probed contender is verified first: its deployment is live, and a verified best prunes the rest.
-    ready = {c.key for c in contenders if c.stage == "probed" or c.key in state.inconclusive}
-    contenders.sort(key=lambda c: (c.key not in ready, (optimistic_value(goal, c) + objective_value(goal, c)) / 2))
-    left = goal.budget_usd - state.spent_usd
-    actions: list[Action] = []
-    skipped = 0
-    for cand in contenders:
-        if len(actions) >= parallel:
-            break
-        kind: ActionKind = "full" if cand.key in ready else "probe"
-        deployed = cand.key in state.deployed
-        seconds, usd = action_cost(cand, kind, deployed)
-        if usd > left:
-            skipped += 1
-            continue
-        left -= usd
-        why = (
-            f"predicted {_fmt_objective(goal, cand)} (±{cand.sigma:.0%})"
-            + (f" vs best verified {_fmt_objective(goal, best)}" if best else "")
-        )  # fmt: skip
-        actions.append(
-            Action(key=cand.key, kind=kind, expected_usd=usd, expected_s=seconds, needs_deploy=not deployed, reason=why)
-        )
-    if not actions:
-        return Decision(
-            stop_reason=(
-                f"budget reached: ${state.spent_usd:.2f} of ${goal.budget_usd:g} spent and the next of "
-                f"{skipped} contender(s) would not fit in what is left"
-            ),
-            stop_kind="budget",
-            best=best_key,
-        )
-    return Decision(actions=actions, best=best_key)
-
-
-def _fmt_objective(goal: Goal, cand: Candidate | None) -> str:
-    if cand is None:
-        return "-"
-    if goal.objective == "min_cost_per_clip":
-        return f"${cand.usd_per_clip:.3f}/clip"
-    if goal.objective == "min_latency":
-        return f"p{goal.latency_percentile} {cand.latency_q_s:.1f} s"
-    return f"{cand.clips_per_hour_per_node:.1f} clips/h/node"
+def recommendation(state: SearchState) -> Candidate | None:
+    """What the search recommends now: the best verified candidate, else None."""
+    return best_verified(state)
 
 
 def spend_estimate(state: SearchState, parallel: int = 1) -> tuple[float, float, list[str]]:
-    """Expected USD and GPU-hours of the search: a probe for every contender, a full run for the likeliest."""
+    """Expected USD and GPU-hours of the search: a probe for every near contender, full runs for the likeliest."""
     goal = state.goal
     ranked = [c for c in candidates(state) if could_be_feasible(goal, c)]
     if not ranked:
         return 0.0, 0.0, []
     top = objective_value(goal, ranked[0])
-    near = [c for c in ranked if optimistic_value(goal, c) <= top * (1 + 2 * PRIOR_SIGMA)][:8]
+    near = [c for c in ranked if optimistic_value(goal, c) <= top * 1.2][:8]
     usd = gpu_hours = 0.0
     for i, cand in enumerate(near):
         seconds, cost = action_cost(cand, "probe", False)
         if i < 2:
-            s2, c2 = action_cost(cand, "full", True)
+            s2, c2 = action_cost(cand, "full", True, requests=full_requests(goal))
             seconds, cost = seconds + s2, cost + c2
         usd += cost
         gpu_hours += seconds / 3600.0 * cand.offer.gpu_count
     return min(usd, goal.budget_usd), gpu_hours, [c.key for c in near]
 
 
-# ---- learning --------------------------------------------------------------------------------------
+# ---- learning and deciding live beside this module (they use its words); the names stay here -------
 def record(state: SearchState, measurement: Measurement, recalibrate: bool = True) -> SearchState:
-    """Add one measurement (and what it cost), note how far the belief was off, and refit that GPU's profile."""
-    if measurement.kind == "probe" and not usable_probe(measurement):
-        return record_inconclusive(state, measurement)
-    cands = {c.key: c for c in candidates(state)}
-    cand = cands.get(measurement.key)
-    if cand is None:
-        raise KeyError(f"unknown candidate {measurement.key}")
-    observed = _observed_latency(state.goal, measurement)
-    predicted = _predicted_latency(state, cand)
-    surprises = dict(state.surprises)
-    if observed is not None and predicted > 0:
-        surprises[cand.gpu] = [*surprises.get(cand.gpu, []), abs(observed / predicted - 1)]
-        measurement = measurement.model_copy(update={"predicted_before": predicted})
-    new = state.model_copy(
-        update={
-            "measurements": [*state.measurements, measurement],
-            "surprises": surprises,
-            "spent_usd": state.spent_usd + measurement.usd,
-            "spent_gpu_hours": state.spent_gpu_hours + measurement.gpu_hours,
-            "iterations": state.iterations + 1,
-        }
-    )
-    if recalibrate:
-        new = recalibrated(new, cand.gpu)
-    return new
+    """evidence.record: fold one measurement in (or reject it), refit the posterior."""
+    from worldtune.policies import evidence
+
+    return evidence.record(state, measurement, recalibrate)
 
 
-def _observed_latency(goal: Goal, m: Measurement) -> float | None:
-    if m.kind == "full" and m.latencies_s:
-        return _median(m.latencies_s)
-    if m.per_step_s is not None and m.fixed_s is not None:
-        return m.fixed_s + goal.workload.steps * m.per_step_s
-    return None
+def recalibrated(state: SearchState, gpu: str) -> SearchState:
+    from worldtune.policies import evidence
+
+    return evidence.recalibrated(state, gpu)
 
 
-def _predicted_latency(state: SearchState, cand: Candidate) -> float:
-    """What the belief (not earlier measurements) predicts for the candidate."""
-    p = perf_model.predict(state.goal.workload, Plan.parse(cand.plan), state.beliefs[cand.gpu])
-    return p.latency_s - p.guardrail_s
+def record_failure(state: SearchState, key: str, usd: float, gpu_hours: float, reason: str = "") -> SearchState:
+    from worldtune.policies import evidence
+
+    return evidence.record_failure(state, key, usd, gpu_hours, reason)
 
 
-def observations(state: SearchState, gpu: str) -> list[Observation]:
-    """The measurements on one GPU type as calibration observations (probes: StepObs, full runs: LatencyObs)."""
-    keys = {c.key: c for c in candidates(state) if c.gpu == gpu}
-    wl = state.goal.workload
-    out: list[Observation] = []
-    for m in state.measurements:
-        cand = keys.get(m.key)
-        if cand is None:
-            continue
-        plan = Plan.parse(cand.plan).single_replica()
-        if m.kind == "probe" and m.per_step_s is not None and m.fixed_s is not None:
-            out.append(StepObs(wl, plan, m.per_step_s, m.fixed_s, 0.01, f"probe {m.key}"))
-        elif m.kind == "full" and m.latencies_s:
-            out.append(LatencyObs(wl, plan, _median(m.latencies_s), 0.01, f"full {m.key}"))
-    return out
+def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iterations: int = 40) -> Decision:
+    """acquisition.decide: the next actions (at most `parallel`), or why to stop."""
+    from worldtune.policies import acquisition
 
-
-def recalibrated(state: SearchState, gpu: str, fit: Callable[..., Profile] = fit_profile) -> SearchState:
-    """Refit one GPU type's profile to everything measured on it, with the shipped profile as the prior."""
-    obs = observations(state, gpu)
-    if not obs:
-        return state
-    shipped = shipped_profile(gpu)
-    fixed_total = shipped.text_encode_s + shipped.vae_decode_s + shipped.mux_s
-    priors = {
-        name: Prior(fixed_total if name == "fixed_s" else float(getattr(shipped, name)), spread)
-        for name, spread in RECALIBRATION_SPREAD.items()
-    }
-    profile = fit(shipped, obs, priors, source=f"recalibrated on {len(obs)} measurement(s) of this run")
-    return state.model_copy(update={"beliefs": {**state.beliefs, gpu: profile}})
-
-
-def usable_probe(m: Measurement) -> bool:
-    """Probes fix latency = fixed + steps x per_step only when both come out positive (short clips on fast
-    GPUs can drown the step difference in noise); otherwise the candidate goes straight to a full run."""
-    return m.per_step_s is not None and m.fixed_s is not None and m.per_step_s > 0 and m.fixed_s >= 0
-
-
-def record_inconclusive(state: SearchState, m: Measurement) -> SearchState:
-    """Bill a probe that could not be read, and ask for a full run of that candidate next."""
-    return state.model_copy(
-        update={
-            "inconclusive": [*state.inconclusive, m.key],
-            "spent_usd": state.spent_usd + m.usd,
-            "spent_gpu_hours": state.spent_gpu_hours + m.gpu_hours,
-            "iterations": state.iterations + 1,
-        }
-    )
-
-
-def record_failure(state: SearchState, key: str, usd: float, gpu_hours: float) -> SearchState:
-    """A candidate that could not be deployed or measured: bill what it used and never pick it again."""
-    return state.model_copy(
-        update={
-            "failed": [*state.failed, key],
-            "spent_usd": state.spent_usd + usd,
-            "spent_gpu_hours": state.spent_gpu_hours + gpu_hours,
-            "iterations": state.iterations + 1,
-        }
-    )
-
-
-def recommendation(state: SearchState) -> Candidate | None:
-    """What the search recommends now: the best verified candidate, else None."""
-    return best_verified(state)
+    return acquisition.decide(state, parallel=parallel, margin=margin, max_iterations=max_iterations)

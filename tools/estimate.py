@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.uncertainty import uncertainty
 from worldtune.tools import plan_rules
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu
@@ -62,6 +63,17 @@ class Estimate(BaseModel):
     offer: Offer | None = None
     breakdown: Breakdown | None = None
     profile_source: str = ""
+    latency_sigma: float | None = Field(
+        default=None, description="relative one-sigma of the predicted latency under the profile's prior uncertainty"
+    )
+    latency_range_s: tuple[float, float] | None = Field(
+        default=None, description="5th-95th percentile of the latency under that uncertainty (a model, not a measure)"
+    )
+    uncertainty_shares: dict[str, float] = Field(
+        default_factory=dict, description="parameter -> share of the latency's variance it explains"
+    )
+    assumed_terms: list[str] = Field(default_factory=list, description="assumed parameters the latency rests on")
+    relies_on_assumed: bool = Field(default=False, description="assumed terms explain >= 25% of the variance")
 
 
 class PlanCheck(BaseModel):
@@ -133,6 +145,7 @@ def estimate_plan(
     if not check.valid:
         return base
     p = perf_model.predict(workload, plan, profile)
+    spread = uncertainty(profile, workload, plan)
     # one node's price buys its clips/h whichever offer it is, so the cheapest node is the cheapest clip
     offer = cheapest_fitting_offer(check.gpu, plan.gpus, capacity=capacities or ["on-demand"])
     return base.model_copy(
@@ -149,6 +162,11 @@ def estimate_plan(
             "usd_per_clip": offer.usd_per_clip(p.clips_per_hour_per_node) if offer else None,
             "offer": offer,
             "breakdown": Breakdown(**asdict(p.step)),
+            "latency_sigma": spread.sigma,
+            "latency_range_s": (spread.low_s, spread.high_s),
+            "uncertainty_shares": spread.shares,
+            "assumed_terms": spread.assumed,
+            "relies_on_assumed": spread.relies_on_assumed,
         }
     )
 

@@ -866,7 +866,10 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         ],
         infra: InfraArg = "local",
         engine: Annotated[Literal["twin", "vllm-omni"], Field(description="twin (rehearsal) or vllm-omni")] = "twin",
-        twin_profile: Annotated[str | None, Field(description="twin only: profile YAML the twin runs with")] = None,
+        twin_profile: Annotated[
+            str | list[str] | None,
+            Field(description="twin only: profile YAML files or folders the twin runs with, one per GPU type"),
+        ] = None,
         time_scale: Annotated[
             float, Field(gt=0, le=100000, description="twin only: divide its sleeps by this")
         ] = 300.0,
@@ -897,7 +900,11 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         # the tuner checks the budget (this argument, or the goal text's) and the infra against the guardrails
         with refusals():
             paid = needs_confirmation(infra, engine)
-            twin_profile = allowed_profile(twin_profile, "twin_profile")  # the agent's own server trusts its caller
+            # each rehearsal truth must be a file this client may name (tools/profile_paths.py; no folders over MCP)
+            if isinstance(twin_profile, list):
+                twin_profile = [p for p in (allowed_profile(x, "twin_profile") for x in twin_profile) if p]
+            else:
+                twin_profile = allowed_profile(twin_profile, "twin_profile")
             request = TuningRequest(
                 infra=infra, engine=engine, twin_profile=twin_profile, time_scale=time_scale, budget_usd=budget_usd,
                 max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path, detach=detach,

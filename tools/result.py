@@ -28,22 +28,18 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-CONFIDENCE = 0.99  # percentile claims (MLPerf)
-CI_LEVEL = 0.95  # confidence intervals
+from worldtune.tools.stats import (
+    CI_LEVEL,
+    CLAIM_CONFIDENCE,
+    Interval,
+    order_statistic_upper,
+    quantile_interval,
+    samples_needed,
+)
+
+# The one statistics module's rules (tools/stats.py), named here as the result's fields use them.
+CONFIDENCE = CLAIM_CONFIDENCE  # percentile claims (MLPerf)
 QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
-
-
-def samples_needed(q: float, confidence: float = CONFIDENCE) -> int:
-    """Samples needed to claim the q-quantile at `confidence` with no violation (P90 -> 44, P99 -> 459)."""
-    return math.ceil(math.log(1.0 - confidence) / math.log(q))
-
-
-class Interval(BaseModel):
-    """A two-sided confidence interval; a side is null when the data cannot bound it."""
-
-    low: float | None
-    high: float | None
-    level: float = CI_LEVEL
 
 
 class PercentileClaim(BaseModel):
@@ -57,6 +53,9 @@ class PercentileClaim(BaseModel):
     n: int
     needed: int
     ci: Interval | None = None
+    upper_bound: float | None = Field(
+        default=None, description="order-statistic upper bound at the claim confidence; null unless claimable"
+    )
     note: str = ""
 
 
@@ -156,21 +155,9 @@ def _claim(name: str, q: float, data: np.ndarray, confidence: float, ci_level: f
         n=n,
         needed=needed,
         ci=quantile_interval(data, q, ci_level),
+        upper_bound=order_statistic_upper(data.tolist(), q, confidence) if claimable and q > 0.5 else None,
         note="" if claimable else f"not claimable (n={n} < {needed})",
     )
-
-
-def quantile_interval(sorted_data: np.ndarray, q: float, level: float = CI_LEVEL) -> Interval:
-    """Distribution-free interval for the q-quantile from order statistics (binomial ranks)."""
-    from scipy import stats
-
-    n = int(sorted_data.size)
-    alpha = 1.0 - level
-    lo_rank = int(stats.binom.ppf(alpha / 2, n, q))  # 1-based rank of the lower order statistic
-    hi_rank = int(stats.binom.ppf(1 - alpha / 2, n, q)) + 1
-    low = float(sorted_data[lo_rank - 1]) if lo_rank >= 1 else None
-    high = float(sorted_data[hi_rank - 1]) if hi_rank <= n else None
-    return Interval(low=low, high=high, level=level)
 
 
 def fit_affine(points: Sequence[tuple[int, float]], ci_level: float = CI_LEVEL) -> AffineFit | None:

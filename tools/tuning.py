@@ -24,7 +24,7 @@ class TuningRequest(BaseModel):
 
     infra: str
     engine: str
-    twin_profile: str | None
+    twin_profile: str | list[str] | None
     time_scale: float = Field(gt=0)
     budget_usd: float | None = Field(gt=0)
     max_iterations: int = Field(ge=1)

@@ -143,6 +143,21 @@ def _print_estimate(e: Any) -> None:
         ("reason", e.reason),
         ("GPUs (replicas x world)", f"{e.gpus} ({e.replicas} x {e.world_size})"),
         ("latency per clip (s)", _fmt(e.latency_s)),
+        (
+            "latency 90% range (s)",
+            f"{e.latency_range_s[0]:.1f}-{e.latency_range_s[1]:.1f} (±{e.latency_sigma:.1%} one sigma, the profile's "
+            "prior uncertainty: modelled, not measured)"
+            if e.latency_range_s and e.latency_sigma is not None
+            else "-",
+        ),
+        (
+            "assumed terms",
+            (
+                ", ".join(f"{n} ({e.uncertainty_shares.get(n, 0):.0%} of the variance)" for n in e.assumed_terms)
+                or "none"
+            )
+            + (" [relies on assumptions]" if e.relies_on_assumed else ""),
+        ),
         ("per step (s)", _fmt(e.per_step_s, 3)),
         ("fixed (s)", _fmt(e.fixed_s)),
         ("memory per GPU (GiB)", _fmt(e.memory_gib_per_gpu)),
@@ -200,12 +215,15 @@ def plans(
     shown = valid if show_all else valid[:limit]
     title = f"{model}: {len(valid)} valid plans on {gpus}x{gpu.upper()} (sorted by {sort})"
     table = Table(title=title)
-    for name in ("plan", "repl x GPUs", "latency s", "s/step", "fixed s", "GiB/GPU", "clips/h/repl",
+    for name in ("plan", "repl x GPUs", "latency s", "±1σ", "s/step", "fixed s", "GiB/GPU", "clips/h/repl",
                  "clips/h/node", "$/clip", "offer"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("plan", "offer") else "right")
     for e in shown:
+        marked = "*" if e.relies_on_assumed else ""
+        sigma = f"{e.latency_sigma:.0%}" if e.latency_sigma is not None else "-"
         table.add_row(
-            e.plan, f"{e.replicas} x {e.world_size}", _fmt(e.latency_s), _fmt(e.per_step_s, 3), _fmt(e.fixed_s),
+            e.plan + marked, f"{e.replicas} x {e.world_size}", _fmt(e.latency_s), sigma, _fmt(e.per_step_s, 3),
+            _fmt(e.fixed_s),
             _fmt(e.memory_gib_per_gpu), _fmt(e.clips_per_hour_per_replica), _fmt(e.clips_per_hour_per_node),
             _fmt(e.usd_per_clip, 3), e.offer.id if e.offer else "-",
         )  # fmt: skip
@@ -223,7 +241,11 @@ def plans(
                 by_rule.setdefault(e.rule, []).append(e)
             for rule, items in sorted(by_rule.items()):
                 console.print(f"  {rule} ({len(items)}), e.g. {items[0].plan}: {items[0].reason}")
-    console.print("[dim]fp8 and vae speed-ups are assumed, not calibrated; see the profile's 'assumed' list[/]")
+    console.print(
+        "[dim]±1σ: the latency's relative uncertainty under the profile's prior (Profile.uncertainty: fitted 15%, "
+        "assumed 50%, ...), a model, not a measurement; * marks a plan whose uncertainty is mostly assumed terms "
+        "(estimate --plan P names them; see the profile's 'assumed' list)[/]"
+    )
 
 
 def _show_version(value: bool) -> None:

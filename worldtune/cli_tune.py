@@ -17,6 +17,7 @@ from worldtune.tools.errors import WorldtuneError
 
 EXIT_NOT_DONE = 3  # waiting for approval, or stopped without a verified recommendation
 EXIT_STOPPED = 130  # stopped by a signal other than a numbered one (128 + signal number otherwise)
+EXIT_INFEASIBLE = 4  # the posterior says no candidate meets the goal (stop_kind infeasible; nearest options printed)
 
 
 def _printer(as_json: bool) -> Any:
@@ -63,7 +64,8 @@ def _output(outcome: dict[str, Any]) -> dict[str, Any]:
     s = outcome["summary"]
     from worldtune.agent.provenance import provenance
 
-    keys = ("goal", "recommendation", "measured", "predicted", "spend", "stop_reason", "stop_kind", "run_id")
+    keys = ("goal", "recommendation", "measured", "predicted", "spend", "stop_reason", "stop_kind", "run_id", "nearest",
+            "rejected", "failed")  # fmt: skip
     # provenance: which figures are simulated (twin) or measured, which model terms are assumed, how far the
     # latency claim goes with n samples, and the prices' snapshot date
     return {"status": "completed", "thread_id": outcome["thread_id"], **{k: s.get(k) for k in keys},
@@ -82,7 +84,12 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
     rec = s.get("recommendation")
     spend = s["spend"]
     if rec is None:
-        err_console.print(f"[bold red]no verified recommendation[/]: {s['stop_reason']}")
+        err_console.print(
+            f"[bold red]no verified recommendation[/] ({s.get('stop_kind') or 'stopped'}): {s['stop_reason']}"
+        )
+        for o in s.get("nearest") or []:
+            err_console.print(f"  nearest: {o['plan']} on {o['gpu']} ({o['stage']}): p95 ~{o['latency_q_s']} s, "
+                              f"meets {o['would_meet_s']} s at 95%, ${o['usd_per_clip']}/clip")  # fmt: skip
     else:
         m, p = s["measured"], s["predicted"]
         simulated = (s.get("provenance") or provenance(s))["simulated"]
@@ -90,14 +97,15 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
             f"[bold green]recommendation[/] {rec['gpu']} plan {rec['plan']} x {rec['nodes']} node(s) "
             f"({rec['replicas']} replicas), {rec['capacity']} on {rec['offer']} at ${rec['usd_per_hour']:.2f}/h"
         )
-        # With few samples the empirical p95 is not a claim on its own: show n and the tolerance bound used.
-        bounds = [f"{k.removeprefix('latency_').removesuffix('_upper_s')} <= {v} s at 95% confidence"
-                  for k, v in m.items() if k.endswith("_upper_s")]  # fmt: skip
-        evidence = f" (n={m['samples']}; {', '.join(bounds)})" if m.get("samples") else ""
+        # A percentile only as tools/stats claims it; a parametric bound by its name and assumption.
+        bounds = [f"{k} {v} s" for k, v in m.items() if k.endswith("_normal")]
+        evidence = f" (n={m['samples']}; {m.get('latency_p95_claim')}" if m.get("samples") else ""
+        evidence += (f"; {', '.join(bounds)}, {m.get('parametric_assumption')})" if bounds else ")") if evidence else ""
+        p95 = m["latency_p95_s"] if m["latency_p95_s"] is not None else "not claimable"
         err_console.print(
             f"  {'simulated on the twin' if simulated else 'measured'}: p50 {m['latency_p50_s']} s, "
-            f"p95 {m['latency_p95_s']} s{evidence}, {m['clips_per_hour_per_node']} clips/h/node, "
-            f"${m['usd_per_clip']}/clip"
+            f"p95 {p95}{' s' if m['latency_p95_s'] is not None else ''}{evidence}, "
+            f"{m['clips_per_hour_per_node']} clips/h/node, ${m['usd_per_clip']}/clip"
         )
         err_console.print(
             f"  predicted before measuring: p50 {p['latency_p50_s']} s, {p['clips_per_hour_per_node']} clips/h/node, "
@@ -122,7 +130,11 @@ def register(app: typer.Typer) -> None:
         infra: Annotated[str, typer.Option(help="local | slurm/NAME | kubernetes | a cloud")] = "local",
         engine: Annotated[str, typer.Option(help="twin (modelled server) | vllm-omni (the real one)")] = "twin",
         twin_profile: Annotated[
-            str | None, typer.Option(help="profile the twin runs with (never read by the agent)")
+            list[str] | None,
+            typer.Option(
+                help="profile the twin runs with (never read by the agent); repeat it, or give a folder, for one "
+                "profile per GPU type"
+            ),
         ] = None,
         budget: Annotated[float | None, typer.Option(help="most the search may spend, USD")] = None,
         yes: Annotated[bool, typer.Option("--yes", help="approve the spend estimate without asking")] = False,
@@ -229,5 +241,7 @@ def _finish(outcome: dict[str, Any], as_json: bool) -> None:
     else:
         _print_outcome(outcome)
     done = outcome["status"] == "completed" and outcome["summary"].get("recommendation") is not None
+    if outcome["status"] == "completed" and outcome["summary"].get("stop_kind") == "infeasible":
+        raise typer.Exit(EXIT_INFEASIBLE)
     if not done:
         raise typer.Exit(EXIT_NOT_DONE)

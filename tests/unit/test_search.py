@@ -48,7 +48,8 @@ def _simulate(state: ws.SearchState, truth: dict[str, Profile], seed: int = 0) -
                 a, b = latency(4), latency(8)
                 m = ws.Measurement(key=cand.key, kind="probe", per_step_s=(b - a) / 4, fixed_s=a - 4 * (b - a) / 4)
             else:
-                m = ws.Measurement(key=cand.key, kind="full", latencies_s=[latency(35) for _ in range(5)])
+                n = action.requests or 5
+                m = ws.Measurement(key=cand.key, kind="full", latencies_s=[latency(35) for _ in range(n)], requested=n)
             assert action.expected_usd <= state.goal.budget_usd - state.spent_usd
             state = ws.record(state, m.model_copy(update={"usd": action.expected_usd / 1.25}))
     raise AssertionError("the search did not stop")
@@ -81,7 +82,14 @@ def test_first_actions_are_probes_then_a_full_run_for_a_contender() -> None:
     probe = ws.Measurement(key=key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
     state = ws.record(state, probe).model_copy(update={"deployed": [key]})
     nxt = ws.decide(state)
-    assert nxt.actions[0].key == key and nxt.actions[0].kind == "full" and not nxt.actions[0].needs_deploy
+    # next: verify the probed contender on the node it holds, or measure a candidate predicted cheaper than it
+    # (with the measured VAE tile terms a vae8 sibling can come out ahead once the probe pins the shared rates)
+    action = nxt.actions[0]
+    if action.key == key:
+        assert action.kind == "full" and not action.needs_deploy
+    else:
+        by_key = {c.key: c for c in ws.candidates(state)}
+        assert by_key[action.key].usd_per_clip < by_key[key].usd_per_clip
 
 
 def test_search_converges_on_the_truth_and_says_why() -> None:
@@ -125,7 +133,7 @@ def test_budget_caps_the_search_and_is_never_exceeded() -> None:
 
 def test_iteration_cap_is_a_stop_reason() -> None:
     state = ws.initial_state(_goal(), all_offers("snapshot")).model_copy(update={"iterations": 3})
-    assert ws.decide(state, max_iterations=3).stop_kind == "iterations"
+    assert ws.decide(state, max_iterations=3).stop_kind == "iteration_cap"  # was "iterations": named as the brief asks
 
 
 def test_tolerance_bound_is_conservative_and_tightens_with_samples() -> None:

@@ -1,0 +1,287 @@
+"""The search's decisions from posterior draws: what to measure next, and when to stop.
+
+Draws of every GPU type's parameters (Gaussian in the belief's coordinates) move each candidate's log
+latency and log service time through its sensitivities, plus an independent error of its own (the
+model's, or its probe's); measured candidates keep their measured values. From the draws:
+- P(feasible) of each candidate and of "any candidate" (infeasible below search.STOP_LEVEL);
+- P(an unverified feasible candidate beats the best verified by more than the margin) (converged below it);
+- each candidate's expected improvement over the best verified (or, before one exists, over the worst
+  candidate, so feasibility is what counts), and the value of measuring it: its own expected improvement
+  plus the share of the others' it would resolve (rho^2 of their draws with its own), per expected dollar.
+The most likely optimum gets its full run once its probe pins it; otherwise the best value per dollar is
+probed, which is how a plan whose only use is to tell two hypotheses apart gets chosen.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from worldtune.policies import belief
+from worldtune.policies import search as ws
+from worldtune.tools.goal import Goal
+
+DRAWS = 512
+
+
+@dataclass
+class Draws:
+    """Objective values and feasibility of every candidate in every posterior draw (candidates x draws)."""
+
+    assessed: list[ws.Assessed]
+    objective: np.ndarray
+    feasible: np.ndarray
+    log_latency: np.ndarray  # the draw's deviation in log latency (for correlations)
+
+    @property
+    def cands(self) -> list[ws.Candidate]:
+        return [a.cand for a in self.assessed]
+
+
+def draws(state: ws.SearchState, assessed: list[ws.Assessed], n: int = DRAWS) -> Draws:
+    """Posterior draws of every candidate's objective and feasibility (seeded by the state: reproducible)."""
+    goal = state.goal
+    rng = np.random.default_rng(1000 + state.iterations)
+    # per GPU type: which mode each draw comes from, and each mode's parameter shifts (its Laplace Gaussian)
+    picks: dict[str, np.ndarray] = {}
+    shifts: dict[str, list[np.ndarray]] = {}
+    for gpu in sorted({a.cand.gpu for a in assessed}):
+        post = state.posterior(gpu)
+        modes = post.modes()
+        weights = np.asarray([m.weight for m in modes])
+        picks[gpu] = rng.choice(len(modes), size=n, p=weights / weights.sum())
+        shifts[gpu] = []
+        for m in modes:
+            cov = np.asarray(m.cov)
+            w, v = np.linalg.eigh((cov + cov.T) / 2)
+            shifts[gpu].append((v * np.sqrt(np.clip(w, 0.0, None))) @ rng.standard_normal((len(w), n)))
+    own: dict[str, np.ndarray] = {}  # one error per hardware key: the same plan on another offer is the same plan
+    c = len(assessed)
+    d_lat, d_svc = np.zeros((c, n)), np.zeros((c, n))
+    for i, a in enumerate(assessed):
+        hw = ws.hardware_key(a.cand.key)
+        if hw not in own:
+            own[hw] = rng.standard_normal(n)
+        eps = a.own_sigma * own[hw] if a.cand.stage != "measured" else np.zeros(n)
+        gpu = a.cand.gpu
+        layers = [(0.0, 0.0, a.grad_latency, a.grad_service)]
+        layers += [(s.d_latency, s.d_service, s.grad_latency, s.grad_service) for s in a.modes]
+        for k, (off_l, off_s, g_l, g_s) in enumerate(layers):
+            mask = picks[gpu] == k
+            if mask.any():
+                d_lat[i, mask] = off_l + (np.asarray(g_l) @ shifts[gpu][k])[mask]
+                d_svc[i, mask] = off_s + (np.asarray(g_s) @ shifts[gpu][k])[mask]
+        d_lat[i] += eps
+        d_svc[i] += eps
+    lat_q = np.asarray([a.cand.latency_q_s for a in assessed])[:, None] * np.exp(d_lat)
+    cph = np.asarray([a.cand.clips_per_hour_per_node for a in assessed])[:, None] * np.exp(-d_svc)
+    usd = np.asarray([a.cand.usd_per_clip for a in assessed])[:, None] * np.exp(d_svc)
+    objective = {"min_cost_per_clip": usd, "min_latency": lat_q}.get(goal.objective, -cph)
+    feasible = np.ones((c, n), dtype=bool)
+    if goal.latency_bound_s is not None:
+        feasible &= lat_q <= goal.latency_bound_s
+    if goal.throughput_floor_clips_per_hour:
+        feasible &= cph * ws.MAX_NODES >= goal.throughput_floor_clips_per_hour
+    for i, a in enumerate(assessed):
+        if a.cand.stage == "measured" or a.cand.key in state.failed:
+            feasible[i] = a.cand.feasible and a.cand.key not in state.failed
+    return Draws(assessed, objective, feasible, d_lat)
+
+
+def nearest_options(state: ws.SearchState, d: Draws, top: int = 3) -> list[ws.NearestOption]:
+    """The fastest candidates at the goal's percentile: what they reach, the bound they would meet, their cost."""
+    lat_q = np.asarray([a.cand.latency_q_s for a in d.assessed])[:, None] * np.exp(d.log_latency)
+    order = np.argsort(np.median(lat_q, axis=1))
+    out: list[ws.NearestOption] = []
+    seen: set[str] = set()
+    for i in order:
+        cand = d.cands[i]
+        if cand.key in state.failed or ws.hardware_key(cand.key) in seen:
+            continue
+        seen.add(ws.hardware_key(cand.key))
+        out.append(ws.NearestOption(
+            key=cand.key, gpu=cand.gpu, plan=cand.plan, stage=cand.stage,
+            latency_q_s=round(float(np.median(lat_q[i])), 2),
+            would_meet_s=round(float(np.quantile(lat_q[i], 0.95)), 2),
+            usd_per_clip=round(cand.usd_per_clip, 4),
+        ))  # fmt: skip
+        if len(out) >= top:
+            break
+    return out
+
+
+def _values(d: Draws, goal: Goal, reference: np.ndarray, open_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Expected improvement of each candidate over `reference` (per draw), and the value of measuring it."""
+    scale = max(float(np.median(np.abs(reference))), float(np.median(np.abs(d.objective[open_]))), 1e-9)
+    gain = np.where(d.feasible, np.maximum(reference[None, :] - d.objective, 0.0), 0.0) / scale
+    ei = np.where(open_, gain.mean(axis=1), 0.0)
+    live = np.flatnonzero(ei > 0)
+    value = ei.copy()
+    if live.size > 1:
+        dev = d.log_latency[live] - d.log_latency[live].mean(axis=1, keepdims=True)
+        norms = np.sqrt((dev**2).sum(axis=1))
+        ok = norms > 1e-12
+        rho = np.zeros((live.size, live.size))
+        rho[np.ix_(ok, ok)] = (dev[ok] @ dev[ok].T) / np.outer(norms[ok], norms[ok])
+        np.fill_diagonal(rho, 0.0)
+        value[live] = ei[live] + (rho**2) @ ei[live]
+    return ei, value
+
+
+def decide(state: ws.SearchState, parallel: int = 1, margin: float = 0.03, max_iterations: int = 40) -> ws.Decision:
+    """The next actions (at most `parallel`, on distinct hardware), or the reason to stop."""
+    goal = state.goal
+    assessed = ws.assess(state)
+    ranked = [a.cand for a in assessed]
+    best = ws.best_verified(state, ranked)
+    best_key = best.key if best else None
+    d = draws(state, assessed)
+    p_any = float(d.feasible.any(axis=0).mean())
+    if state.iterations >= max_iterations:
+        return ws.Decision(stop_reason=f"iteration cap reached ({max_iterations} measurements): a last resort, "
+                           "not a verdict", stop_kind="iteration_cap", best=best_key, p_feasible=p_any)  # fmt: skip
+    open_ = np.asarray([c.stage != "measured" and c.key not in state.failed for c in ranked])
+    if best is None and p_any < ws.STOP_LEVEL:
+        nearest = nearest_options(state, d)
+        near = "; ".join(f"{o.plan} on {o.gpu}: p{goal.latency_percentile} ~{o.latency_q_s:.1f} s, meets "
+                         f"{o.would_meet_s:.1f} s at 95%, ${o.usd_per_clip:.3f}/clip" for o in nearest)  # fmt: skip
+        return ws.Decision(
+            stop_reason=f"infeasible: P(any candidate meets the constraints) = {p_any:.1%} < {ws.STOP_LEVEL:.0%} "
+            f"under the posterior; nearest: {near}",
+            stop_kind="infeasible", p_feasible=p_any, nearest=nearest,
+        )  # fmt: skip
+    if best is not None:
+        value_best = ws.objective_value(goal, best)
+        threshold = value_best - margin * abs(value_best)
+        beats = d.feasible & (d.objective < threshold) & open_[:, None]
+        p_beaten = float(beats.any(axis=0).mean())
+        if p_beaten < ws.STOP_LEVEL:
+            return ws.Decision(
+                stop_reason=f"converged: {best.plan} on {best.offer.id} meets the goal ({best.evidence}); "
+                f"P(an unverified candidate beats it by more than {margin:.0%}) = {p_beaten:.1%} < "
+                f"{ws.STOP_LEVEL:.0%} under the posterior ({DRAWS} draws): "
+                f"{1 - ws.STOP_LEVEL:.0%} confidence none does",
+                stop_kind="converged", best=best_key, p_beaten=p_beaten, p_feasible=1.0,
+            )  # fmt: skip
+        reference = np.full(d.objective.shape[1], threshold)
+    else:
+        # nothing verified yet: what counts is being feasible, and cheap; measured against the dearest candidate
+        p_beaten = None
+        means = np.asarray([ws.objective_value(goal, c) for c in ranked])
+        reference = np.full(d.objective.shape[1], float(np.max(means[np.isfinite(means)])))
+    ei, value = _values(d, goal, reference, open_)
+    return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any)
+
+
+def _choose(
+    state: ws.SearchState, d: Draws, ei: np.ndarray, value: np.ndarray, open_: np.ndarray,
+    best: ws.Candidate | None, parallel: int, p_beaten: float | None, p_any: float,
+) -> ws.Decision:  # fmt: skip
+    """Retries first; then the most likely optimum's full run once probed; then the best value per dollar."""
+    goal = state.goal
+    cands = d.cands
+    masked = np.where(d.feasible, d.objective, np.inf)
+    winner = np.argmin(masked, axis=0)
+    p_best = np.bincount(winner[np.isfinite(masked.min(axis=0))], minlength=len(cands)) / d.objective.shape[1]
+    ready = {c.key for c in cands if c.stage == "probed" or c.key in state.inconclusive}
+    order: list[tuple[float, int, str]] = []
+    for i, c in enumerate(cands):
+        if c.key in state.retry:
+            order.append((math.inf, i, "retry"))
+    # Before anything is verified, verification is what lets the search stop: the likeliest probed candidate.
+    pool = [i for i in range(len(cands)) if open_[i] and (best is not None or cands[i].key in ready)]
+    top = max(pool, key=lambda i: p_best[i], default=None)
+    best_share = p_best[[i for i, c in enumerate(cands) if best and c.key == best.key]].sum() if best else 0.0
+    # a full run costs many probes: before anything is verified, only for a candidate that is probably feasible
+    likely = top is not None and (best is not None or float(d.feasible[top].mean()) >= 0.5)
+    if top is not None and likely and cands[top].key in ready and p_best[top] > 0 and p_best[top] >= best_share:
+        order.append((1e300, top, "likeliest optimum"))
+    requests = ws.full_requests(goal)
+    for i, c in enumerate(cands):
+        if open_[i] and value[i] > 0:
+            _, usd = ws.action_cost(
+                c, "full" if c.key in ready else "probe", c.key in state.deployed, requests=requests
+            )
+            order.append((value[i] / max(usd, 1e-6), i, "value"))
+    order.sort(key=lambda t: -t[0])
+    left = goal.budget_usd - state.spent_usd
+    actions: list[ws.Action] = []
+    used: set[str] = set()
+    skipped = 0
+    cheapest: dict[str, int] = {}  # the same measurement on the cheapest offer of that hardware
+    for i, c in enumerate(cands):
+        hw = ws.hardware_key(c.key)
+        if open_[i] and (hw not in cheapest or c.offer.usd_per_hour < cands[cheapest[hw]].offer.usd_per_hour):
+            cheapest[hw] = i
+    for _score, i0, why in order:
+        i = i0 if why == "retry" else cheapest.get(ws.hardware_key(cands[i0].key), i0)
+        cand = cands[i]
+        if len(actions) >= parallel:
+            break
+        if ws.hardware_key(cand.key) in used:
+            continue
+        retry = why == "retry"
+        rejected_full = any(r.key == cand.key and r.kind == "full" for r in state.rejected)
+        full = cand.key in ready or cand.stage == "measured" or (retry and rejected_full)
+        kind: ws.ActionKind = "full" if full else "probe"
+        deployed = cand.key in state.deployed and not retry
+        n = requests
+        seconds, usd = ws.action_cost(cand, kind, deployed, requests=n)
+        note = ""
+        if kind == "full" and usd > left:
+            n = ws.FULL_REQUESTS  # the claim's count does not fit: a short run, and the claim will say so
+            seconds, usd = ws.action_cost(cand, kind, deployed, requests=n)
+            note = f"; only {n} requests fit the budget, so p{goal.latency_percentile} will not be claimable"
+        if usd > left:
+            skipped += 1
+            continue
+        left -= usd
+        used.add(ws.hardware_key(cand.key))
+        actions.append(ws.Action(
+            key=cand.key, kind=kind, expected_usd=usd, expected_s=seconds, needs_deploy=not deployed,
+            reason=_why(state, d, i, why, ei, value, p_best, best, kind, n) + note, requests=n if kind == "full" else 0,
+            redeploy=retry, value=float(value[i]),
+        ))  # fmt: skip
+    if not actions:
+        reason = (f"budget reached: ${state.spent_usd:.2f} of ${goal.budget_usd:g} spent and the next of "
+                  f"{max(skipped, 1)} candidate measurement(s) would not fit in what is left")  # fmt: skip
+        if not order:
+            reason = "nothing left worth measuring, yet no candidate is verified"
+        return ws.Decision(stop_reason=reason, stop_kind="budget", best=best.key if best else None,
+                           p_beaten=p_beaten, p_feasible=p_any, nearest=nearest_options(state, d))  # fmt: skip
+    return ws.Decision(actions=actions, best=best.key if best else None, p_beaten=p_beaten, p_feasible=p_any)
+
+
+def _why(
+    state: ws.SearchState, d: Draws, i: int, why: str, ei: np.ndarray, value: np.ndarray, p_best: np.ndarray,
+    best: ws.Candidate | None, kind: str, requests: int,
+) -> str:  # fmt: skip
+    """What the event log says: the value, the chance it is the optimum, what it would teach and could change."""
+    cand = d.cands[i]
+    if why == "retry":
+        last = next(r.reason for r in reversed(state.rejected) if r.key == cand.key)
+        return f"retry on a fresh deployment: the last measurement was not evidence ({last})"
+    a = d.assessed[i]
+    post = state.posterior(cand.gpu)
+    learns = belief.informs(post, np.asarray(a.grad_latency), max(a.own_sigma, 1e-3)) if kind == "probe" else []
+    against = "the best verified by more than the margin" if best is not None else "the dearest candidate"
+    text = (f"predicted {_fmt(state.goal, cand)} (±{cand.sigma:.1%}), P(feasible) "
+            f"{float(d.feasible[i].mean()):.0%}, P(optimum) {p_best[i]:.0%}; expected improvement over {against} "
+            f"{ei[i]:.1%} of the objective, {value[i]:.1%} with what it tells about the others")  # fmt: skip
+    if why == "likeliest optimum":
+        text = f"the likeliest optimum, pinned by its probe: a full run of {requests} requests verifies it; " + text
+    if learns:
+        text += "; would narrow " + ", ".join(learns)
+    if best is not None:
+        text += f"; could replace {best.plan} on {best.offer.id} ({_fmt(state.goal, best)})"
+    return text
+
+
+def _fmt(goal: Goal, cand: ws.Candidate) -> str:
+    if goal.objective == "min_cost_per_clip":
+        return f"${cand.usd_per_clip:.3f}/clip"
+    if goal.objective == "min_latency":
+        return f"p{goal.latency_percentile} {cand.latency_q_s:.1f} s"
+    return f"{cand.clips_per_hour_per_node:.1f} clips/h/node"

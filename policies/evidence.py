@@ -1,0 +1,173 @@
+"""What a measurement teaches the search, and which measurements are not evidence at all.
+
+A probe gives per-step and fixed time of its plan, a full run the latency at the goal's workload; both
+become belief.Observations with their own noise (the profile's noise_cv, the run's spread) and refit the
+posterior of that GPU type. A full run with failed requests, fewer answers than asked, answers that
+waited behind someone else's load, or an engine the deployment check found dead is rejected: it is
+retried once on a fresh deployment (search.RETRIES), then the candidate is failed with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from worldtune.policies import belief, perf_model
+from worldtune.policies import search as ws
+from worldtune.tools.plan import Plan
+
+
+def problem(m: ws.Measurement) -> str:
+    """Why a measurement is not evidence ('' when it is)."""
+    if m.engine_problem:
+        return f"engine check: {m.engine_problem}"
+    if m.kind != "full":
+        return ""
+    if m.failed_requests:
+        return f"{m.failed_requests} of {m.requested or len(m.latencies_s) + m.failed_requests} requests failed"
+    if m.requested and len(m.latencies_s) < m.requested:
+        return f"{len(m.latencies_s)} answers of {m.requested} asked"
+    if not m.latencies_s:
+        return "no answers"
+    if m.contaminated:
+        return f"{m.contaminated} answer(s) waited behind load that was not this benchmark's"
+    return ""
+
+
+def record(state: ws.SearchState, measurement: ws.Measurement, recalibrate: bool = True) -> ws.SearchState:
+    """Add one measurement (and what it cost), note how far the belief was off, and refit that GPU's posterior."""
+    bad = problem(measurement)
+    if bad:
+        return reject(state, measurement, bad)
+    if measurement.kind == "probe" and not usable_probe(measurement):
+        return record_inconclusive(state, measurement)
+    cand = ws.candidate_for(state, measurement.key)
+    observed = _observed_latency(state, measurement)
+    predicted = _predicted_latency(state, cand)
+    surprises = dict(state.surprises)
+    if observed is not None and predicted > 0:
+        surprises[cand.gpu] = [*surprises.get(cand.gpu, []), abs(observed / predicted - 1)]
+        measurement = measurement.model_copy(update={"predicted_before": predicted})
+    new = state.model_copy(
+        update={
+            "measurements": [*state.measurements, measurement],
+            "surprises": surprises,
+            "spent_usd": state.spent_usd + measurement.usd,
+            "spent_gpu_hours": state.spent_gpu_hours + measurement.gpu_hours,
+            "iterations": state.iterations + 1,
+            "retry": [k for k in state.retry if k != measurement.key],
+        }
+    )
+    return recalibrated(new, cand.gpu) if recalibrate else new
+
+
+def reject(state: ws.SearchState, m: ws.Measurement, reason: str) -> ws.SearchState:
+    """Bill a measurement that is not evidence; retry it once on a fresh deployment, then fail the candidate."""
+    tries = sum(1 for r in state.rejected if r.key == m.key and r.kind == m.kind)
+    entry = ws.Rejected(key=m.key, kind=m.kind, benchmark_id=m.benchmark_id, reason=reason)
+    update: dict[str, object] = {
+        "rejected": [*state.rejected, entry],
+        "spent_usd": state.spent_usd + m.usd,
+        "spent_gpu_hours": state.spent_gpu_hours + m.gpu_hours,
+        "iterations": state.iterations + 1,
+        "retry": [k for k in state.retry if k != m.key],
+    }
+    if tries < ws.RETRIES:
+        update["retry"] = [*update["retry"], m.key]  # type: ignore[misc]
+    else:
+        update["failed"] = [*state.failed, m.key]
+        update["failures"] = {**state.failures, m.key: f"rejected {tries + 1} times: {reason}"}
+    return state.model_copy(update=update)
+
+
+def _observed_latency(state: ws.SearchState, m: ws.Measurement) -> float | None:
+    if m.kind == "full" and m.latencies_s:
+        return float(np.median(m.latencies_s))
+    if m.per_step_s is not None and m.fixed_s is not None:
+        return m.fixed_s + state.goal.workload.steps * m.per_step_s
+    return None
+
+
+def _predicted_latency(state: ws.SearchState, cand: ws.Candidate) -> float:
+    """What the belief (not earlier measurements) predicts for the candidate."""
+    p = perf_model.predict(state.goal.workload, Plan.parse(cand.plan), state.beliefs[cand.gpu])
+    return p.latency_s - p.guardrail_s
+
+
+def observations(state: ws.SearchState, gpu: str) -> list[belief.Observation]:
+    """The measurements on one GPU type as the posterior's observations, each with its own noise."""
+    wl = state.goal.workload
+    prior = state.prior(gpu)
+    out: list[belief.Observation] = []
+    for m in state.measurements:
+        shape, plan_text = ws.hardware_key(m.key).split("|", 1)
+        if shape.split(":")[0] != gpu:
+            continue
+        plan = str(Plan.parse(plan_text).single_replica())
+        if m.kind == "probe" and m.per_step_s and m.fixed_s and m.per_step_s > 0 and m.fixed_s > 0:
+            # the two-point fit's noise: the per-request noise over the step difference, and the intercept's
+            span = ws.PROBE_STEPS[-1] - ws.PROBE_STEPS[0]
+            hi = m.fixed_s + ws.PROBE_STEPS[-1] * m.per_step_s
+            root = math.sqrt(m.repeats)
+            step_sd = max(math.sqrt(2) * prior.noise_cv * hi / (span * m.per_step_s) / root, 0.0005)
+            fixed_sd = max(math.sqrt(5) * prior.noise_cv * hi / m.fixed_s / root, 0.0005)
+            out.append(belief.Observation(plan=plan, workload=wl, quantity="per_step", value=m.per_step_s,
+                                          rel_sigma=step_sd, label=f"probe {m.key}"))  # fmt: skip
+            out.append(belief.Observation(plan=plan, workload=wl, quantity="fixed", value=m.fixed_s,
+                                          rel_sigma=fixed_sd, label=f"probe {m.key}"))  # fmt: skip
+        elif m.kind == "full" and m.latencies_s:
+            values = np.asarray(m.latencies_s)
+            median = float(np.median(values))
+            spread = float(values.std(ddof=1)) / median if values.size > 1 else prior.noise_cv
+            sd = max(1.25 * spread / math.sqrt(values.size), 0.0005)  # the median's standard error
+            out.append(belief.Observation(plan=plan, workload=wl, quantity="latency", value=median,
+                                          rel_sigma=sd, label=f"full {m.key}"))  # fmt: skip
+    return out
+
+
+def recalibrated(state: ws.SearchState, gpu: str) -> ws.SearchState:
+    """Refit one GPU type's posterior to everything measured on it; the MAP profile becomes the belief."""
+    obs = observations(state, gpu)
+    if not obs:
+        return state
+    prior = state.prior(gpu)
+    post = belief.fit(prior, obs, start=state.posteriors.get(gpu))
+    profile = post.profile(prior).model_copy(
+        update={"source": f"posterior MAP after {len(obs)} observation(s) of this run: {post.summary()}"}
+    )
+    return state.model_copy(
+        update={"posteriors": {**state.posteriors, gpu: post}, "beliefs": {**state.beliefs, gpu: profile}}
+    )
+
+
+def usable_probe(m: ws.Measurement) -> bool:
+    """Probes fix latency = fixed + steps x per_step only when both come out positive (short clips on fast
+    GPUs can drown the step difference in noise); otherwise the candidate goes straight to a full run."""
+    return m.per_step_s is not None and m.fixed_s is not None and m.per_step_s > 0 and m.fixed_s >= 0
+
+
+def record_inconclusive(state: ws.SearchState, m: ws.Measurement) -> ws.SearchState:
+    """Bill a probe that could not be read, and ask for a full run of that candidate next."""
+    return state.model_copy(
+        update={
+            "inconclusive": [*state.inconclusive, m.key],
+            "spent_usd": state.spent_usd + m.usd,
+            "spent_gpu_hours": state.spent_gpu_hours + m.gpu_hours,
+            "iterations": state.iterations + 1,
+        }
+    )
+
+
+def record_failure(state: ws.SearchState, key: str, usd: float, gpu_hours: float, reason: str = "") -> ws.SearchState:
+    """A candidate that could not be deployed or measured: bill what it used and never pick it again."""
+    return state.model_copy(
+        update={
+            "failed": [*state.failed, key],
+            "failures": {**state.failures, key: reason or "failed"},
+            "spent_usd": state.spent_usd + usd,
+            "spent_gpu_hours": state.spent_gpu_hours + gpu_hours,
+            "iterations": state.iterations + 1,
+            "retry": [k for k in state.retry if k != key],
+        }
+    )

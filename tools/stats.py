@@ -1,0 +1,140 @@
+"""The statistics every latency claim goes through: bench, tune, the report, the MCP tools and the search.
+
+A percentile is claimed by order statistics, never by a model of the distribution: at confidence c
+with no violation, the q-quantile is bounded above by the largest of n samples once q^n <= 1 - c,
+i.e. n >= ln(1 - c) / ln(q) (MLPerf's rule, REFERENCE.md section 7: P90 44, P95 90, P99 459 at 99%).
+With more samples a lower order statistic does: X_(k) for the smallest k with
+P(Binomial(n, q) <= k - 1) >= c. With fewer samples the percentile is "not claimable (n=.. < ..)".
+
+Where the agent must judge a percentile from fewer samples it may use a parametric bound, and then it
+says so by name: `p95_upper_95conf_normal` is the one-sided normal tolerance bound (noncentral t) on
+the 95th percentile at 95% confidence, which assumes the latencies are normally distributed; it is a
+modelled bound, never a measured p95.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+CLAIM_CONFIDENCE = 0.99  # percentile claims (MLPerf)
+CI_LEVEL = 0.95  # confidence intervals
+TOLERANCE_CONFIDENCE = 0.95  # the parametric bound's confidence
+NORMAL_ASSUMPTION = "assumes normally distributed latencies (one-sided tolerance bound, noncentral t)"
+
+
+class Interval(BaseModel):
+    """A two-sided confidence interval; a side is null when the data cannot bound it."""
+
+    low: float | None
+    high: float | None
+    level: float = CI_LEVEL
+
+
+def samples_needed(q: float, confidence: float = CLAIM_CONFIDENCE) -> int:
+    """Samples needed to claim the q-quantile at `confidence` with no violation (P90 -> 44, P99 -> 459)."""
+    if q <= 0.5:
+        return 1
+    return math.ceil(math.log(1.0 - confidence) / math.log(q))
+
+
+def quantile_interval(sorted_data: np.ndarray, q: float, level: float = CI_LEVEL) -> Interval:
+    """Distribution-free interval for the q-quantile from order statistics (binomial ranks)."""
+    from scipy import stats
+
+    n = int(sorted_data.size)
+    alpha = 1.0 - level
+    lo_rank = int(stats.binom.ppf(alpha / 2, n, q))  # 1-based rank of the lower order statistic
+    hi_rank = int(stats.binom.ppf(1 - alpha / 2, n, q)) + 1
+    low = float(sorted_data[lo_rank - 1]) if lo_rank >= 1 else None
+    high = float(sorted_data[hi_rank - 1]) if hi_rank <= n else None
+    return Interval(low=low, high=high, level=level)
+
+
+def order_statistic_upper(values: Sequence[float], q: float, confidence: float = CLAIM_CONFIDENCE) -> float | None:
+    """Distribution-free upper bound on the q-quantile at `confidence`: X_(k), the smallest k with
+    P(Binomial(n, q) <= k - 1) >= confidence. None when n < samples_needed(q, confidence)."""
+    from scipy import stats
+
+    data = np.sort(np.asarray([v for v in values if math.isfinite(v)], dtype=float))
+    n = int(data.size)
+    if n == 0 or n < samples_needed(q, confidence):
+        return None
+    ranks = np.arange(1, n + 1)
+    ok = stats.binom.cdf(ranks - 1, n, q) >= confidence - 1e-12
+    if not ok.any():
+        return None
+    return float(data[int(np.argmax(ok))])
+
+
+def parametric_name(percentile: int, confidence: float = TOLERANCE_CONFIDENCE) -> str:
+    """The name a parametric bound is printed under, e.g. p95_upper_95conf_normal."""
+    return f"p{percentile}_upper_{round(confidence * 100)}conf_normal"
+
+
+def normal_tolerance_upper(values: Sequence[float], q: float, confidence: float = TOLERANCE_CONFIDENCE) -> float | None:
+    """One-sided normal tolerance bound on the q-quantile: mean + k sd, k = t'_c(n-1, z_q sqrt(n)) / sqrt(n).
+
+    Assumes normal latencies (NORMAL_ASSUMPTION). One sample has no spread: None.
+    """
+    from scipy.stats import nct, norm
+
+    data = [v for v in values if math.isfinite(v)]
+    n = len(data)
+    if n < 2:
+        return None
+    mean = sum(data) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in data) / (n - 1))
+    z = float(norm.ppf(q))
+    k = float(nct.ppf(confidence, n - 1, z * math.sqrt(n))) / math.sqrt(n)
+    return mean + k * sd
+
+
+class PercentileVerdict(BaseModel):
+    """What a set of samples supports about one percentile, said the way a report must say it."""
+
+    percentile: int
+    n: int
+    needed: int = Field(description="samples an order-statistic claim needs at claim_confidence")
+    claim_confidence: float = CLAIM_CONFIDENCE
+    claimable: bool
+    upper: float | None = Field(description="order-statistic upper bound on the percentile; null unless claimable")
+    estimate: float | None = Field(description="the sample quantile, whatever n is (diagnosis only, not a claim)")
+    parametric_name: str
+    parametric_upper: float | None = Field(description="the normal tolerance bound (a model, not a measurement)")
+    parametric_assumption: str = NORMAL_ASSUMPTION
+    note: str = ""
+
+    def bound(self) -> tuple[float | None, str]:
+        """The bound a decision may use and what it is: the claim when claimable, else the named parametric one."""
+        if self.claimable and self.upper is not None:
+            return self.upper, f"p{self.percentile} <= {self.upper:.1f} s (order statistics, n={self.n})"
+        if self.parametric_upper is not None:
+            return self.parametric_upper, (
+                f"{self.parametric_name} {self.parametric_upper:.1f} s ({self.parametric_assumption}); "
+                f"p{self.percentile} not claimable (n={self.n} < {self.needed})"
+            )
+        return None, f"p{self.percentile} not claimable (n={self.n} < {self.needed})"
+
+
+def percentile_verdict(values: Sequence[float], percentile: int) -> PercentileVerdict:
+    """The order-statistic claim (when n allows it) and the named parametric bound of one percentile."""
+    data = [float(v) for v in values if math.isfinite(v)]
+    q = percentile / 100.0
+    needed = samples_needed(q)
+    upper = order_statistic_upper(data, q)
+    claimable = upper is not None
+    return PercentileVerdict(
+        percentile=percentile,
+        n=len(data),
+        needed=needed,
+        claimable=claimable,
+        upper=upper,
+        estimate=float(np.percentile(np.asarray(data), percentile)) if data else None,
+        parametric_name=parametric_name(percentile),
+        parametric_upper=normal_tolerance_upper(data, q),
+        note="" if claimable else f"not claimable (n={len(data)} < {needed})",
+    )
