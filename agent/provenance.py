@@ -66,17 +66,23 @@ def _latency_claim(measured: dict[str, Any], percentile: int) -> dict[str, Any]:
     """What the measured latency supports: the tolerance bound always, the empirical percentile only with n."""
     n = int(measured.get("samples") or 0)
     needed = samples_needed(percentile / 100.0)
-    bound = measured.get(f"latency_p{percentile}_upper_s")
+    # the parametric bound by its name (tools/stats.py); older records call it latency_p95_upper_s
+    name = f"p{percentile}_upper_95conf_normal"
+    bound = measured.get(name, measured.get(f"latency_p{percentile}_upper_s"))
     claim: dict[str, Any] = {"percentile": percentile, "samples": n, "samples_needed_for_empirical": needed}
     if bound is not None:
         claim["claim"] = (
-            f"p{percentile} <= {bound} s at 95% confidence (one-sided normal tolerance bound over n={n} full-step "
-            "latencies)"
+            f"p{percentile} <= {bound} s at 95% confidence ({name}: one-sided normal tolerance bound over n={n} "
+            "full-step latencies; assumes normally distributed latencies)"
         )
     empirical = measured.get(f"latency_p{percentile}_s")
     claim["empirical"] = (
         f"p{percentile} = {empirical} s observed"
-        + ("" if n >= needed else f": not claimable on its own (n={n} < {needed})")
+        + (
+            f": claimable by order statistics (n={n} >= {needed})"
+            if n >= needed
+            else f": not claimable on its own (n={n} < {needed})"
+        )
         if empirical is not None and n
         else "none measured"
     )

@@ -192,11 +192,16 @@ def _choose(
             order.append((math.inf, i, "retry"))
     # Before anything is verified, verification is what lets the search stop: the likeliest probed candidate.
     pool = [i for i in range(len(cands)) if open_[i] and (best is not None or cands[i].key in ready)]
-    top = max(pool, key=lambda i: p_best[i], default=None)
+    # ties (hundreds of near-equal plans share the draws' wins, so each may win none) go to the best mean
+    mean_objective = np.where(d.feasible, d.objective, np.inf).mean(axis=1)
+    top = max(pool, key=lambda i: (p_best[i], -mean_objective[i]), default=None)
     best_share = p_best[[i for i, c in enumerate(cands) if best and c.key == best.key]].sum() if best else 0.0
     # a full run costs many probes: before anything is verified, only for a candidate that is probably feasible
     likely = top is not None and (best is not None or float(d.feasible[top].mean()) >= 0.5)
-    if top is not None and likely and cands[top].key in ready and p_best[top] > 0 and p_best[top] >= best_share:
+    # With nothing verified the search cannot stop, so the likeliest probed candidate gets its full run even when
+    # no single draw crowns it; once something is verified, only a challenger that wins draws displaces it.
+    challenger = best is None or (p_best[top] > 0 and p_best[top] >= best_share) if top is not None else False
+    if top is not None and likely and cands[top].key in ready and challenger:
         order.append((1e300, top, "likeliest optimum"))
     requests = ws.full_requests(goal)
     for i, c in enumerate(cands):

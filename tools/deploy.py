@@ -189,12 +189,17 @@ def deploy(
     store.reserve_deployment(deployment, lambda stored: check_commitment(spend, stored, run_id))
     try:
         return host.launch(deployment, progress)
-    except Exception as exc:
-        # a launch that failed must not keep counting as committed (backends that say so themselves win)
+    except Exception:
+        # A launch that failed must not keep counting as committed, nor leave what it had started running:
+        # stop it through its backend first (which finds its processes or cluster from the record's detail,
+        # so the detail is kept), then record it failed. Backends that said so themselves win.
         current = store.get_deployment(deployment.id) or deployment
         if current.alive:
-            store.save_deployment(current.model_copy(update={"state": "failed", "terminated_at": time.time(),
-                                                             "detail": f"launch failed: {exc}"[:500]}))  # fmt: skip
+            with contextlib.suppress(Exception):  # the launch's own error is the one to report
+                current = host.teardown(current)
+            store.save_deployment(
+                current.model_copy(update={"state": "failed", "terminated_at": current.terminated_at or time.time()})
+            )
         raise
 
 

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 LANGGRAPH = Path(sys.executable).parent / "langgraph"
-GOAL = "Cosmos3-Super 480p 121-frame clips, p95 under 60 s, cheapest per clip, H200, budget $100"
+# A p95 claim takes 90 full-run samples (order statistics): $400 leaves the search room to verify one
+GOAL = "Cosmos3-Super 480p 121-frame clips, p95 under 60 s, cheapest per clip, H200, budget $400"
 START_BOUND_S = 180  # the server imports the graph and LangGraph's API; ~10 s idle, more on a loaded machine
 RUN_BOUND_S = 480  # the run itself: 20-80 s here
 
@@ -95,6 +96,7 @@ def test_studio_server_shows_forms_and_runs_the_graph_to_a_recommendation(server
     rec = summary["recommendation"]
     assert rec is not None and rec["gpu"] == "H200", summary["stop_reason"]
     assert out["stop_kind"] == "converged", out["stop_reason"]
-    assert summary["measured"]["latency_p95_upper_s"] <= 60.0  # the bound holds at 95% confidence
-    assert summary["spend"]["usd"] <= 100.0
+    assert summary["measured"]["latency_p95_s"] <= 60.0  # claimed by order statistics (n >= 90)
+    assert summary["measured"]["p95_upper_95conf_normal"] <= 60.0  # and the named parametric bound
+    assert summary["spend"]["usd"] <= 400.0
     assert out["events"][-1] == "torn down; record written"

@@ -69,7 +69,7 @@ def test_report_page_says_what_is_simulated_and_assumed(tmp_path: Path) -> None:
     assert 0 <= seen["top"] < 600, seen["top"]  # above the fold, before any figure
     text = seen["text"]
     for words in ("Simulated rehearsal", "twin engine", "no GPU ran", "time scale 300", "profile", "assumed",
-                  "not claimable", "at 95% confidence", "snapshot", "as of"):  # fmt: skip
+                  "claimable", "at 95% confidence", "snapshot", "as of"):  # fmt: skip
         assert words in text, (words, text)
     assert "simulated on the twin" in seen["page"]  # the figures' column says it too, not "measured"
     assert "Ready to apply" not in seen["page"]
