@@ -68,7 +68,8 @@ def _check_options(options: TuneOptions) -> None:
     if options.twin_profile:  # read once, here: a file that is not a profile stops the run before anything starts
         from worldtune.tools.profile_paths import load_profile
 
-        load_profile(options.twin_profile, "cli", "twin_profile")
+        for path in options.twin_profiles():  # each file given, or each profile in a folder given
+            load_profile(path, "cli", "twin_profile")
 
 
 # ---- driving the graph -----------------------------------------------------------------------------
