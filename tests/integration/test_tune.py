@@ -186,7 +186,10 @@ def test_tune_a_non_anchor_workload_measures_that_workload(tmp_path: Path) -> No
     workload = data["goal"]["workload"]
     assert (workload["width"], workload["height"], workload["num_frames"]) == (832, 480, 121)
     assert data["stop_reason"].startswith("converged") and data["recommendation"]["gpu"] == "H200"
-    assert data["measured"]["latency_p95_s"] <= 60  # verified against the goal, not only predicted
+    # verified against the goal, not only predicted: by order statistics when the budget allowed 90 samples,
+    # else by the named parametric bound (the record then says the p95 is not claimable on its own)
+    m = data["measured"]
+    assert (m["latency_p95_s"] if m["latency_p95_s"] is not None else m["p95_upper_95conf_normal"]) <= 60
     assert 0 < data["spend"]["usd"] <= 100
     rows = [r for r in benchmark_rows(db) if r["status"] == "completed"]
     assert rows and all(r["config"]["workload"] == workload for r in rows)
