@@ -17,6 +17,7 @@ recovery is not used: its preemption check contacts public addresses (see PLATFO
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -43,7 +44,7 @@ from worldtune.sky.render import (
     replica_slices,
 )
 from worldtune.tools.deployment import API_KEY_ENV, Deployment, Progress
-from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.errors import InvalidInput, WorldtuneError
 from worldtune.tools.plan import Plan
 from worldtune.tools.store import Store
 
@@ -52,11 +53,36 @@ STATUS_EVERY_S = 10.0  # how often a benchmark asks SkyPilot about its job while
 # How long a job SkyPilot cannot reach may stay unexplained while its cluster still reads UP: a cut cluster
 # (scancel, spot reclaim) is seen by the next status refresh, which can lag the cut on a busy head node.
 UNREACHABLE_GRACE_S = 120.0
+# How long a finished job's log stream may stay silent before its log is read in one piece instead: the
+# follow stream of SkyPilot's API server can lag the job's end by minutes on a busy machine, or never close.
+SILENT_STREAM_GRACE_S = 30.0
+# How long `sky launch` (provisioning + setup) and the serve job's `sky exec` may take before worldtune
+# cancels the request and tears the cluster down: a hung launch must not hold a node (or a caller) forever.
+LAUNCH_TIMEOUT_ENV = "WORLDTUNE_SKY_LAUNCH_TIMEOUT_S"
+DEFAULT_LAUNCH_TIMEOUT_S = 1800.0
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
 
 
 class LaunchError(WorldtuneError, RuntimeError):
     """A cluster or its servers did not come up."""
+
+
+class RequestTimeout(LaunchError):
+    """A SkyPilot request did not finish in the time allowed; it was cancelled."""
+
+
+def launch_timeout_s() -> float:
+    """$WORLDTUNE_SKY_LAUNCH_TIMEOUT_S (seconds), else 30 minutes."""
+    raw = os.environ.get(LAUNCH_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LAUNCH_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidInput(LAUNCH_TIMEOUT_ENV, raw, "a number of seconds greater than 0")
+    return value
 
 
 def _free_port_range(count: int, start: int = 18000, stop: int = 30000) -> int:
@@ -132,6 +158,32 @@ class SkyPilotBackend:
     def _get(self, request_id: Any) -> Any:
         return self.sky.get(request_id)
 
+    def _get_within(self, request_id: Any, timeout_s: float, what: str) -> Any:
+        """`sky.get` with a deadline: past it the request is cancelled on the API server and RequestTimeout raised."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def wait() -> None:
+            try:
+                box["value"] = self.sky.get(request_id)
+            except BaseException as exc:  # handed to the caller below
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=wait, name=f"sky-get-{what}", daemon=True).start()
+        if not done.wait(timeout_s):
+            # The server may be the thing that hangs; the caller tears the cluster down either way.
+            with contextlib.suppress(Exception):
+                self.sky.api_cancel(request_id, silent=True)
+            raise RequestTimeout(
+                f"{what}: SkyPilot request {request_id} did not finish within {timeout_s:.0f} s and was cancelled"
+                f" (its log: `sky api logs {request_id}`; the allowance is ${LAUNCH_TIMEOUT_ENV})"
+            )
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
     def _options(self, deployment: Deployment) -> RenderOptions:
         return self.options or render_options_for(deployment)
 
@@ -177,6 +229,7 @@ class SkyPilotBackend:
     # ---- the Backend protocol ---------------------------------------------------------------------
     def launch(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
         say: Progress = progress or (lambda message, fraction: None)
+        allowance = launch_timeout_s()  # a bad setting is refused before anything is recorded or launched
         options = self._options(deployment)
         config = render_task(deployment, options)
         validate_task(config)
@@ -197,7 +250,7 @@ class SkyPilotBackend:
         started = time.time()
         try:
             request = self.sky.launch(provision, cluster_name=cluster, **self.autodown_arguments(deployment))
-            _, handle = self._get(request)
+            _, handle = self._get_within(request, allowance, f"sky launch {cluster}")
             say(f"{cluster} provisioned in {time.time() - started:.0f} s; starting the servers", 0.4)
             serve_config = {k: v for k, v in config.items() if k != "setup"}
             cpus = getattr(getattr(handle, "launched_resources", None), "cpus", None)
@@ -211,7 +264,8 @@ class SkyPilotBackend:
                 serve.update_secrets({HF_TOKEN: token})
             if deployment.engine == "vllm-omni":
                 serve.update_secrets({API_KEY_ENV: self._api_key(deployment)})
-            job_id, _ = self._get(self.sky.exec(serve, cluster_name=cluster))
+            left = max(60.0, allowance - (time.time() - started))
+            job_id, _ = self._get_within(self.sky.exec(serve, cluster_name=cluster), left, f"serve job on {cluster}")
         except Exception as exc:
             self.store.ledger_update(cluster, "failed", str(exc)[:500])
             self._down_quietly(cluster)
@@ -381,9 +435,10 @@ class SkyPilotBackend:
             on_job(dep, int(job_id))
         stream: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._follow, args=(cluster, int(job_id), stream), daemon=True).start()
-        seen: set[int] = set()
-        pending, stream_open, checked, log_tail = "", True, time.time(), ""
+        reader = _BenchLog(self.store, benchmark_id, offset, attempt, cluster)
+        pending, stream_open, checked = "", True, time.time()
         unreachable_since: float | None = None
+        ended_at: float | None = None  # when SkyPilot first said the job is over while its stream stayed open
         while True:
             try:
                 chunk = stream.get(timeout=self.poll_s)
@@ -394,20 +449,8 @@ class SkyPilotBackend:
             else:
                 pending += chunk
             *lines, pending = pending.split("\n")
-            for line in lines:
-                log_tail = (log_tail + line + "\n")[-3000:]
-                if SAMPLE_MARKER in line:  # SkyPilot prefixes each job line with "(task, pid=...) "
-                    sample = json.loads(_after(line, SAMPLE_MARKER))
-                    seq = int(sample["seq"])
-                    if seq not in seen:
-                        seen.add(seq)
-                        body = {**sample, "seq": offset + seq, "attempt": attempt, "cluster": cluster}
-                        self.store.add_sample(benchmark_id, offset + seq, {**body, "remote_seq": seq})
-                        self.store.update_benchmark(benchmark_id, message=f"{len(seen)} samples (attempt {attempt})")
-                elif RESULT_MARKER in line:
-                    return "completed", json.loads(_after(line, RESULT_MARKER))
-                elif ERROR_MARKER in line:
-                    return _after(line, ERROR_MARKER), None
+            if (outcome := reader.consume(lines)) is not None:
+                return outcome
             # The stream ends with the job, or hangs when the cluster vanishes: ask SkyPilot now and then.
             if stream_open and time.time() - checked < STATUS_EVERY_S:
                 continue
@@ -422,6 +465,14 @@ class SkyPilotBackend:
             if status == "SUCCEEDED" and not stream_open and pending:
                 pending += "\n"  # a last line without newline
                 continue
+            if status is not None and stream_open:
+                ended_at = ended_at or checked
+                if checked - ended_at < SILENT_STREAM_GRACE_S:
+                    continue
+                # The job is over but its stream lags or hangs: read the whole log once (samples dedupe).
+                if (outcome := reader.consume(self._job_log(cluster, int(job_id)).splitlines())) is not None:
+                    return outcome
+                stream_open = False
             if self.status(dep).state == "preempted":
                 for sample in self.store.samples(benchmark_id):  # mark what was measured before the cut
                     if sample.get("attempt") == attempt:
@@ -431,7 +482,7 @@ class SkyPilotBackend:
                 continue
             if unreachable_since is not None and checked - unreachable_since < UNREACHABLE_GRACE_S:
                 continue  # the job cannot be reached but its cluster reads UP: ask again before judging
-            return f"bench job {job_id} ended ({status}) without a result: {log_tail[-1500:]}", None
+            return f"bench job {job_id} ended ({status}) without a result: {reader.tail[-1500:]}", None
 
     def _follow(self, cluster: str, job_id: int, sink: queue.Queue[str | None]) -> None:
         """Copy a job's log into `sink` as it is written; None marks its end."""
@@ -444,6 +495,36 @@ class SkyPilotBackend:
             sink.put(f"\n(log stream ended: {exc})\n")
         finally:
             sink.put(None)
+
+
+class _BenchLog:
+    """Reads a bench job's log lines: samples go to the Store once each (by their remote seq), the result ends it."""
+
+    def __init__(self, store: Store, benchmark_id: str, offset: int, attempt: int, cluster: str) -> None:
+        self.store, self.benchmark_id, self.offset = store, benchmark_id, offset
+        self.attempt, self.cluster = attempt, cluster
+        self.seen: set[int] = set()
+        self.tail = ""
+
+    def consume(self, lines: list[str]) -> tuple[str, dict[str, Any] | None] | None:
+        """("completed", result) or (error, None) once the log says so; None while it goes on."""
+        for line in lines:
+            self.tail = (self.tail + line + "\n")[-3000:]
+            if SAMPLE_MARKER in line:  # SkyPilot prefixes each job line with "(task, pid=...) "
+                sample = json.loads(_after(line, SAMPLE_MARKER))
+                seq = int(sample["seq"])
+                if seq not in self.seen:
+                    self.seen.add(seq)
+                    body = {**sample, "seq": self.offset + seq, "attempt": self.attempt, "cluster": self.cluster}
+                    self.store.add_sample(self.benchmark_id, self.offset + seq, {**body, "remote_seq": seq})
+                    self.store.update_benchmark(
+                        self.benchmark_id, message=f"{len(self.seen)} samples (attempt {self.attempt})"
+                    )
+            elif RESULT_MARKER in line:
+                return "completed", json.loads(_after(line, RESULT_MARKER))
+            elif ERROR_MARKER in line:
+                return _after(line, ERROR_MARKER), None
+        return None
 
 
 def _answers(url: str) -> bool:

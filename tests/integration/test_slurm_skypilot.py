@@ -38,8 +38,10 @@ def slurm_env() -> Iterator[dict[str, str]]:
     """The local Slurm cluster up, and the environment of a SkyPilot client with the tests' private home."""
     if os.geteuid() != 0:
         pytest.skip("the local Slurm cluster needs root (Debian packages, munge, slurmd)")
+    # A launch that hangs is cancelled and torn down by worldtune itself after 7 minutes (a local launch takes
+    # about one), so a hang fails with SkyPilot's last words well inside the tests' own timeouts.
     base = {**os.environ, "WORLDTUNE_SKY_HOME": str(SKY_HOME), "WORLDTUNE_SKY_API_PORT": API_PORT,
-            "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}  # fmt: skip
+            "SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "WORLDTUNE_SKY_LAUNCH_TIMEOUT_S": "420"}  # fmt: skip
     was_up = "slurmctld              up" in _script("status", env=base).stdout
     masters_before = control_masters()
     up = _script("up", env=base)
@@ -74,17 +76,44 @@ def stop_api_server(env: dict[str, str], masters_before: set[int]) -> None:
         os.kill(pid, signal.SIGTERM)
 
 
+def sky_request_logs(limit: int = 3, chars: int = 1500) -> str:
+    """The tails of the private API server's latest request logs: what SkyPilot was doing when a step failed."""
+    logs = sorted((SKY_HOME / ".sky" / "api_server" / "request_logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
+    return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in logs[-limit:])
+
+
+def run_step(command: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess[str]:
+    """Run a step; past its timeout, fail with what it had printed and SkyPilot's request logs, not a bare timeout."""
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    except subprocess.TimeoutExpired as exc:
+        printed = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        pytest.fail(f"{command[1:3]} still running after {timeout} s:\n{printed[-3000:]}{sky_request_logs()}")
+
+
 def drive(env: dict[str, str], db: Path, *args: str) -> list[dict[str, Any]]:
-    out = subprocess.run([sys.executable, str(DRIVER), *args, "--db", str(db)], capture_output=True, text=True,
-                         timeout=900, env=env, cwd=REPO)  # fmt: skip
+    out = run_step([sys.executable, str(DRIVER), *args, "--db", str(db)], env, timeout=900)
     steps = [json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("DRIVER ")]
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:] + sky_request_logs()
     return steps
 
 
+def worldtune_slurm_jobs() -> list[str]:
+    listing = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
+    return [job for job, name in (line.split() for line in listing.splitlines()) if name.startswith("worldtune-")]
+
+
 def no_worldtune_slurm_jobs() -> bool:
-    names = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout.split()
-    return not [n for n in names if n.startswith("worldtune-")]
+    return not worldtune_slurm_jobs()
+
+
+@pytest.fixture(autouse=True)
+def free_the_node(slurm_env: dict[str, str]) -> Iterator[None]:
+    """After each test, cancel any worldtune allocation it left (that test has failed already): the node has 8
+    GPUs and every test asks for all of them, so one leftover would keep the next test's launch pending."""
+    yield
+    for job in worldtune_slurm_jobs():
+        subprocess.run(["scancel", job], capture_output=True)
 
 
 def test_launch_benchmark_next_to_the_twin_and_tear_down(slurm_env: dict[str, str], tmp_path: Path) -> None:
@@ -135,8 +164,8 @@ def test_cli_deploy_then_gc_tears_down_what_the_ledger_says_is_up(slurm_env: dic
     infra = env.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
     command = [worldtune, "deploy", "--gpu", "H200", "--plan", "2xtp4", "--infra", infra, "--engine", "twin",
                "--time-scale", "100", "--yes", "--json"]  # fmt: skip
-    up = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    up = run_step(command, env, timeout=600)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:] + sky_request_logs()
     deployment = json.loads(up.stdout)
     assert deployment["state"] == "ready" and len(deployment["endpoints"]) == 2
     listed = subprocess.run([worldtune, "gc", "--json"], capture_output=True, text=True, timeout=120, env=env)

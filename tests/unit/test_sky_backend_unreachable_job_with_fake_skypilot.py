@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_sky import FakeSkyBase
 
 from worldtune.sky import backend as sky_backend
 from worldtune.sky.backend import SkyPilotBackend
@@ -18,28 +19,11 @@ from worldtune.tools.deployment import Deployment
 from worldtune.tools.store import Store
 
 
-class FakeSky:
+class FakeSky(FakeSkyBase):
     """The few SkyPilot client calls a benchmark attempt makes; requests are their own answers."""
 
     def __init__(self) -> None:
         self.status_calls = 0
-
-    class Task:
-        def __init__(self, name: str, run: str) -> None:
-            self.name, self.run = name, run
-
-        def set_resources(self, resources: Any) -> None:
-            self.resources = resources
-
-    @staticmethod
-    def Resources(**kw: Any) -> dict[str, Any]:  # SkyPilot spells it so
-        return kw
-
-    def get(self, request: Any) -> Any:
-        return request
-
-    def exec(self, task: Any, cluster_name: str) -> tuple[int, None]:
-        return 7, None
 
     def job_status(self, cluster: str, job_ids: list[int]) -> dict[int, None]:
         return {job_ids[0]: None}  # the job cannot be reached: the cluster was cut
