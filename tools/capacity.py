@@ -25,7 +25,7 @@ from worldtune.tools.traffic import Traffic
 NODE_SIZES = (1, 2, 4, 8)
 PLANS_PER_SIZE = 2  # the cheapest-per-clip plans of each node size, plus the fastest
 CONFIRM_SEEDS = (1, 2, 3)
-CONFIRM_TOP = 6
+CONFIRM_MAX = 30  # first-pass fleets confirmed on more days, cheapest first, before giving up
 DEFAULT_PREEMPTIONS_PER_NODE_HOUR = 0.1  # assumed: about one preemption per node every 10 hours
 BASIS = (
     "simulated: one day per seed in a discrete-event model (policies/fleet_sim.py); service times from the "
@@ -115,7 +115,8 @@ def _fleets(goal: Goal, est: Estimate, preempt: float) -> list[Fleet]:
     return out
 
 
-def _judge(fleet: Fleet, traffic: Traffic, seeds: tuple[int, ...], pct: int, bound: float | None) -> FleetChoice:
+def judge_fleet(fleet: Fleet, traffic: Traffic, seeds: tuple[int, ...], pct: int, bound: float | None) -> FleetChoice:
+    """`fleet` simulated on each seed's day: the pooled percentile, the mean daily cost, whether it meets the bound."""
     days = [simulate_day(fleet, traffic.arrivals(seed=s), seed=s) for s in seeds]
     pooled = sorted(e for d in days for e in d.e2e_samples_s)
     p = pooled[min(len(pooled) - 1, math.ceil(pct / 100 * len(pooled)) - 1)] if pooled else math.inf
@@ -144,19 +145,12 @@ def plan_capacity(
     if not fleets:
         raise InvalidInput("goal", goal.describe(), "a goal some plan can serve: one clip must fit the bound")
     first = sorted(_first_pass(fleets, traffic, pct, bound), key=lambda c: (not c.meets, c.daily_cost_usd))
-    confirmed = [_judge(c.fleet, traffic, (0, *CONFIRM_SEEDS), pct, bound) for c in first[:CONFIRM_TOP] if c.meets]
-    chosen = None
-    for cand in sorted(confirmed, key=lambda c: (not c.meets, c.daily_cost_usd)):
-        if not cand.meets:
-            continue
-        pessimistic = _pessimistic(cand.fleet, goal, profile_path)
-        worst = _judge(pessimistic, traffic, (0, *CONFIRM_SEEDS), pct, bound)
-        cand = cand.model_copy(update={"p_e2e_pessimistic_s": worst.p_e2e_s, "meets": worst.meets,
-                                       "why": "" if worst.meets else f"pessimistic latency: {worst.why}"})  # fmt: skip
-        if cand.meets:
-            timeline = simulate_day(cand.fleet, traffic.arrivals(seed=0), seed=0).timeline
-            chosen = cand.model_copy(update={"day": cand.day.model_copy(update={"timeline": timeline})})
-            break
+    chosen = _confirm(first, goal, profile_path, traffic)
+    if chosen is None:  # every near-tie failed on more days: simulate what the first pass skipped, and go on
+        seen = {c.fleet for c in first}
+        first += sorted(_first_pass([f for f in fleets if f not in seen], traffic, pct, bound, prune=False),
+                        key=lambda c: (not c.meets, c.daily_cost_usd))  # fmt: skip
+        chosen = _confirm(first, goal, profile_path, traffic)
     skyserve = _skyserve_default(chosen.fleet, traffic, pct, bound) if chosen else None
     return CapacityPlan(
         traffic=traffic, percentile=pct, bound_s=bound, chosen=chosen, skyserve_default=skyserve,
@@ -172,20 +166,37 @@ def plan_capacity(
     )  # fmt: skip
 
 
+def _confirm(first: list[FleetChoice], goal: Goal, profile_path: str | None, traffic: Traffic) -> FleetChoice | None:
+    """The cheapest first-pass fleet that meets the bound on more seeded days and at the pessimistic latency."""
+    pct, bound = traffic.e2e_percentile, traffic.e2e_bound_s
+    for cand in sorted((c for c in first if c.meets), key=lambda c: c.daily_cost_usd)[:CONFIRM_MAX]:
+        cand = judge_fleet(cand.fleet, traffic, (0, *CONFIRM_SEEDS), pct, bound)
+        if not cand.meets:
+            continue
+        worst = judge_fleet(_pessimistic(cand.fleet, goal, profile_path), traffic, (0, *CONFIRM_SEEDS), pct, bound)
+        if worst.meets:
+            timeline = simulate_day(cand.fleet, traffic.arrivals(seed=0), seed=0).timeline
+            day = cand.day.model_copy(update={"timeline": timeline})
+            return cand.model_copy(update={"p_e2e_pessimistic_s": worst.p_e2e_s, "day": day})
+    return None
+
+
 def _floor_usd(fleet: Fleet) -> float:
     """No day of this fleet costs less: its minimum nodes all day at the cheaper of its prices."""
     prices = [fleet.usd_per_node_hour, fleet.ondemand_usd_per_node_hour or fleet.usd_per_node_hour]
     return fleet.autoscaler.min_replicas * 24 * min(prices)
 
 
-def _first_pass(fleets: list[Fleet], traffic: Traffic, pct: int, bound: float | None) -> list[FleetChoice]:
+def _first_pass(
+    fleets: list[Fleet], traffic: Traffic, pct: int, bound: float | None, prune: bool = True
+) -> list[FleetChoice]:
     """One simulated day each, cheapest floor first; a fleet whose floor beats no fleet that meets is skipped."""
     out: list[FleetChoice] = []
     best = math.inf
     for fleet in sorted(fleets, key=_floor_usd):
-        if _floor_usd(fleet) > best:
+        if prune and _floor_usd(fleet) > best:
             continue
-        choice = _judge(fleet, traffic, (0,), pct, bound)
+        choice = judge_fleet(fleet, traffic, (0,), pct, bound)
         out.append(choice)
         if choice.meets:
             best = min(best, choice.daily_cost_usd * 1.25)  # keep near-ties: the confirming seeds may reorder them
@@ -206,4 +217,13 @@ def _skyserve_default(fleet: Fleet, traffic: Traffic, pct: int, bound: float | N
     """The chosen plan and offer under SkyServe's default autoscaling: min 1, its delays, target QPS of one node."""
     auto = Autoscaler(policy="qps", min_replicas=1, max_replicas=max(fleet.autoscaler.max_replicas, 2),
                       target_qps_per_replica=round(fleet.servers_per_node / fleet.service_s, 6))  # fmt: skip
-    return _judge(fleet.model_copy(update={"autoscaler": auto}), traffic, (0, *CONFIRM_SEEDS), pct, bound)
+    return judge_fleet(fleet.model_copy(update={"autoscaler": auto}), traffic, (0, *CONFIRM_SEEDS), pct, bound)
+
+
+def skyserve_service_yaml(fleet: Fleet, model: str = "cosmos3-super") -> str:
+    """The fleet as a SkyServe service YAML (sky/fleet_service.py: the replica policy from the plan, its gaps)."""
+    import yaml
+
+    from worldtune.sky.fleet_service import render_fleet_service
+
+    return yaml.safe_dump(render_fleet_service(fleet, model=model), sort_keys=False)

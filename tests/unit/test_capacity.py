@@ -91,3 +91,17 @@ def test_start_tuning_refuses_a_trace_a_remote_client_names(tmp_path: Path) -> N
 
     error, text = anyio.run(main)
     assert error and "goal trace='/tmp/x.csv'" in text and "remote MCP" in text
+
+
+def test_the_tune_step_prints_the_fleet_and_writes_its_service(planned: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldtune.agent import fleet_step
+
+    monkeypatch.setattr(fleet_step, "plan_capacity", lambda goal: planned)
+    seen: list[str] = []
+    goal = Goal(gpus=["H200"], traffic=TRAFFIC)
+    out = fleet_step.fleet_for(goal, "nebius", "vllm-omni", 1.0, None, lambda kind, data: seen.append(data["note"]))
+    assert out is not None and out["rehearsal"] is None and "local twins only" in out["note"]
+    assert "replica_policy:" in out["skyserve_service_yaml"] and seen
+    lines = fleet_step.fleet_lines(out)
+    assert lines[0].startswith("fleet: ") and "predicted (simulated): p95" in lines[1] and "/day" in lines[1]
+    assert fleet_step.fleet_for(Goal(), "local", "twin", 300.0, None, lambda k, d: None) is None
