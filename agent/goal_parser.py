@@ -419,6 +419,9 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
         raise GoalQuestion(["What should worldtune tune for? e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip'"])
     r = _Reader(text)
     model = _model(r)
+    from worldtune.agent import goal_traffic  # its rules stand on this module's patterns
+
+    traffic_found = goal_traffic.read_traffic(r)
     budget = _budget(r)
     throughput = _throughput(r)
     bound, percentile = _latency(r)
@@ -432,7 +435,8 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
         r.ask(f"I could not read '{word}' in the goal: what does it ask for? (rephrase or remove it)")
     for run in re.findall(r"[^\x00-\x7f]+", r.text):  # the rules read English words and ASCII digits only
         r.ask(f"I could not read '{run.strip()}' in the goal: please write it in English words and digits.")
-    read = (model, budget, throughput, bound, changes, objective, gpus, capacities, text_infras, max_gpus)
+    traffic = goal_traffic.traffic_fields(traffic_found, bound, percentile, r) if "shape" in traffic_found else None
+    read = (model, traffic, budget, throughput, bound, changes, objective, gpus, capacities, text_infras, max_gpus)
     if not r.questions and all(v is None or v == {} or v == [] for v in read):
         r.ask("Nothing in the goal could be read: what should worldtune tune for? "
               "e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip'")  # fmt: skip
@@ -450,6 +454,12 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
         fields["workload"] = anchor_workload(model_key, **changes)
     except ValueError as exc:
         raise GoalQuestion([f"The workload is not valid: {_first_line(exc)}"], text) from exc
+    if traffic is not None:
+        fields["traffic"] = traffic
+        assumptions += goal_traffic.assumptions(traffic, objective)
+        if traffic.e2e_bound_s is not None and bound is None:
+            bound, percentile = traffic.e2e_bound_s, traffic.e2e_percentile
+        objective = objective or "min_cost_per_clip"
     if objective is None:
         objective = "min_cost_per_clip"
         assumptions.append("objective: cheapest per clip (none named)")

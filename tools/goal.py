@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from worldtune.tools.errors import InvalidInput, one_of
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.offer import CAPACITIES
+from worldtune.tools.traffic import Traffic
 from worldtune.tools.workload import Workload
 
 Objective = Literal["min_latency", "max_throughput", "min_cost_per_clip"]
@@ -30,6 +31,7 @@ class Goal(BaseModel):
     infras: list[str] = Field(default_factory=list, description="allowed infra; empty = any")
     capacities: list[str] = Field(default_factory=lambda: ["on-demand"])
     max_gpus_per_node: int = Field(default=8, ge=1, le=8)
+    traffic: Traffic | None = Field(default=None, description="arrivals and the end-to-end bound a fleet must meet")
 
     @field_validator("latency_percentile")
     @classmethod
@@ -70,4 +72,6 @@ class Goal(BaseModel):
         if self.infras:
             parts.append(f"infra {'/'.join(self.infras)}")
         parts.append(f"budget ${self.budget_usd:g}")
+        if self.traffic is not None:
+            parts.append(f"traffic {self.traffic.describe()}")
         return ", ".join(parts)

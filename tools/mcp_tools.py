@@ -895,11 +895,13 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         The run ends with this MCP session (stopped, everything it started torn down) unless detach=true.
         """
         from worldtune.tools.spend import needs_confirmation
+        from worldtune.tools.traffic import goal_traces
         from worldtune.tools.tuning import TuningRequest
 
         # the tuner checks the budget (this argument, or the goal text's) and the infra against the guardrails
         with refusals():
             paid = needs_confirmation(infra, engine)
+            goal = goal_traces(goal, session.origin)  # a trace the goal names must be a file this client may name
             # each rehearsal truth must be a file this client may name (tools/profile_paths.py; no folders over MCP)
             if isinstance(twin_profile, list):
                 twin_profile = [p for p in (allowed_profile(x, "twin_profile") for x in twin_profile) if p]
@@ -943,6 +945,10 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         with refusals():
             tuner().resume(run_id, approve, session.db_path)
         return tuning_status(run_id)
+
+    from worldtune.tools import mcp_capacity  # plan_capacity: fleets for traffic (tools/capacity.py)
+
+    mcp_capacity.register(mcp, session)
 
     # ---------- provision: rent the nodes for a plan (paid) ----------
     @mcp.tool(title="Rent GPUs and start vLLM-Omni", annotations=RENTS)

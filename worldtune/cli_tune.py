@@ -50,6 +50,8 @@ def _printer(as_json: bool) -> Any:
             err_console.print(f"  [red]failed[/] {data['key']}: {data['error']}")
         elif kind == "stop":
             err_console.print(f"[bold]stop[/] {data['reason']}")
+        elif kind == "fleet":
+            err_console.print(f"[bold]fleet[/] {escape(data['note'])}")
         elif kind in ("deploy", "teardown", "reuse", "resume", "cleanup-failed"):
             err_console.print(f"  [dim]{kind} {escape(', '.join(f'{k} {v}' for k, v in data.items()))}[/]")
 
@@ -176,6 +178,10 @@ def register(app: typer.Typer) -> None:
                     from worldtune.agent.runner import resume as run_resume
 
                     outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
+            if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
+                from worldtune.agent.fleet_step import fleet_for
+
+                outcome["fleet"] = fleet_for(parsed.goal, infra, engine, options.time_scale, db, _printer(as_json))
         except RunStopped as exc:
             raise _stopped(exc, as_json) from exc
         except (WorldtuneError, ValueError) as exc:
@@ -237,9 +243,14 @@ def _stopped(exc: Any, as_json: bool) -> typer.Exit:
 
 def _finish(outcome: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        emit_json(_output(outcome))
+        emit_json(_output(outcome) | ({"fleet": outcome["fleet"]} if outcome.get("fleet") else {}))
     else:
         _print_outcome(outcome)
+        if outcome.get("fleet"):
+            from worldtune.agent.fleet_step import fleet_lines
+
+            for line in fleet_lines(outcome["fleet"]):
+                err_console.print(escape(line))
     done = outcome["status"] == "completed" and outcome["summary"].get("recommendation") is not None
     if outcome["status"] == "completed" and outcome["summary"].get("stop_kind") == "infeasible":
         raise typer.Exit(EXIT_INFEASIBLE)

@@ -25,7 +25,7 @@ from worldtune.tools.store import Store
 
 READ_ONLY_TOOLS = {
     "list_offers", "validate_plan", "estimate", "list_plans", "get_deployment", "list_deployments",
-    "get_benchmark", "list_results", "get_result", "compare_results", "get_tuning",
+    "get_benchmark", "list_results", "get_result", "compare_results", "get_tuning", "plan_capacity",
 }  # fmt: skip
 
 

@@ -1,0 +1,124 @@
+"""Open-loop rehearsal of a chosen fleet on local twins, compared with the queueing model's prediction.
+
+The fleet's nodes start as twin deployments on this machine (infra local, one twin process per server),
+the benchmark's open-loop Poisson client sends the traffic's peak rate at a time scale to every server
+(least in flight first), and the answers give measured end-to-end percentiles and queue waits in model
+seconds. The twins' load time is the measured cold start (scaled back). What is rehearsed is the fleet at
+its warm size: autoscaling, spot preemptions and provisioning are not (no cloud here); the prediction
+beside it is the simulation of that same fixed fleet under the same number of arrivals.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from worldtune.policies.fleet_sim import simulate_day
+from worldtune.tools.benchmark import BenchmarkSpec, new_benchmark_id, run_benchmark
+from worldtune.tools.deploy import deploy, teardown
+from worldtune.tools.fleet import Autoscaler, Fleet
+from worldtune.tools.plan import Plan
+from worldtune.tools.store import Store
+from worldtune.tools.traffic import Traffic
+from worldtune.tools.workload import Workload
+
+
+class FleetRehearsal(BaseModel):
+    """Measured on twins (model seconds) beside the model's prediction for the same fixed fleet."""
+
+    basis: str = (
+        "measured: open-loop Poisson arrivals against local twin replicas at a time scale (model seconds); "
+        "predicted: the discrete-event model of the same fixed fleet; cost: the offer's price x nodes (billed, "
+        "not spent: twins are free)"
+    )
+    nodes: int
+    servers: int
+    requests: int
+    answered: int
+    time_scale: float
+    percentile: int
+    measured_p_s: float | None = None
+    predicted_p_s: float | None = None
+    measured_p50_s: float | None = None
+    predicted_p50_s: float | None = None
+    measured_wait_mean_s: float | None = None
+    predicted_wait_mean_s: float | None = None
+    measured_cold_start_s: float | None = Field(
+        default=None,
+        description="launch-to-ready wall time x time scale: the twin's model load plus process start-up, which "
+        "does not shrink with the time scale (an upper bound; no provisioning locally)",
+    )
+    measured_daily_cost_usd: float = Field(description="the rehearsed nodes billed for 24 h at the offer's price")
+    predicted_daily_cost_usd: float
+    meets: bool | None = None
+    deployments: list[str] = Field(default_factory=list)
+
+
+def _node_plan(fleet: Fleet) -> str:
+    base = Plan.parse(fleet.plan).single_replica()
+    return str(base.model_copy(update={"replicas": fleet.servers_per_node}))
+
+
+def rehearse_fleet(
+    fleet: Fleet,
+    traffic: Traffic,
+    workload: Workload,
+    predicted_daily_cost_usd: float,
+    requests: int = 40,
+    time_scale: float = 300.0,
+    store: Store | None = None,
+    twin_profile: str | None = None,
+    run_id: str | None = None,
+) -> FleetRehearsal:
+    """Start the fleet's warm nodes as twins, send `requests` open-loop arrivals, tear down; measured vs predicted."""
+    store = store or Store()
+    nodes = max(1, fleet.autoscaler.min_replicas)
+    rate = max(traffic.peak_rate_per_hour, 1e-6)
+    started: list[str] = []
+    endpoints: list[str] = []
+    loads: list[float] = []
+    try:
+        for _ in range(nodes):
+            t0 = time.monotonic()
+            dep = deploy(fleet.gpu, _node_plan(fleet), infra="local", engine="twin", model=workload.model,
+                         twin_profile=twin_profile, time_scale=time_scale, run_id=run_id, store=store)  # fmt: skip
+            started.append(dep.id)
+            loads.append((time.monotonic() - t0) * time_scale)
+            endpoints += dep.endpoints
+        spec = BenchmarkSpec(endpoints=endpoints, workload=workload, steps=workload.steps, repeats=1,
+                             concurrency=[1], poisson_rate_per_hour=rate, poisson_requests=requests, probe_steps=[4],
+                             warmup=0, full=False, check_video=False, expected_latency_s=fleet.latency_s,
+                             run_id=run_id, label="fleet rehearsal")  # fmt: skip
+        bid = new_benchmark_id()
+        run_benchmark(spec, store=store, benchmark_id=bid)
+        samples = [s for s in store.samples(bid) if s.get("phase") == "poisson"]
+    finally:
+        for dep_id in started:
+            teardown(dep_id, store)
+    return _compare(fleet, traffic, nodes, requests, time_scale, samples, loads, predicted_daily_cost_usd, started)
+
+
+def _compare(fleet: Fleet, traffic: Traffic, nodes: int, requests: int, scale: float, samples: list[dict[str, object]],
+             loads: list[float], predicted_cost: float, deployments: list[str]) -> FleetRehearsal:  # fmt: skip
+    pct = traffic.e2e_percentile
+    ok = [s for s in samples if s.get("ok")]
+    lat = np.asarray([float(str(s["latency_s"])) for s in ok])
+    waits = np.asarray([float(str(s["latency_s"])) - float(str(s.get("server_time_s") or 0.0)) for s in ok])
+    fixed = fleet.model_copy(update={"autoscaler": Autoscaler(policy="fixed", min_replicas=nodes, max_replicas=nodes),
+                                     "preemptions_per_node_hour": 0.0, "capacity": "on-demand"})  # fmt: skip
+    arrivals = Traffic(shape="poisson", rate_per_hour=traffic.peak_rate_per_hour).arrivals(seed=17)
+    predicted = simulate_day(fixed, arrivals, seed=17)
+    measured_p = float(np.percentile(lat, pct)) if lat.size else None
+    bound = traffic.e2e_bound_s
+    return FleetRehearsal(
+        nodes=nodes, servers=nodes * fleet.servers_per_node, requests=requests, answered=len(ok), time_scale=scale,
+        percentile=pct, measured_p_s=measured_p, predicted_p_s=predicted.percentile(pct),
+        measured_p50_s=float(np.percentile(lat, 50)) if lat.size else None, predicted_p50_s=predicted.percentile(50),
+        measured_wait_mean_s=float(waits.mean()) if waits.size else None, predicted_wait_mean_s=predicted.wait_mean_s,
+        measured_cold_start_s=max(loads) if loads else None,
+        measured_daily_cost_usd=nodes * fleet.usd_per_node_hour * 24, predicted_daily_cost_usd=predicted_cost,
+        meets=None if measured_p is None or bound is None else (measured_p <= bound and len(ok) == requests),
+        deployments=deployments,
+    )  # fmt: skip
