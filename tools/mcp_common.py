@@ -23,6 +23,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field, ValidationError
 
+from worldtune.tools.deployment import Progress
 from worldtune.tools.errors import WorldtuneError
 from worldtune.tools.workload import SUPPORTED_FPS, SUPPORTED_SIZES
 
@@ -126,7 +127,7 @@ def refusals() -> Iterator[None]:
         raise ToolError(f"file={name[:200]!r} is not valid: a file worldtune can use ({exc.strerror})") from exc
 
 
-async def in_thread_with_progress(ctx: Context, work: Callable[[Callable[[str, float | None], None]], T]) -> T:
+async def in_thread_with_progress(ctx: Context, work: Callable[[Progress], T]) -> T:
     """Run blocking `work(progress)` on a worker thread; its progress(message, fraction) calls reach the client."""
     last = [0.0]
 

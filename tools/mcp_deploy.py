@@ -7,7 +7,6 @@ infra, budget guardrails) are the deploy capability's (tools/deploy.py, tools/sp
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio.to_thread
@@ -15,7 +14,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from worldtune.tools.deployment import Deployment
+from worldtune.tools.deployment import Deployment, Progress
 from worldtune.tools.mcp_common import (
     DESTROYS,
     READ_ONLY,
@@ -130,7 +129,7 @@ async def deploy(
 
     caller_gone = threading.Event()  # set when this call is cancelled: the deploy is then torn down
 
-    def work(progress: Callable[[str, float | None], None]) -> Deployment:
+    def work(progress: Progress) -> Deployment:
         with refusals():
             return deploying.deploy_for_caller(
                 caller_gone, gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
