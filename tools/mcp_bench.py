@@ -16,6 +16,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
 from worldtune.tools.benchmark import BenchmarkStatus
+from worldtune.tools.errors import describe
 from worldtune.tools.mcp_common import (
     READ_ONLY,
     STARTS,
@@ -35,7 +36,6 @@ from worldtune.tools.mcp_common import (
     WidthArg,
     add_tools,
     refusals,
-    validation_message,
 )
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def start_benchmark(
                 negative_prompt=negative_prompt, max_sequence_length=max_sequence_length, task=task,
             )  # fmt: skip
         except ValidationError as exc:
-            raise ToolError(validation_message(exc)) from exc
+            raise ToolError(describe(exc)) from exc
     with refusals():  # ask the infra: a twin or cluster that died since is not benchmarked
         current = deploying.get_deployment(deployment_id, store=session.store)
     with refusals():  # refused unless it is ready; the client timeouts start from the model's prediction

@@ -172,19 +172,6 @@ async def while_caller_waits(caller_gone: threading.Event, work: Callable[[], Aw
     return result
 
 
-def validation_message(exc: ValidationError) -> str:
-    """A pydantic refusal as worldtune words it: field=value is not valid: why (one clause per error)."""
-    parts = []
-    for err in exc.errors():
-        cause = (err.get("ctx") or {}).get("error")
-        if isinstance(cause, WorldtuneError):
-            parts.append(str(cause))
-        else:
-            field = ".".join(str(x) for x in err["loc"]) or "workload"
-            parts.append(f"{field}={err['input']!r} is not valid: {err['msg']}")
-    return "; ".join(parts)
-
-
 def allowed_profile(session: Session, path: str | None, field: str = "profile") -> str | None:
     """The profile file `path` names, if this session's client may have it read (tools/profile_paths.py)."""
     from worldtune.tools.profile_paths import allowed_profile_path

@@ -46,3 +46,17 @@ def test_the_multicast_check_can_fail() -> None:
 
 def test_progress_is_one_type() -> None:
     assert benchmark.Progress is deployment.Progress
+
+
+def test_validation_errors_have_one_formatter_for_the_cli_and_mcp() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from worldtune.tools import mcp_common
+    from worldtune.tools.errors import describe
+
+    with pytest.raises(ValidationError) as caught:
+        anchor_workload("cosmos3-super", width=832)  # a worldtune refusal raised inside Workload's validator
+    text = describe(caught.value)
+    assert text.startswith("size='832x720' is not valid") and "Value error" not in text, text
+    assert not hasattr(mcp_common, "validation_message")
