@@ -54,7 +54,6 @@ from typing import Any
 
 RAW_FORMAT = "worldtune-generator-step/1"
 GUIDANCE = 6.0  # the anchor workload's guidance scale (the combine is the same work at any scale)
-NCCL_ENV = (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1"))
 REPO = Path(__file__).resolve().parents[1]
 PLAN_TOKEN = re.compile(r"^(tp|cfg|u|hsdp)(\d+)$")
 PLAN_GRAMMAR = "tokens tpN, cfgN (N=1,2), uN, hsdpN joined by '-', or 1gpu (e.g. cfg2-u4-hsdp8, tp8)"
@@ -733,7 +732,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.device == "cuda":
-        for key, value in NCCL_ENV:  # NVLink multicast stays off (it can take a shared host's GPUs out of service)
+        # NVLink multicast stays off (it can take a shared host's GPUs out of service)
+        for key, value in mb.MULTICAST_OFF_ENV.items():
             os.environ.setdefault(key, value)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     if args.world == 1:

@@ -50,6 +50,13 @@ LATENT_CHANNELS = 64  # what the CFG gather moves per token (16 VAE channels x 2
 SP_DEGREES = (2, 4, 8)  # Ulysses / ring / TP degrees whose per-GPU shapes and message sizes are measured
 HALVINGS = 9  # token counts T, T/2, ... T/256 for the rate-versus-size curve
 LATENCY_PROBE_BYTES = 4096
+# NVLink multicast stays off (it can take a shared host's GPUs out of service): the one definition, read by
+# `worldtune calibrate`, benchmarks/generator_step.py and checked against sky/templates/calibrate.yaml.
+MULTICAST_OFF_ENV: dict[str, str] = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
 @dataclass(frozen=True)
@@ -584,10 +591,7 @@ def hardware(device: Any, world: int) -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "host_cpu": platform.processor() or platform.machine(),
-        "nccl_env": {
-            k: os.environ.get(k)
-            for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
-        },
+        "nccl_env": {k: os.environ.get(k) for k in MULTICAST_OFF_ENV},
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -800,11 +804,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.world > torch.cuda.device_count():
             parser.error(f"--world={args.world}: only {torch.cuda.device_count()} GPUs are visible")
         # NVLink multicast stays off (it can take a shared host's GPUs out of service)
-        for key, value in (
-            ("NCCL_NVLS_ENABLE", "0"),
-            ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-            ("NVSHMEM_DISABLE_NVLS", "1"),
-        ):
+        for key, value in MULTICAST_OFF_ENV.items():
             os.environ.setdefault(key, value)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     if args.world == 1:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from worldtune.tools.models import ModelSpec, get_model
+from worldtune.tools.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, ModelSpec, get_model
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.workload import Workload
 
 BYTES_BF16 = 2
-ANCHOR_PIXELS_X_FRAMES = 1280 * 720 * 189
-ANCHOR_FRAMES = 189
+ANCHOR_PIXELS_X_FRAMES = ANCHOR_WIDTH * ANCHOR_HEIGHT * ANCHOR_FRAMES
 ANCHOR_PROMPT_TOKENS = 4096
 SUPER_REASONER_B = 31.2
 LATENT_CHANNELS = 64  # 16 VAE channels x 2 x 2 patch: what the CFG gather moves per token

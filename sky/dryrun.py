@@ -19,6 +19,7 @@ from unittest import mock
 from pydantic import BaseModel
 
 from worldtune.tools.errors import InvalidInput
+from worldtune.tools.infra import Infra
 
 # Infra prefixes the offline optimizer can price (their catalog rows come from the snapshot).
 OFFLINE_CLOUDS = ("nebius", "lambda")
@@ -55,7 +56,10 @@ def optimize_task(config: dict[str, Any]) -> OptimizerChoice:
 
     task = validate_task(config)
     infra = str(config.get("resources", {}).get("infra", ""))
-    cloud_name = infra.split("/")[0]
+    try:  # a rendered task's infra (nebius/eu-north1, slurm/NAME), read as every other module reads one
+        cloud_name = Infra.parse(infra).name
+    except InvalidInput:
+        cloud_name = ""  # refused just below, naming the clouds the offline optimizer can price
     if cloud_name not in OFFLINE_CLOUDS:
         raise InvalidInput("infra", infra, f"an infra the offline optimizer can price: {', '.join(OFFLINE_CLOUDS)}")
     cloud = registry.CLOUD_REGISTRY.from_str(cloud_name)

@@ -138,7 +138,7 @@ def preview_deploy(
     validated = ["sky.Task.from_yaml_config"]
     choice: OptimizerChoice | None = None
     note = ""
-    cloud = deployment.infra.split("/")[0]
+    cloud = Infra.parse(deployment.infra).name  # nebius/eu-north1 -> nebius; slurm/NAME -> slurm
     if optimize and cloud in OFFLINE_CLOUDS:
         choice = optimize_task(task)
         validated.append("sky optimizer (offline catalog)")

@@ -32,19 +32,18 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from worldtune.tools import benchmark_lock, owners
+from worldtune.tools.deployment import Progress
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.result import AffineFit, BenchmarkResult, compute_result, fit_affine, fit_time
 from worldtune.tools.store import Store
 from worldtune.tools.workload import Workload, anchor_workload
 
-Progress = Callable[[str, float | None], None]
 TIME_SCALE_HEADER = "X-Twin-Time-Scale"
 READY_TIMEOUT_S = 1800.0  # wall seconds to wait for /health (vLLM-Omni's --init-timeout for Super)
 

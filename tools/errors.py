@@ -61,8 +61,10 @@ def require_extra(what: str, module: str, extra: str) -> None:
 def describe(exc: BaseException) -> str:
     """One readable line per problem: pydantic's errors as field=value and the rule, anything else as str().
 
-    pydantic's own text ("1 validation error for Workload ... For further information visit ...") is written
-    for programmers; a person typing `--steps 0` needs the field, the value and what would be valid.
+    The one formatter of validation errors (the CLI and the MCP tools use it): a worldtune refusal raised inside
+    a validator is given as it was worded. pydantic's own text ("1 validation error for Workload ... For further
+    information visit ...") is written for programmers; a person typing `--steps 0` needs the field, the value
+    and what would be valid.
     """
     from pydantic import ValidationError
 
@@ -70,6 +72,10 @@ def describe(exc: BaseException) -> str:
         return str(exc)
     parts = []
     for error in exc.errors(include_url=False):
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, WorldtuneError):
+            parts.append(str(cause))
+            continue
         field = ".".join(str(p) for p in error.get("loc", ())) or exc.title
         rule = str(error.get("msg", "invalid")).replace("Input should be", "expected")
         if error.get("type") == "missing":

@@ -11,7 +11,7 @@ from worldtune.tools import capacity
 from worldtune.tools.capacity import DEFAULT_PREEMPTIONS_PER_NODE_HOUR, CapacityPlan
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.goal import Goal
-from worldtune.tools.mcp_tools import READ_ONLY, ModelArg, refusals
+from worldtune.tools.mcp_common import READ_ONLY, ModelArg, ToolSpec, add_tools, refusals
 from worldtune.tools.traffic import Shape, Traffic, read_trace
 from worldtune.tools.workload import anchor_workload
 
@@ -21,53 +21,56 @@ if TYPE_CHECKING:
     from worldtune.tools.mcp_server import Session
 
 
-def register(mcp: MCPServer, session: Session) -> None:
-    """Add plan_capacity to `mcp`; a trace file is checked against `session`'s client (tools/traffic.py)."""
+async def plan_capacity(
+    session: Session,
+    shape: Annotated[Shape, Field(description="poisson | daily_window | bursts | trace (give `trace`)")],
+    e2e_bound_s: Annotated[
+        float | None, Field(gt=0, allow_inf_nan=False, description="end-to-end bound incl. queueing (s)")
+    ] = None,
+    e2e_percentile: Annotated[int, Field(description="50, 90, 95 or 99")] = 95,
+    rate_per_hour: Annotated[float | None, Field(description="poisson: requests per hour")] = None,
+    clips_per_day: Annotated[float | None, Field(description="daily_window: clips in the window")] = None,
+    window_start_h: Annotated[float, Field(description="daily_window: first hour (0-24)")] = 0.0,
+    window_end_h: Annotated[float, Field(description="daily_window: end hour (0-24)")] = 24.0,
+    burst_size: Annotated[int | None, Field(description="bursts: requests per burst")] = None,
+    burst_every_s: Annotated[float | None, Field(description="bursts: period (s)")] = None,
+    trace: Annotated[str | None, Field(description="trace: a CSV of arrival times (s) this client may name")] = None,
+    model: ModelArg = "cosmos3-super",
+    gpus: Annotated[tuple[str, ...], Field(description="GPU types allowed, e.g. ['H200']")] = ("H200",),
+    capacities: Annotated[tuple[str, ...], Field(description="on-demand and/or spot (serverless is not modelled)")] = (
+        "on-demand",
+    ),
+    max_gpus_per_node: Annotated[int, Field(ge=1, le=8)] = 8,
+    preemptions_per_node_hour: Annotated[
+        float, Field(ge=0, le=10, allow_inf_nan=False, description="assumed spot preemption rate")
+    ] = DEFAULT_PREEMPTIONS_PER_NODE_HOUR,
+) -> CapacityPlan:
+    """The cheapest fleet (plan, offer, capacity, replica range, autoscaler) whose simulated days meet the
+    traffic's end-to-end percentile bound, with SkyServe's default autoscaling beside it. Offline and free:
+    every figure is simulated over the performance model's predictions (see the result's basis)."""
+    with refusals():
+        fields: dict[str, object] = dict(
+            shape=shape, e2e_bound_s=e2e_bound_s, e2e_percentile=e2e_percentile, rate_per_hour=rate_per_hour,
+            clips_per_day=clips_per_day, window_start_h=window_start_h, window_end_h=window_end_h,
+            burst_size=burst_size, burst_every_s=burst_every_s,
+        )  # fmt: skip
+        if shape == "trace":
+            if trace is None:
+                raise InvalidInput("trace", None, "a CSV of arrival times for shape=trace")
+            fields |= {"trace_path": trace, "trace_s": read_trace(trace, session.origin)}
+        elif trace is not None:
+            raise InvalidInput("trace", trace, f"no trace with shape={shape} (give shape=trace)")
+        goal = Goal(workload=anchor_workload(model), gpus=list(gpus), capacities=list(capacities),
+                    max_gpus_per_node=max_gpus_per_node, traffic=Traffic.model_validate(fields))  # fmt: skip
+    with refusals():
+        return await anyio.to_thread.run_sync(
+            lambda: capacity.plan_capacity(goal, preemptions_per_node_hour=preemptions_per_node_hour)
+        )
 
-    @mcp.tool(title="Plan a fleet for traffic", annotations=READ_ONLY)
-    async def plan_capacity(
-        shape: Annotated[Shape, Field(description="poisson | daily_window | bursts | trace (give `trace`)")],
-        e2e_bound_s: Annotated[
-            float | None, Field(gt=0, allow_inf_nan=False, description="end-to-end bound incl. queueing (s)")
-        ] = None,
-        e2e_percentile: Annotated[int, Field(description="50, 90, 95 or 99")] = 95,
-        rate_per_hour: Annotated[float | None, Field(description="poisson: requests per hour")] = None,
-        clips_per_day: Annotated[float | None, Field(description="daily_window: clips in the window")] = None,
-        window_start_h: Annotated[float, Field(description="daily_window: first hour (0-24)")] = 0.0,
-        window_end_h: Annotated[float, Field(description="daily_window: end hour (0-24)")] = 24.0,
-        burst_size: Annotated[int | None, Field(description="bursts: requests per burst")] = None,
-        burst_every_s: Annotated[float | None, Field(description="bursts: period (s)")] = None,
-        trace: Annotated[
-            str | None, Field(description="trace: a CSV of arrival times (s) this client may name")
-        ] = None,
-        model: ModelArg = "cosmos3-super",
-        gpus: Annotated[tuple[str, ...], Field(description="GPU types allowed, e.g. ['H200']")] = ("H200",),
-        capacities: Annotated[
-            tuple[str, ...], Field(description="on-demand and/or spot (serverless is not modelled)")
-        ] = ("on-demand",),
-        max_gpus_per_node: Annotated[int, Field(ge=1, le=8)] = 8,
-        preemptions_per_node_hour: Annotated[
-            float, Field(ge=0, le=10, allow_inf_nan=False, description="assumed spot preemption rate")
-        ] = DEFAULT_PREEMPTIONS_PER_NODE_HOUR,
-    ) -> CapacityPlan:
-        """The cheapest fleet (plan, offer, capacity, replica range, autoscaler) whose simulated days meet the
-        traffic's end-to-end percentile bound, with SkyServe's default autoscaling beside it. Offline and free:
-        every figure is simulated over the performance model's predictions (see the result's basis)."""
-        with refusals():
-            fields: dict[str, object] = dict(
-                shape=shape, e2e_bound_s=e2e_bound_s, e2e_percentile=e2e_percentile, rate_per_hour=rate_per_hour,
-                clips_per_day=clips_per_day, window_start_h=window_start_h, window_end_h=window_end_h,
-                burst_size=burst_size, burst_every_s=burst_every_s,
-            )  # fmt: skip
-            if shape == "trace":
-                if trace is None:
-                    raise InvalidInput("trace", None, "a CSV of arrival times for shape=trace")
-                fields |= {"trace_path": trace, "trace_s": read_trace(trace, session.origin)}
-            elif trace is not None:
-                raise InvalidInput("trace", trace, f"no trace with shape={shape} (give shape=trace)")
-            goal = Goal(workload=anchor_workload(model), gpus=list(gpus), capacities=list(capacities),
-                        max_gpus_per_node=max_gpus_per_node, traffic=Traffic.model_validate(fields))  # fmt: skip
-        with refusals():
-            return await anyio.to_thread.run_sync(
-                lambda: capacity.plan_capacity(goal, preemptions_per_node_hour=preemptions_per_node_hour)
-            )
+
+TOOLS: tuple[ToolSpec, ...] = ((plan_capacity, "Plan a fleet for traffic", READ_ONLY),)
+
+
+def register(server: MCPServer, session: Session) -> None:
+    """Add plan_capacity to `server`; a trace file is checked against `session`'s client (tools/traffic.py)."""
+    add_tools(server, session, TOOLS)

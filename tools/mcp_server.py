@@ -1,10 +1,10 @@
 """The MCP tool server: worldtune's capabilities for IDE assistants, scripts and the agent.
 
-The tools themselves live in tools/mcp_tools.py. An IDE starts this server often and waits for its
-tool list, so that module (and the deployment, benchmark and model code it imports) is loaded only
-when a tool is called: `tools/list` is answered from a cached listing, keyed by the source of tools/
-and the SDK and pydantic installs, whenever one matches; otherwise the tools are registered and the
-cache is written. Resources and prompts are registered at once (they are cheap).
+The tools themselves live in tools/mcp_tools.py and its families, tools/mcp_*.py. An IDE starts this
+server often and waits for its tool list, so those modules (and the deployment, benchmark and model code
+they import) are loaded only when a tool is called: `tools/list` is answered from a cached listing, keyed
+by the source of tools/ and the SDK and pydantic installs, whenever one matches; otherwise the tools are
+registered and the cache is written. Resources and prompts are registered at once (they are cheap).
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ def build_server(
     @mcp.resource("worldtune://results", mime_type="application/json")
     def results() -> str:
         """The newest 100 benchmarks with their headline figures."""
-        from worldtune.tools.mcp_tools import summary_from_row
+        from worldtune.tools.result_compare import summary_from_row
 
         rows = session.store.list_benchmarks(limit=100)
         return json.dumps([summary_from_row(r).model_dump(mode="json") for r in rows], indent=2)

@@ -6,6 +6,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.tools.errors import one_of
 
+# The anchor clip (REFERENCE section 4): 720p x 189 frames. Workload's defaults and the performance model's
+# scaling anchors read these, so the anchor is written once.
+ANCHOR_WIDTH = 1280
+ANCHOR_HEIGHT = 720
+ANCHOR_FRAMES = 189
+
 
 class TowerShape(BaseModel):
     """Shape of the diffusion generator tower (the part that runs at every denoising step)."""
@@ -43,9 +49,9 @@ class ModelSpec(BaseModel):
     other_params_b: float = Field(description="VAE, guard model and the rest, billions of parameters")
     distilled: bool = False
     tasks: tuple[str, ...] = ("t2v", "i2v")
-    default_width: int = 1280
-    default_height: int = 720
-    default_frames: int = 189
+    default_width: int = ANCHOR_WIDTH
+    default_height: int = ANCHOR_HEIGHT
+    default_frames: int = ANCHOR_FRAMES
     default_fps: int = 24
     default_steps: int = 35
     default_guidance: float = 6.0

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from worldtune.tools.errors import InvalidInput
-from worldtune.tools.models import get_model
+from worldtune.tools.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, get_model
 
 # Sizes Cosmos 3's resolution table knows (vLLM-Omni 0.30, model cosmos3 utils), width x height.
 SUPPORTED_SIZES: tuple[tuple[int, int], ...] = (
@@ -51,9 +51,9 @@ class Workload(BaseModel):
 
     model: str = "cosmos3-super"
     task: Literal["t2v", "i2v"] = "t2v"
-    width: int = 1280
-    height: int = 720
-    num_frames: int = Field(default=189, ge=5, le=300)
+    width: int = ANCHOR_WIDTH
+    height: int = ANCHOR_HEIGHT
+    num_frames: int = Field(default=ANCHOR_FRAMES, ge=5, le=300)
     fps: int = 24
     steps: int = Field(default=35, ge=1, le=200, description="num_inference_steps")
     guidance_scale: float = Field(default=6.0, ge=0.0, le=20.0)

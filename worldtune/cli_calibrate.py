@@ -128,7 +128,9 @@ def run_microbench(raw_out: Path, world: int | None, tiny: bool, device: str, me
         argv.append("--tiny")
     if mechanisms:
         argv.append("--mechanisms")
-    env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    from worldtune.policies.gpu_microbench import MULTICAST_OFF_ENV
+
+    env = {**os.environ, **MULTICAST_OFF_ENV}
     # progress goes to stderr: stdout carries only the result (--json promises that)
     done = subprocess.run(argv, env=env, check=False, stdout=sys.stderr)
     if done.returncode != 0:
