@@ -944,6 +944,10 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
             tuner().resume(run_id, approve, session.db_path)
         return tuning_status(run_id)
 
+    from worldtune.tools import mcp_replan  # keep the node, change the plan (issue 18)
+
+    mcp_replan.register(mcp, session)
+
     # ---------- provision: rent the nodes for a plan (paid) ----------
     @mcp.tool(title="Rent GPUs and start vLLM-Omni", annotations=RENTS)
     async def provision(
