@@ -30,6 +30,10 @@ class Goal(BaseModel):
     infras: list[str] = Field(default_factory=list, description="allowed infra; empty = any")
     capacities: list[str] = Field(default_factory=lambda: ["on-demand"])
     max_gpus_per_node: int = Field(default=8, ge=1, le=8)
+    answer_within_s: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="most modelled wall seconds from approval to a verified answer (provisioning, loads, requests)",
+    )  # fmt: skip
 
     @field_validator("latency_percentile")
     @classmethod
@@ -70,4 +74,6 @@ class Goal(BaseModel):
         if self.infras:
             parts.append(f"infra {'/'.join(self.infras)}")
         parts.append(f"budget ${self.budget_usd:g}")
+        if self.answer_within_s:
+            parts.append(f"answer within {self.answer_within_s / 3600:g} h")
         return ", ".join(parts)
