@@ -41,6 +41,9 @@ class TuneOptions(BaseModel):
     max_iterations: int = Field(default=30, ge=1, description="most measurements (probes + full runs)")
     margin: float = Field(default=0.03, ge=0, le=0.5, description="an unverified candidate must beat the best by this")
     hold_hours: float = Field(default=0.25, gt=0, description="hours each deployment is quoted for")
+    reuse_nodes: bool = Field(
+        default=True, description="verify the next candidate on a held node of the same offer (replan, warm load)"
+    )
 
     def twin_profiles(self) -> list[str]:
         """The rehearsal's profile files: each file given, and every *.yaml / *.yml in each folder given."""

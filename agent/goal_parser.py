@@ -403,6 +403,17 @@ def _budget(r: _Reader) -> float | None:
     return budgets.get("usd")
 
 
+def _answer_within(r: _Reader) -> float | None:
+    """'answer within 1 hour', 'done in 90 minutes', 'within 2 h': the time to a verified answer, in seconds."""
+    found: dict[str, Any] = {}
+    unit = r"(hours?|hrs?|h|minutes?|mins?|m)\b"
+    for m in r.take(r"\b(?:(?:an\s+)?answer(?:ed)?|done|verified|results?)?\s*(?:with)?in\s+" + _NUM + r"\s*" + unit):
+        value = r.number(m.group(1), "the time to an answer")
+        if value is not None:
+            r.once(found, "s", value * (60.0 if m.group(2).startswith("m") else 3600.0), "the time to an answer")
+    return found.get("s")
+
+
 def _max_gpus(r: _Reader) -> int | None:
     found = None
     for m in r.take(r"\b(?:at\s+most|up\s+to|max(?:imum)?|no\s+more\s+than|<=?)\s*(\d)\s*gpus?(?:\s+per\s+node)?\b"):
@@ -419,6 +430,7 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
         raise GoalQuestion(["What should worldtune tune for? e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip'"])
     r = _Reader(text)
     model = _model(r)
+    answer_within = _answer_within(r)
     from worldtune.agent import goal_traffic  # its rules stand on this module's patterns
 
     traffic_found = goal_traffic.read_traffic(r)
@@ -436,7 +448,8 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
     for run in re.findall(r"[^\x00-\x7f]+", r.text):  # the rules read English words and ASCII digits only
         r.ask(f"I could not read '{run.strip()}' in the goal: please write it in English words and digits.")
     traffic = goal_traffic.traffic_fields(traffic_found, bound, percentile, r) if "shape" in traffic_found else None
-    read = (model, traffic, budget, throughput, bound, changes, objective, gpus, capacities, text_infras, max_gpus)
+    read = (model, traffic, budget, throughput, bound, changes, objective, gpus, capacities, text_infras, max_gpus,
+            answer_within)  # fmt: skip
     if not r.questions and all(v is None or v == {} or v == [] for v in read):
         r.ask("Nothing in the goal could be read: what should worldtune tune for? "
               "e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip'")  # fmt: skip
@@ -481,6 +494,8 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
         fields["infras"] = chosen_infras
     if max_gpus is not None:
         fields["max_gpus_per_node"] = max_gpus
+    if answer_within is not None:
+        fields["answer_within_s"] = answer_within
     if budget_usd is not None:
         fields["budget_usd"] = budget_usd
     elif budget is not None:

@@ -73,13 +73,19 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     options = _options(state)
     listed = await runtime.context.tools.call("list_offers", capacity=None)
     offers = [Offer.model_validate({k: v for k, v in o.items() if k in Offer.model_fields}) for o in listed["offers"]]
-    search = ws.initial_state(goal, offers)
+    search = ws.initial_state(goal, offers).model_copy(update={"reuse_nodes": options.reuse_nodes})
     ranked = ws.candidates(search)
     feasible = [c for c in ranked if c.feasible]
-    usd, gpu_hours, keys = ws.spend_estimate(search, options.parallel)
+    plan = ws.search_plan(search, options.parallel, options.reuse_nodes)
+    usd, gpu_hours, keys = plan.usd, plan.gpu_hours, plan.keys
     estimate = {
         "usd": round(usd, 2),
         "gpu_hours": round(gpu_hours, 2),
+        "answer_hours": round(plan.answer_s / 3600.0, 2),
+        "deployments": plan.deployments,
+        "cold_loads": plan.cold_loads,
+        "warm_loads": plan.warm_loads,
+        "estimate_basis": plan.basis,
         "budget_usd": goal.budget_usd,
         "candidates": len(ranked),
         "feasible": len(feasible),
@@ -131,12 +137,17 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         search, parallel=options.parallel, margin=options.margin, max_iterations=options.max_iterations
     )
     keep = {a.key for a in decision.actions if not a.redeploy}  # a retry gets a fresh deployment
+    spare = {k: d for k, d in live.items() if k not in keep}
+    moved = _reused_nodes(decision.actions, spare) if options.reuse_nodes else {}
     removed: dict[str, str] = {}
     for key, deployment_id in live.items():
         if key not in keep:
-            await _teardown(runtime, deployment_id)
+            if deployment_id not in moved.values():  # a node no longer needed is released at once
+                await _teardown(runtime, deployment_id)
             removed[key] = ""
-    update: dict[str, Any] = {"decision": decision.model_dump(mode="json"), "deployments": removed}
+    for key, deployment_id in moved.items():
+        _emit(runtime, "keep_node", key=key, deployment=deployment_id)
+    update: dict[str, Any] = {"decision": decision.model_dump(mode="json"), "deployments": removed | moved}
     if decision.stop_reason:
         _emit(runtime, "stop", reason=decision.stop_reason, kind=decision.stop_kind)
         update |= {"stop_reason": decision.stop_reason, "stop_kind": decision.stop_kind or ""}
@@ -147,6 +158,20 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
                   value=round(a.value, 5), requests=a.requests)  # fmt: skip
         update["events"] = [f"next: {a.kind} {a.key} ({a.reason})" for a in decision.actions]
     return update
+
+
+def _reused_nodes(actions: list[ws.Action], spare: dict[str, str]) -> dict[str, str]:
+    """Candidate key -> a live deployment on the same offer that is no longer needed as it is: its node is kept
+    and its plan changed in place (replan) instead of a new deployment with its provisioning and cold load."""
+    moved: dict[str, str] = {}
+    for a in actions:
+        if a.redeploy or not a.needs_deploy:
+            continue
+        offer = a.key.split("|", 1)[0]
+        old = next((k for k in spare if k.split("|", 1)[0] == offer), None)
+        if old is not None:
+            moved[a.key] = spare.pop(old)
+    return moved
 
 
 async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -170,6 +195,10 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
         return await _recorded(runtime, task, cand, *earlier)
 
     deployment = await _live_deployment(tools, task["deployment_id"], cand, run_id)
+    if deployment is None and task["deployment_id"]:
+        deployment = await _replan(runtime, task["deployment_id"], cand)
+        if deployment is not None:
+            charged_s += _start_s(deployment, cand, options)
     if deployment is None:
         _emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra)
         arguments: dict[str, Any] = {
@@ -309,13 +338,36 @@ async def _recorded(
 
 
 def _start_s(deployment: dict[str, Any], cand: ws.Candidate, options: TuneOptions) -> float:
-    """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load."""
+    """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load.
+
+    A replanned deployment (same node, new plan) pays only its warm load, from the restart on."""
     scale = options.time_scale if options.twin else 1.0
-    load_s = ((deployment.get("ready_at") or time.time()) - deployment["created_at"]) * scale
+    replanned = deployment.get("replanned_at")
+    began = replanned or deployment["created_at"]
+    load_s = ((deployment.get("ready_at") or time.time()) - began) * scale
     if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
-        load_s = min(load_s, 2 * cand.load_s)
-    provision_s = cand.offer.provision_s if options.infra == "local" else 0.0
+        load_s = min(load_s, 2 * (cand.load_s if replanned else cand.cold_load_s or cand.load_s))
+    provision_s = cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
     return float(provision_s + load_s)
+
+
+async def _replan(runtime: Runtime[Context], deployment_id: str, cand: ws.Candidate) -> dict[str, Any] | None:
+    """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
+    None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
+    tools = runtime.context.tools
+    try:
+        current = await tools.call("get_deployment", deployment_id=deployment_id)
+    except ToolCallFailed:
+        return None
+    if current.get("state") != "ready" or current.get("gpu") != cand.gpu:
+        return None
+    _emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.get("plan"))
+    try:
+        outcome = await tools.call("replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True)
+    except ToolCallFailed as exc:
+        _emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
+        return None
+    return dict(outcome["deployment"])
 
 
 async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -353,6 +405,10 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         )
         events.append(note)
         _emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))
+    # time to a verified answer so far (modelled on the twin): the verifications' seconds, lanes overlapping
+    answer_s = sum(float(r.get("model_s", 0.0)) for r in results) / _options(state).parallel
+    search = search.model_copy(update={"elapsed_s": answer_s})  # what a goal's 'answer within' is held to
+    _emit(runtime, "elapsed", answer_hours=round(answer_s / 3600.0, 3), measurements=len(results))
     live = {r["key"]: "" for r in fresh if r.get("removed")}
     return {"search": search.model_dump(mode="json"), "learned": len(results), "events": events, "deployments": live}
 
@@ -411,8 +467,8 @@ async def _live_deployment(tools: Any, known: str | None, cand: ws.Candidate, ru
             current = await tools.call("get_deployment", deployment_id=deployment_id)
         except ToolCallFailed:
             continue
-        if current.get("state") == "ready":
-            return dict(current)
+        if current.get("state") == "ready" and current.get("plan") == cand.plan:  # a held node of another plan:
+            return dict(current)  # not this candidate's until replanned
     return None
 
 

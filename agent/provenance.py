@@ -129,7 +129,8 @@ def provenance(record: dict[str, Any]) -> dict[str, Any]:
             "modelled: offer price x the twin's model-seconds (no money was spent)"
             if twin
             else "offer price x wall time of the rented nodes"
-        ),
+        )
+        + _answer_time(record.get("spend") or {}),
         "artifacts": (
             "rendered for vllm-omni from the simulated choice: verify on real GPUs before relying on the numbers"
             if twin
@@ -150,3 +151,11 @@ def labels(record: dict[str, Any]) -> list[str]:
     lines.append("latency claim: " + "; ".join(x for x in (claim.get("claim"), claim["empirical"]) if x))
     lines.append("prices: " + p["prices"] + "; spend " + p["spend"])
     return lines
+
+
+def _answer_time(spend: dict[str, Any]) -> str:
+    """The time to a verified answer, as the spend record gives it ('' for a record from before issue 18)."""
+    hours = spend.get("answer_hours")
+    if hours is None:
+        return ""
+    return f"; time to a verified answer {float(hours):.2f} h ({spend.get('answer_basis', 'modelled')})"

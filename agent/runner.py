@@ -404,6 +404,11 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
             "deployments": len(deployments.get("deployments", [])),
             "benchmarks": sum(1 for r in results if r.get("benchmark_id")),
             "model_seconds": round(model_s, 1),
+            # time to a verified answer on real infra: provisioning, loads and requests; one after another with
+            # --parallel 1, else the verifications of one round overlap (assumed: evenly over the lanes)
+            "answer_hours": round(model_s / options.parallel / 3600.0, 3),
+            "answer_basis": ("modelled: the twin's model-seconds" if options.twin else "wall time of the rented nodes")
+            + ("" if options.parallel == 1 else f", divided over {options.parallel} parallel lanes (assumed even)"),
             "priced_as": "offer price x modelled GPU seconds (twin)" if options.twin else "offer price x wall time",
         },
         "spend_estimate": state.get("spend_estimate"),

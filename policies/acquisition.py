@@ -204,17 +204,19 @@ def _choose(
     if top is not None and likely and cands[top].key in ready and challenger:
         order.append((1e300, top, "likeliest optimum"))
     requests = ws.full_requests(goal)
+    held = ws.held_offers(state)  # nodes the search holds: a candidate there pays a warm load, no provisioning
     for i, c in enumerate(cands):
         if open_[i] and value[i] > 0:
             _, usd = ws.action_cost(
-                c, "full" if c.key in ready else "probe", c.key in state.deployed, requests=requests
-            )
+                c, "full" if c.key in ready else "probe", c.key in state.deployed, requests=requests,
+                node_held=c.offer.id in held,
+            )  # fmt: skip
             order.append((value[i] / max(usd, 1e-6), i, "value"))
     order.sort(key=lambda t: -t[0])
     left = goal.budget_usd - state.spent_usd
     actions: list[ws.Action] = []
     used: set[str] = set()
-    skipped = 0
+    skipped = late = 0
     cheapest: dict[str, int] = {}  # the same measurement on the cheapest offer of that hardware
     for i, c in enumerate(cands):
         hw = ws.hardware_key(c.key)
@@ -232,18 +234,24 @@ def _choose(
         full = cand.key in ready or cand.stage == "measured" or (retry and rejected_full)
         kind: ws.ActionKind = "full" if full else "probe"
         deployed = cand.key in state.deployed and not retry
+        on_node = not deployed and not retry and cand.offer.id in held
         n = requests
-        seconds, usd = ws.action_cost(cand, kind, deployed, requests=n)
+        seconds, usd = ws.action_cost(cand, kind, deployed, requests=n, node_held=on_node)
         note = ""
         if kind == "full" and usd > left:
             n = ws.FULL_REQUESTS  # the claim's count does not fit: a short run, and the claim will say so
-            seconds, usd = ws.action_cost(cand, kind, deployed, requests=n)
+            seconds, usd = ws.action_cost(cand, kind, deployed, requests=n, node_held=on_node)
             note = f"; only {n} requests fit the budget, so p{goal.latency_percentile} will not be claimable"
         if usd > left:
             skipped += 1
             continue
+        if goal.answer_within_s is not None and state.elapsed_s + seconds > goal.answer_within_s:
+            late += 1  # it would finish after the time the goal allows for an answer
+            continue
         left -= usd
         used.add(ws.hardware_key(cand.key))
+        if on_node:
+            held.discard(cand.offer.id)  # one node runs one plan at a time
         actions.append(ws.Action(
             key=cand.key, kind=kind, expected_usd=usd, expected_s=seconds, needs_deploy=not deployed,
             reason=_why(state, d, i, why, ei, value, p_best, best, kind, n) + note, requests=n if kind == "full" else 0,
@@ -252,9 +260,15 @@ def _choose(
     if not actions:
         reason = (f"budget reached: ${state.spent_usd:.2f} of ${goal.budget_usd:g} spent and the next of "
                   f"{max(skipped, 1)} candidate measurement(s) would not fit in what is left")  # fmt: skip
+        stop: ws.StopKind = "budget"
+        if late and not skipped:
+            stop = "deadline"
+            reason = (f"time to answer reached: {state.elapsed_s / 3600:.2f} h of "
+                      f"{(goal.answer_within_s or 0) / 3600:g} h used and the next of {late} candidate measurement(s) "
+                      "would end after it")  # fmt: skip
         if not order:
             reason = "nothing left worth measuring, yet no candidate is verified"
-        return ws.Decision(stop_reason=reason, stop_kind="budget", best=best.key if best else None,
+        return ws.Decision(stop_reason=reason, stop_kind=stop, best=best.key if best else None,
                            p_beaten=p_beaten, p_feasible=p_any, nearest=nearest_options(state, d))  # fmt: skip
     return ws.Decision(actions=actions, best=best.key if best else None, p_beaten=p_beaten, p_feasible=p_any)
 

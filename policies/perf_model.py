@@ -81,12 +81,13 @@ class Prediction:
     guardrail_s: float
     latency_s: float
     service_s: float  # time a replica is busy per clip when requests queue
-    load_s: float
+    load_s: float  # warm: a later load of the model on the same node (page cache)
     memory: MemoryBreakdown
     step: StepBreakdown
     clips_per_hour_per_replica: float
     clips_per_hour_per_node: float
     notes: list[str] = field(default_factory=list)
+    cold_load_s: float = 0.0  # the first load on a node (weights from disk); 0 where not predicted
 
     @property
     def memory_gib_per_gpu(self) -> float:
@@ -251,9 +252,14 @@ def memory_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: P
     )
 
 
-def load_time_s(spec: ModelSpec, profile: Profile, cold: bool = False) -> float:
-    """Seconds from process start to ready (weights from page cache unless cold)."""
-    return profile.load_time_s(spec.weights_gib_bf16, cold)
+def load_time_s(spec: ModelSpec, profile: Profile, cold: bool = False, plan: Plan | None = None) -> float:
+    """Seconds from process start to ready of one replica of `plan` (weights from page cache unless cold).
+
+    Cold is the first load on a node (weights from disk); warm is a later load of the same model on the
+    same node (weights in the page cache). Tensor parallel plans load faster than HSDP ones: see
+    Profile.load_time_s.
+    """
+    return profile.load_time_s(spec.weights_gib_bf16, cold, plan.tp if plan is not None else 1)
 
 
 def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | None = None) -> Prediction:
@@ -280,7 +286,8 @@ def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | N
         guardrail_s=guard,
         latency_s=latency,
         service_s=service,
-        load_s=load_time_s(spec, profile),
+        load_s=load_time_s(spec, profile, plan=plan),
+        cold_load_s=load_time_s(spec, profile, cold=True, plan=plan),
         memory=memory_breakdown(spec, workload, plan, profile),
         step=step,
         clips_per_hour_per_replica=per_replica,

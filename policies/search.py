@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -34,8 +34,11 @@ from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.workload import Workload
 
+if TYPE_CHECKING:
+    from worldtune.policies import nodes
+
 ActionKind = Literal["probe", "full"]
-StopKind = Literal["converged", "budget", "iteration_cap", "infeasible", "declined"]
+StopKind = Literal["converged", "budget", "iteration_cap", "infeasible", "declined", "deadline"]
 PROBE_STEPS: tuple[int, ...] = (4, 8)  # two short step counts fix latency = fixed + steps x per_step
 PROBE_REPEATS = 4  # requests per probe step count: a probe's cost is mostly the deployment, its precision is not
 FULL_REQUESTS = 5  # the fewest full requests a run takes when the claim's count does not fit the budget
@@ -58,7 +61,8 @@ class Candidate(BaseModel):
     latency_q_s: float = Field(description="latency at the goal's percentile (predicted, or the measured bound)")
     per_step_s: float
     fixed_s: float
-    load_s: float
+    load_s: float = Field(description="warm load: the plan started again on a node that already has the weights")
+    cold_load_s: float = Field(default=0.0, description="the first load on a new node (weights from disk); 0: load_s")
     clips_per_hour_per_node: float
     usd_per_clip: float
     memory_gib_per_gpu: float
@@ -155,7 +159,9 @@ class SearchState(BaseModel):
     measurements: list[Measurement] = Field(default_factory=list)
     surprises: dict[str, list[float]] = Field(default_factory=dict, description="GPU -> |measured/predicted - 1|")
     deployed: list[str] = Field(default_factory=list, description="candidate keys with a live deployment")
+    reuse_nodes: bool = Field(default=True, description="a held node takes the next candidate on its offer (replan)")
     spent_usd: float = 0.0
+    elapsed_s: float = Field(default=0.0, ge=0, description="modelled wall seconds of the search so far")
     spent_gpu_hours: float = 0.0
     iterations: int = 0
     include_fp8: bool = False
@@ -343,6 +349,7 @@ def _candidate(
         per_step_s=p.per_step_s,
         fixed_s=p.fixed_s,
         load_s=p.load_s,
+        cold_load_s=p.cold_load_s,
         clips_per_hour_per_node=p.clips_per_hour_per_node,
         usd_per_clip=offer.usd_per_clip(p.clips_per_hour_per_node),
         memory_gib_per_gpu=p.memory_gib_per_gpu,
@@ -487,13 +494,27 @@ def full_seconds(cand: Candidate, requests: int = FULL_REQUESTS) -> float:
     return rounds * cand.latency_s
 
 
+def start_seconds(cand: Candidate, deployed: bool, node_held: bool = False) -> float:
+    """Model-seconds before the first request: nothing on its own live deployment; a warm load of its plan on a
+    node already held (replan); else the offer's provisioning and a cold load (the first load on a new node)."""
+    if deployed:
+        return 0.0
+    if node_held:
+        return cand.load_s
+    return cand.offer.provision_s + (cand.cold_load_s or cand.load_s)
+
+
 def action_cost(
-    cand: Candidate, kind: ActionKind, deployed: bool, safety: float = 1.25, requests: int = FULL_REQUESTS
+    cand: Candidate,
+    kind: ActionKind,
+    deployed: bool,
+    safety: float = 1.25,
+    requests: int = FULL_REQUESTS,
+    node_held: bool = False,
 ) -> tuple[float, float]:
     """(expected seconds, expected USD) of one action on one node, provisioning and load included if needed."""
     seconds = probe_seconds(cand) if kind == "probe" else full_seconds(cand, requests)
-    if not deployed:
-        seconds += cand.offer.provision_s + cand.load_s
+    seconds += start_seconds(cand, deployed, node_held)
     seconds *= safety
     return seconds, cand.offer.usd_per_hour * seconds / 3600.0
 
@@ -511,22 +532,22 @@ def recommendation(state: SearchState) -> Candidate | None:
 
 
 def spend_estimate(state: SearchState, parallel: int = 1) -> tuple[float, float, list[str]]:
-    """Expected USD and GPU-hours of the search: a probe for every near contender, full runs for the likeliest."""
-    goal = state.goal
-    ranked = [c for c in candidates(state) if could_be_feasible(goal, c)]
-    if not ranked:
-        return 0.0, 0.0, []
-    top = objective_value(goal, ranked[0])
-    near = [c for c in ranked if optimistic_value(goal, c) <= top * 1.2][:8]
-    usd = gpu_hours = 0.0
-    for i, cand in enumerate(near):
-        seconds, cost = action_cost(cand, "probe", False)
-        if i < 2:
-            s2, c2 = action_cost(cand, "full", True, requests=full_requests(goal))
-            seconds, cost = seconds + s2, cost + c2
-        usd += cost
-        gpu_hours += seconds / 3600.0 * cand.offer.gpu_count
-    return min(usd, goal.budget_usd), gpu_hours, [c.key for c in near]
+    """Expected USD and GPU-hours of the search: a probe for every near contender, full runs for the likeliest,
+    candidates on one offer sharing its node (policies/nodes.py)."""
+    plan = search_plan(state, parallel, state.reuse_nodes)
+    return plan.usd, plan.gpu_hours, plan.keys
+
+
+def search_plan(state: SearchState, parallel: int = 1, reuse_nodes: bool = True) -> nodes.SearchPlan:
+    """nodes.search_plan: the modelled cost and time to a verified answer of the search, node by node."""
+    from worldtune.policies import nodes
+
+    return nodes.search_plan(state, parallel, reuse_nodes)
+
+
+def held_offers(state: SearchState) -> set[str]:
+    """Offer ids of the nodes the search holds now (one per live deployment); none when it does not reuse them."""
+    return {key.split("|", 1)[0] for key in state.deployed} if state.reuse_nodes else set()
 
 
 # ---- learning and deciding live beside this module (they use its words); the names stay here -------

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from worldtune.sky import home
+from worldtune.sky import home, serve_job
 from worldtune.sky.bench_job import ERROR_MARKER, RESULT_MARKER, SAMPLE_MARKER
 from worldtune.sky.dryrun import validate_task
 from worldtune.sky.local_cluster import cluster_python
@@ -252,18 +252,7 @@ class SkyPilotBackend:
             request = self.sky.launch(provision, cluster_name=cluster, **self.autodown_arguments(deployment))
             _, handle = self._get_within(request, allowance, f"sky launch {cluster}")
             say(f"{cluster} provisioned in {time.time() - started:.0f} s; starting the servers", 0.4)
-            serve_config = {k: v for k, v in config.items() if k != "setup"}
-            cpus = getattr(getattr(handle, "launched_resources", None), "cpus", None)
-            if deployment.infra.startswith("slurm/") and cpus:
-                serve_config["resources"] = {
-                    **config["resources"],
-                    "cpus": max(1, int(float(str(cpus).rstrip("+"))) - 2),
-                }
-            serve = validate_task(serve_config)
-            if deployment.engine == "vllm-omni" and token:
-                serve.update_secrets({HF_TOKEN: token})
-            if deployment.engine == "vllm-omni":
-                serve.update_secrets({API_KEY_ENV: self._api_key(deployment)})
+            serve = serve_job.serve_task(self, deployment, config, handle)
             left = max(60.0, allowance - (time.time() - started))
             job_id, _ = self._get_within(self.sky.exec(serve, cluster_name=cluster), left, f"serve job on {cluster}")
         except Exception as exc:
@@ -286,7 +275,7 @@ class SkyPilotBackend:
             self.store.ledger_gone(cluster, "servers did not come up")
             raise
         endpoints = self._endpoints(cluster, deployment, options)
-        dep = dep.model_copy(update={"state": "ready", "ready_at": time.time(), "endpoints": endpoints})
+        dep = dep.model_copy(update={"state": "ready", "ready_at": time.time(), "endpoints": endpoints, "loads": 1})
         self.store.ledger_update(cluster, "ready", f"serve job {job_id}")
         self.store.save_deployment(dep)
         say(f"ready: {', '.join(endpoints)}", 1.0)
@@ -343,6 +332,10 @@ class SkyPilotBackend:
         """Bring a preempted (or failed) deployment back: clean up what is left of its cluster, launch again."""
         self._down_quietly(deployment.cluster or cluster_name(deployment))
         return self.launch(deployment.model_copy(update={"state": "pending", "endpoints": []}), progress)
+
+    def replan(self, deployment: Deployment, plan: str, progress: Progress | None = None) -> Deployment:
+        """A new serve job under `plan` on the same cluster (sky.cancel, then sky.exec; no new sky.launch)."""
+        return serve_job.replan(self, deployment, plan, progress)
 
     def teardown(self, deployment: Deployment) -> Deployment:
         cluster = deployment.cluster or cluster_name(deployment)

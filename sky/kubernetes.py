@@ -55,6 +55,9 @@ class K8sOptions(BaseModel):
     shm_gib: int = Field(default=64, ge=1)
     port: int = Field(default=8000, ge=1024, le=65535)
     node_selector: dict[str, str] = Field(default_factory=dict)
+    hf_cache_host_path: str = Field(
+        default="", description="weights cache on the node's disk (hostPath), so a pod rolled on that node loads warm"
+    )
 
 
 def resource_name(deployment: Deployment, replica: int) -> str:
@@ -108,7 +111,9 @@ def _pod_spec(deployment: Deployment, options: K8sOptions, containers: list[dict
         "containers": containers,
         "volumes": [
             {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{options.shm_gib}Gi"}},
-            {"name": "hf-cache", "emptyDir": {}},
+            {"name": "hf-cache", "hostPath": {"path": options.hf_cache_host_path, "type": "DirectoryOrCreate"}}
+            if options.hf_cache_host_path
+            else {"name": "hf-cache", "emptyDir": {}},
         ],
         "terminationGracePeriodSeconds": 30,
     }
@@ -366,6 +371,12 @@ class KubernetesBackend:
         # A ready deployment whose pods are gone (node drained or reclaimed) is waiting for new ones.
         state = "preempted" if deployment.state == "ready" else "loading"
         return deployment.model_copy(update={"state": state, "detail": f"{ready}/{len(workloads)} ready"})
+
+    def replan(self, deployment: Deployment, plan: str, progress: Progress | None = None) -> Deployment:
+        """Roll the pods under `plan` on the nodes they run on (sky/k8s_replan.py); the ledger row stays."""
+        from worldtune.sky import k8s_replan
+
+        return k8s_replan.replan(self, deployment, plan, progress)
 
     def teardown(self, deployment: Deployment) -> Deployment:
         for obj in reversed(render_manifests(deployment, self.options)):

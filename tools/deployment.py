@@ -1,8 +1,9 @@
 """Deployment: an offer + a plan + the engine running on it; and the one interface every infra implements.
 
 Infra backends (local processes, SkyPilot clusters, Kubernetes) share `Backend`: launch, status,
-teardown. Every cluster a backend starts is written to the ledger (tools/store.py) before launch and
-marked gone after teardown, so nothing is ever left running unnoticed.
+replan (restart the engine under another plan on the node(s) already held), teardown. Every cluster a
+backend starts is written to the ledger (tools/store.py) before launch and marked gone after teardown, so
+nothing is ever left running unnoticed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from worldtune.tools.errors import InvalidInput
 from worldtune.tools.offer import Offer
+from worldtune.tools.plan import Plan
 
 Engine = Literal["twin", "vllm-omni"]
 ENGINES: tuple[str, ...] = ("twin", "vllm-omni")
@@ -59,6 +62,9 @@ class Deployment(BaseModel):
     ready_at: float | None = None
     terminated_at: float | None = None
     detail: str = ""
+    loads: int = Field(default=0, ge=0, description="engine starts on this node: the first is cold, later ones warm")
+    previous_plans: list[str] = Field(default_factory=list, description="plans it ran before a replan, oldest first")
+    replanned_at: float | None = Field(default=None, description="when the current plan's restart began")
 
     @property
     def alive(self) -> bool:
@@ -84,6 +90,43 @@ class Backend(Protocol):
         """Refresh the state (detects preemption / a vanished cluster)."""
         ...
 
+    def replan(self, deployment: Deployment, plan: str, progress: Progress | None = None) -> Deployment:
+        """Restart the engine under `plan` on the node(s) the deployment holds (no new node); return once ready."""
+        ...
+
     def teardown(self, deployment: Deployment) -> Deployment:
         """Stop everything the deployment started; idempotent."""
         ...
+
+
+def node_gpu_count(deployment: Deployment) -> int:
+    """GPUs of the node a deployment holds: its offer's shape, else what its plan uses."""
+    return deployment.offer.gpu_count if deployment.offer else Plan.parse(deployment.plan).gpus
+
+
+def replan_target(deployment: Deployment, plan: str) -> Plan:
+    """The new plan, checked before anything stops: the deployment is live and the plan fits the node it holds."""
+    if not deployment.alive:
+        raise InvalidInput("deployment_id", deployment.id, "a live deployment", f"it is {deployment.state}")
+    new = Plan.parse(plan)
+    gpus = node_gpu_count(deployment)
+    if new.gpus > gpus:
+        raise InvalidInput(
+            "plan", plan, f"a plan of at most {gpus} GPUs (the node deployment {deployment.id} holds)",
+            f"it uses {new.gpus}; a larger plan needs a new deployment",
+        )  # fmt: skip
+    return new
+
+
+def replanned(deployment: Deployment, plan: Plan) -> Deployment:
+    """The deployment as it restarts under `plan`: same id, node, owner and commitment; the old plan remembered."""
+    return deployment.model_copy(
+        update={
+            "plan": str(plan),
+            "previous_plans": [*deployment.previous_plans, deployment.plan],
+            "replanned_at": time.time(),
+            "state": "loading",
+            "ready_at": None,
+            "endpoints": [],
+        }
+    )

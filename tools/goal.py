@@ -32,6 +32,10 @@ class Goal(BaseModel):
     capacities: list[str] = Field(default_factory=lambda: ["on-demand"])
     max_gpus_per_node: int = Field(default=8, ge=1, le=8)
     traffic: Traffic | None = Field(default=None, description="arrivals and the end-to-end bound a fleet must meet")
+    answer_within_s: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="most modelled wall seconds from approval to a verified answer (provisioning, loads, requests)",
+    )  # fmt: skip
 
     @field_validator("latency_percentile")
     @classmethod
@@ -74,4 +78,6 @@ class Goal(BaseModel):
         parts.append(f"budget ${self.budget_usd:g}")
         if self.traffic is not None:
             parts.append(f"traffic {self.traffic.describe()}")
+        if self.answer_within_s:
+            parts.append(f"answer within {self.answer_within_s / 3600:g} h")
         return ", ".join(parts)

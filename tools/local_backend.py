@@ -24,7 +24,7 @@ from typing import Any
 
 from worldtune.policies import perf_model
 from worldtune.tools import owners
-from worldtune.tools.deployment import Deployment, Progress
+from worldtune.tools.deployment import Deployment, Progress, replan_target, replanned
 from worldtune.tools.errors import InvalidInput, WorldtuneError
 from worldtune.tools.estimate import resolve_profile
 from worldtune.tools.models import get_model
@@ -104,10 +104,36 @@ class LocalBackend:
             current = self.status(deployment)
             if current.state in ("loading", "ready"):
                 return self._wait_ready(current, progress) if current.state == "loading" else current
-        plan = Plan.parse(deployment.plan)
-        profile = self._profile(deployment)
         cluster = cluster_name(deployment)
         self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
+        return self._start(deployment.model_copy(update={"loads": 0}), cluster, progress)
+
+    def replan(self, deployment: Deployment, plan: str, progress: Progress | None = None) -> Deployment:
+        """Stop the twin processes and start them again under `plan` on the same GPUs: a warm load.
+
+        The ledger row, the owner and the deployment id stay; a plan larger than the node is refused first.
+        """
+        new = replan_target(deployment, plan)
+        cluster = deployment.cluster or cluster_name(deployment)
+        if not self.store.ledger_open(cluster):
+            raise InvalidInput("deployment_id", deployment.id, "a deployment whose cluster is still up", cluster)
+        pgid, processes = self._processes(deployment)
+        self._kill(pgid, processes)
+        target = replanned(deployment, new)
+        self.store.save_deployment(target)
+        self.store.ledger_update(cluster, "replanning", json.dumps({"from": deployment.plan, "to": str(new)}))
+        if progress:
+            progress(f"stopped {deployment.plan}; restarting {deployment.id} as {new} (warm load)", 0.05)
+        return self._start(target, cluster, progress)
+
+    def _start(self, deployment: Deployment, cluster: str, progress: Progress | None) -> Deployment:
+        """One twin per replica of the deployment's plan on its (already ledgered) cluster, then wait for ready.
+
+        The first start on the node is a cold load (weights from disk); later starts (replan) are warm.
+        """
+        plan = Plan.parse(deployment.plan)
+        profile = self._profile(deployment)
+        cold = deployment.loads == 0
         self.log_dir.mkdir(parents=True, exist_ok=True)
         ports, pids, starts, pgid = [], [], [], 0
         # a run's twins die with the process that runs it (the run's cleanup or gc tears down the rest)
@@ -123,6 +149,7 @@ class LocalBackend:
                     sys.executable, "-m", "worldtune.cli", "twin", "--host", HOST, "--port", str(port),
                     "--gpu", deployment.gpu, "--plan", str(plan.single_replica()), "--model", deployment.model,
                     "--time-scale", repr(deployment.time_scale), "--seed", str(i), PINNED.stage_profiler,
+                    "--cold-load" if cold else "--warm-load",
                 ]  # fmt: skip
                 if deployment.twin_profile:
                     cmd += ["--profile", deployment.twin_profile]
@@ -156,12 +183,13 @@ class LocalBackend:
                 "cluster": cluster,
                 "endpoints": [f"http://{HOST}:{p}" for p in ports],
                 "detail": detail,
+                "loads": deployment.loads + 1,
             }
         )
         self.store.save_deployment(current)
         if progress:
             progress(f"started {len(pids)} twin process(es) on ports {', '.join(map(str, ports))}", 0.1)
-        return self._wait_ready(current, progress, profile)
+        return self._wait_ready(current, progress, profile, cold)
 
     def _profile(self, deployment: Deployment) -> Profile:
         if deployment.twin_profile:
@@ -169,13 +197,14 @@ class LocalBackend:
         return resolve_profile(deployment.gpu)
 
     def _wait_ready(
-        self, deployment: Deployment, progress: Progress | None, profile: Profile | None = None
+        self, deployment: Deployment, progress: Progress | None, profile: Profile | None = None, cold: bool = True
     ) -> Deployment:
         import httpx
 
         profile = profile or self._profile(deployment)
-        # the twin loads for the profile's load time (+ guardrail start-up) divided by its time scale
-        load_s = perf_model.load_time_s(get_model(deployment.model), profile) + profile.guardrail_startup_s
+        # the twin loads for the profile's load time of this plan (+ guardrail start-up) divided by its time scale
+        plan = Plan.parse(deployment.plan)
+        load_s = perf_model.load_time_s(get_model(deployment.model), profile, cold, plan) + profile.guardrail_startup_s
         timeout = self.ready_timeout_s or (2.0 * load_s / deployment.time_scale + 60.0)
         deadline = time.monotonic() + timeout
         pending = list(deployment.endpoints)

@@ -23,7 +23,16 @@ if TYPE_CHECKING:
 
 def register_tools(mcp: MCPServer, session: Session) -> None:
     """Add every worldtune tool to `mcp`; they share `session` (the results database)."""
-    from worldtune.tools import mcp_bench, mcp_capacity, mcp_deploy, mcp_offers, mcp_plans, mcp_results, mcp_tuning
+    from worldtune.tools import (
+        mcp_bench,
+        mcp_capacity,
+        mcp_deploy,
+        mcp_offers,
+        mcp_plans,
+        mcp_replan,
+        mcp_results,
+        mcp_tuning,
+    )
 
     mcp_offers.register(mcp, session)
     mcp_plans.register(mcp, session)
@@ -32,3 +41,4 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
     mcp_results.register(mcp, session)
     mcp_tuning.register(mcp, session)
     mcp_capacity.register(mcp, session)  # plan_capacity: fleets for traffic (tools/capacity.py)
+    mcp_replan.register(mcp, session)  # replan_deployment: keep the node, change the plan (tools/replan.py)

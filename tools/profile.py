@@ -107,6 +107,9 @@ class Profile(BaseModel):
     load_base_s: float = Field(default=40.0, ge=0, description="process start, CUDA init, warm-up")
     load_gib_per_s_warm: float = Field(default=0.47, gt=0, description="weights from page cache")
     load_gib_per_s_cold: float = Field(default=0.2, gt=0, description="weights from disk")
+    load_tp_efficiency: float = Field(
+        default=0.62, gt=0, le=1, description="tensor parallel: each rank reads 1/tp of the weights, at this efficiency"
+    )
 
     # memory per GPU
     runtime_gib: float = Field(default=3.6, ge=0, description="CUDA context, NCCL and allocator slack")
@@ -133,10 +136,20 @@ class Profile(BaseModel):
         """Prior one-sigma relative uncertainty of parameter `name` (what the search's posterior starts from)."""
         return self.basis_of(name).relative_sigma
 
-    def load_time_s(self, weights_gib: float, cold: bool = False) -> float:
-        """Seconds from process start to ready for weights of this size (from page cache unless cold)."""
-        rate = self.load_gib_per_s_cold if cold else self.load_gib_per_s_warm
-        return self.load_base_s + weights_gib / rate
+    def load_time_s(self, weights_gib: float, cold: bool = False, tp: int = 1) -> float:
+        """Seconds from process start to ready for weights of this size (from page cache unless cold).
+
+        Warm: every rank reads the whole checkpoint from the page cache (HSDP shards it after the read),
+        except tensor parallel, where each of the tp ranks reads its 1/tp slice in parallel. Cold: the
+        first load on a node also reads the checkpoint from disk into the page cache once, whatever the
+        plan (an assumption: the disk, not the ranks, bounds that read).
+        """
+        warm = self.load_base_s + weights_gib / self.load_gib_per_s_warm / (
+            tp * self.load_tp_efficiency if tp > 1 else 1
+        )
+        if not cold:
+            return warm
+        return warm + weights_gib * max(0.0, 1 / self.load_gib_per_s_cold - 1 / self.load_gib_per_s_warm)
 
     def bandwidth(self, collective: str) -> float:
         """Bus bandwidth for 'a2a', 'allreduce' or 'allgather', in bytes per second."""

@@ -69,6 +69,9 @@ class TwinConfig(BaseModel):
     seed: int = 0
     guardrails: bool = True
     load_time_s: float | None = Field(default=None, ge=0, description="model seconds; from the profile if unset")
+    cold_load: bool = Field(
+        default=False, description="the first load on its node (weights from disk); else warm (page cache)"
+    )
     sync_timeout_s: float = Field(default=DEFAULT_SYNC_TIMEOUT_S, gt=0, description="model seconds")
     stage_profiler: bool = Field(default=False, description="--enable-diffusion-pipeline-profiler")
     keep_alive_on_engine_death: bool = Field(default=False, description="VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1")
@@ -176,7 +179,7 @@ class TwinEngine:
         self.load_s = config.load_time_s if config.load_time_s is not None else self._profile_load_s()
 
     def _profile_load_s(self) -> float:
-        load = perf_model.load_time_s(self.spec, self.prof)
+        load = perf_model.load_time_s(self.spec, self.prof, cold=self.config.cold_load, plan=self.plan)
         return load + (self.prof.guardrail_startup_s if self.config.guardrails else 0.0)
 
     @property

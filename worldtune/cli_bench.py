@@ -37,6 +37,9 @@ def twin(
     seed: Annotated[int, typer.Option(help="noise seed (replica i uses seed + i)")] = 0,
     guardrails: Annotated[bool, typer.Option("--guardrails/--no-guardrails", help="server-level guardrails")] = True,
     load_time: Annotated[float | None, typer.Option(help="model seconds of loading (default: from profile)")] = None,
+    cold_load: Annotated[
+        bool, typer.Option("--cold-load/--warm-load", help="first load on the node (from disk) or warm (page cache)")
+    ] = False,
     stage_profiler: Annotated[
         bool,
         typer.Option(
@@ -62,7 +65,8 @@ def twin(
     try:
         config = TwinConfig.from_env(
             model=model, gpu=gpu, plan=plan, profile_path=profile, time_scale=time_scale, seed=seed,
-            guardrails=guardrails, load_time_s=load_time, stage_profiler=stage_profiler, api_key=api_key or None,
+            guardrails=guardrails, load_time_s=load_time, cold_load=cold_load, stage_profiler=stage_profiler,
+            api_key=api_key or None,
         )  # fmt: skip
         count = replica_count(config, replicas)
         from worldtune.tools.twin import TwinEngine
@@ -83,7 +87,8 @@ def twin(
     def bound() -> None:  # printed once the ports are bound: from here on, connections are refused until loaded
         err_console.print(
             f"twin: {engine.spec.hf_id} on {gpu} {engine.plan} x{count}, ports {ports} bound, time scale "
-            f"{time_scale:g}, loading {engine.load_s:.0f} model s ({engine.load_s / time_scale:.2f} s wall)"
+            f"{time_scale:g}, loading ({'cold' if cold_load else 'warm'}) {engine.load_s:.0f} model s "
+            f"({engine.load_s / time_scale:.2f} s wall)"
         )
 
     asyncio.run(serve(config, host=host, port=port, replicas=count, on_bound=bound, exit_with=owner))

@@ -39,6 +39,11 @@ def _printer(as_json: bool) -> Any:
                 f"[bold]spend estimate[/] ${est['usd']:.2f} ({est['gpu_hours']:.2f} GPU-h) of ${est['budget_usd']:g}, "
                 f"priced as {est['priced_as']}"
             )
+            if "answer_hours" in est:
+                err_console.print(
+                    f"  time to a verified answer ~{est['answer_hours']:.2f} h (modelled), {est['deployments']} "
+                    f"node(s), {est['cold_loads']} cold + {est['warm_loads']} warm load(s)"
+                )
         elif kind == "next":
             err_console.print(f"[cyan]{data['kind']}[/] {data['key']}: {data['reason']} (~${data['expected_usd']:.2f})")
         elif kind == "measured":
@@ -145,6 +150,9 @@ def register(app: typer.Typer) -> None:
         parallel: Annotated[int, typer.Option(help="candidates verified at once on separate deployments")] = 1,
         mcp_url: Annotated[str | None, typer.Option(help="a remote worldtune MCP server (default: in-process)")] = None,
         time_scale: Annotated[float | None, typer.Option(help="twin only: sleeps / K (300)")] = None,
+        reuse_nodes: Annotated[
+            bool, typer.Option("--reuse-nodes/--no-reuse-nodes", help="keep a node and change its plan in place")
+        ] = True,
     ) -> None:
         """Find, verify and recommend the cheapest deployment that meets a goal (asks before spending)."""
         need_extra("worldtune tune", "langgraph", "agent", as_json)
@@ -157,7 +165,7 @@ def register(app: typer.Typer) -> None:
         try:
             options = TuneOptions(
                 infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes, db_path=db,
-                parallel=parallel, mcp_url=mcp_url,
+                parallel=parallel, mcp_url=mcp_url, reuse_nodes=reuse_nodes,
                 # `or` would read --time-scale 0 as unset (300): only a missing option takes the default
                 time_scale=(LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0) if time_scale is None else time_scale,
             )  # fmt: skip

@@ -6,6 +6,7 @@ with the private SkyPilot home in its environment (never the test process's own 
 
     python slurm_driver.py run   --db FILE   launch the twin (H200:8), benchmark next to it, tear down
     python slurm_driver.py fault --db FILE   the same, with the Slurm job scancel'ed mid-benchmark
+    python slurm_driver.py replan --db FILE  launch, benchmark, change the plan in place (tp8), benchmark, tear down
 """
 
 from __future__ import annotations
@@ -48,9 +49,28 @@ def scancel_after(store: Store, benchmark_id: str, cluster: str, samples: int, o
     say("scancel", jobs=jobs, samples_at_cancel=out["kept_at_cancel"])
 
 
+class CountingSky:
+    """The SkyPilot SDK, counting the calls that start or stop things (a replan must not launch)."""
+
+    def __init__(self, sky: Any) -> None:
+        self._sky = sky
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._sky, name)
+        if name not in ("launch", "exec", "cancel", "down"):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return counted
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["run", "fault"])
+    parser.add_argument("mode", choices=["run", "fault", "replan"])
     parser.add_argument("--db", required=True)
     parser.add_argument("--time-scale", type=float, default=100.0)
     parser.add_argument("--repeats", type=int, default=3)
@@ -64,6 +84,8 @@ def main() -> int:
     infra = os.environ.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
     dep = build_deployment("H200", "cfg2-u4-hsdp8", infra=infra, engine="twin", time_scale=args.time_scale)
     backend = SkyPilotBackend(store, poll_s=1.0)
+    counting = CountingSky(backend.sky)
+    backend.sky = counting
     started = time.time()
 
     def progress(message: str, fraction: float | None) -> None:
@@ -89,10 +111,21 @@ def main() -> int:
             ready, [*BENCH, "--repeats", str(args.repeats)], benchmark_id, progress, on_job=on_job
         )
         say("benchmarked", benchmark_id=benchmark_id, result=result, fault=fault)
+        if args.mode == "replan":
+            from worldtune.tools.replan import replan
+
+            began = time.time()
+            final = replan(ready.id, "tp8", store=store, progress=progress, backend=backend)
+            say("replanned", deployment=final.model_dump(mode="json"), replan_s=round(time.time() - began, 1),
+                sky_calls=list(counting.calls))  # fmt: skip
+            final, result = backend.benchmark(
+                final, [*BENCH, "--repeats", str(args.repeats)], f"{benchmark_id}-tp8", progress
+            )
+            say("benchmarked", benchmark_id=f"{benchmark_id}-tp8", result=result, plan=final.plan)
     finally:
         gone = backend.teardown(final)
         store.save_deployment(gone)
-        say("down", ledger_open=store.ledger(open_only=True), ledger=store.ledger())
+        say("down", ledger_open=store.ledger(open_only=True), ledger=store.ledger(), sky_calls=list(counting.calls))
     return 0
 
 

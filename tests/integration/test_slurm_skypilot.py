@@ -158,6 +158,30 @@ def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
     assert no_worldtune_slurm_jobs()
 
 
+def test_replan_in_place_benchmarks_both_plans_with_one_cluster(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 18: the serve job is replaced under tp8 on the same cluster (sky.cancel + sky.exec), one sky.launch."""
+    db = tmp_path / "wt.db"
+    steps = drive(slurm_env, db, "replan", "--time-scale", "100", "--repeats", "3")
+    ready = next(s for s in steps if s["step"] == "ready")["deployment"]
+    replanned = next(s for s in steps if s["step"] == "replanned")
+    after = replanned["deployment"]
+    assert after["id"] == ready["id"] and after["cluster"] == ready["cluster"] and after["plan"] == "tp8"
+    assert after["previous_plans"] == ["cfg2-u4-hsdp8"] and after["loads"] == 2 and after["state"] == "ready"
+    calls = replanned["sky_calls"]
+    assert calls.count("launch") == 1 and calls.count("cancel") == 1 and calls[-2:] == ["cancel", "exec"]
+    done = [s for s in steps if s["step"] == "benchmarked"]
+    assert len(done) == 2 and done[1]["plan"] == "tp8"
+    store = Store(db)
+    for step in done:
+        bench = store.get_benchmark(step["benchmark_id"])
+        assert bench is not None and bench["status"] == "completed"
+        assert len(store.samples(step["benchmark_id"])) == 3
+    down = next(s for s in steps if s["step"] == "down")
+    assert down["sky_calls"].count("launch") == 1  # one cluster launched in all
+    assert down["ledger_open"] == [] and [r["state"] for r in down["ledger"]] == ["gone"]
+    assert no_worldtune_slurm_jobs()
+
+
 def test_cli_deploy_then_gc_tears_down_what_the_ledger_says_is_up(slurm_env: dict[str, str], tmp_path: Path) -> None:
     env = {**slurm_env, "WORLDTUNE_DB": str(tmp_path / "wt.db")}
     worldtune = str(Path(sys.executable).parent / "worldtune")

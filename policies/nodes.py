@@ -1,0 +1,116 @@
+"""Plan the search around nodes: what verifying the near contenders costs, and how long to a verified answer.
+
+Every figure here is MODELLED (the performance model's latencies and load terms, the offers' provisioning
+and prices, x 1.25 safety as for every action): nothing is measured. A candidate on an offer whose node the
+search already holds (or will hold: the contenders before it on the same offer) pays a warm load of its
+plan, not provisioning and a cold load: the node is kept and the plan changed in place (Backend.replan).
+A node is released as soon as its last contender is done, so its hours end there.
+
+Time to a verified answer is the wall time of the search on real infra: provisioning, loads and requests,
+node after node; with `parallel` N, nodes on different offers overlap (N lanes, the longest node first to
+the least loaded lane); contenders on one node run one after another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import BaseModel, Field
+
+from worldtune.policies import search as ws
+
+NEAR = 8  # the near contenders the estimate probes (as before issue 18)
+FULL = 2  # of which the likeliest get a full run
+BASIS = (
+    "modelled: performance-model latencies and load terms (profiles' basis: load_* published for H200, assumed "
+    "elsewhere), the offers' provisioning seconds and prices, x 1.25 safety; nothing measured"
+)
+
+
+class NodeUse(BaseModel):
+    """One node of the search plan: the offer, the contenders verified on it in order, its modelled seconds."""
+
+    offer: str
+    keys: list[str]
+    seconds: float
+    usd: float
+    gpu_hours: float
+    cold_loads: int
+    warm_loads: int
+
+
+class SearchPlan(BaseModel):
+    """The modelled cost and time to a verified answer of the search, node by node."""
+
+    usd: float = Field(description="expected spend, USD (capped at the budget)")
+    gpu_hours: float
+    answer_s: float = Field(description="modelled wall seconds from approval to a verified answer")
+    deployments: int = Field(description="nodes provisioned")
+    cold_loads: int
+    warm_loads: int
+    parallel: int
+    reuse_nodes: bool
+    keys: list[str] = Field(default_factory=list, description="the contenders, in the order they are verified")
+    nodes: list[NodeUse] = Field(default_factory=list)
+    basis: str = BASIS
+
+
+def _lanes(seconds: list[float], parallel: int) -> float:
+    """Wall time of independent nodes on `parallel` lanes: the longest first to the least loaded lane."""
+    lanes = [0.0] * max(1, parallel)
+    for s in sorted(seconds, reverse=True):
+        lanes[lanes.index(min(lanes))] += s
+    return max(lanes)
+
+
+def near_contenders(state: ws.SearchState) -> list[ws.Candidate]:
+    """The candidates within 20% of the best optimistic objective, at most NEAR, best first."""
+    goal = state.goal
+    ranked = [c for c in ws.candidates(state) if ws.could_be_feasible(goal, c)]
+    if not ranked:
+        return []
+    top = ws.objective_value(goal, ranked[0])
+    return [c for c in ranked if ws.optimistic_value(goal, c) <= top * 1.2][:NEAR]
+
+
+def search_plan(
+    state: ws.SearchState,
+    parallel: int = 1,
+    reuse_nodes: bool = True,
+    loads: Callable[[ws.Candidate], ws.Candidate] | None = None,
+) -> SearchPlan:
+    """Probe every near contender, full-run the likeliest FULL; with `reuse_nodes`, one node per offer.
+
+    `loads` may rewrite a candidate's load terms first (the node-reuse benchmark's "before" counts every load
+    as it was counted before issue 18).
+    """
+    near = [loads(c) if loads else c for c in near_contenders(state)]
+    groups: dict[str, list[tuple[int, ws.Candidate]]] = {}
+    for i, cand in enumerate(near):
+        groups.setdefault(cand.offer.id if reuse_nodes else cand.key, []).append((i, cand))
+    used: list[NodeUse] = []
+    requests = ws.full_requests(state.goal)
+    for members in groups.values():
+        seconds = usd = 0.0
+        for j, (i, cand) in enumerate(members):
+            s, u = ws.action_cost(cand, "probe", False, node_held=j > 0)
+            if i < FULL:
+                s2, u2 = ws.action_cost(cand, "full", True, requests=requests)
+                s, u = s + s2, u + u2
+            seconds, usd = seconds + s, usd + u
+        offer = members[0][1].offer
+        used.append(NodeUse(offer=offer.id, keys=[c.key for _, c in members], seconds=seconds, usd=usd,
+                            gpu_hours=seconds / 3600.0 * offer.gpu_count, cold_loads=1,
+                            warm_loads=len(members) - 1))  # fmt: skip
+    return SearchPlan(
+        usd=min(sum(n.usd for n in used), state.goal.budget_usd),
+        gpu_hours=sum(n.gpu_hours for n in used),
+        answer_s=_lanes([n.seconds for n in used], parallel) if used else 0.0,
+        deployments=len(used),
+        cold_loads=sum(n.cold_loads for n in used),
+        warm_loads=sum(n.warm_loads for n in used),
+        parallel=parallel,
+        reuse_nodes=reuse_nodes,
+        keys=[c.key for c in near],
+        nodes=used,
+    )

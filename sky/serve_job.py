@@ -1,0 +1,93 @@
+"""The serve job of a SkyPilot deployment: how it is built, and how it is replaced under a new plan (replan).
+
+A deployment is two SkyPilot steps: `sky.launch` provisions the cluster (and runs setup), then the servers
+start as a `sky.exec` job of their own. Changing the plan in place keeps the first and redoes the second:
+`sky.cancel` stops the serve job (its servers exit, the node and its page cache stay), and a new serve job
+is submitted with `sky.exec` on the SAME cluster: no new `sky.launch`, no new provisioning, a warm load.
+The ledger row, owner and commitment are the deployment's own and stay; each job submitted restarts the
+cluster's autodown timer, the same bound as for the first serve job (sky/backend.py autodown_arguments).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from worldtune.sky.dryrun import validate_task
+from worldtune.sky.render import HF_TOKEN, cluster_name, render_task
+from worldtune.tools.deployment import API_KEY_ENV, Deployment, Progress, replan_target, replanned
+from worldtune.tools.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from worldtune.sky.backend import SkyPilotBackend
+
+
+def serve_task(backend: SkyPilotBackend, deployment: Deployment, config: dict[str, Any], handle: Any) -> Any:
+    """The serve job's task: the rendered task without setup; on Slurm all but two of the node's CPUs
+    (a job step takes all of the allocation by default; the benchmark job runs next to it)."""
+    serve_config = {k: v for k, v in config.items() if k != "setup"}
+    cpus = getattr(getattr(handle, "launched_resources", None), "cpus", None)
+    if deployment.infra.startswith("slurm/") and cpus:
+        serve_config["resources"] = {**config["resources"], "cpus": max(1, int(float(str(cpus).rstrip("+"))) - 2)}
+    serve = validate_task(serve_config)
+    token = os.environ.get(HF_TOKEN)
+    if deployment.engine == "vllm-omni" and token:
+        serve.update_secrets({HF_TOKEN: token})  # in memory only; SkyPilot redacts secrets in its logs
+    if deployment.engine == "vllm-omni":
+        serve.update_secrets({API_KEY_ENV: backend._api_key(deployment)})
+    return serve
+
+
+def _handle(backend: SkyPilotBackend, cluster: str) -> Any:
+    """The cluster's handle from SkyPilot's status (for its launched resources), None if it has none."""
+    from worldtune.sky.backend import _field
+
+    records = backend._get(backend.sky.status([cluster]))
+    return _field(records[0], "handle") if records else None
+
+
+def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress: Progress | None) -> Deployment:
+    """Cancel the serve job, submit one under `plan` on the same cluster, wait until its servers are ready.
+
+    Refused before anything stops when the plan needs more GPUs than the node or the cluster is not open in
+    the ledger; a new job that does not come up raises LaunchError (the caller tears the cluster down).
+    """
+    from worldtune.sky.backend import LaunchError, _job_from_detail, launch_timeout_s
+
+    say: Progress = progress or (lambda message, fraction: None)
+    new = replan_target(deployment, plan)
+    allowance = launch_timeout_s()  # a bad setting is refused before the old job is stopped
+    cluster = deployment.cluster or cluster_name(deployment)
+    if not backend.store.ledger_open(cluster):
+        raise InvalidInput("deployment_id", deployment.id, "a deployment whose cluster is still up", cluster)
+    old_job = backend._serve_jobs.get(deployment.id) or _job_from_detail(deployment.detail)
+    target = replanned(deployment, new).model_copy(update={"cluster": cluster})
+    options = backend._options(target)
+    config = render_task(target, options)  # rendered (and validated) before the old job is stopped
+    validate_task(config)
+    backend.store.ledger_update(cluster, "replanning", f"serve job {old_job} -> {new}")
+    backend.store.save_deployment(target.model_copy(update={"detail": f"replanning from serve job {old_job}"}))
+    started = time.time()
+    if old_job is not None:
+        backend._get(backend.sky.cancel(cluster, job_ids=[old_job]))
+        say(f"{cluster}: serve job {old_job} ({deployment.plan}) cancelled; submitting {new}", 0.2)
+    submitted = backend.sky.exec(serve_task(backend, target, config, _handle(backend, cluster)), cluster_name=cluster)
+    job_id, _ = backend._get_within(submitted, allowance, f"serve job on {cluster}")
+    if job_id is None:
+        raise LaunchError(f"SkyPilot submitted no serve job on {cluster} for {new}")
+    backend._serve_jobs[deployment.id] = int(job_id)
+    backend.store.ledger_update(cluster, "loading", f"serve job {job_id}")
+    target = target.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
+    backend.store.save_deployment(target)
+    say(f"serve job {job_id} submitted on {cluster} after {time.time() - started:.0f} s; warm load", 0.4)
+    local = backend._endpoints(cluster, target, options) if target.infra.startswith("slurm/") else []
+    backend._wait_ready(cluster, int(job_id), target, say, local)
+    endpoints = backend._endpoints(cluster, target, options)
+    ready = target.model_copy(
+        update={"state": "ready", "ready_at": time.time(), "endpoints": endpoints, "loads": target.loads + 1}
+    )
+    backend.store.ledger_update(cluster, "ready", f"serve job {job_id}")
+    backend.store.save_deployment(ready)
+    say(f"ready under {new}: {', '.join(endpoints)}", 1.0)
+    return ready

@@ -1,0 +1,108 @@
+"""Replan: keep the node, change the plan (the capability behind `replan_deployment` in MCP).
+
+Public API:
+
+    check_replan(deployment_id, plan, store=None) -> ReplanCheck        # checks, stops nothing
+    replan(deployment_id, plan, store=None, progress=None, backend=None) -> Deployment
+
+A replan stops the engine of a live deployment and starts it again under another plan on the node(s) it
+already holds: locally the twin processes are restarted, on SkyPilot the serve job is cancelled and a new
+one submitted on the same cluster (no new `sky launch`), on Kubernetes the pods roll on the same node
+pool. The deployment keeps its id, owner, ledger row and commitment (nothing new is rented, so the budget
+guardrails have nothing new to count); the load is warm: the weights are already in the node's page cache.
+Input is refused before anything stops: an unknown or dead deployment, a plan vLLM-Omni would refuse on
+that GPU, or a plan that needs more GPUs than the node has (field, value and what would be valid).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from worldtune.policies import perf_model
+from worldtune.tools.deployment import Backend, Deployment, Progress, node_gpu_count, replan_target
+from worldtune.tools.errors import InvalidInput
+from worldtune.tools.estimate import estimate_plan, resolve_profile
+from worldtune.tools.models import get_model
+from worldtune.tools.store import Store
+from worldtune.tools.workload import anchor_workload
+
+
+class ReplanCheck(BaseModel):
+    """What a replan would do: from which plan to which, on how many GPUs, and the load it would pay."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    deployment_id: str
+    from_plan: str
+    to_plan: str
+    node_gpus: int
+    plan_gpus: int
+    warm_load_s: float = Field(description="modelled: the new plan's load with the weights in page cache")
+    cold_load_s: float = Field(description="modelled: what a new deployment of the new plan would load (from disk)")
+    basis: str = "modelled by the performance model's load terms (policies/profiles/*.yaml basis: load_*)"
+
+
+def _find(deployment_id: str, store: Store) -> Deployment:
+    found = store.get_deployment(deployment_id)
+    if found is None:
+        raise InvalidInput("deployment_id", deployment_id, "an id returned by deploy")
+    return found
+
+
+def check_replan(deployment_id: str, plan: str, store: Store | None = None) -> ReplanCheck:
+    """Refuse a replan that cannot happen, before anything stops; else say what it would do."""
+    store = store or Store()
+    current = _find(deployment_id, store)
+    new = replan_target(current, plan)
+    gpus = node_gpu_count(current)
+    profile = resolve_profile(current.gpu)
+    verdict = estimate_plan(anchor_workload(current.model), current.gpu, new, profile, node_gpus=gpus)
+    if not verdict.valid:
+        hint = f"try {verdict.alternative}" if verdict.alternative else None
+        raise InvalidInput("plan", plan, verdict.reason or "a plan vLLM-Omni accepts", hint)
+    spec = get_model(current.model)
+    return ReplanCheck(
+        deployment_id=current.id,
+        from_plan=current.plan,
+        to_plan=str(new),
+        node_gpus=gpus,
+        plan_gpus=new.gpus,
+        warm_load_s=perf_model.load_time_s(spec, profile, cold=False, plan=new),
+        cold_load_s=perf_model.load_time_s(spec, profile, cold=True, plan=new),
+    )
+
+
+def replan(
+    deployment_id: str,
+    plan: str,
+    store: Store | None = None,
+    progress: Progress | None = None,
+    backend: Backend | None = None,
+) -> Deployment:
+    """Restart deployment `deployment_id` under `plan` on the node(s) it holds; return it once ready (or raise).
+
+    A replan that fails leaves the node to the usual teardown rules: the deployment is torn down through
+    its backend and recorded failed, so nothing stays up unnoticed.
+    """
+    from worldtune.tools.deploy import backend_for
+
+    store = store or Store()
+    check = check_replan(deployment_id, plan, store)
+    current = _find(deployment_id, store)
+    host = backend or backend_for(current.infra, store)
+    try:
+        ready = host.replan(current, check.to_plan, progress)
+    except Exception:
+        now = store.get_deployment(current.id) or current
+        if now.alive:
+            with contextlib.suppress(Exception):  # the replan's own error is the one to report
+                now = host.teardown(now)
+            store.save_deployment(
+                now.model_copy(update={"state": "failed", "terminated_at": now.terminated_at or time.time()})
+            )
+        raise
+    store.save_deployment(ready)
+    return ready
