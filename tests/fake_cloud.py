@@ -15,6 +15,7 @@ from worldtune.tools.deployment import Deployment, Progress
 from worldtune.tools.store import Store
 
 LAUNCHED: list[Deployment] = []
+REPLANNED: list[tuple[str, str]] = []
 SEAM = ("fake_cloud", "RecordingCloudBackend")
 # When set, status() reports this state (e.g. "preempted"): the fuzz uses it so no benchmark thread is left
 # polling an endpoint that does not exist.
@@ -44,6 +45,15 @@ class RecordingCloudBackend:
         if STATUS_OVERRIDE:
             return deployment.model_copy(update={"state": STATUS_OVERRIDE[0]})
         return deployment
+
+    def replan(self, deployment: Deployment, plan: str, progress: Progress | None = None) -> Deployment:
+        """The same node, the engine restarted under `plan` (recorded; nothing runs)."""
+        REPLANNED.append((deployment.id, plan))
+        ready = deployment.model_copy(update={"plan": plan, "state": "ready", "loads": deployment.loads + 1})
+        if deployment.cluster:
+            self.store.ledger_update(deployment.cluster, "ready", f"replanned to {plan}")
+        self.store.save_deployment(ready)
+        return ready
 
     def teardown(self, deployment: Deployment) -> Deployment:
         if deployment.cluster:

@@ -34,8 +34,9 @@ from mcp import Client
 SECRET = "SECRET-MARKER-c0ffee42"
 CAP_RUN, CAP_LIVE = 300.0, 300.0  # policies/guardrails.yaml's max_usd_per_run and max_usd_committed
 LIVE = ("pending", "provisioning", "loading", "ready")
+LIVE_ID = "@live"  # replaced at call time by the id of a deployment the sequence has up (replan_deployment)
 FUZZED_TOOLS = ("provision", "deploy", "teardown", "estimate", "validate_plan", "list_plans", "list_offers",
-                "start_benchmark", "get_deployment", "list_deployments")  # fmt: skip
+                "start_benchmark", "get_deployment", "list_deployments", "replan_deployment")  # fmt: skip
 OURS = re.compile(r"[\w./\[\]-]+=.{0,2000}? is not valid: \S", re.DOTALL)
 PYDANTIC = re.compile(r"validation errors? for \w+\n\S+\n  .+\[type=\w+, input_value=")
 
@@ -84,6 +85,7 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
                         "guidance_scale", "wait"),
     "get_deployment": ("deployment_id",),
     "list_deployments": ("run_id", "alive_only"),
+    "replan_deployment": ("deployment_id", "plan", "confirm"),
 }  # fmt: skip
 
 
@@ -127,11 +129,11 @@ PLAUSIBLE: dict[str, list[Any]] = {
     "source": ["snapshot", "auto", "web"],
     "alive_only": [True, False],
     "wait": [False, True, "yes"],
-    "deployment_id": ["wt-00000000"],
+    "deployment_id": ["wt-00000000", LIVE_ID],
 }
 REQUIRED = {"provision": ("gpu", "plan", "infra"), "deploy": ("gpu", "plan"), "teardown": ("deployment_id",),
             "estimate": ("plan",), "validate_plan": ("plan",), "start_benchmark": ("deployment_id",),
-            "get_deployment": ("deployment_id",)}  # fmt: skip
+            "get_deployment": ("deployment_id",), "replan_deployment": ("deployment_id", "plan")}  # fmt: skip
 
 
 @st.composite
@@ -248,6 +250,9 @@ def _check_caps(store: Any, tally: Tally) -> None:
 async def _one(client: Client, store: Any, tool: str, args: dict[str, Any], tally: Tally) -> None:
     import fake_cloud
 
+    if args.get("deployment_id") == LIVE_ID:  # a live id for replan_deployment only; the others keep the unknown id
+        live = next(iter(tally.live), "wt-00000000") if tool == "replan_deployment" else "wt-00000000"
+        args = {**args, "deployment_id": live}
     before, launched = _snapshot(store), len(fake_cloud.LAUNCHED)
     children = _children()
     result = await client.call_tool(tool, args)
