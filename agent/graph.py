@@ -478,14 +478,17 @@ async def _finished_benchmark(
     """(benchmark, deployment) of a completed benchmark of this kind on any deployment of this candidate in the
     run that the run has not used yet (one a crashed or stopped attempt finished): reused, never repeated."""
     deployments = await tools.call("list_deployments", run_id=run_id)
+    # A deployment's plan is its current one: a benchmark it ran before a replan measured another plan.
     mine = {
-        str(d["id"])
+        str(d["id"]): float(d.get("replanned_at") or 0.0)
         for d in deployments.get("deployments", [])
         if d["gpu"] == cand.gpu and d["plan"] == cand.plan and d["capacity"] == cand.capacity
     }
     listed = await tools.call("list_results", run_id=run_id, limit=1000)
     for row in reversed(listed.get("results", [])):  # oldest first
         if row.get("deployment_id") not in mine or row.get("status") != "completed":
+            continue
+        if float(row.get("started_at") or 0.0) < mine[str(row["deployment_id"])]:
             continue
         if row["benchmark_id"] in used:
             continue

@@ -68,5 +68,5 @@ def benchmark_spec(
     return BenchmarkSpec(
         endpoints=endpoints, workload=workload, steps=steps, repeats=repeats, concurrency=list(concurrency),
         probe_steps=list(probe_steps), warmup=warmup, expected_latency_s=expected, deployment_id=deployment.id,
-        run_id=run_id or deployment.run_id,
+        plan=deployment.plan, run_id=run_id or deployment.run_id,
     )  # fmt: skip

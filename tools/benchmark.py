@@ -83,6 +83,7 @@ class BenchmarkSpec(BaseModel):
         default=READY_TIMEOUT_S, gt=0, description="wall seconds to wait for every /health to answer 200"
     )
     deployment_id: str | None = None
+    plan: str | None = Field(default=None, description="the deployment's plan when measured (a node can be replanned)")
     run_id: str | None = None
     label: str = ""
 
