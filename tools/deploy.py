@@ -193,13 +193,7 @@ def deploy(
         # A launch that failed must not keep counting as committed, nor leave what it had started running:
         # stop it through its backend first (which finds its processes or cluster from the record's detail,
         # so the detail is kept), then record it failed. Backends that said so themselves win.
-        current = store.get_deployment(deployment.id) or deployment
-        if current.alive:
-            with contextlib.suppress(Exception):  # the launch's own error is the one to report
-                current = host.teardown(current)
-            store.save_deployment(
-                current.model_copy(update={"state": "failed", "terminated_at": current.terminated_at or time.time()})
-            )
+        tear_down_failed_start(store, host, deployment)
         raise
 
 
@@ -267,3 +261,18 @@ def deploy_for_caller(caller_gone: threading.Event, **arguments: Any) -> Deploym
         teardown(deployment_id, store)
         raise CallerGone(f"deployment {deployment_id} came up after its caller went away: torn down")
     return ready
+
+
+def tear_down_failed_start(store: Store, host: Backend, deployment: Deployment) -> None:
+    """After a launch or replan raised: stop what it left running through its backend, then record it failed.
+
+    The record is re-read first (a backend that already said so wins); the caller re-raises the start's own
+    error, so a teardown that fails too is not reported over it.
+    """
+    current = store.get_deployment(deployment.id) or deployment
+    if current.alive:
+        with contextlib.suppress(Exception):
+            current = host.teardown(current)
+        store.save_deployment(
+            current.model_copy(update={"state": "failed", "terminated_at": current.terminated_at or time.time()})
+        )

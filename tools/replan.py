@@ -16,9 +16,6 @@ that GPU, or a plan that needs more GPUs than the node has (field, value and wha
 
 from __future__ import annotations
 
-import contextlib
-import time
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.policies import perf_model
@@ -87,7 +84,7 @@ def replan(
     A replan that fails leaves the node to the usual teardown rules: the deployment is torn down through
     its backend and recorded failed, so nothing stays up unnoticed.
     """
-    from worldtune.tools.deploy import backend_for
+    from worldtune.tools.deploy import backend_for, tear_down_failed_start
 
     store = store or Store()
     check = check_replan(deployment_id, plan, store)
@@ -96,13 +93,7 @@ def replan(
     try:
         ready = host.replan(current, check.to_plan, progress)
     except Exception:
-        now = store.get_deployment(current.id) or current
-        if now.alive:
-            with contextlib.suppress(Exception):  # the replan's own error is the one to report
-                now = host.teardown(now)
-            store.save_deployment(
-                now.model_copy(update={"state": "failed", "terminated_at": now.terminated_at or time.time()})
-            )
+        tear_down_failed_start(store, host, current)
         raise
     store.save_deployment(ready)
     return ready
