@@ -75,17 +75,14 @@ def _latency_claim(measured: dict[str, Any], percentile: int) -> dict[str, Any]:
             f"p{percentile} <= {bound} s at 95% confidence ({name}: one-sided normal tolerance bound over n={n} "
             "full-step latencies; assumes normally distributed latencies)"
         )
+    # the record keeps the percentile itself only when order statistics claim it (agent/runner._figures)
     empirical = measured.get(f"latency_p{percentile}_s")
-    claim["empirical"] = (
-        f"p{percentile} = {empirical} s observed"
-        + (
-            f": claimable by order statistics (n={n} >= {needed})"
-            if n >= needed
-            else f": not claimable on its own (n={n} < {needed})"
-        )
-        if empirical is not None and n
-        else "none measured"
-    )
+    if not n:
+        claim["empirical"] = "none measured"
+    elif n >= needed and empirical is not None:
+        claim["empirical"] = f"p{percentile} <= {empirical} s: claimable by order statistics (n={n} >= {needed})"
+    else:
+        claim["empirical"] = f"p{percentile} not claimable on its own (n={n} < {needed} samples measured)"
     return claim
 
 

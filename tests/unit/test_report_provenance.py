@@ -65,6 +65,19 @@ def test_a_percentile_from_few_samples_is_not_claimed() -> None:
     assert "not claimable" not in many["empirical"]
 
 
+def test_few_samples_as_the_runner_records_them_are_measured_but_not_claimed() -> None:
+    """agent/runner._figures keeps latency_p95_s null below the order-statistic n: the page must still say that n
+    samples were measured and that the percentile is not claimable, not "none measured" (CI of stop 20)."""
+    record = _record(samples=5)
+    record["measured"] = {"latency_p50_s": 109.8, "latency_p95_s": None, "p95_upper_95conf_normal": 110.4,
+                          "latency_p95_claim": "not claimable (n=5 < 90)", "samples": 5}  # fmt: skip
+    latency = provenance(record)["latency"]
+    assert latency["empirical"] == "p95 not claimable on its own (n=5 < 90 samples measured)", latency
+    assert "110.4 s at 95% confidence" in latency["claim"]
+    record["measured"] = {"latency_p50_s": None, "latency_p95_s": None, "samples": 0}
+    assert provenance(record)["latency"]["empirical"] == "none measured"
+
+
 def test_events_print_dicts_as_words() -> None:
     line = "probe k: {'per_step_s': 1.012, 'fixed_s': 3.86} ($7.00, 900 model-s)"
     assert readable_event(line) == "probe k: per_step_s 1.012, fixed_s 3.86 ($7.00, 900 model-s)"
