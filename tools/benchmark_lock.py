@@ -74,6 +74,12 @@ def acquire(
         time.sleep(POLL_S)
 
 
+def holder(store: Store, target: str) -> str | None:
+    """The benchmark measuring `target` now, if any (a finished or orphaned holder does not count)."""
+    found = store.lock_holder(target)
+    return None if found is None or _is_stale(store, found) else str(found["benchmark_id"])
+
+
 def release(store: Store, target: str, benchmark_id: str) -> None:
     store.release_lock(target, benchmark_id)
 

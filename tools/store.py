@@ -185,7 +185,10 @@ class Store:
 
     # ---- deployments -------------------------------------------------------------------------------
     def save_deployment(self, deployment: Deployment) -> None:
-        """Insert or update; the first save records the owner: its run, else the process that saves it."""
+        """Insert or update; the first save records the owner: its run, else the process that saves it.
+
+        Terminated is final: a save that would move a terminated deployment to another state (a status check
+        that read it before a concurrent teardown, e.g. gc or the lease sweep) is dropped, not a lost update."""
         now = time.time()
         owner = deployment.run_id or (None if self.owner_of_deployment(deployment.id) else self.process_owner())
         with self._connect() as db:
@@ -193,7 +196,8 @@ class Store:
                 "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body, owner_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
                 "updated_at = excluded.updated_at, body = excluded.body, run_id = excluded.run_id, "
-                "owner_id = COALESCE(excluded.owner_id, deployments.owner_id)",
+                "owner_id = COALESCE(excluded.owner_id, deployments.owner_id) "
+                "WHERE deployments.state != 'terminated' OR excluded.state = 'terminated'",
                 (
                     deployment.id,
                     deployment.run_id,

@@ -174,27 +174,37 @@ def gc(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Tear down everything whose owner (a run, or the command that deployed it) no longer heartbeats."""
+    """Tear down everything whose owner (a run, or the command that deployed it) no longer heartbeats, and every
+    deployment whose paid hours (`--hours`, MCP `hours`) have run out (tools/lease.py)."""
     from worldtune.sky.garbage import collect_garbage, dead_runs, garbage
+    from worldtune.tools import lease
     from worldtune.tools.store import Store
 
     store = Store(db)
     found = garbage(store)
+    listed = {row.get("deployment_id") for row in found}
+    expired = [
+        {"cluster": d.cluster, "backend": d.infra, "deployment_id": d.id, "run_id": d.run_id, "state": d.state,
+         "reason": f"its {d.hold_hours:g} h ran out"}
+        for d in lease.expired(store) if d.id not in listed
+    ]  # fmt: skip
     dead = [r["id"] for r in dead_runs(store)]
     if not yes:
         if as_json:
-            emit_json({"would_tear_down": found, "torn_down": [], "dead_runs": dead})
+            emit_json({"would_tear_down": found + expired, "torn_down": [], "dead_runs": dead})
         else:
-            for row in found:
-                console.print(f"{row['cluster']} ({row['backend']}, state {row['state']})")
+            for row in found + expired:
+                why = f", {row['reason']}" if row.get("reason") else ""
+                console.print(f"{row['cluster']} ({row['backend']}, state {row['state']}{why})")
             for run_id in dead:
                 console.print(f"run {run_id} is marked running but its process is gone")
-            console.print(f"{len(found)} to tear down; pass --yes to do it")
+            console.print(f"{len(found) + len(expired)} to tear down; pass --yes to do it")
         return
     with contextlib.redirect_stdout(sys.stderr):
         done = collect_garbage(store, found)
+        done += lease.expire(store)
     if as_json:
-        emit_json({"would_tear_down": found, "torn_down": done, "dead_runs": dead})
+        emit_json({"would_tear_down": found + expired, "torn_down": done, "dead_runs": dead})
     else:
         for row in done:
             console.print(f"{row['cluster']}: {row['result']}")

@@ -83,11 +83,13 @@ def serve(
     if not 1 <= port <= 65535:
         raise InvalidInput("port", port, "1 to 65535")
     from worldtune.agent.tuner import AgentTuner
+    from worldtune.tools.lease import Sweeper
     from worldtune.tools.mcp_server import build_server
 
     tuner = AgentTuner()
+    sweeper = Sweeper(db)  # the hours a deploy asked for run out here too, not only at the next `worldtune gc`
     if transport == "stdio":
-        with _session(tuner):
+        with sweeper, _session(tuner):
             build_server(db, cache_tools=True, tuner=tuner).run()
         return
     import anyio
@@ -107,7 +109,8 @@ def serve(
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     logging.getLogger("worldtune.mcp").warning("worldtune MCP on http://%s:%d/mcp", host_for_url(host), port)
     try:
-        anyio.run(uvicorn.Server(config).serve)
+        with sweeper:
+            anyio.run(uvicorn.Server(config).serve)
     finally:  # HTTP has no session of its own: the server stopping ends every run it drives
         tuner.session_ended()
 

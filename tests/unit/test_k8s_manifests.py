@@ -179,3 +179,22 @@ def test_backend_replaces_existing_objects_and_sees_preemption_mocked_k8s_api(tm
     assert backend.status(ready).state == "preempted" and "missing" in backend.status(ready).detail
     apps.delete_namespaced_deployment.side_effect = ApiException(status=404)  # already gone is fine
     assert backend.teardown(ready).state == "terminated"
+
+
+def test_paid_hours_run_out_on_kubernetes_mocked_k8s_api(tmp_path: Path) -> None:
+    """Kubernetes has no autodown: tools/lease.py deletes the objects once the hours asked have run out."""
+    from worldtune.tools import lease
+
+    store = Store(tmp_path / "wt.db")
+    apps, core, custom = mock.Mock(), mock.Mock(), mock.Mock()
+    apps.read_namespaced_deployment_status.return_value = _ready_status(1)
+    backend = KubernetesBackend(store, apps=apps, core=core, custom=custom, poll_s=0)
+    ready = backend.launch(_dep("tp8").model_copy(update={"hold_hours": 2.0}))
+    store.save_deployment(ready)
+    assert ready.ready_at is not None and store.ledger(open_only=True)
+    assert lease.expire(store, now=ready.ready_at + 2 * 3600 - 1, backend_for=lambda d: backend) == []
+    assert apps.delete_namespaced_deployment.call_count == 0
+    (done,) = lease.expire(store, now=ready.ready_at + 2 * 3600 + 1, backend_for=lambda d: backend)
+    assert done["result"] == "down: its 2 h ran out" and apps.delete_namespaced_deployment.call_count == 1
+    gone = store.get_deployment(ready.id)
+    assert gone is not None and gone.state == "terminated" and store.ledger(open_only=True) == []

@@ -46,6 +46,21 @@ def test_deployments_round_trip(tmp_path: Path) -> None:
     assert [d.id for d in store.list_deployments(alive_only=True)] == [dep.id]
 
 
+def test_terminated_is_final_whatever_a_late_save_says(tmp_path: Path) -> None:
+    """A status check that read the deployment before a concurrent teardown must not bring it back."""
+    store = Store(tmp_path / "w.db")
+    dep = Deployment(gpu="H200", plan="tp8", state="ready")
+    store.save_deployment(dep)
+    store.save_deployment(dep.model_copy(update={"state": "terminated", "detail": "torn down"}))
+    store.save_deployment(dep.model_copy(update={"state": "failed"}))  # the late save of the stale read
+    store.save_deployment(dep.model_copy(update={"state": "ready"}))
+    kept = store.get_deployment(dep.id)
+    assert kept is not None and kept.state == "terminated" and kept.detail == "torn down"
+    assert [d.id for d in store.list_deployments(alive_only=True)] == []
+    store.save_deployment(kept.model_copy(update={"detail": "torn down; again"}))  # terminated -> terminated: kept
+    assert store.get_deployment(dep.id).detail == "torn down; again"  # type: ignore[union-attr]
+
+
 def test_ledger_open_until_gone(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
     store.ledger_launch("worldtune-abc", "skypilot", "wt-1", "r1")
