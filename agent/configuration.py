@@ -40,7 +40,12 @@ class TuneOptions(BaseModel):
     mcp_url: str | None = Field(default=None, description="a remote worldtune MCP server; in-process if unset")
     max_iterations: int = Field(default=30, ge=1, description="most measurements (probes + full runs)")
     margin: float = Field(default=0.03, ge=0, le=0.5, description="an unverified candidate must beat the best by this")
-    hold_hours: float = Field(default=0.25, gt=0, description="hours each deployment is quoted for")
+    hold_hours: float = Field(
+        default=0.25,
+        gt=0,
+        description="the least hours each deployment (or replanned node) is asked for; "
+        "more when its action is modelled to take longer (graph._lease_hours)",
+    )
     reuse_nodes: bool = Field(
         default=True, description="verify the next candidate on a held node of the same offer (replan, warm load)"
     )

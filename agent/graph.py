@@ -196,7 +196,7 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
 
     deployment = await _live_deployment(tools, task["deployment_id"], cand, run_id)
     if deployment is None and task["deployment_id"]:
-        deployment = await _replan(runtime, task["deployment_id"], cand)
+        deployment = await _replan(runtime, task["deployment_id"], cand, _lease_hours(action, options, cap_s))
         if deployment is not None:
             charged_s += _start_s(deployment, cand, options)
     if deployment is None:
@@ -210,7 +210,7 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
             "model": goal.workload.model,
             "twin_profile": None,
             "time_scale": options.time_scale if options.twin else None,
-            "hours": options.hold_hours,
+            "hours": _lease_hours(action, options, cap_s),
             "run_id": run_id,
             "confirm": True,
         }
@@ -351,7 +351,21 @@ def _start_s(deployment: dict[str, Any], cand: ws.Candidate, options: TuneOption
     return float(provision_s + load_s)
 
 
-async def _replan(runtime: Runtime[Context], deployment_id: str, cand: ws.Candidate) -> dict[str, Any] | None:
+def _lease_hours(action: ws.Action, options: TuneOptions, cap_s: float) -> float:
+    """The hours a deployment (or a replanned node) is asked for: this action's modelled seconds with half again
+    as margin, at least --hold-hours, at most its share of the budget: on SkyPilot they are the cluster's hard
+    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/lease.py): the
+    modelled seconds are divided by its time scale."""
+    scale = options.time_scale if options.twin else 1.0
+    hours = max(options.hold_hours, 1.5 * action.expected_s / scale / 3600.0)
+    if math.isfinite(cap_s):
+        hours = min(hours, max(options.hold_hours, cap_s / scale / 3600.0))
+    return round(hours, 4)
+
+
+async def _replan(
+    runtime: Runtime[Context], deployment_id: str, cand: ws.Candidate, hours: float
+) -> dict[str, Any] | None:
     """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
     None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
     tools = runtime.context.tools
@@ -363,7 +377,9 @@ async def _replan(runtime: Runtime[Context], deployment_id: str, cand: ws.Candid
         return None
     _emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.get("plan"))
     try:
-        outcome = await tools.call("replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True)
+        outcome = await tools.call(
+            "replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True, hours=hours
+        )
     except ToolCallFailed as exc:
         _emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
         return None

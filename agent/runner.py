@@ -402,6 +402,7 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
             "usd": round(search.spent_usd, 4) if search else 0.0,
             "budget_usd": goal.budget_usd,
             "deployments": len(deployments.get("deployments", [])),
+            "replans": sum(len(d.get("previous_plans") or []) for d in deployments.get("deployments", [])),
             "benchmarks": sum(1 for r in results if r.get("benchmark_id")),
             "model_seconds": round(model_s, 1),
             # time to a verified answer on real infra: provisioning, loads and requests; one after another with

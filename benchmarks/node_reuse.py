@@ -54,13 +54,13 @@ def tune(goal: str, reuse: bool, truth: dict[str, Any] | None = None) -> dict[st
     data = json.loads(out.stdout) if out.stdout.strip().startswith("{") else {}
     spend = data.get("spend") or {}
     estimate = data.get("spend_estimate") or {}
-    loads = out.stderr.count("replan key")
     return {
         "reuse_nodes": reuse, "exit": out.returncode, "stop": data.get("stop_kind"),
         "recommendation": (data.get("recommendation") or {}).get("key"),
         "gpu_hours": spend.get("gpu_hours"), "usd": spend.get("usd"), "answer_hours": spend.get("answer_hours"),
         "deployments": spend.get("deployments"), "measurements": spend.get("benchmarks"),
-        "replans": loads, "estimate_gpu_hours": estimate.get("gpu_hours"), "estimate_usd": estimate.get("usd"),
+        "replans": spend.get("replans"), "estimate_gpu_hours": estimate.get("gpu_hours"),
+        "estimate_usd": estimate.get("usd"),
         "estimate_answer_hours": estimate.get("answer_hours"), "wall_s": round(wall, 1),
     }  # fmt: skip
 

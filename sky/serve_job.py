@@ -62,6 +62,7 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     if not backend.store.ledger_open(cluster):
         raise InvalidInput("deployment_id", deployment.id, "a deployment whose cluster is still up", cluster)
     old_job = backend._serve_jobs.get(deployment.id) or _job_from_detail(deployment.detail)
+    timer_hours = _launched_hours(backend, deployment)  # read before the target (with any new hours) is saved
     target = replanned(deployment, new).model_copy(update={"cluster": cluster})
     options = backend._options(target)
     config = render_task(target, options)  # rendered (and validated) before the old job is stopped
@@ -77,6 +78,8 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     if job_id is None:
         raise LaunchError(f"SkyPilot submitted no serve job on {cluster} for {new}")
     backend._serve_jobs[deployment.id] = int(job_id)
+    if target.hold_hours is not None and target.hold_hours != timer_hours:
+        _reset_autodown(backend, cluster, target, say)
     backend.store.ledger_update(cluster, "loading", f"serve job {job_id}")
     target = target.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
     backend.store.save_deployment(target)
@@ -91,3 +94,27 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     backend.store.save_deployment(ready)
     say(f"ready under {new}: {', '.join(endpoints)}", 1.0)
     return ready
+
+
+def _launched_hours(backend: SkyPilotBackend, deployment: Deployment) -> float | None:
+    """The hours the cluster's autodown was last set for (the stored deployment's, before this replan)."""
+    stored = backend.store.get_deployment(deployment.id)
+    return None if stored is None else stored.hold_hours
+
+
+def _reset_autodown(backend: SkyPilotBackend, cluster: str, target: Deployment, say: Progress) -> None:
+    """A replan with new hours: the hard autodown is set again for them (sky.autostop, down, wait_for none).
+    Should SkyPilot refuse, the old timer stands (it downs the cluster earlier, never later) and it is said."""
+    from worldtune.sky.backend import hard_down_minutes
+
+    if not backend.autodown:
+        return
+    from sky.skylet.autostop_lib import AutostopWaitFor
+
+    minutes = hard_down_minutes(target)
+    try:
+        backend._get(backend.sky.autostop(cluster, minutes, wait_for=AutostopWaitFor.NONE, down=True))
+    except Exception as exc:  # the earlier, shorter timer still bounds the spend
+        say(f"{cluster}: autodown not reset to {minutes} min ({type(exc).__name__}: {exc}); the old one stands", None)
+        return
+    say(f"{cluster}: autodown set to {minutes} min after this serve job ({target.hold_hours:g} h once ready)", None)

@@ -10,7 +10,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from worldtune.tools.deployment import Deployment, Progress
-from worldtune.tools.mcp_common import ConfirmArg, ToolSpec, add_tools, in_thread_with_progress, refusals
+from worldtune.tools.mcp_common import ConfirmArg, HoursArg, ToolSpec, add_tools, in_thread_with_progress, refusals
 from worldtune.tools.replan import ReplanCheck
 
 if TYPE_CHECKING:
@@ -36,6 +36,13 @@ async def replan_deployment(
     deployment_id: Annotated[str, Field(description="the live deployment (from deploy)")],
     plan: Annotated[str, Field(description="the new plan, e.g. tp8 or cfg2-u4-hsdp8; at most the node's GPUs")],
     confirm: ConfirmArg = False,
+    hours: Annotated[
+        HoursArg | None,
+        Field(
+            description="hours to keep it up once the new plan is ready (checked against the guardrails like a "
+            "deploy; on SkyPilot the new autodown); null keeps the deployment's own"
+        ),
+    ] = None,
 ) -> ReplanOutcome:
     """Stop a live deployment's engine and start it again under another plan on the node(s) it already holds.
 
@@ -49,18 +56,20 @@ async def replan_deployment(
 
     current = session.deployment(deployment_id)
     with refusals():
-        check = replanning.check_replan(deployment_id, plan, store=session.store)
+        check = replanning.check_replan(deployment_id, plan, store=session.store, hours=hours)
     what = f"{current.id}: {check.from_plan} -> {check.to_plan} on its {check.node_gpus} GPUs"
     if needs_confirmation(current.infra, current.engine) and not confirm:
         return ReplanOutcome(
             done=False, needs_confirmation=True, check=check,
-            message=f"would restart {what} (warm load ~{check.warm_load_s:.0f} s, modelled); "
-            "call again with confirm=true",
+            message=f"would restart {what} (warm load ~{check.warm_load_s:.0f} s, modelled)"
+            + (f", kept {check.hours:g} h once ready (about ${check.extension_usd:.2f} more)"
+               if check.hours is not None and check.extension_usd is not None else "")
+            + "; call again with confirm=true",
         )  # fmt: skip
 
     def work(progress: Progress) -> Deployment:
         with refusals():
-            return replanning.replan(deployment_id, plan, store=session.store, progress=progress)
+            return replanning.replan(deployment_id, plan, store=session.store, progress=progress, hours=hours)
 
     await ctx.report_progress(0.0, 1.0, f"replanning {what}")
     ready = await in_thread_with_progress(ctx, work)

@@ -283,6 +283,34 @@ def check_commitment(spend: SpendQuote, deployments: list[Deployment], run_id: s
     check_spend(spend, spent_usd=run, committed_usd=live)
 
 
+def extension(deployment: Deployment, hours: float, load_s: float, now: float | None = None) -> SpendQuote:
+    """What keeping a live deployment for `hours` more (after a restart of `load_s`) commits: its price x
+    (load + hours), on top of what it has billed so far (a replan with new hours: nothing new is rented)."""
+    hold = finite("hours", hours, "zero or more hours to keep it up")
+    if hold < 0:
+        raise InvalidInput("hours", hours, "zero or more hours to keep it up")
+    price = deployment.usd_per_hour
+    expected_hours = load_s / 3600.0 + hold
+    return SpendQuote(
+        action="replan", model=deployment.model, gpu=deployment.gpu, plan=deployment.plan,
+        gpus=deployment.offer.gpu_count if deployment.offer else 0, infra=deployment.infra,
+        capacity=deployment.capacity, offer=deployment.offer, usd_per_hour=price,
+        price_source="the deployment's own price", provision_s=0.0, load_s=load_s, hold_hours=hold,
+        expected_hours=expected_hours, expected_usd=price * expected_hours,
+        note=f"on top of ${run_spent_usd([deployment], now):.2f} billed so far",
+    )  # fmt: skip
+
+
+def check_extension(spend: SpendQuote, deployment: Deployment, deployments: list[Deployment]) -> float:
+    """check_spend for an extension of `deployment`: the others' commitments plus what it has billed count
+    already; returns the deployment's new commitment (billed so far + the extension)."""
+    others = [d for d in deployments if d.id != deployment.id]
+    run, live = commitments(others, deployment.run_id)
+    billed = run_spent_usd([deployment])
+    check_spend(spend, spent_usd=run + billed if deployment.run_id else 0.0, committed_usd=live + billed)
+    return billed + spend.expected_usd
+
+
 def run_spent_usd(deployments: list[Deployment], now: float | None = None) -> float:
     """USD billed so far by deployments (price per hour x hours from creation to termination or now)."""
     end_now = now or time.time()

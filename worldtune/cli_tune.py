@@ -71,8 +71,8 @@ def _output(outcome: dict[str, Any]) -> dict[str, Any]:
     s = outcome["summary"]
     from worldtune.agent.provenance import provenance
 
-    keys = ("goal", "recommendation", "measured", "predicted", "spend", "stop_reason", "stop_kind", "run_id", "nearest",
-            "rejected", "failed")  # fmt: skip
+    keys = ("goal", "recommendation", "measured", "predicted", "spend", "spend_estimate", "stop_reason", "stop_kind",
+            "run_id", "nearest", "rejected", "failed")  # fmt: skip
     # provenance: which figures are simulated (twin) or measured, which model terms are assumed, how far the
     # latency claim goes with n samples, and the prices' snapshot date
     return {"status": "completed", "thread_id": outcome["thread_id"], **{k: s.get(k) for k in keys},

@@ -156,6 +156,55 @@ def test_skypilot_replan_is_a_new_job_on_the_same_cluster(tmp_path: Path) -> Non
     assert row["cluster"] == "worldtune-wt-a" and row["state"] == "ready" and row["detail"] == "serve job 8"
 
 
+class AutostopSky(FakeSky):
+    def __init__(self, refuse: bool = False) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    def autostop(self, cluster: str, idle_minutes: int, wait_for: Any = None, down: bool = False) -> None:
+        self.calls.append(("autostop", (cluster, idle_minutes, str(wait_for), down)))
+        if self.refuse:
+            raise RuntimeError("autostop is not supported here")
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_a_replan_with_new_hours_is_bound_by_the_guardrails_and_resets_skypilots_autodown(
+    tmp_path: Path, refuse: bool
+) -> None:
+    """The agent's next measurement on a kept node asks for its own hours: checked like a deploy before the
+    engine stops, stored as the new lease and commitment, and the cluster's hard autodown set to them (a
+    SkyPilot that refuses leaves the earlier, shorter timer, and says so)."""
+    from worldtune.sky.backend import hard_down_minutes
+    from worldtune.tools import replan as replanning
+
+    backend = object.__new__(SkyPilotBackend)  # no SkyPilot home: the fake client stands in
+    store = Store(tmp_path / "r.db")
+    backend.store, backend.options, backend.poll_s, backend.autodown = store, None, 0.0, True
+    backend.sky, backend._serve_jobs = AutostopSky(refuse), {}
+    dep = _node_dep(infra="nebius", cluster="worldtune-wt-b", detail="serve job 7", loads=1, hold_hours=0.25,
+                    usd_per_hour=30.0, committed_usd=20.0)  # fmt: skip
+    store.save_deployment(dep)
+    store.ledger_launch("worldtune-wt-b", "skypilot", dep.id)
+    with pytest.raises(InvalidInput) as long:
+        replanning.replan(dep.id, "tp8", store, backend=backend, hours=9.0)  # max_hours_per_action is 8
+    assert long.value.field == "hours" and "max_hours_per_action" in str(long.value) and backend.sky.calls == []
+    check = replanning.check_replan(dep.id, "tp8", store, hours=2.0)
+    assert check.hours == 2.0 and check.extension_usd == pytest.approx(30.0 * (check.warm_load_s / 3600 + 2.0), 1e-3)
+    said: list[str] = []
+    ready = replanning.replan(dep.id, "tp8", store, backend=backend, hours=2.0,
+                              progress=lambda m, f: said.append(m))  # fmt: skip
+    assert [c[0] for c in backend.sky.calls] == ["cancel", "exec", "autostop"]
+    cluster, minutes, wait_for, down = backend.sky.calls[2][1]
+    assert cluster == "worldtune-wt-b" and minutes == hard_down_minutes(ready) and down and "NONE" in wait_for
+    assert ready.hold_hours == 2.0 and ready.committed_usd == pytest.approx(check.committed_usd, abs=0.01)
+    stored = store.get_deployment(dep.id)
+    assert stored is not None and stored.hold_hours == 2.0 and stored.state == "ready"
+    assert any(("not reset" if refuse else "autodown set") in m for m in said), said
+    backend.sky.calls.clear()
+    replanning.replan(dep.id, "cfg2-u4-hsdp8", store, backend=backend, hours=2.0)  # same hours: timer as it is
+    assert [c[0] for c in backend.sky.calls] == ["cancel", "exec"]
+
+
 def test_kubernetes_replan_rolls_the_pods_on_the_same_nodes(tmp_path: Path) -> None:
     dep = _node_dep("2xcfg2-u2-hsdp4", infra="kubernetes", engine="vllm-omni")
     rolled = render_replan(dep, "tp8", K8sOptions(hf_cache_host_path="/var/cache/worldtune"), ["node-a"])

@@ -52,7 +52,7 @@ def test_summary_and_json_output_carry_the_issue_keys() -> None:
         "results": [full.model_dump(mode="json") | {"model_s": 500.0, "benchmark_id": "b1"}],
         "stop_reason": "converged: test",
     }
-    summary = build_summary(graph_state, {"deployments": [{"id": "wt-1"}]})
+    summary = build_summary(graph_state, {"deployments": [{"id": "wt-1", "previous_plans": ["tp8", "cfg2-u4-hsdp8"]}]})
     out = _output({"status": "completed", "thread_id": "tune-x", "run_id": "tune-x", "summary": summary})
     assert out.keys() >= {"goal", "recommendation", "measured", "predicted", "spend", "stop_reason"}
     assert out["recommendation"].keys() >= {"gpu", "plan", "replicas", "capacity", "offer"}
@@ -60,6 +60,7 @@ def test_summary_and_json_output_carry_the_issue_keys() -> None:
     assert out["measured"].keys() >= figures and out["predicted"].keys() >= figures
     assert out["spend"].keys() >= {"gpu_hours", "usd", "deployments", "benchmarks"}
     assert out["spend"]["usd"] == 3.0 and out["spend"]["benchmarks"] == 1 and out["spend"]["deployments"] == 1
+    assert out["spend"]["replans"] == 2 and "spend_estimate" in out  # the node-reuse benchmark reads both
     assert abs(out["measured"]["latency_p50_s"] - best.latency_s) < 0.01 * best.latency_s
     assert any(c["stage"] == "measured" for c in summary["candidates"])
 
