@@ -22,7 +22,6 @@ import json
 import math
 import os
 import queue
-import secrets
 import socket
 import threading
 import time
@@ -141,18 +140,10 @@ class SkyPilotBackend:
         self._serve_jobs: dict[str, int] = {}
 
     def _api_key(self, deployment: Deployment) -> str:
-        """The API key of a deployment's servers: $WORLDTUNE_API_KEY, else one generated for it and kept (0600)
-        next to the results database, so the user's own clients can read it; never printed or logged."""
-        given = os.environ.get(API_KEY_ENV)
-        if given:
-            return given
-        path = self.store.path.parent / "api-keys" / cluster_name(deployment)
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(secrets.token_urlsafe(24))
-        return path.read_text().strip()
+        """The API key of a deployment's servers (sky/api_key.py); never printed or logged."""
+        from worldtune.sky.api_key import deployment_api_key
+
+        return deployment_api_key(self.store.path, deployment)
 
     # ---- SDK helpers ------------------------------------------------------------------------------
     def _get(self, request_id: Any) -> Any:

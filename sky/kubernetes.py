@@ -27,7 +27,7 @@ from worldtune.sky.render import (
     server_envs,
     startup_allowance_s,
 )
-from worldtune.tools.deployment import Deployment, Progress
+from worldtune.tools.deployment import API_KEY_ENV, Deployment, Progress
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
@@ -72,12 +72,15 @@ def _labels(deployment: Deployment, replica: int) -> dict[str, str]:
 def _container(deployment: Deployment, options: K8sOptions, argv: list[str], gpus: int) -> dict[str, Any]:
     image = _image(deployment, options)
     allowance = startup_allowance_s(deployment)
-    probe = {"httpGet": {"path": PROBE_PATH, "port": options.port}}
+    # vLLM-Omni's /v1 routes need the API key; /health is outside the guard (and listens only once loaded)
+    probe = {"httpGet": {"path": HEALTH_PATH if deployment.engine == "vllm-omni" else PROBE_PATH, "port": options.port}}
     health = {"httpGet": {"path": HEALTH_PATH, "port": options.port}}
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in server_envs(deployment).items()]
     if deployment.engine == "vllm-omni":
         ref = {"secretKeyRef": {"name": options.hf_secret, "key": HF_SECRET_KEY}}
         env.append({"name": HF_SECRET_KEY, "valueFrom": ref})
+        key = {"secretKeyRef": {"name": api_key_secret(deployment), "key": API_KEY_ENV}}
+        env.append({"name": API_KEY_ENV, "valueFrom": key})
     limits = {GPU_RESOURCE: str(gpus)} if deployment.engine == "vllm-omni" else {}
     return {
         "name": "server",
@@ -122,9 +125,17 @@ def _pod_spec(deployment: Deployment, options: K8sOptions, containers: list[dict
     return spec
 
 
+def api_key_secret(deployment: Deployment) -> str:
+    """The Secret that holds the deployment's API key (created through the API at launch, never written out)."""
+    return f"worldtune-{deployment.id}-api-key".lower().replace("_", "-")
+
+
 def _argv(deployment: Deployment, options: K8sOptions) -> list[str]:
     opts = RenderOptions(base_port=options.port, host="0.0.0.0", worldtune="worldtune")
-    return serve_argv(deployment, ReplicaSlice(index=0, gpus=(), port=options.port), opts)
+    argv = serve_argv(deployment, ReplicaSlice(index=0, gpus=(), port=options.port), opts)
+    if deployment.engine == "vllm-omni":  # the kubelet expands $(VAR) from the container's env (the Secret)
+        argv += ["--api-key", f"$({API_KEY_ENV})"]
+    return argv
 
 
 def _service(deployment: Deployment, replica: int, options: K8sOptions, selector: dict[str, str]) -> dict[str, Any]:
@@ -292,14 +303,27 @@ class KubernetesBackend:
                 self.core.delete_namespaced_service(name, ns)
             elif kind == "LeaderWorkerSet":
                 self.custom.delete_namespaced_custom_object(*LWS_API[:2], ns, LWS_API[2], name)
+            elif kind == "Secret":
+                self.core.delete_namespaced_secret(name, ns)
         except ApiException as exc:
             if exc.status != 404:  # already gone is what we want
                 raise
 
     def _ensure_secret(self, deployment: Deployment) -> None:
-        """Create the HF token Secret from $HF_TOKEN when set (the value goes to the API only, never a file)."""
+        """Create the API key Secret, and the HF token Secret from $HF_TOKEN when set (the values go to the API
+        only, never a file)."""
+        if deployment.engine != "vllm-omni":
+            return
+        from worldtune.sky.api_key import deployment_api_key
+
+        self._apply({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": api_key_secret(deployment), "namespace": self.options.namespace,
+                         "labels": _labels(deployment, 0)},
+            "stringData": {API_KEY_ENV: deployment_api_key(self.store.path, deployment)},
+        })  # fmt: skip
         token = os.environ.get(HF_SECRET_KEY)
-        if deployment.engine != "vllm-omni" or not token:
+        if not token:
             return
         secret = {
             "apiVersion": "v1",
@@ -381,6 +405,8 @@ class KubernetesBackend:
     def teardown(self, deployment: Deployment) -> Deployment:
         for obj in reversed(render_manifests(deployment, self.options)):
             self._delete(obj)
+        if deployment.engine == "vllm-omni":
+            self._delete({"kind": "Secret", "metadata": {"name": api_key_secret(deployment)}})
         cluster = deployment.cluster or f"k8s/{self.options.namespace}/worldtune-{deployment.id}"
         self.store.ledger_gone(cluster, "manifests deleted")
         return deployment.model_copy(update={"state": "terminated", "terminated_at": time.time()})

@@ -366,7 +366,8 @@ class _Runner:
         # idle connections expire before the server's keep-alive (uvicorn's default is 5 s), so the client never
         # reuses one the server is closing at that very moment (a spurious connection error under heavy load)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
-        async with httpx.AsyncClient(limits=limits, timeout=None, headers=auth_headers()) as client:
+        headers = auth_headers(self.store, spec.deployment_id)
+        async with httpx.AsyncClient(limits=limits, timeout=None, headers=headers) as client:
             await self.wait_ready(client)
             warm_steps = spec.warmup_steps or (min(spec.probe_steps) if spec.probe_steps else 4)
             for steps in {spec.steps, warm_steps, *spec.probe_steps}:
@@ -417,11 +418,15 @@ class _Runner:
         )  # fmt: skip
 
 
-def auth_headers() -> dict[str, str]:
-    """The bearer token of a server started with an API key ($WORLDTUNE_API_KEY), on every request and probe."""
-    from worldtune.tools.deployment import API_KEY_ENV
+def auth_headers(store: Store | None = None, deployment_id: str | None = None) -> dict[str, str]:
+    """The bearer token of a server started with an API key, on every request and probe: $WORLDTUNE_API_KEY,
+    else the key generated for the deployment at launch (sky/backend.py keeps it, 0600, beside the database)."""
+    from worldtune.tools.deployment import API_KEY_ENV, api_key_file
 
     key = os.environ.get(API_KEY_ENV)
+    if not key and store is not None and deployment_id:
+        path = api_key_file(store.path, deployment_id)
+        key = path.read_text().strip() if path.is_file() else None
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

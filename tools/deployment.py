@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,6 +33,12 @@ def new_deployment_id() -> str:
 # The environment variable (and SkyPilot secret) that carries a public server's API key: `vllm serve --api-key`
 # reads it on the cluster, worldtune's benchmark and readiness checks send it as a bearer token.
 API_KEY_ENV = "WORLDTUNE_API_KEY"
+API_KEYS_DIR = "api-keys"  # next to the results database: one 0600 file per deployment whose key was generated
+
+
+def api_key_file(results_db: Path, deployment_id: str) -> Path:
+    """Where a deployment's generated API key is kept: beside the results database, named by the deployment."""
+    return results_db.parent / API_KEYS_DIR / deployment_id
 
 
 class Deployment(BaseModel):

@@ -63,9 +63,8 @@ def test_deployment_and_service_per_replica_validate_strictly(gpu: str, plan: st
     assert server["resources"]["limits"][GPU_RESOURCE] == ("1" if replicas == 8 else "8")
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in pod["volumes"]
     assert {"name": "shm", "mountPath": "/dev/shm"} in server["volumeMounts"]
-    for probe in ("startupProbe", "readinessProbe"):
-        assert server[probe]["httpGet"]["path"] == "/v1/models"
-    assert server["livenessProbe"]["httpGet"]["path"] == "/health"  # 503 only for a dead engine
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # /v1 needs the API key; /health does not
+        assert server[probe]["httpGet"]["path"] == "/health"  # (vLLM-Omni listens only once loaded; 503 when dead)
     startup = server["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= startup_allowance_s(dep)
     token = next(e for e in server["env"] if e["name"] == "HF_TOKEN")
@@ -74,6 +73,13 @@ def test_deployment_and_service_per_replica_validate_strictly(gpu: str, plan: st
         "valueFrom": {"secretKeyRef": {"name": "worldtune-hf-token", "key": "HF_TOKEN"}},
     }
     assert server["command"][:4] == ["vllm", "serve", "nvidia/Cosmos3-Super", "--omni"]
+    # the public server takes an API key from a per-deployment Secret, by name only (the kubelet expands $(..))
+    assert server["command"][-2:] == ["--api-key", "$(WORLDTUNE_API_KEY)"]
+    key = next(e for e in server["env"] if e["name"] == "WORLDTUNE_API_KEY")
+    assert key == {
+        "name": "WORLDTUNE_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": f"worldtune-{dep.id}-api-key", "key": "WORLDTUNE_API_KEY"}},
+    }
 
 
 def test_strict_validation_can_fail() -> None:
@@ -155,13 +161,17 @@ def test_backend_apply_wait_and_delete_mocked_k8s_api(tmp_path: Path, monkeypatc
         f"http://worldtune-{dep.id}-r{i}.gpu.svc.cluster.local:8000" for i in range(2)
     ]
     assert apps.create_namespaced_deployment.call_count == 2 and core.create_namespaced_service.call_count == 2
-    secret = core.create_namespaced_secret.call_args.args[1]
-    assert secret["stringData"] == {"HF_TOKEN": "hf_test_token"}
+    key_secret, hf_secret = (c.args[1] for c in core.create_namespaced_secret.call_args_list)
+    assert hf_secret["stringData"] == {"HF_TOKEN": "hf_test_token"}
+    key_file = tmp_path / "api-keys" / dep.id  # generated once, 0600, where worldtune's benchmark reads it
+    assert key_secret["metadata"]["name"] == f"worldtune-{dep.id}-api-key" and key_file.stat().st_mode & 0o077 == 0
+    assert key_secret["stringData"] == {"WORLDTUNE_API_KEY": key_file.read_text().strip()}
     (row,) = store.ledger(open_only=True)
     assert row["state"] == "ready" and row["backend"] == "kubernetes"
     gone = backend.teardown(ready)
     assert gone.state == "terminated"
     assert apps.delete_namespaced_deployment.call_count == 2 and core.delete_namespaced_service.call_count == 2
+    assert core.delete_namespaced_secret.call_args.args == (f"worldtune-{dep.id}-api-key", "gpu")
     assert store.ledger(open_only=True) == []
 
 

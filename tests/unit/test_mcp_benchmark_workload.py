@@ -154,3 +154,45 @@ def test_invalid_workload_arguments_are_refused_and_nothing_starts(
     assert store.list_benchmarks() == []
     # the infra was not asked (it would have found no server and recorded the deployment as loading)
     assert store.get_deployment(dep.id).state == "ready"  # type: ignore[union-attr]
+
+
+def test_the_benchmark_sends_a_deployments_generated_api_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vLLM-Omni deployment launched without $WORLDTUNE_API_KEY gets a generated key (sky/api_key.py): worldtune's
+    own benchmark must send it, read from beside the database, or every request is 401 (a twin guarded by the
+    key stands in for the GPU server here, over real HTTP)."""
+    import uvicorn
+
+    from worldtune.sky.api_key import deployment_api_key
+    from worldtune.tools.benchmark import BenchmarkSpec, auth_headers, run_benchmark
+    from worldtune.tools.deployment import API_KEY_ENV
+
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    store = Store(tmp_path / "results.db")
+    dep = Deployment(gpu="H200", plan="cfg2-u4-hsdp8", infra="nebius", engine="vllm-omni", state="ready")
+    assert auth_headers(store, dep.id) == {}  # no key generated yet
+    key = deployment_api_key(store.path, dep)
+    assert auth_headers(store, dep.id) == {"Authorization": f"Bearer {key}"}
+    assert deployment_api_key(store.path, dep) == key  # kept, not regenerated
+    make_mp4(1280, 720, 189, 24)
+    app, _ = create_app(TwinConfig(time_scale=SCALE, load_time_s=0.0, api_key=key))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "the twin did not start"
+            time.sleep(0.02)
+        url = f"http://127.0.0.1:{port}"
+        store.save_deployment(dep.model_copy(update={"endpoints": [url]}))
+        spec = BenchmarkSpec(endpoints=[url], steps=35, repeats=2, concurrency=[1], probe_steps=[], warmup=0,
+                             deployment_id=dep.id, ready_timeout_s=30)  # fmt: skip
+        result = run_benchmark(spec, store)
+        full = [s for s in store.samples(result.benchmark_id) if s["phase"] == "full"]
+        assert len(full) == 2 and all(s["ok"] for s in full), full
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
