@@ -85,7 +85,7 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
                         "guidance_scale", "wait"),
     "get_deployment": ("deployment_id",),
     "list_deployments": ("run_id", "alive_only"),
-    "replan_deployment": ("deployment_id", "plan", "confirm"),
+    "replan_deployment": ("deployment_id", "plan", "confirm", "hours"),
 }  # fmt: skip
 
 
@@ -278,6 +278,10 @@ async def _one(client: Client, store: Any, tool: str, args: dict[str, Any], tall
     content = result.structured_content or {}
     if not result.is_error and content.get("done") and tool in ("provision", "deploy") and content.get("deployment"):
         tally.live[content["deployment"]["id"]] = (args.get("run_id"), float(content["quote"]["expected_usd"]))
+    if not result.is_error and content.get("done") and tool == "replan_deployment" and args.get("hours") is not None:
+        check = content.get("check") or {}  # a new lease: the answer says what the deployment commits now
+        run = tally.live.get(str(args["deployment_id"]), (None, 0.0))[0]
+        tally.live[str(args["deployment_id"])] = (run, float(check.get("committed_usd") or 0.0))
     if not result.is_error and content.get("done") and tool == "teardown":
         tally.live.pop(str(args.get("deployment_id")), None)
     _check_answered_commitments(tally)
