@@ -436,9 +436,11 @@ async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
     for d in listed.get("deployments", []):
         await _teardown(runtime, str(d["id"]))
-    from worldtune.agent.runner import build_summary  # the record's layout lives with the runner
+    from worldtune.agent.runner import build_summary, write_record  # the record's layout lives with the runner
 
     summary = build_summary(state, await tools.call("list_deployments", run_id=run_id))
+    # written here, so a run that Studio / `langgraph dev` drives (no runner around it) ends completed too
+    await asyncio.to_thread(write_record, run_id, summary, _options(state).db_path)
     _emit(runtime, "done", stop_reason=summary["stop_reason"], recommendation=summary["recommendation"])
     cleared = {k: "" for k in (state.get("deployments") or {})}
     return {"summary": summary, "deployments": cleared, "events": ["torn down; record written"]}

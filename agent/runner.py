@@ -176,6 +176,11 @@ def tune(
     return asyncio.run(_drive(run_id, first, options, progress))
 
 
+def write_record(run_id: str, summary: dict[str, Any], db_path: str | None) -> None:
+    """The run's record, completed: its owner lets go (whoever drove the graph: the runner or Studio)."""
+    Store(db_path).finish_run(run_id, "completed", summary)
+
+
 def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> dict[str, Any]:
     """A run's first state, recorded in the results database: what `tune` and the graph's read_goal start from."""
     _check_options(options)

@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from worldtune.tools.store import Store
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +80,7 @@ def server(tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def test_studio_server_shows_forms_and_runs_the_graph_to_a_recommendation(server: str) -> None:
+def test_studio_server_shows_forms_and_runs_the_graph_to_a_recommendation(server: str, tmp_path: Path) -> None:
     assistants = httpx.post(f"{server}/assistants/search", json={"graph_id": "worldtune"}, timeout=30).json()
     assert assistants, "the worldtune graph was not loaded"
     schemas = httpx.get(f"{server}/assistants/{assistants[0]['assistant_id']}/schemas", timeout=30).json()
@@ -100,3 +102,8 @@ def test_studio_server_shows_forms_and_runs_the_graph_to_a_recommendation(server
     assert summary["measured"]["p95_upper_95conf_normal"] <= 60.0  # and the named parametric bound
     assert summary["spend"]["usd"] <= 400.0
     assert out["events"][-1] == "torn down; record written"
+    # the run Studio drove is recorded completed, with its summary, and its owner let go (nothing for gc to take)
+    store = Store(tmp_path / "results.db")
+    run = store.get_run(summary["run_id"])
+    assert run is not None and run["status"] == "completed", run
+    assert run["summary"]["recommendation"]["key"] == rec["key"] and not store.owner_alive(summary["run_id"])
