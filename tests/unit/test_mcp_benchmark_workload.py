@@ -6,6 +6,7 @@ real HTTP server, gone when the test ends), recorded as a local deployment whose
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -38,14 +39,14 @@ def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
-@pytest.fixture
-def twin_url() -> Iterator[str]:
-    """A twin (cosmos3-super, cfg2-u4-hsdp8 on H200, guardrails available) on a free loopback port."""
+@contextlib.contextmanager
+def serving(config: TwinConfig) -> Iterator[str]:
+    """The twin app of `config` served by uvicorn in a thread on a free loopback port; its base URL."""
     import uvicorn
 
     make_mp4(1280, 720, 189, 24)  # encoded up front, as `worldtune twin` does at start-up
     make_mp4(832, 480, 121, 24)
-    app, _ = create_app(TwinConfig(time_scale=SCALE, load_time_s=0.0))
+    app, _ = create_app(config)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -61,6 +62,13 @@ def twin_url() -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+
+
+@pytest.fixture
+def twin_url() -> Iterator[str]:
+    """A twin (cosmos3-super, cfg2-u4-hsdp8 on H200, guardrails available) on a free loopback port."""
+    with serving(TwinConfig(time_scale=SCALE, load_time_s=0.0)) as url:
+        yield url
 
 
 def ready_deployment(store: Store, url: str) -> Deployment:
@@ -160,8 +168,6 @@ def test_the_benchmark_sends_a_deployments_generated_api_key(tmp_path: Path, mon
     """A vLLM-Omni deployment launched without $WORLDTUNE_API_KEY gets a generated key (sky/api_key.py): worldtune's
     own benchmark must send it, read from beside the database, or every request is 401 (a twin guarded by the
     key stands in for the GPU server here, over real HTTP)."""
-    import uvicorn
-
     from worldtune.sky.api_key import deployment_api_key
     from worldtune.tools.benchmark import BenchmarkSpec, auth_headers, run_benchmark
     from worldtune.tools.deployment import API_KEY_ENV
@@ -173,26 +179,10 @@ def test_the_benchmark_sends_a_deployments_generated_api_key(tmp_path: Path, mon
     key = deployment_api_key(store.path, dep)
     assert auth_headers(store, dep.id) == {"Authorization": f"Bearer {key}"}
     assert deployment_api_key(store.path, dep) == key  # kept, not regenerated
-    make_mp4(1280, 720, 189, 24)
-    app, _ = create_app(TwinConfig(time_scale=SCALE, load_time_s=0.0, api_key=key))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert time.monotonic() < deadline and thread.is_alive(), "the twin did not start"
-            time.sleep(0.02)
-        url = f"http://127.0.0.1:{port}"
+    with serving(TwinConfig(time_scale=SCALE, load_time_s=0.0, api_key=key)) as url:
         store.save_deployment(dep.model_copy(update={"endpoints": [url]}))
         spec = BenchmarkSpec(endpoints=[url], steps=35, repeats=2, concurrency=[1], probe_steps=[], warmup=0,
                              deployment_id=dep.id, ready_timeout_s=30)  # fmt: skip
         result = run_benchmark(spec, store)
         full = [s for s in store.samples(result.benchmark_id) if s["phase"] == "full"]
         assert len(full) == 2 and all(s["ok"] for s in full), full
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
