@@ -305,21 +305,23 @@ class LocalBackend:
             if any(row["cluster"] == cluster for row in self.store.ledger(open_only=True)):
                 self.store.ledger_gone(cluster, "a replica process is gone")
             current = deployment.model_copy(update={"state": "failed"})  # detail keeps the pids teardown needs
-            self.store.save_deployment(current)
-            return current
+            return self._saved_if_alive(current)
         codes = []
         for url in deployment.endpoints:
             with contextlib.suppress(httpx.HTTPError):  # refused: still loading (it listens once loaded)
                 codes.append(httpx.get(f"{url}/health", timeout=2.0).status_code)
         if 503 in codes:  # vLLM-Omni's /health is 503 only when the engine is dead
-            current = deployment.model_copy(update={"state": "failed"})
-            self.store.save_deployment(current)
-            return current
+            return self._saved_if_alive(deployment.model_copy(update={"state": "failed"}))
         state = "ready" if codes.count(200) == len(deployment.endpoints) else "loading"
         if state != deployment.state:
-            deployment = deployment.model_copy(update={"state": state})
-            self.store.save_deployment(deployment)
+            return self._saved_if_alive(deployment.model_copy(update={"state": state}))
         return deployment
+
+    def _saved_if_alive(self, current: Deployment) -> Deployment:
+        """What a status check found, saved only over a record still alive: a teardown that came in between
+        (gc, the lease sweep) stays as it recorded, and is what the caller gets."""
+        self.store.save_deployment(current, if_alive=True)
+        return self.store.get_deployment(current.id) or current
 
     # ---- teardown ----------------------------------------------------------------------------------
     def teardown(self, deployment: Deployment) -> Deployment:

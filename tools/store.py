@@ -184,20 +184,26 @@ class Store:
         return [_decode(r, ("goal", "summary")) for r in rows]
 
     # ---- deployments -------------------------------------------------------------------------------
-    def save_deployment(self, deployment: Deployment) -> None:
+    def save_deployment(self, deployment: Deployment, if_alive: bool = False) -> None:
         """Insert or update; the first save records the owner: its run, else the process that saves it.
 
-        Terminated is final: a save that would move a terminated deployment to another state (a status check
-        that read it before a concurrent teardown, e.g. gc or the lease sweep) is dropped, not a lost update."""
+        A terminated deployment never comes back alive: a save that would move it to a live state (a status
+        check that read it before a concurrent teardown, e.g. gc or the lease sweep) is dropped. It may still be
+        recorded failed (a start that failed is torn down first, then recorded failed with its reason).
+        if_alive: update only a deployment still recorded alive (what a status check writes: compare and set)."""
         now = time.time()
+        guard = (
+            "deployments.state IN ('pending', 'provisioning', 'loading', 'ready')"
+            if if_alive
+            else ("deployments.state != 'terminated' OR excluded.state IN ('terminated', 'failed')")
+        )
         owner = deployment.run_id or (None if self.owner_of_deployment(deployment.id) else self.process_owner())
         with self._connect() as db:
             db.execute(
                 "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body, owner_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
                 "updated_at = excluded.updated_at, body = excluded.body, run_id = excluded.run_id, "
-                "owner_id = COALESCE(excluded.owner_id, deployments.owner_id) "
-                "WHERE deployments.state != 'terminated' OR excluded.state = 'terminated'",
+                "owner_id = COALESCE(excluded.owner_id, deployments.owner_id) WHERE " + guard,
                 (
                     deployment.id,
                     deployment.run_id,

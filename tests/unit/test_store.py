@@ -46,19 +46,29 @@ def test_deployments_round_trip(tmp_path: Path) -> None:
     assert [d.id for d in store.list_deployments(alive_only=True)] == [dep.id]
 
 
-def test_terminated_is_final_whatever_a_late_save_says(tmp_path: Path) -> None:
-    """A status check that read the deployment before a concurrent teardown must not bring it back."""
+def test_a_terminated_deployment_never_comes_back_alive_whatever_a_late_save_says(tmp_path: Path) -> None:
+    """A status check that read the deployment before a concurrent teardown must not bring it back; a failed
+    start, torn down first, is still recorded failed with its reason."""
     store = Store(tmp_path / "w.db")
     dep = Deployment(gpu="H200", plan="tp8", state="ready")
     store.save_deployment(dep)
     store.save_deployment(dep.model_copy(update={"state": "terminated", "detail": "torn down"}))
-    store.save_deployment(dep.model_copy(update={"state": "failed"}))  # the late save of the stale read
-    store.save_deployment(dep.model_copy(update={"state": "ready"}))
+    for late in ("ready", "loading", "provisioning", "pending", "preempted"):  # stale reads saved late
+        store.save_deployment(dep.model_copy(update={"state": late}))
     kept = store.get_deployment(dep.id)
     assert kept is not None and kept.state == "terminated" and kept.detail == "torn down"
     assert [d.id for d in store.list_deployments(alive_only=True)] == []
-    store.save_deployment(kept.model_copy(update={"detail": "torn down; again"}))  # terminated -> terminated: kept
+    store.save_deployment(kept.model_copy(update={"detail": "torn down; again"}))  # terminated -> terminated
     assert store.get_deployment(dep.id).detail == "torn down; again"  # type: ignore[union-attr]
+    store.save_deployment(kept.model_copy(update={"state": "failed", "detail": "CUDA out of memory"}))
+    failed = store.get_deployment(dep.id)
+    assert failed is not None and failed.state == "failed" and failed.detail == "CUDA out of memory"
+    # what a status check writes is a compare-and-set: only over a record still alive
+    other = Deployment(gpu="H200", plan="tp8", state="ready")
+    store.save_deployment(other)
+    store.save_deployment(other.model_copy(update={"state": "terminated", "detail": "lease ran out"}))
+    store.save_deployment(other.model_copy(update={"state": "failed", "detail": "stale"}), if_alive=True)
+    assert store.get_deployment(other.id).detail == "lease ran out"  # type: ignore[union-attr]
 
 
 def test_ledger_open_until_gone(tmp_path: Path) -> None:
