@@ -12,18 +12,17 @@ import os
 import secrets
 from pathlib import Path
 
-from worldtune.tools.deployment import API_KEY_ENV, Deployment, api_key_file
+from worldtune.tools.deployment import Deployment, api_key_file, stored_api_key
 
 
 def deployment_api_key(results_db: Path, deployment: Deployment) -> str:
     """The deployment's key: the user's, else the one generated for it (created on first use)."""
-    given = os.environ.get(API_KEY_ENV)
-    if given:
-        return given
+    found = stored_api_key(results_db, deployment.id)
+    if found:
+        return found
     path = api_key_file(results_db, deployment.id)
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_urlsafe(24))
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_urlsafe(24))
     return path.read_text().strip()

@@ -421,12 +421,13 @@ class _Runner:
 def auth_headers(store: Store | None = None, deployment_id: str | None = None) -> dict[str, str]:
     """The bearer token of a server started with an API key, on every request and probe: $WORLDTUNE_API_KEY,
     else the key generated for the deployment at launch (sky/backend.py keeps it, 0600, beside the database)."""
-    from worldtune.tools.deployment import API_KEY_ENV, api_key_file
+    from worldtune.tools.deployment import API_KEY_ENV, stored_api_key
 
-    key = os.environ.get(API_KEY_ENV)
-    if not key and store is not None and deployment_id:
-        path = api_key_file(store.path, deployment_id)
-        key = path.read_text().strip() if path.is_file() else None
+    key = (
+        stored_api_key(store.path, deployment_id)
+        if store is not None and deployment_id
+        else os.environ.get(API_KEY_ENV)
+    )
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

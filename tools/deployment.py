@@ -8,6 +8,7 @@ nothing is ever left running unnoticed.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from worldtune.tools.plan import Plan
 Engine = Literal["twin", "vllm-omni"]
 ENGINES: tuple[str, ...] = ("twin", "vllm-omni")
 DeploymentState = Literal["pending", "provisioning", "loading", "ready", "failed", "preempted", "terminated"]
+ALIVE_STATES: tuple[str, ...] = ("pending", "provisioning", "loading", "ready")  # it holds (or is taking) a node
 Progress = Callable[[str, float | None], None]  # (message, fraction done or None)
 
 
@@ -39,6 +41,15 @@ API_KEYS_DIR = "api-keys"  # next to the results database: one 0600 file per dep
 def api_key_file(results_db: Path, deployment_id: str) -> Path:
     """Where a deployment's generated API key is kept: beside the results database, named by the deployment."""
     return results_db.parent / API_KEYS_DIR / deployment_id
+
+
+def stored_api_key(results_db: Path, deployment_id: str) -> str | None:
+    """$WORLDTUNE_API_KEY when set, else the deployment's generated key if it has one."""
+    given = os.environ.get(API_KEY_ENV)
+    if given:
+        return given
+    path = api_key_file(results_db, deployment_id)
+    return path.read_text().strip() if path.is_file() else None
 
 
 class Deployment(BaseModel):
@@ -75,7 +86,7 @@ class Deployment(BaseModel):
 
     @property
     def alive(self) -> bool:
-        return self.state in ("pending", "provisioning", "loading", "ready")
+        return self.state in ALIVE_STATES
 
     def gpu_hours(self, now: float | None = None) -> float:
         """GPU-hours billed so far (from creation to termination or now)."""

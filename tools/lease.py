@@ -42,32 +42,34 @@ def sweep_interval_s() -> float:
     return value
 
 
-def _last_benchmark_end(store: Store, deployment_id: str) -> float | None:
-    ends = [
-        float(row["finished_at"])
-        for row in store.list_benchmarks(limit=1000)
-        if row.get("deployment_id") == deployment_id and row.get("finished_at")
-    ]
-    return max(ends) if ends else None
+def _last_benchmark_ends(store: Store) -> dict[str, float]:
+    """Deployment id -> when the last benchmark on it finished (one read of the recent benchmarks)."""
+    ends: dict[str, float] = {}
+    for row in store.list_benchmarks(limit=1000):
+        if row.get("deployment_id") and row.get("finished_at"):
+            key = str(row["deployment_id"])
+            ends[key] = max(ends.get(key, 0.0), float(row["finished_at"]))
+    return ends
 
 
-def deadline(store: Store, deployment: Deployment) -> float | None:
+def deadline(store: Store, deployment: Deployment, ends: dict[str, float] | None = None) -> float | None:
     """When the deployment's paid hours run out (epoch seconds); None while it has no lease to run out: no
-    hours asked, not alive, still starting, or being measured now."""
+    hours asked, not alive, still starting, or being measured now. `ends`: _last_benchmark_ends, if read."""
     if deployment.hold_hours is None or deployment.state != "ready" or deployment.ready_at is None:
         return None
     if benchmark_lock.holder(store, benchmark_lock.lock_target(deployment.id, [])) is not None:
         return None
-    start = max(deployment.ready_at, _last_benchmark_end(store, deployment.id) or 0.0)
-    return start + deployment.hold_hours * 3600.0
+    ends = _last_benchmark_ends(store) if ends is None else ends
+    return max(deployment.ready_at, ends.get(deployment.id, 0.0)) + deployment.hold_hours * 3600.0
 
 
 def expired(store: Store, now: float | None = None) -> list[Deployment]:
     """Live deployments whose paid hours have run out (SkyPilot's included: its own autodown may be late)."""
     now = time.time() if now is None else now
+    ends = _last_benchmark_ends(store)
     found = []
     for deployment in store.list_deployments(alive_only=True):
-        due = deadline(store, deployment)
+        due = deadline(store, deployment, ends)
         if due is not None and now >= due:
             found.append(deployment)
     return found
@@ -108,12 +110,11 @@ class Sweeper:
         self.interval_s = sweep_interval_s() if interval_s is None else interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="worldtune-lease-sweep", daemon=True)
-        self.swept: list[dict[str, Any]] = []
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
-                self.swept.extend(expire(Store(self.db_path)))
+                expire(Store(self.db_path))
             except Exception as exc:  # a locked or vanished database: try again next time, never kill the server
                 import logging
 

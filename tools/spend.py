@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from worldtune.tools.deployment import Deployment
+from worldtune.tools.deployment import ALIVE_STATES, Deployment
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.infra import Infra
 from worldtune.tools.offer import CAPACITIES, Offer
@@ -24,7 +24,7 @@ from worldtune.tools.offer import CAPACITIES, Offer
 GUARDRAILS_FILE = Path(__file__).resolve().parent.parent / "policies" / "guardrails.yaml"
 GUARDRAILS_ENV = "WORLDTUNE_GUARDRAILS"
 # Deployments whose commitment still counts: everything not yet failed or terminated.
-LIVE_STATES = ("pending", "provisioning", "loading", "ready")
+LIVE_STATES = ALIVE_STATES
 
 
 def finite(field: str, value: Any, expected: str) -> float:
@@ -137,6 +137,14 @@ def _price(
     )  # fmt: skip
 
 
+def _hold_hours(hours: Any) -> float:
+    """The hours asked to keep a deployment up: a finite number, zero or more (refused naming `hours`)."""
+    hold = finite("hours", hours, "zero or more hours to keep it up")
+    if hold < 0:
+        raise InvalidInput("hours", hours, "zero or more hours to keep it up")
+    return hold
+
+
 def quote(
     action: str,
     gpu: str,
@@ -161,9 +169,7 @@ def quote(
     where = Infra.parse(infra)
     if capacity not in CAPACITIES:
         raise InvalidInput("capacity", capacity, f"one of {', '.join(CAPACITIES)}")
-    hold = finite("hours", hours, "zero or more hours to keep it up")
-    if hold < 0:
-        raise InvalidInput("hours", hours, "zero or more hours to keep it up")
+    hold = _hold_hours(hours)
     spec = get_gpu(gpu)
     parsed = Plan.parse(plan)
     load_s = load_time_s(get_model(model), resolve_profile(spec.name))
@@ -286,9 +292,7 @@ def check_commitment(spend: SpendQuote, deployments: list[Deployment], run_id: s
 def extension(deployment: Deployment, hours: float, load_s: float, now: float | None = None) -> SpendQuote:
     """What keeping a live deployment for `hours` more (after a restart of `load_s`) commits: its price x
     (load + hours), on top of what it has billed so far (a replan with new hours: nothing new is rented)."""
-    hold = finite("hours", hours, "zero or more hours to keep it up")
-    if hold < 0:
-        raise InvalidInput("hours", hours, "zero or more hours to keep it up")
+    hold = _hold_hours(hours)
     price = deployment.usd_per_hour
     expected_hours = load_s / 3600.0 + hold
     return SpendQuote(

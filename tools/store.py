@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.tools import owners
-from worldtune.tools.deployment import Deployment
+from worldtune.tools.deployment import ALIVE_STATES, Deployment
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -192,10 +192,11 @@ class Store:
         recorded failed (a start that failed is torn down first, then recorded failed with its reason).
         if_alive: update only a deployment still recorded alive (what a status check writes: compare and set)."""
         now = time.time()
+        alive = ", ".join(f"'{state}'" for state in ALIVE_STATES)
         guard = (
-            "deployments.state IN ('pending', 'provisioning', 'loading', 'ready')"
+            f"deployments.state IN ({alive})"
             if if_alive
-            else ("deployments.state != 'terminated' OR excluded.state IN ('terminated', 'failed')")
+            else "deployments.state != 'terminated' OR excluded.state IN ('terminated', 'failed')"
         )
         owner = deployment.run_id or (None if self.owner_of_deployment(deployment.id) else self.process_owner())
         with self._connect() as db:
