@@ -113,8 +113,12 @@ def test_the_mcp_server_takes_a_deployment_down_when_its_hours_run_out(tmp_path:
         async with Client(server) as client:
             deployed = await ok(client, "deploy", {**TWIN, "hours": 0.0005})  # 1.8 s once ready
             dep_id = deployed["deployment"]["id"]
-            with anyio.fail_after(240):  # the event: the server's own sweep marks it terminated
-                while (await ok(client, "get_deployment", {"deployment_id": dep_id}))["state"] != "terminated":
+            # the event: the server's own sweep tears it down (terminated), then records why (a second write)
+            with anyio.fail_after(240):
+                while True:
+                    seen = await ok(client, "get_deployment", {"deployment_id": dep_id})
+                    if seen["state"] == "terminated" and "ran out" in seen["detail"]:
+                        break
                     await anyio.sleep(0.2)
             gone = store.get_deployment(dep_id)
             assert gone is not None and "ran out" in gone.detail and store.ledger(open_only=True) == []
