@@ -139,6 +139,18 @@ class SkyPilotBackend:
         self.sky = home.import_skypilot(home.chosen_home(dry_run=False))
         self._serve_jobs: dict[str, int] = {}
 
+    def with_secrets(self, deployment: Deployment, config: dict[str, Any]) -> dict[str, Any]:
+        """The task config with its secrets' values inline, in memory only (SkyPilot redacts them in its logs).
+
+        The rendered YAML names them with no value (`sky launch --secret NAME=value` fills them); SkyPilot reads
+        such a name as a managed-secret reference that `Task.update_secrets` does not clear, so a launch from
+        Python must carry the values in the config itself. HF_TOKEN goes only when set; the API key always."""
+        secrets: dict[str, str] = {API_KEY_ENV: self._api_key(deployment)}  # the twin's servers are guarded too
+        token = os.environ.get(HF_TOKEN)
+        if deployment.engine == "vllm-omni" and token:
+            secrets[HF_TOKEN] = token
+        return {**config, "secrets": secrets}
+
     def _api_key(self, deployment: Deployment) -> str:
         """The API key of a deployment's servers (sky/api_key.py); never printed or logged."""
         from worldtune.sky.api_key import deployment_api_key
@@ -227,12 +239,7 @@ class SkyPilotBackend:
         # Two steps: launch provisions and runs setup; the servers then start as a job of their own. On
         # Slurm a job step takes the CPUs its task asks for (by default all of the allocation), so the
         # serve job asks for all but two, leaving room for the benchmark job next to it.
-        provision = validate_task({k: v for k, v in config.items() if k != "run"})
-        token = os.environ.get(HF_TOKEN)
-        if deployment.engine == "vllm-omni" and token:
-            provision.update_secrets({HF_TOKEN: token})  # in memory only; SkyPilot redacts secrets in its logs
-        if deployment.engine == "vllm-omni":
-            provision.update_secrets({API_KEY_ENV: self._api_key(deployment)})
+        provision = validate_task(self.with_secrets(deployment, {k: v for k, v in config.items() if k != "run"}))
         cluster = cluster_name(deployment)
         self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
         dep = deployment.model_copy(update={"cluster": cluster, "state": "provisioning", "detail": "launching"})
@@ -411,8 +418,7 @@ class SkyPilotBackend:
         run = f"{python} -m worldtune.sky.bench_job --db {remote_db} -- {shlex.join(args)}"
         task = self.sky.Task(name=f"worldtune-bench-{benchmark_id}", run=run)
         task.set_resources(self.sky.Resources(cpus=1))
-        if dep.engine == "vllm-omni":  # the benchmark client sends the servers' key (tools/benchmark.auth_headers)
-            task.update_secrets({API_KEY_ENV: self._api_key(dep)})
+        task.update_secrets({API_KEY_ENV: self._api_key(dep)})  # the benchmark client sends the servers' key
         job_id, _ = self._get(self.sky.exec(task, cluster_name=cluster))
         say(f"bench job {job_id} on {cluster} (attempt {attempt})", None)
         if on_job:

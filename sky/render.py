@@ -161,7 +161,9 @@ def serve_command(deployment: Deployment, replica: ReplicaSlice, options: Render
     if deployment.engine == "twin":  # the worldtune command is the user's shell text (it may start with ~/)
         text = f"{options.worldtune} {shlex.join(argv[len(shlex.split(options.worldtune)) :])}"
     else:
-        text = f'{shlex.join(argv)} --api-key "${API_KEY_ENV}"'
+        text = shlex.join(argv)
+    # the twin stands in for the GPUs, not for the server's guard: it takes the key as vLLM-Omni does
+    text = f'{text} --api-key "${API_KEY_ENV}"'
     return f"CUDA_VISIBLE_DEVICES={replica.cuda_visible_devices} {text}"
 
 
@@ -305,8 +307,7 @@ def render_task(deployment: Deployment, options: RenderOptions | None = None) ->
     }
     if opts.ship_worldtune and (checkout := shipped_checkout()) is not None:
         task["workdir"] = str(checkout)
-    if deployment.engine == "vllm-omni":
-        task["secrets"] = {HF_TOKEN: None, API_KEY_ENV: None}
+    task["secrets"] = {HF_TOKEN: None, API_KEY_ENV: None} if deployment.engine == "vllm-omni" else {API_KEY_ENV: None}
     return task
 
 
@@ -357,8 +358,7 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
     }
     if service_opts.ship_worldtune and (checkout := shipped_checkout()) is not None:
         task["workdir"] = str(checkout)  # the setup installs worldtune from it, as in render_task
-    if deployment.engine == "vllm-omni":
-        task["secrets"] = {HF_TOKEN: None, API_KEY_ENV: None}
+    task["secrets"] = {HF_TOKEN: None, API_KEY_ENV: None} if deployment.engine == "vllm-omni" else {API_KEY_ENV: None}
     return task
 
 

@@ -10,13 +10,12 @@ cluster's autodown timer, the same bound as for the first serve job (sky/backend
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from worldtune.sky.dryrun import validate_task
-from worldtune.sky.render import HF_TOKEN, cluster_name, render_task
-from worldtune.tools.deployment import API_KEY_ENV, Deployment, Progress, replan_target, replanned
+from worldtune.sky.render import cluster_name, render_task
+from worldtune.tools.deployment import Deployment, Progress, replan_target, replanned
 from worldtune.tools.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -30,13 +29,7 @@ def serve_task(backend: SkyPilotBackend, deployment: Deployment, config: dict[st
     cpus = getattr(getattr(handle, "launched_resources", None), "cpus", None)
     if deployment.infra.startswith("slurm/") and cpus:
         serve_config["resources"] = {**config["resources"], "cpus": max(1, int(float(str(cpus).rstrip("+"))) - 2)}
-    serve = validate_task(serve_config)
-    token = os.environ.get(HF_TOKEN)
-    if deployment.engine == "vllm-omni" and token:
-        serve.update_secrets({HF_TOKEN: token})  # in memory only; SkyPilot redacts secrets in its logs
-    if deployment.engine == "vllm-omni":
-        serve.update_secrets({API_KEY_ENV: backend._api_key(deployment)})
-    return serve
+    return validate_task(backend.with_secrets(deployment, serve_config))
 
 
 def _handle(backend: SkyPilotBackend, cluster: str) -> Any:

@@ -16,6 +16,9 @@ class FakeSkyBase:
         def set_resources(self, resources: Any) -> None:
             self.resources = resources
 
+        def update_secrets(self, secrets: dict[str, str]) -> None:
+            self.secrets = {**getattr(self, "secrets", {}), **secrets}
+
     @staticmethod
     def Resources(**kw: Any) -> dict[str, Any]:  # SkyPilot spells it so
         return kw

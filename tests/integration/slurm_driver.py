@@ -49,6 +49,28 @@ def scancel_after(store: Store, benchmark_id: str, cluster: str, samples: int, o
     say("scancel", jobs=jobs, samples_at_cancel=out["kept_at_cancel"])
 
 
+def guard_check(dep: Deployment, db: Path) -> dict[str, Any]:
+    """HTTP status of each endpoint's /v1/models without a key, with a wrong one and with the deployment's key."""
+    import urllib.error
+    import urllib.request
+
+    from worldtune.tools.deployment import stored_api_key
+
+    key = stored_api_key(db, dep.id)
+
+    def status(url: str, token: str | None) -> int:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    urls = [f"{e}/v1/models" for e in dep.endpoints]
+    return {"has_key": bool(key), "none": [status(u, None) for u in urls],
+            "wrong": [status(u, "not-the-key") for u in urls], "key": [status(u, key) for u in urls]}  # fmt: skip
+
+
 class CountingSky:
     """The SkyPilot SDK, counting the calls that start or stop things (a replan must not launch)."""
 
@@ -95,6 +117,8 @@ def main() -> int:
     ready = backend.launch(dep, progress)
     store.save_deployment(ready)
     say("ready", deployment=ready.model_dump(mode="json"), launch_s=round(time.time() - started, 1))
+    if args.mode == "run":
+        say("guarded", **guard_check(ready, Path(args.db)))
     benchmark_id = f"bm-slurm-{args.mode}-{dep.id}"
     fault: dict[str, Any] = {}
 

@@ -122,6 +122,9 @@ def test_launch_benchmark_next_to_the_twin_and_tear_down(slurm_env: dict[str, st
     ready = next(s for s in steps if s["step"] == "ready")["deployment"]
     assert ready["state"] == "ready" and ready["cluster"] == f"worldtune-{ready['id']}"
     assert ready["endpoints"][0].startswith("http://127.0.0.1:")
+    # issue 15: the launched servers are guarded by the deployment's key; the bench job on the cluster sends it
+    guarded = next(s for s in steps if s["step"] == "guarded")
+    assert guarded["has_key"] and guarded["none"] == guarded["wrong"] == [401] and guarded["key"] == [200]
     done = next(s for s in steps if s["step"] == "benchmarked")
     store = Store(db)
     samples = store.samples(done["benchmark_id"])

@@ -69,7 +69,8 @@ def test_twin_engine_runs_worldtune_twin_with_the_same_plan() -> None:
     (command,) = render.serve_commands(dep, opts)
     assert "/opt/wt/bin/worldtune twin --port 18000 --gpu H200 --plan cfg2-u4-hsdp8 --time-scale 50" in command
     task = render.render_task(dep, opts)
-    assert "vllm" not in task["run"] and "secrets" not in task
+    assert "vllm" not in task["run"] and task["secrets"] == {"WORLDTUNE_API_KEY": None}  # no HF token to pass
+    assert command.endswith(" ".join(API_KEY))  # the twin's port is guarded by the same key as vLLM-Omni's
     assert task["resources"] == {"infra": "slurm/worldtune-local", "accelerators": "H200:8"}
     # The twin loads in profile time / time scale, so its readiness allowance shrinks with it.
     assert render.startup_allowance_s(dep) < render.startup_allowance_s(dep.model_copy(update={"time_scale": 1.0}))

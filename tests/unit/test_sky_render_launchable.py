@@ -78,3 +78,27 @@ def test_kubernetes_dry_run_prices_validates_and_writes_task_yaml(tmp_path: Path
     written = {p.name for p in write_preview(preview, tmp_path)}
     assert "task.yaml" in written and "serve-commands.sh" in written
     assert (tmp_path / "task.yaml").read_text().count("infra: kubernetes") == 1
+
+
+def test_a_launch_from_python_carries_its_secrets_inline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SkyPilot reads a secret named without a value as a managed-secret reference, which Task.update_secrets does
+    not clear, so `sky.launch` then refuses ("No value available for secret(s)"; seen on the local Slurm cluster).
+    The backend's config carries the values; HF_TOKEN only when it is set."""
+    from worldtune.sky.backend import SkyPilotBackend
+    from worldtune.sky.dryrun import validate_task
+    from worldtune.tools.store import Store
+
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    monkeypatch.delenv(render.HF_TOKEN, raising=False)
+    backend = SkyPilotBackend(Store(tmp_path / "wt.db"))
+    for engine in ("vllm-omni", "twin"):
+        deployment = build_deployment("H200", "tp8", infra="nebius", engine=engine)
+        config = render.render_task(deployment)
+        assert validate_task(config).managed_secret_refs  # the rendered YAML: names for `--secret NAME=value`
+        task = validate_task(backend.with_secrets(deployment, config))
+        assert not task.managed_secret_refs and set(task.secrets) == {API_KEY_ENV}
+        assert task.secrets[API_KEY_ENV].get_secret_value() == (tmp_path / "api-keys" / deployment.id).read_text()
+    monkeypatch.setenv(render.HF_TOKEN, "hf-test")
+    deployment = build_deployment("H200", "tp8", infra="nebius")
+    task = validate_task(backend.with_secrets(deployment, render.render_task(deployment)))
+    assert set(task.secrets) == {API_KEY_ENV, render.HF_TOKEN}
