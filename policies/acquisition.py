@@ -8,7 +8,10 @@ model's, or its probe's); measured candidates keep their measured values. From t
 - each candidate's expected improvement over the best verified (or, before one exists, over the worst
   candidate, so feasibility is what counts), and the value of measuring it: its own expected improvement
   plus the share of the others' it would resolve (rho^2 of their draws with its own), per expected dollar.
-The most likely optimum gets its full run once its probe pins it; otherwise the best value per dollar is
+Once something is verified, the most likely optimum gets its full run once its probe pins it. Before, a
+full run (many probes' worth) goes to the probed candidate whose verification would most likely let the
+search stop (P(no open candidate beats it by the margin) of at least VERIFY_LEVEL), so the claim's requests
+are not spent on a first probe's plan that the next probes displace. Otherwise the best value per dollar is
 probed, which is how a plan whose only use is to tell two hypotheses apart gets chosen.
 """
 
@@ -24,6 +27,7 @@ from worldtune.policies import search as ws
 from worldtune.tools.goal import Goal
 
 DRAWS = 512
+VERIFY_LEVEL = 0.5  # before anything is verified: full-run a probed candidate once P(verifying it stops) >= this
 
 
 @dataclass
@@ -172,14 +176,31 @@ def decide(state: ws.SearchState, parallel: int = 1, margin: float = 0.03, max_i
         means = np.asarray([ws.objective_value(goal, c) for c in ranked])
         reference = np.full(d.objective.shape[1], float(np.max(means[np.isfinite(means)])))
     ei, value = _values(d, goal, reference, open_)
-    return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any)
+    return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any, margin)
+
+
+def p_stop_if_verified(d: Draws, open_: np.ndarray, indices: list[int], margin: float) -> np.ndarray:
+    """For each candidate of `indices`: the share of draws where it is feasible and no other open candidate beats
+    it by more than the margin, i.e. how likely verifying it (at its drawn value) would let the search stop."""
+    obj = np.where(d.feasible & open_[:, None], d.objective, np.inf)
+    if obj.shape[0] < 2:
+        return np.asarray([float(d.feasible[i].mean()) for i in indices])
+    order = np.argsort(obj, axis=0)
+    first, second = order[0], order[1]
+    cols = np.arange(obj.shape[1])
+    out = []
+    for i in indices:
+        rival = np.where(first == i, obj[second, cols], obj[first, cols])
+        own = d.objective[i]
+        out.append(float((d.feasible[i] & ~(rival < own - margin * np.abs(own))).mean()))
+    return np.asarray(out)
 
 
 def _choose(
     state: ws.SearchState, d: Draws, ei: np.ndarray, value: np.ndarray, open_: np.ndarray,
-    best: ws.Candidate | None, parallel: int, p_beaten: float | None, p_any: float,
+    best: ws.Candidate | None, parallel: int, p_beaten: float | None, p_any: float, margin: float = 0.03,
 ) -> ws.Decision:  # fmt: skip
-    """Retries first; then the most likely optimum's full run once probed; then the best value per dollar."""
+    """Retries first; then the full run that most likely lets the search stop; then the best value per dollar."""
     goal = state.goal
     cands = d.cands
     masked = np.where(d.feasible, d.objective, np.inf)
@@ -190,19 +211,26 @@ def _choose(
     for i, c in enumerate(cands):
         if c.key in state.retry:
             order.append((math.inf, i, "retry"))
-    # Before anything is verified, verification is what lets the search stop: the likeliest probed candidate.
-    pool = [i for i in range(len(cands)) if open_[i] and (best is not None or cands[i].key in ready)]
-    # ties (hundreds of near-equal plans share the draws' wins, so each may win none) go to the best mean
-    mean_objective = np.where(d.feasible, d.objective, np.inf).mean(axis=1)
-    top = max(pool, key=lambda i: (p_best[i], -mean_objective[i]), default=None)
-    best_share = p_best[[i for i, c in enumerate(cands) if best and c.key == best.key]].sum() if best else 0.0
-    # a full run costs many probes: before anything is verified, only for a candidate that is probably feasible
-    likely = top is not None and (best is not None or float(d.feasible[top].mean()) >= 0.5)
-    # With nothing verified the search cannot stop, so the likeliest probed candidate gets its full run even when
-    # no single draw crowns it; once something is verified, only a challenger that wins draws displaces it.
-    challenger = best is None or (p_best[top] > 0 and p_best[top] >= best_share) if top is not None else False
-    if top is not None and likely and cands[top].key in ready and challenger:
-        order.append((1e300, top, "likeliest optimum"))
+    p_stop: float | None = None
+    if best is None:
+        # Nothing verified: the search cannot stop until something is, and a full run costs many probes. It goes
+        # to the probed candidate whose verification would most likely let the search stop, once that is likely.
+        pool = [i for i in range(len(cands)) if open_[i] and cands[i].key in ready]
+        if pool:
+            stops = p_stop_if_verified(d, open_, pool, margin)
+            top, p_stop = pool[int(np.argmax(stops))], float(np.max(stops))
+            probes_left = any(open_[i] and value[i] > 0 and cands[i].key not in ready for i in range(len(cands)))
+            if p_stop >= VERIFY_LEVEL or (not probes_left and float(d.feasible[top].mean()) >= 0.5):
+                order.append((1e300, top, "likeliest optimum"))
+    else:
+        # ties (hundreds of near-equal plans share the draws' wins, so each may win none) go to the best mean
+        mean_objective = np.where(d.feasible, d.objective, np.inf).mean(axis=1)
+        pool = [i for i in range(len(cands)) if open_[i]]
+        lead = max(pool, key=lambda i: (p_best[i], -mean_objective[i]), default=None)
+        best_share = p_best[[i for i, c in enumerate(cands) if c.key == best.key]].sum()
+        # once something is verified, only a probed challenger that wins at least as many draws displaces it
+        if lead is not None and cands[lead].key in ready and p_best[lead] > 0 and p_best[lead] >= best_share:
+            order.append((1e300, lead, "likeliest optimum"))
     requests = ws.full_requests(goal)
     held = ws.held_offers(state)  # nodes the search holds: a candidate there pays a warm load, no provisioning
     for i, c in enumerate(cands):
@@ -254,7 +282,8 @@ def _choose(
             held.discard(cand.offer.id)  # one node runs one plan at a time
         actions.append(ws.Action(
             key=cand.key, kind=kind, expected_usd=usd, expected_s=seconds, needs_deploy=not deployed,
-            reason=_why(state, d, i, why, ei, value, p_best, best, kind, n) + note, requests=n if kind == "full" else 0,
+            reason=_why(state, d, i, why, ei, value, p_best, best, kind, n, p_stop, margin) + note,
+            requests=n if kind == "full" else 0,
             redeploy=retry, value=float(value[i]),
         ))  # fmt: skip
     if not actions:
@@ -275,7 +304,7 @@ def _choose(
 
 def _why(
     state: ws.SearchState, d: Draws, i: int, why: str, ei: np.ndarray, value: np.ndarray, p_best: np.ndarray,
-    best: ws.Candidate | None, kind: str, requests: int,
+    best: ws.Candidate | None, kind: str, requests: int, p_stop: float | None = None, margin: float = 0.03,
 ) -> str:  # fmt: skip
     """What the event log says: the value, the chance it is the optimum, what it would teach and could change."""
     cand = d.cands[i]
@@ -289,7 +318,11 @@ def _why(
     text = (f"predicted {_fmt(state.goal, cand)} (±{cand.sigma:.1%}), P(feasible) "
             f"{float(d.feasible[i].mean()):.0%}, P(optimum) {p_best[i]:.0%}; expected improvement over {against} "
             f"{ei[i]:.1%} of the objective, {value[i]:.1%} with what it tells about the others")  # fmt: skip
-    if why == "likeliest optimum":
+    if why == "likeliest optimum" and best is None and p_stop is not None:
+        text = (f"the likeliest optimum, pinned by its probe: verified, P(no open candidate beats it by more than "
+                f"{margin:.0%}) = {p_stop:.0%}, so a full run of {requests} requests most likely ends the search; "
+                + text)  # fmt: skip
+    elif why == "likeliest optimum":
         text = f"the likeliest optimum, pinned by its probe: a full run of {requests} requests verifies it; " + text
     if learns:
         text += "; would narrow " + ", ".join(learns)

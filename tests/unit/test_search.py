@@ -92,6 +92,26 @@ def test_first_actions_are_probes_then_a_full_run_for_a_contender() -> None:
         assert by_key[action.key].usd_per_clip < by_key[key].usd_per_clip
 
 
+def test_nothing_verified_a_full_run_goes_only_to_a_probe_that_would_let_the_search_stop() -> None:
+    """A full run costs ~20 probes: a probed plan that other open plans likely beat by the margin is not run in
+    full (the next probe goes elsewhere); the plan whose verification most likely ends the search is."""
+    state = ws.initial_state(_goal(), all_offers("snapshot"))
+    ranked = [c for c in ws.candidates(state) if c.feasible]
+    top = ranked[0]
+    dear = next(c for c in ranked if c.offer.id == top.offer.id and c.usd_per_clip > top.usd_per_clip * 1.15)
+
+    def probed(state: ws.SearchState, cand: ws.Candidate) -> ws.SearchState:
+        m = ws.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
+        return ws.record(state, m)
+
+    after_dear = ws.decide(probed(state, dear))
+    assert not any(a.kind == "full" and a.key == dear.key for a in after_dear.actions)
+    assert after_dear.actions and all(a.kind == "probe" for a in after_dear.actions)
+    after_top = ws.decide(probed(state, top))
+    full = [a for a in after_top.actions if a.kind == "full"]
+    assert full and "most likely ends the search" in full[0].reason and "P(no open candidate beats it" in full[0].reason
+
+
 def test_search_converges_on_the_truth_and_says_why() -> None:
     truth = {g: shipped_profile(g) for g in ("H200", "B200")}
     state = _simulate(ws.initial_state(_goal(), all_offers("snapshot")), truth)
