@@ -11,7 +11,10 @@ verified by a full run, the total spent, and the final regret of what it recomme
 Measurements are simulated from the twin's own timing model: perf_model.predict on the scenario's
 twin profile with seeded noise of profile.noise_cv on the per-step and fixed parts, which is exactly
 what the twin engine (tools/twin.py) serves. Costs count provisioning (the offer's provision_s), model
-load (the truth profile's load time) and every request, priced from the offer, for the whole node.
+load (the truth profile's load time of the plan: cold on a new node, warm on a node already held) and
+every request, priced from the offer, for the whole node. Every strategy keeps a node it holds for the
+next candidate on the same offer (worldtune as agent/graph.decide does; a sweep while its next candidate
+is on the same offer), so no strategy is billed a provisioning the real flow would not pay.
 
 Run: .venv/bin/python benchmarks/search_efficiency.py  (writes benchmarks/results/search_efficiency.json)
 """
@@ -123,9 +126,12 @@ class Twin:
         self.gpu_hours += gpu_hours
         return usd, gpu_hours
 
-    def deploy_seconds(self, cand: ws.Candidate) -> float:
-        load_s = perf_model.load_time_s(get_model("cosmos3-super"), self.scenario.truth[cand.gpu])
-        return cand.offer.provision_s + load_s
+    def deploy_seconds(self, cand: ws.Candidate, node_held: bool = False) -> float:
+        """Seconds before the first request as the twin serves them: on a node already held (the plan changed in
+        place) a warm load of the plan; on a new node the offer's provisioning and a cold load of the plan."""
+        plan = Plan.parse(cand.plan)
+        load_s = perf_model.load_time_s(get_model("cosmos3-super"), self.scenario.truth[cand.gpu], not node_held, plan)
+        return load_s if node_held else cand.offer.provision_s + load_s
 
     def full_latencies(self, cand: ws.Candidate, n: int) -> tuple[list[float], float]:
         """n anchor clips spread over the replicas; wall seconds = rounds x the slowest clip of each round."""
@@ -188,11 +194,17 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             out.stop = decision.stop_kind or ""
             break
         cands = {c.key: c for c in ws.candidates(state)}
-        keep = {a.key for a in decision.actions}
+        keep = {a.key for a in decision.actions if not a.redeploy}
+        # as agent/graph.decide does: a node no longer needed as it is takes the next candidate on its offer
+        spare = [k for k in state.deployed if k not in keep]
         state = state.model_copy(update={"deployed": [k for k in state.deployed if k in keep]})
         for action in decision.actions:
             cand = cands[action.key]
-            seconds = twin.deploy_seconds(cand) if action.key not in state.deployed else 0.0
+            old = next((k for k in spare if k.split("|", 1)[0] == cand.offer.id), None)
+            held = old is not None and not action.redeploy and state.reuse_nodes
+            if held:
+                spare.remove(old)
+            seconds = twin.deploy_seconds(cand, held) if action.key not in state.deployed else 0.0
             if action.kind == "probe":
                 points = [(s, twin.latency(cand, s)) for s in ws.PROBE_STEPS for _ in range(ws.PROBE_REPEATS)]
                 seconds += sum(lat for _, lat in points)
@@ -217,10 +229,11 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
     return _finish(out, twin, rec.key if rec else None, truth, best)
 
 
-def _measure_full(twin: Twin, cand: ws.Candidate, goal: Goal) -> tuple[float, bool]:
-    """A baseline's full run: deploy, REPEATS anchor clips; (measured objective, meets the bound)."""
+def _measure_full(twin: Twin, cand: ws.Candidate, goal: Goal, node_held: bool = False) -> tuple[float, bool]:
+    """A baseline's full run: deploy (on the node it holds when the last candidate was on the same offer),
+    REPEATS anchor clips; (measured objective, meets the bound)."""
     latencies, wall = twin.full_latencies(cand, REPEATS)
-    twin.bill(cand, twin.deploy_seconds(cand) + wall)
+    twin.bill(cand, twin.deploy_seconds(cand, node_held) + wall)
     mean = sum(latencies) / len(latencies)
     cph = cand.clips_per_hour_per_node * cand.latency_s / mean
     value = {"min_cost_per_clip": cand.offer.usd_per_clip(cph), "min_latency": max(latencies)}.get(goal.objective, -cph)
@@ -228,19 +241,23 @@ def _measure_full(twin: Twin, cand: ws.Candidate, goal: Goal) -> tuple[float, bo
 
 
 def _baseline(
-    name: str, scenario: Scenario, goal: Goal, order: list[ws.Candidate], budget: float | None, seed: int
-) -> Outcome:
+    name: str, scenario: Scenario, goal: Goal, order: list[ws.Candidate], budget: float | None, seed: int,
+    keep_nodes: bool = True,
+) -> Outcome:  # fmt: skip
     truth = truth_table(scenario, goal)
     best = min((v for v, ok in truth.values() if ok), default=math.inf)
     twin = Twin(scenario, seed)
     out = Outcome(name, scenario.name)
     found: list[tuple[float, str]] = []
+    last_offer = ""  # a sweep keeps its node while the next candidate is on the same offer
     for cand in order:
-        _, cost = ws.action_cost(cand, "full", False, safety=1.0)
+        held = keep_nodes and cand.offer.id == last_offer
+        _, cost = ws.action_cost(cand, "full", False, safety=1.0, node_held=held)
         if budget is not None and twin.usd + cost > budget:
             out.stop = "budget"
             break
-        value, ok = _measure_full(twin, cand, goal)
+        value, ok = _measure_full(twin, cand, goal, held)
+        last_offer = cand.offer.id
         out.measured_candidates += 1
         if ok:
             found.append((value, cand.key))
@@ -250,10 +267,12 @@ def _baseline(
     return _finish(out, twin, min(found)[1] if found else None, truth, best)
 
 
-def run_grid(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
+def run_grid(scenario: Scenario, goal: Goal, seed: int, keep_nodes: bool = False) -> Outcome:
+    """Every candidate, each on a fresh deployment (the exhaustive grid the issues measure against); with
+    `keep_nodes`, a sweep that keeps its node through the plans of one offer (warm loads, one provisioning)."""
     state = ws.initial_state(goal, scenario.offers)
     order = sorted(ws.candidates(state), key=lambda c: c.key)  # the grid's own order, not the model's
-    return _baseline("grid", scenario, goal, order, None, seed)
+    return _baseline("grid" if not keep_nodes else "sweep", scenario, goal, order, None, seed, keep_nodes)
 
 
 def run_random(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
@@ -279,6 +298,7 @@ def run_tpe(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
     study = optuna.create_study(direction="minimize", sampler=sampler)
     seen: dict[str, float] = {}
+    last_offer = ""
     for _ in range(200):
         trial = study.ask()
         offer_id = trial.suggest_categorical("offer", sorted(by_offer))
@@ -287,11 +307,13 @@ def run_tpe(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
         if cand.key in seen:  # measured already: TPE learns from the stored value, nothing is spent
             study.tell(trial, seen[cand.key])
             continue
-        _, cost = ws.action_cost(cand, "full", False, safety=1.0)
+        held = cand.offer.id == last_offer
+        _, cost = ws.action_cost(cand, "full", False, safety=1.0, node_held=held)
         if twin.usd + cost > goal.budget_usd:
             out.stop = "budget"
             break
-        value, ok = _measure_full(twin, cand, goal)
+        value, ok = _measure_full(twin, cand, goal, held)
+        last_offer = cand.offer.id
         out.measured_candidates += 1
         penalised = value if ok else value * 10 + 10
         seen[cand.key] = penalised
