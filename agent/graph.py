@@ -109,6 +109,12 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     """Ask before spending (interrupt), unless the run was started with --yes."""
     if _options(state).yes:
         return {"approved": True, "events": ["spend approved by --yes"]}
+    from worldtune.agent.runner import mark_approved, mark_waiting  # the record's layout lives with the runner
+
+    db_path = _options(state).db_path
+    # recorded here, so a run that Studio / `langgraph dev` drives says it waits, as one `tune` drives does (the
+    # node runs again on resume: the record says waiting until the answer is in, then running again)
+    await asyncio.to_thread(mark_waiting, state["run_id"], state["spend_estimate"], db_path)
     answer = interrupt(
         {
             "question": "Approve this spend?",
@@ -118,6 +124,8 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
         }
     )
     approved = bool(answer.get("approved")) if isinstance(answer, dict) else bool(answer)
+    if approved:
+        await asyncio.to_thread(mark_approved, state["run_id"], db_path)
     if not approved:
         return {
             "approved": False,

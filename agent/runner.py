@@ -176,6 +176,16 @@ def tune(
     return asyncio.run(_drive(run_id, first, options, progress))
 
 
+def mark_waiting(run_id: str, spend_estimate: dict[str, Any] | None, db_path: str | None) -> None:
+    """The run waits for its spend to be approved: nothing is started, so its owner lets go meanwhile."""
+    Store(db_path).finish_run(run_id, "waiting_for_approval", {"spend_estimate": spend_estimate})
+
+
+def mark_approved(run_id: str, db_path: str | None) -> None:
+    """The spend is approved: the run is running again, owned by the process that goes on with it."""
+    Store(db_path).restart_run(run_id)
+
+
 def write_record(run_id: str, summary: dict[str, Any], db_path: str | None) -> None:
     """The run's record, completed: its owner lets go (whoever drove the graph: the runner or Studio)."""
     Store(db_path).finish_run(run_id, "completed", summary)

@@ -107,3 +107,30 @@ def test_studio_server_shows_forms_and_runs_the_graph_to_a_recommendation(server
     run = store.get_run(summary["run_id"])
     assert run is not None and run["status"] == "completed", run
     assert run["summary"]["recommendation"]["key"] == rec["key"] and not store.owner_alive(summary["run_id"])
+
+
+def test_a_studio_run_that_asks_is_recorded_waiting_then_runs_once_approved(server: str, tmp_path: Path) -> None:
+    """Issue 15: with approval asked (yes false), the graph stops at its interrupt and the run's record says it
+    waits with the spend estimate, as a `tune` run's does; resumed with an approval it runs to its record."""
+    thread = httpx.post(f"{server}/threads", json={}, timeout=30).json()["thread_id"]
+    asked = httpx.post(
+        f"{server}/threads/{thread}/runs/wait",
+        json={"assistant_id": "worldtune", "input": {"goal_text": GOAL, "options": {"yes": False}}},
+        timeout=RUN_BOUND_S,
+    )
+    assert asked.status_code == 200, asked.text[-2000:]
+    store = Store(tmp_path / "results.db")
+    run = store.get_run(thread)
+    assert run is not None and run["status"] == "waiting_for_approval", run
+    assert run["summary"]["spend_estimate"]["usd"] > 0 and store.list_deployments(run_id=thread) == []
+    done = httpx.post(
+        f"{server}/threads/{thread}/runs/wait",
+        json={"assistant_id": "worldtune", "command": {"resume": {"approved": True}}},
+        timeout=RUN_BOUND_S,
+    )
+    assert done.status_code == 200, done.text[-2000:]
+    out = done.json()
+    assert "__error__" not in out, out
+    assert "spend approved" in out["events"] and out["events"][-1] == "torn down; record written"
+    run = store.get_run(thread)
+    assert run is not None and run["status"] == "completed" and run["summary"]["stop_kind"] == out["stop_kind"]
