@@ -36,7 +36,8 @@ CAP_RUN, CAP_LIVE = 300.0, 300.0  # policies/guardrails.yaml's max_usd_per_run a
 LIVE = ("pending", "provisioning", "loading", "ready")
 LIVE_ID = "@live"  # replaced at call time by the id of a deployment the sequence has up (replan_deployment)
 FUZZED_TOOLS = ("provision", "deploy", "teardown", "estimate", "validate_plan", "list_plans", "list_offers",
-                "start_benchmark", "get_deployment", "list_deployments", "replan_deployment")  # fmt: skip
+                "start_benchmark", "get_deployment", "list_deployments", "replan_deployment",
+                "plan_capacity")  # fmt: skip
 OURS = re.compile(r"[\w./\[\]-]+=.{0,2000}? is not valid: \S", re.DOTALL)
 PYDANTIC = re.compile(r"validation errors? for \w+\n\S+\n  .+\[type=\w+, input_value=")
 
@@ -86,6 +87,9 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     "get_deployment": ("deployment_id",),
     "list_deployments": ("run_id", "alive_only"),
     "replan_deployment": ("deployment_id", "plan", "confirm", "hours"),
+    "plan_capacity": ("shape", "e2e_bound_s", "e2e_percentile", "rate_per_hour", "clips_per_day", "window_start_h",
+                      "window_end_h", "burst_size", "burst_every_s", "trace", "model", "capacities",
+                      "max_gpus_per_node", "preemptions_per_node_hour"),
 }  # fmt: skip
 
 
@@ -130,10 +134,25 @@ PLAUSIBLE: dict[str, list[Any]] = {
     "alive_only": [True, False],
     "wait": [False, True, "yes"],
     "deployment_id": ["wt-00000000", LIVE_ID],
+    # plan_capacity: a valid Poisson goal half the time (a few seconds of simulated days), else a rule's refusal
+    "shape": ["poisson", "daily_window", "bursts", "trace", "zigzag"],
+    "e2e_bound_s": [900.0, 1.0, -5.0],
+    "e2e_percentile": [95, 50, 97],
+    "rate_per_hour": [20.0, 0.0, -3.0, 1e9],
+    "clips_per_day": [300.0, -1.0],
+    "window_start_h": [8.0, 25.0],
+    "window_end_h": [20.0, 3.0],
+    "burst_size": [50, 0],
+    "burst_every_s": [7200.0, 0.0],
+    "trace": ["/etc/passwd", "/proc/self/environ", "arrivals.csv"],
+    "capacities": [["on-demand"], ["spot"], ["serverless"], []],
+    "max_gpus_per_node": [8, 0, 9],
+    "preemptions_per_node_hour": [0.05, -1.0, 11.0],
 }
 REQUIRED = {"provision": ("gpu", "plan", "infra"), "deploy": ("gpu", "plan"), "teardown": ("deployment_id",),
             "estimate": ("plan",), "validate_plan": ("plan",), "start_benchmark": ("deployment_id",),
-            "get_deployment": ("deployment_id",), "replan_deployment": ("deployment_id", "plan")}  # fmt: skip
+            "get_deployment": ("deployment_id",), "replan_deployment": ("deployment_id", "plan"),
+            "plan_capacity": ("shape",)}  # fmt: skip
 
 
 @st.composite
@@ -156,7 +175,7 @@ def call_strategy(draw: st.DrawFn, secrets: list[str]) -> tuple[str, dict[str, A
             args[name] = draw(st.sampled_from([True] * 6 + [False, "yes", "on", 1, "true", None]))
         elif kind == 11:
             args[name] = draw(_values(secrets))
-        elif name in ("profile", "twin_profile") and kind == 10:
+        elif name in ("profile", "twin_profile", "trace") and kind == 10:
             args[name] = draw(st.sampled_from(secrets))
         else:
             pool = PLAUSIBLE.get(name, ["x"])
