@@ -334,3 +334,8 @@ def run_calls(calls: list[tuple[str, dict[str, Any]]], db: Path, tally: Tally) -
         anyio.run(main)
     finally:
         fake_cloud.STATUS_OVERRIDE.clear()
+        from worldtune.tools.owners import HEARTBEAT
+
+        for path, owner in HEARTBEAT.held():  # this process's heartbeat stops stamping the sequence's database,
+            if Path(path) == db:  # which its caller removes next (a beat mid-removal re-created -wal files)
+                HEARTBEAT.drop(Path(path), owner)

@@ -84,13 +84,19 @@ class Heartbeat:
         while True:
             time.sleep(HEARTBEAT_S)
             for db_path, owner_id in self.held():
+                if not Path(db_path).is_file():  # the database was removed: nothing left to stamp, ever
+                    self.drop(Path(db_path), owner_id)
+                    continue
                 with contextlib.suppress(sqlite3.Error):  # a busy database only delays one beat
                     beat(db_path, owner_id)
 
 
 def beat(db_path: str, owner_id: str) -> None:
-    """Stamp one owner's heartbeat now."""
-    db = sqlite3.connect(db_path, timeout=5)
+    """Stamp one owner's heartbeat now, in the database as it is (opened read-write: a heartbeat never creates
+    a database where one was removed, which an open that may create would do, empty, in the folder)."""
+    from urllib.parse import quote
+
+    db = sqlite3.connect(f"file:{quote(os.path.abspath(db_path))}?mode=rw", uri=True, timeout=5)
     try:
         with db:
             db.execute(

@@ -133,6 +133,29 @@ def test_an_owner_is_alive_while_its_very_process_runs_and_beats(tmp_path: Path)
     assert not store.owner_alive("run-reused")
 
 
+def test_a_heartbeat_never_creates_a_database_where_one_was_removed(tmp_path: Path) -> None:
+    """The heartbeat thread outlives the databases it stamps (a test's or a fuzz sequence's folder): a beat after
+    the file is gone must not create an empty one (which also raced folder removal: 'Directory not empty')."""
+    import pytest
+
+    from worldtune.tools import owners
+
+    db = tmp_path / "wt.db"
+    store = Store(db)
+    store.add_run("run-beat", "tune")
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE owners SET heartbeat_at = 0 WHERE id = 'run-beat'")
+    owners.beat(str(db), "run-beat")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT heartbeat_at FROM owners WHERE id = 'run-beat'").fetchone()[0] > 0
+    for leftover in tmp_path.iterdir():  # the folder is removed (the database with its -wal and -shm)
+        leftover.unlink()
+    with pytest.raises(sqlite3.OperationalError):
+        owners.beat(str(db), "run-beat")
+    assert list(tmp_path.iterdir()) == []
+    owners.HEARTBEAT.drop(db, "run-beat")
+
+
 def test_a_benchmark_whose_process_is_gone_reads_failed_everywhere(tmp_path: Path) -> None:
     db = tmp_path / "w.db"
     config = "{'pid': os.getpid(), 'pid_start': owners.start_time(os.getpid()), 'host': owners.host()}"
