@@ -228,6 +228,9 @@ def _run(deployment: Deployment, options: RenderOptions) -> str:
     allowance = startup_allowance_s(deployment)
     lines = [
         "set -u",
+        # the servers take the key from a SkyPilot secret: without it, say so before anything starts
+        f'if [ -z "${{{API_KEY_ENV}:-}}" ]; then echo "{FAILED_MARKER} the API key is not set: launch with '
+        f"--secret {API_KEY_ENV}=KEY (worldtune's own launch passes it)\"; exit 1; fi",
         f"logs={LOG_DIR}/$SKYPILOT_TASK_ID",
         'mkdir -p "$logs"',
         "pids=()",

@@ -73,12 +73,17 @@ def test_the_local_backend_reports_a_load_that_runs_out_of_memory(tmp_path: Path
     assert store.ledger(open_only=True) == []
 
 
-def _run_script(tmp_path: Path, dep: Deployment) -> subprocess.Popen[bytes]:
+def _run_script(
+    tmp_path: Path, dep: Deployment, api_key: str | None = "key-as-skypilot-passes-it"
+) -> subprocess.Popen[bytes]:
     options = render.RenderOptions(worldtune=f"{sys.executable} -m worldtune.cli", base_port=free_port(),
                                    host="127.0.0.1", open_ports=False)  # fmt: skip
     script = tmp_path / "run.sh"
     script.write_text(render.render_task(dep, options)["run"])
     env = {**os.environ, "SKYPILOT_TASK_ID": f"t-{dep.id}", "HOME": str(tmp_path)}
+    env.pop("WORLDTUNE_API_KEY", None)
+    if api_key is not None:  # the secret SkyPilot passes to the task (sky/backend.with_secrets)
+        env["WORLDTUNE_API_KEY"] = api_key
     # unbuffered bytes: select() on the pipe then sees every line the script has written
     return subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0,
                             env=env, start_new_session=True)  # fmt: skip
@@ -109,6 +114,9 @@ def test_the_skypilot_run_script_waits_through_refusals_and_reports_a_load_oom(t
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the session this test started (the script and its twin)
         proc.wait(timeout=30)
+    unkeyed = _run_script(tmp_path, ok, api_key=None)  # launched without the secret: said, nothing started
+    lines = _lines_until(unkeyed, (render.FAILED_MARKER,), 60)
+    assert "API key is not set" in lines[-1] and unkeyed.wait(timeout=30) == 1
     oom = Deployment(gpu="H200", plan="1gpu", infra="slurm/local", time_scale=100.0,
                      twin_profile=truth(tmp_path, runtime_gib=30.0))  # fmt: skip
     proc = _run_script(tmp_path, oom)
