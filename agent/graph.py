@@ -124,8 +124,6 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
         }
     )
     approved = bool(answer.get("approved")) if isinstance(answer, dict) else bool(answer)
-    if approved:
-        await asyncio.to_thread(mark_approved, state["run_id"], db_path)
     if not approved:
         return {
             "approved": False,
@@ -133,6 +131,7 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
             "stop_kind": "declined",
             "events": ["spend declined"],
         }
+    await asyncio.to_thread(mark_approved, state["run_id"], db_path)
     return {"approved": True, "events": ["spend approved"]}
 
 

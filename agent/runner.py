@@ -123,7 +123,7 @@ async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: 
         raise error
     values = dict(snapshot.values)
     if snapshot.interrupts:
-        store.finish_run(run_id, "waiting_for_approval", {"spend_estimate": values.get("spend_estimate")})
+        # the approve node recorded the wait (mark_waiting) before its interrupt, for every driver of the graph
         return {
             "run_id": run_id,
             "thread_id": run_id,

@@ -34,6 +34,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from worldtune.agent.graph import _reused_nodes  # the graph's rule, not a copy of it
 from worldtune.policies import perf_model
 from worldtune.policies import search as ws
 from worldtune.policies.calibration import shipped_profile
@@ -195,15 +196,13 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             break
         cands = {c.key: c for c in ws.candidates(state)}
         keep = {a.key for a in decision.actions if not a.redeploy}
-        # as agent/graph.decide does: a node no longer needed as it is takes the next candidate on its offer
-        spare = [k for k in state.deployed if k not in keep]
+        # agent/graph.decide's own rule: a node no longer needed as it is takes the next candidate on its offer
+        spare = {k: k for k in state.deployed if k not in keep}
+        moved = _reused_nodes(decision.actions, spare) if state.reuse_nodes else {}
         state = state.model_copy(update={"deployed": [k for k in state.deployed if k in keep]})
         for action in decision.actions:
             cand = cands[action.key]
-            old = next((k for k in spare if k.split("|", 1)[0] == cand.offer.id), None)
-            held = old is not None and not action.redeploy and state.reuse_nodes
-            if held:
-                spare.remove(old)
+            held = action.key in moved
             seconds = twin.deploy_seconds(cand, held) if action.key not in state.deployed else 0.0
             if action.kind == "probe":
                 points = [(s, twin.latency(cand, s)) for s in ws.PROBE_STEPS for _ in range(ws.PROBE_REPEATS)]

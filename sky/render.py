@@ -292,6 +292,11 @@ def _resources(deployment: Deployment, options: RenderOptions, accelerators: str
     return res
 
 
+def _secret_names(deployment: Deployment) -> dict[str, None]:
+    """The task's secrets, named without values (`sky launch --secret NAME=value`; sky/backend.with_secrets)."""
+    return {HF_TOKEN: None, API_KEY_ENV: None} if deployment.engine == "vllm-omni" else {API_KEY_ENV: None}
+
+
 def render_task(deployment: Deployment, options: RenderOptions | None = None) -> dict[str, Any]:
     """The SkyPilot task (YAML as a dict) that runs every replica of the deployment on one node."""
     opts = options or RenderOptions()
@@ -310,7 +315,7 @@ def render_task(deployment: Deployment, options: RenderOptions | None = None) ->
     }
     if opts.ship_worldtune and (checkout := shipped_checkout()) is not None:
         task["workdir"] = str(checkout)
-    task["secrets"] = {HF_TOKEN: None, API_KEY_ENV: None} if deployment.engine == "vllm-omni" else {API_KEY_ENV: None}
+    task["secrets"] = _secret_names(deployment)
     return task
 
 
@@ -361,7 +366,7 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
     }
     if service_opts.ship_worldtune and (checkout := shipped_checkout()) is not None:
         task["workdir"] = str(checkout)  # the setup installs worldtune from it, as in render_task
-    task["secrets"] = {HF_TOKEN: None, API_KEY_ENV: None} if deployment.engine == "vllm-omni" else {API_KEY_ENV: None}
+    task["secrets"] = _secret_names(deployment)
     return task
 
 
