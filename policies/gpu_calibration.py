@@ -206,7 +206,11 @@ def profile_name(raw: dict[str, Any], gpu: str) -> str:
 # ---- comparison -------------------------------------------------------------------------------------------
 def floor_step_s(gpu: str) -> float | None:
     """Per-step time of the published single-operation floor (REFERENCE.md section 5: 23.3 s on one H200)."""
-    floors = {f["op"]: f for f in load_published()["floors"] if f["gpu"] == get_gpu(gpu).name}
+    floors = {
+        f["op"]: f
+        for f in load_published()["floors"]
+        if f["gpu"] == get_gpu(gpu).name and str(f.get("source", "")).startswith("REFERENCE")
+    }
     if "linear" not in floors or "attention" not in floors:
         return None
     wl = anchor_workload()

@@ -24,6 +24,7 @@ Records are written after every section, so a timeout keeps what ran.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import importlib
@@ -314,6 +315,119 @@ class Mech:
                     except Exception as exc:
                         self.error("gqa", name, exc)
 
+    def vllm_backends(self) -> None:
+        """vLLM-Omni's attention backends as they call their kernels, at each Ulysses split's per-GPU shape (64/u
+        query heads, 8/u KV heads, all 44,160 video queries against the 48,256 keys, (B, T, H, D) tensors):
+        FLASH_ATTN on Hopper is FlashAttention-3 (`fa3_fwd_interface.flash_attn_func`, the wheel vLLM-Omni pins;
+        recorded as unavailable where it is not installed); CUDNN_ATTN is SDPA pinned to cuDNN on the permuted
+        views with enable_gqa, mask-free and with a broadcast key-padding mask (the masked plan); PyTorch's own
+        flash kernel (FA2) for reference. Then FA3's ring chunks: the queries against r key chunks with their
+        log-sum-exp, merged unfused, against one FA3 call."""
+        torch, F, attn = _torch(), _torch("nn.functional"), _torch("nn.attention")
+        s = self.s
+        keys = s.video_tokens + s.prompt_tokens
+        scale = 1.0 / math.sqrt(s.head_dim)
+        fa3 = _fa3()
+        for u in (1, 2, 4, 8):
+            heads, kv = s.q_heads // u, max(1, s.kv_heads // u)
+            q = torch.randn(1, s.video_tokens, heads, s.head_dim, device=self.device, dtype=torch.bfloat16)
+            k, v = (torch.randn(1, keys, kv, s.head_dim, device=self.device, dtype=torch.bfloat16) for _ in range(2))
+            qt, kt, vt = (x.permute(0, 2, 1, 3) for x in (q, k, v))
+            pad = (
+                s.prompt_tokens // 2
+            )  # half the prompt slots are padding (the mask's content does not change the plan)
+            mask = torch.ones(1, 1, 1, keys, dtype=torch.bool, device=self.device)
+            mask[..., s.prompt_tokens - pad : s.prompt_tokens] = False
+            flops = 4.0 * s.video_tokens * keys * heads * s.head_dim
+            cases: dict[str, tuple[list[Any], Callable[[], object]]] = {
+                "cudnn": (
+                    [attn.SDPBackend.CUDNN_ATTENTION],
+                    functools.partial(F.scaled_dot_product_attention, qt, kt, vt, scale=scale, enable_gqa=heads != kv),
+                ),
+                "cudnn-masked": (
+                    [attn.SDPBackend.CUDNN_ATTENTION],
+                    functools.partial(
+                        F.scaled_dot_product_attention, qt, kt, vt, attn_mask=mask, scale=scale, enable_gqa=heads != kv
+                    ),
+                ),
+                "fa2": (
+                    [attn.SDPBackend.FLASH_ATTENTION],
+                    functools.partial(F.scaled_dot_product_attention, qt, kt, vt, scale=scale, enable_gqa=heads != kv),
+                ),
+            }
+            if self.device.type == "cpu":
+                cases = {"math": ([attn.SDPBackend.MATH], cases["cudnn-masked"][1])}
+            if fa3 is not None:
+                cases["fa3"] = ([], functools.partial(fa3.flash_attn_func, q, k, v, softmax_scale=scale))
+                # vLLM-Omni's FLASH_ATTN on Hopper: the dense call as a varlen call of one sequence each
+                cu_q = torch.tensor([0, s.video_tokens], device=self.device, dtype=torch.int32)
+                cu_k = torch.tensor([0, keys], device=self.device, dtype=torch.int32)
+                varlen = functools.partial(
+                    fa3.flash_attn_varlen_func, q[0], k[0], v[0], cu_q, cu_k, s.video_tokens, keys, softmax_scale=scale
+                )
+                cases["fa3-varlen"] = ([], varlen)
+            else:
+                self.records.append({"section": "backends", "name": f"backend-fa3-u{u}", "error": _FA3_MISSING})
+            for label, (kernel, call) in cases.items():
+                name = f"backend-{label}-u{u}"
+                try:
+                    with attn.sdpa_kernel(kernel) if kernel else contextlib.nullcontext():
+                        times = self._t(call)
+                    self.record("backends", name, times, flops=flops, backend=label, u=u, heads=heads, kv_heads=kv)
+                except Exception as exc:
+                    self.error("backends", name, exc)
+            if fa3 is not None and self.records[-1].get("backend") == "fa3-varlen":
+                try:  # the kernels agree: FA3's output against cuDNN's on the same inputs
+                    with attn.sdpa_kernel([attn.SDPBackend.CUDNN_ATTENTION]):
+                        ref = cases["cudnn"][1]().permute(0, 2, 1, 3).float()
+                    got = fa3.flash_attn_func(q, k, v, softmax_scale=scale)
+                    got = (got[0] if isinstance(got, tuple) else got).float()
+                    self.records[-1]["rel_err_vs_cudnn"] = float((got - ref).norm() / ref.norm())
+                except Exception as exc:
+                    self.error("backends", f"backend-fa3-u{u}-check", exc)
+            del q, k, v, qt, kt, vt
+        if fa3 is not None:
+            self._fa3_ring(fa3, scale)
+
+    def _fa3_ring(self, fa3: Any, scale: float) -> None:
+        """FA3 against r key chunks with its LSE, merged unfused, vs one FA3 call (the splits of RING_SPLITS)."""
+        torch, s = _torch(), self.s
+        keys = s.video_tokens + s.prompt_tokens
+        for u, r in RING_SPLITS:
+            if r < 2:
+                continue
+            heads, kv = s.q_heads // u, max(1, s.kv_heads // u)
+            q_tokens = math.ceil(s.video_tokens / (u * r)) * u
+            name = f"ring-u{u}-r{r}-fa3"
+            try:
+                q = torch.randn(1, q_tokens, heads, s.head_dim, device=self.device, dtype=torch.bfloat16)
+                k, v = (
+                    torch.randn(1, keys, kv, s.head_dim, device=self.device, dtype=torch.bfloat16) for _ in range(2)
+                )
+                bounds = [s.prompt_tokens + (i * s.video_tokens) // r for i in range(r + 1)]
+                bounds[0] = 0
+                chunks = [(k[:, a:b], v[:, a:b]) for a, b in itertools.pairwise(bounds)]
+                flops = 4.0 * q_tokens * keys * heads * s.head_dim
+                one = self.record(
+                    "ring",
+                    f"{name}-one-call",
+                    self._t(
+                        functools.partial(fa3.flash_attn_func, q, k, v, softmax_scale=scale, return_attn_probs=True)
+                    ),
+                )
+                chunked = self._t(functools.partial(_fa3_chunks, fa3, q, chunks, scale, False))
+                merged = self._t(functools.partial(_fa3_chunks, fa3, q, chunks, scale, True))
+                ref = fa3.flash_attn_func(q, k, v, softmax_scale=scale)
+                ref = (ref[0] if isinstance(ref, tuple) else ref).float()
+                one["merge_rel_err"] = float((_fa3_chunks(fa3, q, chunks, scale, True) - ref).norm() / ref.norm())
+                self.record("ring", f"{name}-chunks", chunked, u=u, r=r, backend="fa3")
+                rec = self.record("ring", f"{name}-merged", merged, u=u, r=r, backend="fa3", flops=flops)
+                rec["overhead_vs_one_call"] = rec["median_ms"] / one["median_ms"] - 1
+                rec["chunking_vs_one_call"] = statistics.median(chunked) / one["median_ms"] - 1
+                one.update(u=u, r=r, backend="fa3", flops=flops)
+            except Exception as exc:
+                self.error("ring", name, exc)
+
     def fp8_quant_one_pass(self) -> None:
         """Activation quantisation as a fused kernel would do it (one read, one write: scale known)."""
         torch, s = _torch(), self.s
@@ -321,6 +435,38 @@ class Mech:
             x = torch.randn(s.video_tokens, width, device=self.device, dtype=torch.bfloat16)
             times = self._t(functools.partial(x.to, torch.float8_e4m3fn))
             self.record("fp8", f"quant-one-pass-t{s.video_tokens}-k{width}", times, bytes_moved=3 * x.numel())
+
+
+_FA3_MISSING = "not installed: FLASH_ATTN's FlashAttention-3 kernel (pip install fa3-fwd==0.0.3, vLLM-Omni's pin)"
+
+
+def _fa3() -> Any:
+    """The FA3 forward interface vLLM-Omni's FLASH_ATTN uses on Hopper, or None where it is not installed."""
+    for name in ("fa3_fwd_interface", "flash_attn_interface"):
+        try:
+            return importlib.import_module(name)
+        except Exception:  # not installed, or built for another torch: the records say unavailable
+            continue
+    return None
+
+
+def _fa3_chunks(fa3: Any, q: Any, chunks: list[tuple[Any, Any]], scale: float, merge: bool) -> Any:
+    """q against each K/V chunk by FA3 with its LSE (B, H, Tq), partial outputs merged by log-sum-exp."""
+    torch = _torch()
+    out: Any = None
+    lse: Any = None
+    for k, v in chunks:
+        o_i, l_i = fa3.flash_attn_func(q, k, v, softmax_scale=scale, return_attn_probs=True)[:2]
+        if not merge:
+            continue
+        l_i = l_i.float().transpose(1, 2).unsqueeze(-1)  # (B, Tq, H, 1) against o's (B, Tq, H, D)
+        if out is None:
+            out, lse = o_i.float(), l_i
+            continue
+        new = torch.logaddexp(lse, l_i)
+        out = out * torch.exp(lse - new) + o_i.float() * torch.exp(l_i - new)
+        lse = new
+    return out
 
 
 # ---- the VAE decode (the stand-in decoder lives in gpu_vae_standin.py beside this file) ---------------------
@@ -390,6 +536,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ("fp8 gemm", bench.fp8),
         ("gqa sdpa as vLLM-Omni calls it", bench.gqa),
         ("quant one-pass", bench.fp8_quant_one_pass),
+        ("backends as vLLM-Omni calls them", bench.vllm_backends),
     ]
     sections.append(("vae decode", functools.partial(vae_section, bench, args.vae_reps)))
     wanted = set(args.sections.split(",")) if args.sections else None
@@ -422,7 +569,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--vae-reps", type=int, default=2, help="timed decodes per VAE case")
     p.add_argument("--vae-base", type=int, default=0, help="VAE decoder width (default 96, Wan 2.1)")
-    p.add_argument("--sections", default="", help="comma list of sdpa,ring,ulysses,fp8,gqa,quant,vae (default all)")
+    p.add_argument(
+        "--sections", default="", help="comma list of sdpa,ring,ulysses,fp8,gqa,quant,backends,vae (default all)"
+    )
     return p
 
 

@@ -134,6 +134,24 @@ def test_terms_read_off_the_committed_h200_measurements() -> None:
     assert profile.basis_of("ring_overlap").kind == "assumed"
 
 
+def test_the_h200_backend_run_gives_fa3s_ring_and_the_kernels_share_of_the_cudnn_gap() -> None:
+    """The 2026-12-02 run timed FA3 as vLLM-Omni's FLASH_ATTN calls it: the ring terms are FA3's, the shipped
+    attention rate sits on FA3's floor, and the cuDNN factor says how little of its published gap the kernels
+    explain (the fit's prior when the cuDNN cell is left out)."""
+    backends = mech_terms.load_mech(mech_terms.H200_BACKENDS)
+    efficiency, _ = mech_terms.ring_terms(backends, "backends")
+    assert "fa3" in efficiency.source and "cudnn" not in efficiency.source
+    terms = mech_terms.backend_terms(backends, "backends")
+    kernel = terms["attn_cudnn_kernel_ratio"]
+    assert set(kernel.detail) == {"u1", "u2", "u4", "u8"} and 0.9 < kernel.value < 1.05
+    profile = shipped_profile("H200")
+    assert profile.attn_tflops == pytest.approx(terms["fa3_anchor_tflops"].value, rel=0.03)
+    published = profile.basis_of("attn_cudnn_factor")
+    assert published.kind == "published" and f"{kernel.value:.3f}" in published.source
+    assert profile.attn_cudnn_factor < kernel.value - 0.05  # the published gap is wider than the kernels'
+    assert profile.basis_of("attn_fa_factor").kind == "measured"
+
+
 def test_a_file_that_is_not_a_mechbench_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "x.json"
     bad.write_text('{"format": "something else"}')
@@ -165,6 +183,42 @@ def test_ring_merge_reproduces_one_call_and_tiles_match_the_model() -> None:
     codes = vae.tile_sizes(45, 80)
     assert sorted((c // 1000) * (c % 1000) for c in codes) == sorted(perf_model.vae_tiles(45, 80))
     assert vae.patch_with_halo(45, 80, 2) == (45, 60)
+
+
+class _MathFA3:
+    """FA3's interface over math attention, on the CPU: (B, T, H, D) tensors, GQA by head groups, (out, lse)."""
+
+    @staticmethod
+    def flash_attn_func(q, k, v, softmax_scale, return_attn_probs=False):  # type: ignore[no-untyped-def]
+        qt, kt, vt = (x.transpose(1, 2).float() for x in (q, k, v))
+        kt, vt = (x.repeat_interleave(qt.shape[1] // x.shape[1], dim=1) for x in (kt, vt))
+        scores = qt @ kt.transpose(-1, -2) * softmax_scale
+        out = (torch.softmax(scores, dim=-1) @ vt).transpose(1, 2).to(q.dtype)
+        return (out, torch.logsumexp(scores, dim=-1)) if return_attn_probs else out
+
+
+def test_fa3_ring_chunks_merge_to_one_call_in_its_layout() -> None:
+    mb, fa3 = _mechbench(), _MathFA3()
+    q = torch.randn(1, 48, 8, 32)
+    k, v = torch.randn(1, 96, 2, 32), torch.randn(1, 96, 2, 32)
+    one = fa3.flash_attn_func(q, k, v, 32**-0.5).float()
+    chunks = [(k[:, a : a + 32], v[:, a : a + 32]) for a in (0, 32, 64)]
+    merged = mb._fa3_chunks(fa3, q, chunks, 32**-0.5, True)  # type: ignore[attr-defined]
+    assert float((merged - one).norm() / one.norm()) < 1e-5
+    assert mb._fa3_chunks(fa3, q, chunks, 32**-0.5, False) is None  # type: ignore[attr-defined]
+
+
+def test_the_backend_section_records_fa3_as_missing_where_it_is_not_installed(tmp_path: Path) -> None:
+    mb = _mechbench()
+    out = tmp_path / "mech.json"
+    args = ["--out", str(out), "--tiny", "--device", "cpu", "--sections", "backends", "--reps", "1", "--warmup", "0"]
+    assert mb.main(args) == 0  # type: ignore[attr-defined]
+    data = mech_terms.load_mech(out)
+    names = {r["name"]: r for r in data["records"]}
+    assert {f"backend-math-u{u}" for u in (1, 2, 4, 8)} <= set(names)
+    if mb._fa3() is None:  # type: ignore[attr-defined]
+        assert "fa3-fwd" in names["backend-fa3-u4"]["error"]
+    assert mech_terms.backend_terms(data, "toy") == {}  # no cuDNN/FA3 pair on the CPU: no term, not a guess
 
 
 def test_vae_decoder_stand_in_decodes_causally_at_16x() -> None:
