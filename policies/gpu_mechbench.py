@@ -339,7 +339,7 @@ class Mech:
             mask = torch.ones(1, 1, 1, keys, dtype=torch.bool, device=self.device)
             mask[..., s.prompt_tokens - pad : s.prompt_tokens] = False
             flops = 4.0 * s.video_tokens * keys * heads * s.head_dim
-            cases: dict[str, tuple[list[Any], Callable[[], object]]] = {
+            cases: dict[str, tuple[list[Any], Callable[[], Any]]] = {
                 "cudnn": (
                     [attn.SDPBackend.CUDNN_ATTENTION],
                     functools.partial(F.scaled_dot_product_attention, qt, kt, vt, scale=scale, enable_gqa=heads != kv),
