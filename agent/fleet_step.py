@@ -8,12 +8,16 @@ fleet, its predicted and measured percentile and its daily cost side by side.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from worldtune.tools.capacity import plan_capacity, skyserve_service_yaml
+from worldtune.tools.errors import InvalidInput
 from worldtune.tools.fleet_rehearsal import rehearse_fleet
 from worldtune.tools.goal import Goal
+from worldtune.tools.profile import Profile
 from worldtune.tools.store import Store
 
 REHEARSAL_REQUESTS = 40
@@ -23,13 +27,43 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 
 def fleet_for(
-    goal: Goal, infra: str, engine: str, time_scale: float, db_path: str | None, progress: Progress
+    goal: Goal,
+    infra: str,
+    engine: str,
+    time_scale: float,
+    db_path: str | None,
+    progress: Progress,
+    twin_profiles: list[str] | None = None,
+    learned_profiles: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
-    """The capacity plan and (local twin only) its rehearsal, as JSON-ready data; None without traffic."""
+    """The capacity plan and (local twin only) its rehearsal, as JSON-ready data; None without traffic. The
+    rehearsal's twins serve the first of `twin_profiles` the deploy accepts for the fleet's GPU type (as the
+    tuning graph's deployments do), else the shipped profile. `learned_profiles` (the run's recalibrated
+    profile per GPU type, as its summary keeps them) are what the fleet's service times are predicted with."""
     if goal.traffic is None:
         return None
-    progress("fleet", {"note": f"planning a fleet for {goal.traffic.describe()} (simulated)"})
-    planned = plan_capacity(goal)
+    with tempfile.TemporaryDirectory(prefix="worldtune-fleet-") as folder:
+        paths = {}
+        for gpu, data in (learned_profiles or {}).items():
+            paths[gpu] = str(Path(folder) / f"{gpu}-learned.yaml")
+            Profile.model_validate(data).dump(paths[gpu])
+        return _fleet(goal, infra, engine, time_scale, db_path, progress, twin_profiles, paths)
+
+
+def _fleet(
+    goal: Goal,
+    infra: str,
+    engine: str,
+    time_scale: float,
+    db_path: str | None,
+    progress: Progress,
+    twin_profiles: list[str] | None,
+    paths: dict[str, str],
+) -> dict[str, Any]:
+    assert goal.traffic is not None
+    learned = f", service times from the run's recalibrated {', '.join(sorted(paths))} profile" if paths else ""
+    progress("fleet", {"note": f"planning a fleet for {goal.traffic.describe()} (simulated{learned})"})
+    planned = plan_capacity(goal, profile_paths=paths)
     out: dict[str, Any] = {"capacity": planned.model_dump(mode="json"), "rehearsal": None}
     if planned.chosen is None:
         out["note"] = "no simulated fleet meets the end-to-end bound"
@@ -40,9 +74,30 @@ def fleet_for(
         return out
     chosen = planned.chosen
     progress("fleet", {"note": f"rehearsing {chosen.fleet.describe()} on local twins, open loop"})
-    rehearsal = rehearse_fleet(chosen.fleet, goal.traffic, goal.workload, chosen.daily_cost_usd,
-                               requests=REHEARSAL_REQUESTS, time_scale=time_scale, store=Store(db_path))  # fmt: skip
+    rehearsal = None
+    for path in [*(twin_profiles or []), None]:
+        try:
+            rehearsal = rehearse_fleet(chosen.fleet, goal.traffic, goal.workload, chosen.daily_cost_usd,
+                                       requests=REHEARSAL_REQUESTS, time_scale=time_scale, store=Store(db_path),
+                                       twin_profile=path)  # fmt: skip
+            break
+        except InvalidInput as exc:  # a profile for another GPU type: refused before anything started
+            if path is None or exc.field != "twin_profile":
+                raise
+    assert rehearsal is not None
     out["rehearsal"] = rehearsal.model_dump(mode="json")
+    if rehearsal.latency_disagrees():  # feed the measurement back: re-plan with that plan's measured latency
+        measured = {(chosen.fleet.gpu, chosen.fleet.plan): float(rehearsal.measured_latency_mean_s or 0.0)}
+        note = (f"the rehearsal measured {rehearsal.measured_latency_mean_s:.0f} s per request against the "
+                f"model's {rehearsal.predicted_latency_s:.0f} s: re-planning with the measured one")  # fmt: skip
+        progress("fleet", {"note": note})
+        again = plan_capacity(goal, measured_latency_s=measured, profile_paths=paths)
+        out["replanned"] = {
+            "capacity": again.model_dump(mode="json"),
+            "same_fleet": again.chosen is not None and again.chosen.fleet == chosen.fleet,
+            "basis": "simulated, with the chosen plan's service time scaled to its rehearsal's measured mean "
+            "latency; other plans keep the model's (not rehearsed)",
+        }
     return out
 
 
@@ -79,6 +134,27 @@ def fleet_lines(fleet: dict[str, Any]) -> list[str]:
             f"${r['predicted_daily_cost_usd']:.2f} predicted (simulated day)"
         )
         lines.append(f"  meets the bound on the twin: {r['meets']}")
+        if r.get("measured_latency_mean_s") is not None:
+            sem = r["measured_latency_sem_s"] or 0.0
+            lines.append(f"  per request: measured {r['measured_latency_mean_s']:.1f} s (+-{sem:.1f}) "
+                         f"vs modelled {r['predicted_latency_s'] or 0:.1f} s")  # fmt: skip
     else:
         lines.append(f"  {fleet.get('note', 'not rehearsed')}")
-    return lines
+    return lines + _replanned_lines(fleet.get("replanned"), cap["percentile"])
+
+
+def _replanned_lines(again: dict[str, Any] | None, pct: int) -> list[str]:
+    """What re-planning with the rehearsal's measured latency gave (nothing when the two agreed)."""
+    if not again:
+        return []
+    new = again["capacity"].get("chosen")
+    if new is None:
+        return ["  re-planned with the measured latency: no simulated fleet meets the bound"]
+    if again["same_fleet"]:
+        return [f"  re-planned with the measured latency: the same fleet, ${new['daily_cost_usd']:.2f}/day"]
+    nf, auto = new["fleet"], new["fleet"]["autoscaler"]
+    return [
+        f"  re-planned with the measured latency: {nf['plan']} x{nf['servers_per_node']}/node on {nf['offer_id']} "
+        f"({nf['capacity']}), {auto['policy']} {auto['min_replicas']}-{auto['max_replicas']} node(s), "
+        f"p{pct} {new['p_e2e_s']:.0f} s, ${new['daily_cost_usd']:.2f}/day (simulated)"
+    ]

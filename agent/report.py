@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.agent.provenance import labels, provenance
+from worldtune.agent.report_fleet import fleet_html, write_fleet_day
 from worldtune.agent.report_interactive import write_interactive
 from worldtune.policies.pareto import Direction, pareto_frontier
 from worldtune.tools.deployment import Deployment
@@ -272,6 +273,7 @@ def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, s
         "<p>Colour: GPU type; marker: capacity (circle on-demand, triangle spot, square serverless); faint: "
         "predicted and never run; black edge: probed; thick edge: full runs; line: Pareto frontier, labelled by "
         "plan; hollow red star: chosen.</p>",
+        fleet_html(record),
         "<h2>Every measurement" + (" (simulated on the twin)" if prov["simulated"] else "") + "</h2>",
         _table(measured_rows, list(measured_rows[0]) if measured_rows else ["kind"]),
         "<h2>Candidates (run first, then the best predicted)</h2>",
@@ -304,10 +306,14 @@ def write_report(run_id: str, out_dir: str | Path | None = None, db_path: str | 
         images["latency_vs_throughput_png"],
     )
     _plot(record, "latency_s", "usd_per_clip", "latency per clip (s)", "USD per clip", images["cost_per_clip_png"])
+    if write_fleet_day(record, folder / "fleet_day.png"):  # a goal with traffic: its fleet's simulated day
+        images["fleet_day_png"] = folder / "fleet_day.png"
     interactive = folder / "candidates.html"
     if write_interactive(record, interactive):  # plotly: hover shows each candidate (the 'agent' extra has it)
         written["interactive_html"] = str(interactive)
     artifacts = deployment_artifacts(record)
+    if (record.get("fleet") or {}).get("skyserve_service_yaml"):  # the fleet's SkyServe service, autoscaling filled
+        artifacts["fleet_service_yaml"] = str(record["fleet"]["skyserve_service_yaml"]).rstrip()
     for name, text in artifacts.items():
         suffix = "sh" if name == "serve_commands" else "yaml"
         path = folder / f"{name.removesuffix('_yaml')}.{suffix}"

@@ -439,6 +439,8 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
     summary["rejected"] = [r.model_dump(mode="json") for r in search.rejected]
     summary["failed"] = dict(search.failures)
     summary["nearest"] = (state.get("decision") or {}).get("nearest") or []
+    # what the run's measurements taught it, per GPU type: the fleet step plans a goal's traffic with these
+    summary["learned_profiles"] = {g: search.beliefs[g].model_dump(mode="json") for g in search.posteriors}
     initial = search.model_copy(
         update={
             "beliefs": {g: Profile.model_validate(p) for g, p in (state.get("initial_beliefs") or {}).items()}

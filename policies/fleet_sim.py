@@ -284,5 +284,5 @@ def simulate_day(fleet: Fleet, arrivals: list[float], seed: int = 0, horizon_s: 
         preemptions=sim.preemptions, node_hours=hours, ondemand_node_hours=ondemand, cost_usd=cost,
         usd_per_clip=cost / len(sim.requests) if sim.requests else None,
         max_nodes=max((s.nodes for s in sim.timeline), default=0), timeline=sim.timeline,
-        e2e_samples_s=e2e.tolist(),
+        answers=[(r.arrival, r.done - r.arrival) for r in sim.requests], e2e_samples_s=e2e.tolist(),
     )  # fmt: skip

@@ -91,6 +91,15 @@ def _autoscalers(stable: int, servers: int, service_s: float) -> list[Autoscaler
     return out
 
 
+def _measured(est: Estimate, measured: dict[tuple[str, str], float] | None) -> Estimate:
+    """The estimate with its service and latency scaled to a measured mean latency of the same (GPU, plan)."""
+    seconds = (measured or {}).get((est.gpu, est.plan))
+    if seconds is None or not est.latency_s or not est.service_s:
+        return est
+    ratio = seconds / est.latency_s
+    return est.model_copy(update={"latency_s": seconds, "service_s": est.service_s * ratio})
+
+
 def _fleets(goal: Goal, est: Estimate, preempt: float) -> list[Fleet]:
     traffic = goal.traffic
     assert traffic is not None and est.service_s and est.latency_s
@@ -124,7 +133,7 @@ def judge_fleet(fleet: Fleet, traffic: Traffic, seeds: tuple[int, ...], pct: int
     meets = complete and (bound is None or p <= bound)
     why = "" if meets else ("requests left unanswered" if not complete else f"p{pct} {p:.0f} s > {bound:g} s")
     cost = sum(d.cost_usd for d in days) / len(days)
-    first = days[0].model_copy(update={"timeline": []})
+    first = days[0].model_copy(update={"timeline": [], "answers": []})
     return FleetChoice(fleet=fleet, day=first, daily_cost_usd=cost, p_e2e_s=p, meets=meets, why=why)
 
 
@@ -132,25 +141,31 @@ def plan_capacity(
     goal: Goal,
     profile_path: str | None = None,
     preemptions_per_node_hour: float = DEFAULT_PREEMPTIONS_PER_NODE_HOUR,
+    measured_latency_s: dict[tuple[str, str], float] | None = None,
+    profile_paths: dict[str, str] | None = None,
 ) -> CapacityPlan:
-    """The cheapest fleet whose simulated days meet the goal's end-to-end bound (see the module's basis)."""
+    """The cheapest fleet whose simulated days meet the goal's end-to-end bound (see the module's basis).
+    `measured_latency_s` maps (GPU, plan) to a measured mean latency per request (a rehearsal's): that plan's
+    service times are scaled to it; every other plan keeps the model's. `profile_paths` maps a GPU type to the
+    profile to predict it with (a tuning run's recalibrated one), else `profile_path`, else the shipped one."""
+    paths = {g: p for g in goal.gpus if (p := (profile_paths or {}).get(g, profile_path))}
     traffic = goal.traffic
     if traffic is None:
         raise InvalidInput("traffic", None, "arrivals to plan for, e.g. Traffic(shape='poisson', rate_per_hour=40)")
     if not 0 <= preemptions_per_node_hour <= 10:
         raise InvalidInput("preemptions_per_node_hour", preemptions_per_node_hour, "a rate from 0 to 10 per node-hour")
     pct, bound = traffic.e2e_percentile, traffic.e2e_bound_s
-    fleets = [f for gpu in goal.gpus for e in _plans(goal, gpu, profile_path)
-              for f in _fleets(goal, e, preemptions_per_node_hour)]  # fmt: skip
+    fleets = [f for gpu in goal.gpus for e in _plans(goal, gpu, paths.get(gpu))
+              for f in _fleets(goal, _measured(e, measured_latency_s), preemptions_per_node_hour)]  # fmt: skip
     if not fleets:
         raise InvalidInput("goal", goal.describe(), "a goal some plan can serve: one clip must fit the bound")
     first = sorted(_first_pass(fleets, traffic, pct, bound), key=lambda c: (not c.meets, c.daily_cost_usd))
-    chosen = _confirm(first, goal, profile_path, traffic)
+    chosen = _confirm(first, goal, paths, traffic)
     if chosen is None:  # every near-tie failed on more days: simulate what the first pass skipped, and go on
         seen = {c.fleet for c in first}
         first += sorted(_first_pass([f for f in fleets if f not in seen], traffic, pct, bound, prune=False),
                         key=lambda c: (not c.meets, c.daily_cost_usd))  # fmt: skip
-        chosen = _confirm(first, goal, profile_path, traffic)
+        chosen = _confirm(first, goal, paths, traffic)
     skyserve = _skyserve_default(chosen.fleet, traffic, pct, bound) if chosen else None
     return CapacityPlan(
         traffic=traffic, percentile=pct, bound_s=bound, chosen=chosen, skyserve_default=skyserve,
@@ -162,21 +177,25 @@ def plan_capacity(
             "the day starts with min_replicas nodes warm; nodes are billed from launch to teardown",
             "serverless capacity is not modelled; a 2-GPU plan rents the smallest node that fits and runs more "
             "replicas on it",
+            *[f"{gpu}: service times predicted with {path}" for gpu, path in sorted(paths.items())],
+            *[f"{gpu} {plan}: service time scaled to the measured mean latency {sec:.1f} s (the rehearsal's)"
+              for (gpu, plan), sec in sorted((measured_latency_s or {}).items())],
         ],
     )  # fmt: skip
 
 
-def _confirm(first: list[FleetChoice], goal: Goal, profile_path: str | None, traffic: Traffic) -> FleetChoice | None:
+def _confirm(first: list[FleetChoice], goal: Goal, paths: dict[str, str], traffic: Traffic) -> FleetChoice | None:
     """The cheapest first-pass fleet that meets the bound on more seeded days and at the pessimistic latency."""
     pct, bound = traffic.e2e_percentile, traffic.e2e_bound_s
     for cand in sorted((c for c in first if c.meets), key=lambda c: c.daily_cost_usd)[:CONFIRM_MAX]:
         cand = judge_fleet(cand.fleet, traffic, (0, *CONFIRM_SEEDS), pct, bound)
         if not cand.meets:
             continue
-        worst = judge_fleet(_pessimistic(cand.fleet, goal, profile_path), traffic, (0, *CONFIRM_SEEDS), pct, bound)
+        worst = judge_fleet(_pessimistic(cand.fleet, goal, paths.get(cand.fleet.gpu)), traffic, (0, *CONFIRM_SEEDS),
+                            pct, bound)  # fmt: skip
         if worst.meets:
-            timeline = simulate_day(cand.fleet, traffic.arrivals(seed=0), seed=0).timeline
-            day = cand.day.model_copy(update={"timeline": timeline})
+            kept = simulate_day(cand.fleet, traffic.arrivals(seed=0), seed=0)
+            day = cand.day.model_copy(update={"timeline": kept.timeline, "answers": kept.answers})
             return cand.model_copy(update={"p_e2e_pessimistic_s": worst.p_e2e_s, "day": day})
     return None
 

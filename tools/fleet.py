@@ -137,6 +137,9 @@ class FleetDay(BaseModel):
     usd_per_clip: float | None = None
     max_nodes: int = 0
     timeline: list[Sample] = Field(default_factory=list)
+    answers: list[tuple[float, float]] = Field(
+        default_factory=list, description="(arrival s, end to end s) of every request: kept with the timeline"
+    )
     e2e_samples_s: list[float] = Field(default_factory=list, exclude=True, description="every request's end to end")
 
     def percentile(self, p: int) -> float:

@@ -50,10 +50,24 @@ class FleetRehearsal(BaseModel):
         description="launch-to-ready wall time x time scale: the twin's model load plus process start-up, which "
         "does not shrink with the time scale (an upper bound; no provisioning locally)",
     )
+    measured_latency_mean_s: float | None = Field(
+        default=None,
+        description="mean server time (X-Inference-Time-S, model seconds) of the requests that found their server "
+        "idle: the plan's own latency per request, measured",
+    )
+    measured_latency_sem_s: float | None = Field(default=None, description="its standard error")
+    predicted_latency_s: float | None = Field(default=None, description="the model's latency per request")
     measured_daily_cost_usd: float = Field(description="the rehearsed nodes billed for 24 h at the offer's price")
     predicted_daily_cost_usd: float
     meets: bool | None = None
     deployments: list[str] = Field(default_factory=list)
+
+    def latency_disagrees(self, tolerance: float = 0.03) -> bool:
+        """The measured mean latency differs from the model's by more than `tolerance` and two standard errors."""
+        if self.measured_latency_mean_s is None or not self.predicted_latency_s or self.measured_latency_sem_s is None:
+            return False  # one idle-server request or none: too few to say the model is off
+        gap = abs(self.measured_latency_mean_s - self.predicted_latency_s)
+        return gap > tolerance * self.predicted_latency_s and gap > 2 * (self.measured_latency_sem_s or 0.0)
 
 
 def _node_plan(fleet: Fleet) -> str:
@@ -106,6 +120,9 @@ def _compare(fleet: Fleet, traffic: Traffic, nodes: int, requests: int, scale: f
     ok = [s for s in samples if s.get("ok")]
     lat = np.asarray([float(str(s["latency_s"])) for s in ok])
     waits = np.asarray([float(str(s["latency_s"])) - float(str(s.get("server_time_s") or 0.0)) for s in ok])
+    # a request sent to an idle server: its server time is the plan's own latency (no queue in it)
+    own = np.asarray([float(str(s["server_time_s"])) for s in ok
+                      if s.get("server_time_s") is not None and s.get("queue_ahead") == 0])  # fmt: skip
     fixed = fleet.model_copy(update={"autoscaler": Autoscaler(policy="fixed", min_replicas=nodes, max_replicas=nodes),
                                      "preemptions_per_node_hour": 0.0, "capacity": "on-demand"})  # fmt: skip
     arrivals = Traffic(shape="poisson", rate_per_hour=traffic.peak_rate_per_hour).arrivals(seed=17)
@@ -118,6 +135,9 @@ def _compare(fleet: Fleet, traffic: Traffic, nodes: int, requests: int, scale: f
         measured_p50_s=float(np.percentile(lat, 50)) if lat.size else None, predicted_p50_s=predicted.percentile(50),
         measured_wait_mean_s=float(waits.mean()) if waits.size else None, predicted_wait_mean_s=predicted.wait_mean_s,
         measured_cold_start_s=max(loads) if loads else None,
+        measured_latency_mean_s=float(own.mean()) if own.size else None,
+        measured_latency_sem_s=float(own.std(ddof=1) / np.sqrt(own.size)) if own.size > 1 else None,
+        predicted_latency_s=fleet.latency_s,
         measured_daily_cost_usd=nodes * fleet.usd_per_node_hour * 24, predicted_daily_cost_usd=predicted_cost,
         meets=None if measured_p is None or bound is None else (measured_p <= bound and len(ok) == requests),
         deployments=deployments,

@@ -121,6 +121,16 @@ class Store:
             )
         self.release_owner(run_id)
 
+    def add_to_summary(self, run_id: str, key: str, value: Any) -> None:
+        """Put one more entry in a finished run's summary (what was done after the run, e.g. its fleet)."""
+        with self._connect() as db:
+            row = db.execute("SELECT summary FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                return
+            summary = json.loads(row[0]) if row[0] else {}
+            summary[key] = value
+            db.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(summary, default=str), run_id))
+
     # ---- owners and their heartbeats ---------------------------------------------------------------
     def claim_owner(self, owner_id: str, kind: str, detach: bool | None = None) -> None:
         """This process owns `owner_id` from now on (a resume takes over a dead owner's run) and heartbeats it."""

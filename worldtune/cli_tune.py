@@ -188,8 +188,12 @@ def register(app: typer.Typer) -> None:
                     outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
             if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
                 from worldtune.agent.fleet_step import fleet_for
+                from worldtune.tools.store import Store
 
-                outcome["fleet"] = fleet_for(parsed.goal, infra, engine, options.time_scale, db, _printer(as_json))
+                outcome["fleet"] = fleet_for(parsed.goal, infra, engine, options.time_scale, db, _printer(as_json),
+                                             twin_profiles=options.twin_profiles(),
+                                             learned_profiles=outcome["summary"].get("learned_profiles"))  # fmt: skip
+                Store(db).add_to_summary(outcome["run_id"], "fleet", outcome["fleet"])  # the report draws its day
         except RunStopped as exc:
             raise _stopped(exc, as_json) from exc
         except (WorldtuneError, ValueError) as exc:

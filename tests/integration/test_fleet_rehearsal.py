@@ -26,4 +26,8 @@ def test_two_twin_nodes_answer_open_loop_arrivals_and_are_torn_down(tmp_path: Pa
     assert result.measured_p_s is not None and result.measured_p_s > 0 and result.predicted_p_s
     assert result.measured_daily_cost_usd == pytest.approx(2 * 11.6 * 24)
     assert "measured" in result.basis and "predicted" in result.basis
+    # the requests that found their server idle give the plan's own latency: never below the model the twin serves
+    # (a loaded machine only adds wall time, scaled), and not the busy time between answers (service_s, 90.8 s)
+    assert result.measured_latency_mean_s is not None and result.predicted_latency_s == 100.4
+    assert result.measured_latency_mean_s >= 0.97 * 100.4
     assert {d.state for d in store.list_deployments()} <= {"terminated"}  # nothing left running

@@ -10,10 +10,12 @@ import anyio
 import pytest
 from mcp import Client
 
+from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.capacity import plan_capacity
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.goal import Goal
 from worldtune.tools.mcp_server import build_server
+from worldtune.tools.profile import Profile
 from worldtune.tools.traffic import Traffic
 
 TRAFFIC = Traffic(shape="poisson", rate_per_hour=40, e2e_bound_s=600, e2e_percentile=95)
@@ -96,7 +98,7 @@ def test_start_tuning_refuses_a_trace_a_remote_client_names(tmp_path: Path) -> N
 def test_the_tune_step_prints_the_fleet_and_writes_its_service(planned: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from worldtune.agent import fleet_step
 
-    monkeypatch.setattr(fleet_step, "plan_capacity", lambda goal: planned)
+    monkeypatch.setattr(fleet_step, "plan_capacity", lambda goal, **kwargs: planned)
     seen: list[str] = []
     goal = Goal(gpus=["H200"], traffic=TRAFFIC)
     out = fleet_step.fleet_for(goal, "nebius", "vllm-omni", 1.0, None, lambda kind, data: seen.append(data["note"]))
@@ -105,3 +107,102 @@ def test_the_tune_step_prints_the_fleet_and_writes_its_service(planned: Any, mon
     lines = fleet_step.fleet_lines(out)
     assert lines[0].startswith("fleet: ") and "predicted (simulated): p95" in lines[1] and "/day" in lines[1]
     assert fleet_step.fleet_for(Goal(), "local", "twin", 300.0, None, lambda k, d: None) is None
+
+
+# ---- the rehearsal fed back, and the report's simulated day ----------------------------------------------------
+def test_a_measured_latency_rescales_that_plan_and_only_that_plan(planned: Any) -> None:
+    chosen = planned.chosen.fleet
+    slower = {(chosen.gpu, chosen.plan): chosen.latency_s * 1.5}
+    again = plan_capacity(Goal(gpus=["H200"], capacities=["on-demand"], traffic=TRAFFIC), measured_latency_s=slower)
+    assert again.chosen is not None and again.chosen.meets
+    assert any(chosen.plan in a and "measured" in a for a in again.assumptions)
+    if again.chosen.fleet.plan == chosen.plan:  # kept: at the measured speed, so at least as many servers
+        assert again.chosen.fleet.service_s == pytest.approx(chosen.service_s * 1.5)
+        assert again.chosen.fleet.latency_s == pytest.approx(chosen.latency_s * 1.5)
+    assert again.chosen.daily_cost_usd >= planned.chosen.daily_cost_usd * 0.98  # a slower plan buys nothing cheaper
+
+
+def _rehearsal(measured: float | None, sem: float | None, predicted: float = 100.0) -> Any:
+    from worldtune.tools.fleet_rehearsal import FleetRehearsal
+
+    return FleetRehearsal(nodes=1, servers=1, requests=10, answered=10, time_scale=300, percentile=95,
+                          measured_p_s=200.0, predicted_p_s=190.0, measured_wait_mean_s=12.0,
+                          predicted_wait_mean_s=10.0, measured_latency_mean_s=measured,
+                          measured_latency_sem_s=sem, predicted_latency_s=predicted, measured_daily_cost_usd=278.4,
+                          predicted_daily_cost_usd=278.4, meets=True)  # fmt: skip
+
+
+def test_a_rehearsal_disagrees_only_past_the_tolerance_and_its_noise() -> None:
+    assert not _rehearsal(102.0, 0.5).latency_disagrees()  # 2% off: within the tolerance
+    assert _rehearsal(110.0, 1.0).latency_disagrees()  # 10% off, well past two standard errors
+    assert not _rehearsal(110.0, 8.0).latency_disagrees()  # 10% off but within its own noise
+    assert not _rehearsal(None, None).latency_disagrees()  # nothing measured on an idle server: nothing to feed
+
+
+def test_the_fleet_step_feeds_a_disagreeing_rehearsal_back_and_tries_each_twin_profile(
+    planned: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worldtune.agent import fleet_step
+
+    calls: list[Any] = []
+
+    def plan(goal: Goal, measured_latency_s: Any = None, profile_paths: Any = None) -> Any:
+        calls.append(measured_latency_s)
+        learned.append(Profile.load(profile_paths["H200"]).attn_tflops)  # the run's learned profile, written out
+        return planned
+
+    learned: list[float] = []
+
+    tried: list[str | None] = []
+
+    def rehearse(*args: Any, twin_profile: str | None = None, **kwargs: Any) -> Any:
+        tried.append(twin_profile)
+        if twin_profile == "b200.yaml":
+            raise InvalidInput("twin_profile", twin_profile, "a profile for H200", "it is for B200")
+        return _rehearsal(planned.chosen.fleet.latency_s * 1.2, 0.5, planned.chosen.fleet.latency_s)
+
+    monkeypatch.setattr(fleet_step, "plan_capacity", plan)
+    monkeypatch.setattr(fleet_step, "rehearse_fleet", rehearse)
+    notes: list[str] = []
+    goal = Goal(gpus=["H200"], traffic=TRAFFIC)
+    profiles = ["b200.yaml", "h200.yaml"]
+    taught = {"H200": shipped_profile("H200").with_changes(attn_tflops=500.0).model_dump(mode="json")}
+    out = fleet_step.fleet_for(goal, "local", "twin", 300.0, None, lambda k, d: notes.append(d["note"]), profiles,
+                               learned_profiles=taught)  # fmt: skip
+    assert learned == [500.0, 500.0] and "recalibrated H200" in notes[0]
+    assert out is not None and tried == ["b200.yaml", "h200.yaml"]
+    key = (planned.chosen.fleet.gpu, planned.chosen.fleet.plan)
+    assert calls == [None, {key: pytest.approx(planned.chosen.fleet.latency_s * 1.2)}]
+    assert out["replanned"]["same_fleet"] and "re-planning" in notes[-1]
+    assert any("re-planned with the measured latency: the same fleet" in line for line in fleet_step.fleet_lines(out))
+
+
+def test_the_report_draws_the_chosen_fleets_simulated_day(planned: Any, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from worldtune.agent.report_fleet import fleet_html, write_fleet_day
+
+    fleet = {"capacity": planned.model_dump(mode="json"), "rehearsal": None, "note": "not rehearsed"}
+    record = {"fleet": fleet}
+    day = planned.chosen.day
+    assert len(day.answers) == day.arrivals and all(e > 0 for _, e in day.answers)
+    assert write_fleet_day(record, tmp_path / "day.png") and (tmp_path / "day.png").stat().st_size > 10_000
+    assert "Fleet for the goal" in fleet_html(record) and "predicted (simulated)" in fleet_html(record)
+    assert not write_fleet_day({}, tmp_path / "none.png") and not (tmp_path / "none.png").exists()
+    assert fleet_html({}) == ""
+
+
+def test_a_learned_profile_sets_the_fleets_service_times(planned: Any, tmp_path: Path) -> None:
+    from worldtune.tools.estimate import estimate_plan
+    from worldtune.tools.plan import Plan
+
+    slow = shipped_profile("H200").with_changes(attn_tflops=shipped_profile("H200").attn_tflops * 0.7)
+    path = tmp_path / "H200-learned.yaml"
+    slow.dump(path)
+    goal = Goal(gpus=["H200"], capacities=["on-demand"], traffic=TRAFFIC)
+    taught = plan_capacity(goal, profile_paths={"H200": str(path)})
+    assert taught.chosen is not None and any(str(path) in a for a in taught.assumptions)
+    fleet = taught.chosen.fleet
+    assert fleet.latency_s == pytest.approx(
+        estimate_plan(goal.workload, "H200", Plan.parse(fleet.plan), slow).latency_s
+    )
+    assert taught.chosen.daily_cost_usd >= planned.chosen.daily_cost_usd * 0.98  # slower GPUs buy nothing cheaper

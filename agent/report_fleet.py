@@ -1,0 +1,73 @@
+"""The report's fleet section: the simulated day of the chosen fleet (replicas, queue, latency over time) and
+its rehearsal on twins, for a run whose goal had traffic (agent/fleet_step.py put it in the run's summary)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+
+def chosen_day(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the chosen fleet's choice, its simulated day with a timeline), or None when there is none to draw."""
+    fleet = record.get("fleet") or {}
+    chosen = (fleet.get("capacity") or {}).get("chosen")
+    if not chosen or not chosen.get("day", {}).get("timeline"):
+        return None
+    return chosen, chosen["day"]
+
+
+def write_fleet_day(record: dict[str, Any], path: Path) -> bool:
+    """Three panels over the simulated day: nodes billed and ready, requests queued, each request's end-to-end
+    latency at its arrival against the bound. False (nothing written) without a fleet."""
+    found = chosen_day(record)
+    if found is None:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    chosen, day = found
+    cap = record["fleet"]["capacity"]
+    hours = [s["t_s"] / 3600 for s in day["timeline"]]
+    fig, (nodes, queue, latency) = plt.subplots(3, 1, figsize=(9, 7.5), dpi=110, sharex=True)
+    nodes.step(hours, [s["nodes"] for s in day["timeline"]], where="post", label="nodes billed", c="#1f77b4")
+    nodes.step(hours, [s["ready"] for s in day["timeline"]], where="post", label="nodes ready", c="#2ca02c", ls="--")
+    nodes.set_ylabel("nodes")
+    nodes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    nodes.legend(fontsize=8, loc="upper left")
+    queue.step(hours, [s["queued"] for s in day["timeline"]], where="post", c="#ff7f0e")
+    queue.set_ylabel("requests queued")
+    answers = day.get("answers") or []
+    latency.scatter([a / 3600 for a, _ in answers], [e for _, e in answers], s=6, c="#555555", label="each request")
+    if cap.get("bound_s"):
+        latency.axhline(cap["bound_s"], ls="--", c="#d62828", lw=0.8, label=f"p{cap['percentile']} bound")
+    latency.set_ylabel("end to end (s)")
+    latency.set_xlabel("hour of the simulated day")
+    latency.legend(fontsize=8, loc="upper left")
+    for ax in (nodes, queue, latency):
+        ax.grid(alpha=0.3)
+    f = chosen["fleet"]
+    fig.suptitle(
+        f"SIMULATED day (seed {day['seed']}): {f['plan']} x{f['servers_per_node']}/node on {f['offer_id']} "
+        f"({f['capacity']}), {f['autoscaler']['policy']} {f['autoscaler']['min_replicas']}-"
+        f"{f['autoscaler']['max_replicas']}; ${day['cost_usd']:.2f}, {day['arrivals']} requests",
+        fontsize=8,
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def fleet_html(record: dict[str, Any]) -> str:
+    """The fleet's lines (the console's, agent/fleet_step.fleet_lines) as an HTML section; empty without one."""
+    fleet = record.get("fleet")
+    if not fleet:
+        return ""
+    from worldtune.agent.fleet_step import fleet_lines
+
+    items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in fleet_lines(fleet))
+    return f"<h2>Fleet for the goal's traffic</h2><ul>{items}</ul>"
