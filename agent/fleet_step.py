@@ -94,11 +94,17 @@ def _fleet(
         again = plan_capacity(goal, measured_latency_s=measured, profile_paths=paths)
         out["replanned"] = {
             "capacity": again.model_dump(mode="json"),
-            "same_fleet": again.chosen is not None and again.chosen.fleet == chosen.fleet,
+            "same_fleet": again.chosen is not None and _shape(again.chosen.fleet) == _shape(chosen.fleet),
             "basis": "simulated, with the chosen plan's service time scaled to its rehearsal's measured mean "
             "latency; other plans keep the model's (not rehearsed)",
         }
     return out
+
+
+def _shape(fleet: Any) -> tuple[Any, ...]:
+    """What a user rents and sets: plan, offer, capacity, servers per node, autoscaler, fallback (not the speed)."""
+    return (fleet.plan, fleet.offer_id, fleet.capacity, fleet.servers_per_node, fleet.autoscaler,
+            fleet.base_ondemand_fallback)  # fmt: skip
 
 
 def fleet_lines(fleet: dict[str, Any]) -> list[str]:
@@ -151,7 +157,8 @@ def _replanned_lines(again: dict[str, Any] | None, pct: int) -> list[str]:
     if new is None:
         return ["  re-planned with the measured latency: no simulated fleet meets the bound"]
     if again["same_fleet"]:
-        return [f"  re-planned with the measured latency: the same fleet, ${new['daily_cost_usd']:.2f}/day"]
+        return [f"  re-planned with the measured latency: the same fleet still meets the bound, p{pct} "
+                f"{new['p_e2e_s']:.0f} s, ${new['daily_cost_usd']:.2f}/day (simulated)"]  # fmt: skip
     nf, auto = new["fleet"], new["fleet"]["autoscaler"]
     return [
         f"  re-planned with the measured latency: {nf['plan']} x{nf['servers_per_node']}/node on {nf['offer_id']} "

@@ -76,9 +76,10 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     search = ws.initial_state(goal, offers).model_copy(update={"reuse_nodes": options.reuse_nodes})
     ranked = ws.candidates(search)
     feasible = [c for c in ranked if c.feasible]
-    plan = ws.search_plan(search, options.parallel, options.reuse_nodes)
+    plan, lanes_why = ws.lanes_for_deadline(search, options.parallel, options.reuse_nodes)
     usd, gpu_hours, keys = plan.usd, plan.gpu_hours, plan.keys
     estimate = {
+        "parallel": plan.parallel,
         "usd": round(usd, 2),
         "gpu_hours": round(gpu_hours, 2),
         "answer_hours": round(plan.answer_s / 3600.0, 2),
@@ -96,12 +97,18 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     }
     top = [f"{c.plan} on {c.offer.id}: {c.usd_per_clip:.3f} $/clip, p50 {c.latency_s:.0f} s" for c in feasible[:3]]
     _emit(runtime, "candidates", count=len(ranked), feasible=len(feasible), top=top, estimate=estimate)
+    if lanes_why:
+        estimate["parallel_why"] = lanes_why
+        _emit(runtime, "plan", note=lanes_why)
     return {
         "search": search.model_dump(mode="json"),
         "initial_beliefs": {g: p.model_dump(mode="json") for g, p in search.beliefs.items()},
         "spend_estimate": estimate,
         "learned": 0,
-        "events": [f"{len(ranked)} candidates ({len(feasible)} predicted to meet the goal); expect ${usd:.2f}"],
+        # a deadline may buy lanes: every node after this one (decide, the answer's time) runs with them
+        "options": {**dict(state.get("options") or {}), "parallel": plan.parallel},
+        "events": [f"{len(ranked)} candidates ({len(feasible)} predicted to meet the goal); expect ${usd:.2f}"]
+        + ([lanes_why] if lanes_why else []),
     }
 
 

@@ -7,8 +7,10 @@ plan, not provisioning and a cold load: the node is kept and the plan changed in
 A node is released as soon as its last contender is done, so its hours end there.
 
 Time to a verified answer is the wall time of the search on real infra: provisioning, loads and requests,
-node after node; with `parallel` N, nodes on different offers overlap (N lanes, the longest node first to
-the least loaded lane); contenders on one node run one after another.
+node after node; with `parallel` N, an offer's contenders are dealt over up to N nodes of it (each pays its
+own provisioning and cold load: dollars for time), and nodes overlap (N lanes, the longest node first to
+the least loaded lane); contenders on one node run one after another. `lanes_for_deadline` picks the fewest
+lanes whose modelled time meets a goal's `answer within` inside its budget.
 """
 
 from __future__ import annotations
@@ -88,6 +90,13 @@ def search_plan(
     groups: dict[str, list[tuple[int, ws.Candidate]]] = {}
     for i, cand in enumerate(near):
         groups.setdefault(cand.offer.id if reuse_nodes else cand.key, []).append((i, cand))
+    if parallel > 1:  # N lanes rent up to N nodes of one offer (the graph deploys a new node for a second action)
+        split: dict[str, list[tuple[int, ws.Candidate]]] = {}
+        for group, members in groups.items():
+            k = min(parallel, len(members))
+            for j, member in enumerate(members):
+                split.setdefault(f"{group}#{j % k}", []).append(member)
+        groups = split
     used: list[NodeUse] = []
     requests = ws.full_requests(state.goal)
     for members in groups.values():
@@ -113,4 +122,32 @@ def search_plan(
         reuse_nodes=reuse_nodes,
         keys=[c.key for c in near],
         nodes=used,
+    )
+
+
+MAX_LANES = 4  # the most nodes a deadline may make the search rent at once
+
+
+def lanes_for_deadline(
+    state: ws.SearchState, parallel: int = 1, reuse_nodes: bool = True
+) -> tuple[SearchPlan, str | None]:
+    """The search plan with the fewest lanes (from `parallel`, at most MAX_LANES) whose modelled time to a verified
+    answer meets the goal's `answer within` and whose modelled spend fits the budget, and why it has that many;
+    without a deadline, or when none meets it, the plan at `parallel` (and why, for the latter)."""
+    given = search_plan(state, parallel, reuse_nodes)
+    deadline = state.goal.answer_within_s
+    if deadline is None or given.answer_s <= deadline:
+        return given, None
+    for lanes in range(parallel + 1, MAX_LANES + 1):
+        plan = search_plan(state, lanes, reuse_nodes)
+        if plan.answer_s <= deadline and sum(n.usd for n in plan.nodes) <= state.goal.budget_usd:
+            return plan, (
+                f"{lanes} lanes: {given.answer_s / 3600:.2f} h modelled at {parallel} is past the goal's answer within "
+                f"{deadline / 3600:g} h; {lanes} nodes at once make it {plan.answer_s / 3600:.2f} h for "
+                f"${plan.usd:.2f} instead of ${given.usd:.2f} (dollars for time, inside the ${state.goal.budget_usd:g} "
+                "budget)"
+            )
+    return given, (
+        f"no lane count up to {MAX_LANES} meets the goal's answer within {deadline / 3600:g} h inside the "
+        f"${state.goal.budget_usd:g} budget: the search runs at {parallel} and stops when the time is up"
     )

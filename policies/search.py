@@ -545,6 +545,15 @@ def search_plan(state: SearchState, parallel: int = 1, reuse_nodes: bool = True)
     return nodes.search_plan(state, parallel, reuse_nodes)
 
 
+def lanes_for_deadline(
+    state: SearchState, parallel: int = 1, reuse_nodes: bool = True
+) -> tuple[nodes.SearchPlan, str | None]:
+    """nodes.lanes_for_deadline: the fewest lanes whose modelled time meets the goal's answer within."""
+    from worldtune.policies import nodes
+
+    return nodes.lanes_for_deadline(state, parallel, reuse_nodes)
+
+
 def held_offers(state: SearchState) -> set[str]:
     """Offer ids of the nodes the search holds now (one per live deployment); none when it does not reuse them."""
     return {key.split("|", 1)[0] for key in state.deployed} if state.reuse_nodes else set()

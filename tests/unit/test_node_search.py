@@ -78,3 +78,24 @@ def test_answer_within_is_read_refused_and_respected() -> None:
     decision = ws.decide(tight)
     assert decision.stop_kind == "deadline" and "time to answer reached" in (decision.stop_reason or "")
     assert ws.decide(ws.initial_state(goal, list_offers())).actions  # an hour leaves room to start
+
+
+def test_a_deadline_buys_lanes_dollars_for_time_inside_the_budget() -> None:
+    state = main_state()
+    serial = nodes.search_plan(state)
+    plan, why = nodes.lanes_for_deadline(state)
+    assert plan == serial and why is None  # no deadline: nothing bought
+    # a deadline the serial search misses but two nodes of the offer at once meet
+    goal = state.goal.model_copy(update={"answer_within_s": serial.answer_s * 0.75})
+    plan, why = nodes.lanes_for_deadline(state.model_copy(update={"goal": goal}))
+    assert plan.parallel >= 2 and plan.answer_s <= goal.answer_within_s and why and "dollars for time" in why
+    assert plan.usd > serial.usd and plan.deployments > serial.deployments  # each extra node pays its cold start
+    assert nodes.search_plan(state, plan.parallel - 1).answer_s > goal.answer_within_s  # the fewest that meet it
+    # too tight for any lane count: the search keeps its lanes and says so (it stops when the time is up)
+    tight = state.model_copy(update={"goal": goal.model_copy(update={"answer_within_s": 600.0})})
+    plan, why = nodes.lanes_for_deadline(tight)
+    assert plan.parallel == 1 and why and "no lane count" in why
+    # nor when the lanes would not fit the budget
+    poor = state.model_copy(update={"goal": goal.model_copy(update={"budget_usd": serial.usd * 1.01})})
+    plan, why = nodes.lanes_for_deadline(poor)
+    assert plan.parallel == 1 and why and "budget" in why
