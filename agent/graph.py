@@ -95,11 +95,10 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
         "infra": options.infra,
         "priced_as": "the offers' prices for the modelled GPU time (twin rehearsal)" if options.twin else "the offers",
     }
+    if lanes_why:  # a deadline bought lanes, or could not
+        estimate["parallel_why"] = lanes_why
     top = [f"{c.plan} on {c.offer.id}: {c.usd_per_clip:.3f} $/clip, p50 {c.latency_s:.0f} s" for c in feasible[:3]]
     _emit(runtime, "candidates", count=len(ranked), feasible=len(feasible), top=top, estimate=estimate)
-    if lanes_why:
-        estimate["parallel_why"] = lanes_why
-        _emit(runtime, "plan", note=lanes_why)
     return {
         "search": search.model_dump(mode="json"),
         "initial_beliefs": {g: p.model_dump(mode="json") for g, p in search.beliefs.items()},

@@ -44,6 +44,8 @@ def _printer(as_json: bool) -> Any:
                     f"  time to a verified answer ~{est['answer_hours']:.2f} h (modelled), {est['deployments']} "
                     f"node(s), {est['cold_loads']} cold + {est['warm_loads']} warm load(s)"
                 )
+            if est.get("parallel_why"):
+                err_console.print(f"  {escape(est['parallel_why'])}")
         elif kind == "next":
             err_console.print(f"[cyan]{data['kind']}[/] {data['key']}: {data['reason']} (~${data['expected_usd']:.2f})")
         elif kind == "measured":

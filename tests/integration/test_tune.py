@@ -95,6 +95,18 @@ def test_approval_interrupt_then_resume_in_a_new_process(tmp_path: Path) -> None
     nothing_left_running(db)
 
 
+def test_a_deadline_buys_lanes_in_the_estimate_shown_before_approval(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    first = run("tune", GOAL + ", answer within 6 hours", "--json", "--db", str(db))
+    waiting = json.loads(first.stdout)
+    est = waiting["question"]["spend_estimate"]
+    assert est["parallel"] >= 2 and "dollars for time" in est["parallel_why"], est
+    assert est["answer_hours"] <= 6 and est["deployments"] >= est["parallel"]
+    assert Store(db).list_deployments() == []  # shown before anything starts
+    declined = run("resume", waiting["thread_id"], "--no", "--json", "--db", str(db))
+    assert declined.returncode == 3 and Store(db).list_deployments() == []
+
+
 def test_declined_spend_starts_nothing(tmp_path: Path) -> None:
     db = tmp_path / "wt.db"
     first = run("tune", GOAL, "--json", "--db", str(db))
