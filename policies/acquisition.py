@@ -11,8 +11,10 @@ model's, or its probe's); measured candidates keep their measured values. From t
 Once something is verified, the most likely optimum gets its full run once its probe pins it. Before, a
 full run (many probes' worth) goes to the probed candidate whose verification would most likely let the
 search stop (P(no open candidate beats it by the margin) of at least VERIFY_LEVEL), so the claim's requests
-are not spent on a first probe's plan that the next probes displace. Otherwise the best value per dollar is
-probed, which is how a plan whose only use is to tell two hypotheses apart gets chosen.
+are not spent on a first probe's plan that the next probes displace. Either way, an unprobed candidate goes
+first when P(it beats the full run's plan by the margin) x the full run's cost exceeds its probe's cost.
+Otherwise the best value per dollar is probed, which is how a plan whose only use is to tell two hypotheses
+apart gets chosen.
 """
 
 from __future__ import annotations
@@ -196,6 +198,35 @@ def p_stop_if_verified(d: Draws, open_: np.ndarray, indices: list[int], margin: 
     return np.asarray(out)
 
 
+def _probe_first(
+    state: ws.SearchState, d: Draws, order: list[tuple[float, int, str]], full: int, ready: set[str],
+    open_: np.ndarray, held: set[str], requests: int, margin: float,
+) -> list[tuple[float, int, str]]:  # fmt: skip
+    """Before a full run of `full` (many probes' worth): an unprobed open candidate whose probe costs less than
+    what it would likely save goes first. The saving is P(it is feasible and beats `full` by the margin) x the full
+    run's cost, since that full run would then be spent on a plan the search does not end on."""
+    cands = d.cands
+    target = cands[full]
+    _, full_usd = ws.action_cost(target, "full", target.key in state.deployed, requests=requests,
+                                 node_held=target.offer.id in held)  # fmt: skip
+    own = d.objective[full]
+    best_gain, pick = 0.0, None
+    for i, c in enumerate(cands):
+        if i == full or not open_[i] or c.key in ready:
+            continue
+        p = float((d.feasible[i] & (d.objective[i] < own - margin * np.abs(own))).mean())
+        if p * full_usd <= 0.0:
+            continue
+        _, probe_usd = ws.action_cost(c, "probe", c.key in state.deployed, node_held=c.offer.id in held)
+        gain = p * full_usd - probe_usd
+        if gain > best_gain:
+            best_gain, pick = gain, i
+    if pick is None:
+        return order
+    kept = [entry for entry in order if entry[2] != "likeliest optimum"]
+    return [(1e300, pick, "could displace the likeliest optimum"), *kept]
+
+
 def _choose(
     state: ws.SearchState, d: Draws, ei: np.ndarray, value: np.ndarray, open_: np.ndarray,
     best: ws.Candidate | None, parallel: int, p_beaten: float | None, p_any: float, margin: float = 0.03,
@@ -233,6 +264,9 @@ def _choose(
             order.append((1e300, lead, "likeliest optimum"))
     requests = ws.full_requests(goal)
     held = ws.held_offers(state)  # nodes the search holds: a candidate there pays a warm load, no provisioning
+    full = next((i for score, i, why in order if why == "likeliest optimum"), None)
+    if full is not None:
+        order = _probe_first(state, d, order, full, ready, open_, held, requests, margin)
     for i, c in enumerate(cands):
         if open_[i] and value[i] > 0:
             _, usd = ws.action_cost(
@@ -324,6 +358,9 @@ def _why(
                 + text)  # fmt: skip
     elif why == "likeliest optimum":
         text = f"the likeliest optimum, pinned by its probe: a full run of {requests} requests verifies it; " + text
+    elif why == "could displace the likeliest optimum":
+        text = ("probed before the likeliest optimum's full run: the chance it beats that plan by more than the "
+                "margin, times the full run's cost, is more than this probe costs; " + text)  # fmt: skip
     if learns:
         text += "; would narrow " + ", ".join(learns)
     if best is not None:

@@ -112,6 +112,29 @@ def test_nothing_verified_a_full_run_goes_only_to_a_probe_that_would_let_the_sea
     assert full and "most likely ends the search" in full[0].reason and "P(no open candidate beats it" in full[0].reason
 
 
+def test_a_cheap_probe_that_could_displace_the_full_runs_plan_goes_before_it() -> None:
+    """A full run is ~20 probes' worth: with a near plan probed and the predicted best not yet, probing the best
+    first is cheaper than the full run it would likely waste (its chance to beat the near plan by the margin x the
+    full run's cost exceeds its probe's cost); once both are probed, the full run goes ahead."""
+    state = ws.initial_state(_goal(), all_offers("snapshot"))
+    ranked = [c for c in ws.candidates(state) if c.feasible]
+    top = ranked[0]
+    other = [c for c in ranked[1:] if c.offer.id == top.offer.id and ws.hardware_key(c.key) != ws.hardware_key(top.key)]
+    # 1.5-2.5% dearer: within the 3% margin on its prediction, yet the best may well beat it by more
+    near = next(c for c in other if top.usd_per_clip * 1.015 < c.usd_per_clip <= top.usd_per_clip * 1.025)
+
+    def probed(state: ws.SearchState, cand: ws.Candidate) -> ws.SearchState:
+        m = ws.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
+        return ws.record(state, m)
+
+    one = probed(state, near)
+    first = ws.decide(one).actions[0]
+    assert first.kind == "probe" and first.key == top.key, first
+    assert "probed before the likeliest optimum's full run" in first.reason
+    both = probed(one, next(c for c in ws.candidates(one) if c.key == first.key))
+    assert any(a.kind == "full" for a in ws.decide(both).actions)
+
+
 def test_search_converges_on_the_truth_and_says_why() -> None:
     truth = {g: shipped_profile(g) for g in ("H200", "B200")}
     state = _simulate(ws.initial_state(_goal(), all_offers("snapshot")), truth)
