@@ -44,7 +44,7 @@ class TuneOptions(BaseModel):
         default=0.25,
         gt=0,
         description="the least hours each deployment (or replanned node) is asked for; "
-        "more when its action is modelled to take longer (graph._lease_hours)",
+        "more when its action is modelled to take longer (verify.lease_hours)",
     )
     reuse_nodes: bool = Field(
         default=True, description="verify the next candidate on a held node of the same offer (replan, warm load)"

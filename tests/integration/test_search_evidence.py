@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.agent.graph import _measurement
+from worldtune.agent.steps import measurement_of
 from worldtune.policies import search as ws
 from worldtune.tools import deploy as deploying
 from worldtune.tools.benchmark import BenchmarkSpec, start_benchmark, wait_benchmark
@@ -40,7 +40,7 @@ def _killed_run(store: Store, db: Path, cand: ws.Candidate, requests: int) -> ws
         status = wait_benchmark(bench.id, 120, str(db))
         assert status.status != "running"
         record = {"config": store.get_benchmark(bench.id)["config"], "samples": store.samples(bench.id)}
-        m = _measurement(cand, "full", bench.id, record)
+        m = measurement_of(cand, "full", bench.id, record)
         state = deploying.get_deployment(dep.id, store=store).state
         return m.model_copy(update={"engine_problem": "" if state == "ready" else f"deployment {dep.id} is {state}"})
     finally:

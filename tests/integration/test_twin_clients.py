@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_twin_http import twin
 
-from worldtune.agent.graph import _every_request_failed
+from worldtune.agent.steps import every_request_failed
 from worldtune.sky import render
 from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
 from worldtune.tools.deployment import Deployment
@@ -57,7 +57,7 @@ def test_a_request_peak_that_does_not_fit_fails_every_request_with_the_reason(tm
     samples = Store(tmp_path / "w.db").samples(result.benchmark_id)
     assert samples and not any(s["ok"] for s in samples)
     assert {s["error_kind"] for s in samples} == {"out_of_memory"}
-    reason = _every_request_failed("probe", {"samples": samples})
+    reason = every_request_failed("probe", {"samples": samples})
     assert reason is not None and "out_of_memory" in reason and "CUDA out of memory" in reason
 
 

@@ -13,9 +13,10 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from worldtune.agent.configuration import Context, TuneOptions
-from worldtune.agent.graph import _bill, _finished_benchmark, _start_s, verify
 from worldtune.agent.state import VerifyTask
+from worldtune.agent.steps import bill, finished_benchmark
 from worldtune.agent.tools_client import ToolsClient
+from worldtune.agent.verify import start_s, verify
 from worldtune.policies import search as ws
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.goal import Goal
@@ -76,7 +77,7 @@ def test_a_full_run_finished_before_the_kill_is_used_not_repeated(tmp_path: Path
             tools = ToolsClient(client)
             runtime = Runtime(context=Context(tools=tools, progress=lambda kind, data: seen.append(kind)))
             update = await verify(task, runtime)
-            again = await _finished_benchmark(tools, RUN, cand, "full", used=["bm-done"])
+            again = await finished_benchmark(tools, RUN, cand, "full", used=["bm-done"])
             stored = await tools.call("get_deployment", deployment_id="wt-old")
         return update, tools.calls, (again, stored)
 
@@ -87,8 +88,8 @@ def test_a_full_run_finished_before_the_kill_is_used_not_repeated(tmp_path: Path
     assert "deploy" not in calls and "start_benchmark" not in calls  # nothing started again
     assert "reuse" in seen and update["deployments"] == {}  # it is gone: not handed on as live
     # billed once: the deployment's start (no recorded result billed it) plus the busy time of its requests
-    expected_s = _start_s(stored, cand, options) + sum(99.0 + i for i in range(5))
-    assert abs(measured["model_s"] - expected_s) < 1e-6 and measured["usd"] == _bill(cand, expected_s)[0] > 0
+    expected_s = start_s(stored, cand, options) + sum(99.0 + i for i in range(5))
+    assert abs(measured["model_s"] - expected_s) < 1e-6 and measured["usd"] == bill(cand, expected_s)[0] > 0
     assert again is None  # once the run's record holds it, it is never taken for a second measurement
 
 

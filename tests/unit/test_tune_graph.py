@@ -80,13 +80,13 @@ def test_a_non_anchor_workload_is_tuned_and_measured_as_the_goal_says() -> None:
 
 
 def test_an_answer_that_queued_behind_other_load_is_flagged_and_client_overhead_is_not() -> None:
-    from worldtune.agent.graph import _waited_behind_others
+    from worldtune.agent.steps import waited_behind_others
 
     stages = {"P.forward": 100.0, "P.diffuse": 90.0}
     alone = {"ok": True, "server_time_s": 101.5, "latency_s": 180.0, "queue_ahead": 0, "stage_durations": stages}
     behind = {**alone, "server_time_s": 205.0}  # the server ran someone else's clip first
     ours = {**behind, "queue_ahead": 1}  # our own request ahead: not contamination
-    assert not _waited_behind_others(alone)  # a slow client (time scale, busy machine) is not other load
-    assert _waited_behind_others(behind)
-    assert not _waited_behind_others(ours)
-    assert not _waited_behind_others({**behind, "stage_durations": {}})  # no stage times: cannot tell, not flagged
+    assert not waited_behind_others(alone)  # a slow client (time scale, busy machine) is not other load
+    assert waited_behind_others(behind)
+    assert not waited_behind_others(ours)
+    assert not waited_behind_others({**behind, "stage_durations": {}})  # no stage times: cannot tell, not flagged

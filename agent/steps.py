@@ -1,0 +1,196 @@
+"""What the tuning graph's nodes share: progress events, the run's options, and the MCP calls and readings
+that a verification is made of (deploy with the rehearsal profile, tear down, find a live deployment or a
+finished benchmark to reuse, turn a benchmark record into a measurement, bill it)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from langgraph.config import get_stream_writer
+from langgraph.runtime import Runtime
+
+from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.state import TuneState, VerifyTask
+from worldtune.agent.tools_client import ToolCallFailed
+from worldtune.policies import search as ws
+
+
+def emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
+    """Progress for people: to the stream (stream_mode 'custom') and the runner's printer."""
+    with contextlib.suppress(RuntimeError):  # outside a streaming run there is no writer
+        get_stream_writer()({"event": event, **data})
+    runtime.context.progress(event, data)
+
+
+def options_of(state: TuneState | VerifyTask) -> TuneOptions:
+    return TuneOptions.model_validate(state["options"])
+
+
+async def deploy_with_profile(
+    runtime: Runtime[Context], cand: ws.Candidate, arguments: dict[str, Any], profiles: list[str], timeout: float | None
+) -> dict[str, Any]:
+    """Deploy with the rehearsal profile for this GPU type: each given file in turn until the deploy tool accepts
+    one (it refuses a profile for another GPU type; the agent never opens the files); none fits: the shipped one."""
+    tools = runtime.context.tools
+    for path in profiles:
+        try:
+            return dict(await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": path}), timeout))
+        except ToolCallFailed as exc:
+            if "twin_profile" not in str(exc):
+                raise
+            emit(runtime, "deploy", key=cand.key, note=f"twin profile {path} not for {cand.gpu}: {exc}")
+    return dict(await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": None}), timeout))
+
+
+async def teardown(runtime: Runtime[Context], deployment_id: str) -> None:
+    try:
+        await runtime.context.tools.call("teardown", deployment_id=deployment_id, confirm=True)
+        emit(runtime, "teardown", deployment=deployment_id)
+    except ToolCallFailed as exc:  # already gone or unknown: nothing left to stop
+        emit(runtime, "teardown", deployment=deployment_id, note=str(exc))
+
+
+async def live_deployment(tools: Any, known: str | None, cand: ws.Candidate, run_id: str) -> dict[str, Any] | None:
+    """A ready deployment of this candidate: the one the state names, or one a crashed attempt left running."""
+    ids = [known] if known else []
+    listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
+    ids += [
+        str(d["id"])
+        for d in listed.get("deployments", [])
+        if d["gpu"] == cand.gpu and d["plan"] == cand.plan and d["capacity"] == cand.capacity
+    ]
+    for deployment_id in ids:
+        try:
+            current = await tools.call("get_deployment", deployment_id=deployment_id)
+        except ToolCallFailed:
+            continue
+        if current.get("state") == "ready" and current.get("plan") == cand.plan:  # a held node of another plan:
+            return dict(current)  # not this candidate's until replanned
+    return None
+
+
+async def finished_benchmark(
+    tools: Any, run_id: str, cand: ws.Candidate, kind: str, used: list[str]
+) -> tuple[str, str] | None:
+    """(benchmark, deployment) of a completed benchmark of this kind on any deployment of this candidate in the
+    run that the run has not used yet (one a crashed or stopped attempt finished): reused, never repeated."""
+    deployments = await tools.call("list_deployments", run_id=run_id)
+    # A deployment's plan is its current one: a benchmark it ran before a replan measured another plan.
+    mine = {
+        str(d["id"]): float(d.get("replanned_at") or 0.0)
+        for d in deployments.get("deployments", [])
+        if d["gpu"] == cand.gpu and d["plan"] == cand.plan and d["capacity"] == cand.capacity
+    }
+    listed = await tools.call("list_results", run_id=run_id, limit=1000)
+    for row in reversed(listed.get("results", [])):  # oldest first
+        if row.get("deployment_id") not in mine or row.get("status") != "completed":
+            continue
+        if float(row.get("started_at") or 0.0) < mine[str(row["deployment_id"])]:
+            continue
+        if row["benchmark_id"] in used:
+            continue
+        record = await tools.call("get_result", benchmark_id=row["benchmark_id"])
+        probes = (record.get("config") or {}).get("probe_steps") or []
+        if (kind == "probe") == bool(probes):
+            return str(row["benchmark_id"]), str(row["deployment_id"])
+    return None
+
+
+def measurement_of(cand: ws.Candidate, kind: str, bench_id: str, record: dict[str, Any]) -> ws.Measurement:
+    result = (record.get("benchmark") or {}).get("result") or {}
+    if kind == "probe":
+        fit = result.get("fit") or {}
+        return ws.Measurement(
+            key=cand.key,
+            kind="probe",
+            per_step_s=fit.get("per_step_s"),
+            fixed_s=fit.get("fixed_s"),
+            benchmark_id=bench_id,
+            repeats=max(1, int((record.get("config") or {}).get("repeats") or 1)),
+        )
+    samples = [s for s in record.get("samples") or [] if s.get("phase") == "full"]
+    # The server's own time when it reports one (the stage time published figures use), else the client's.
+    latencies = [
+        float(s["server_time_s"] if s.get("server_time_s") is not None else s["latency_s"])
+        for s in samples
+        if s.get("ok")
+    ]
+    config = record.get("config") or {}
+    # the benchmark sends `repeats` full requests per client at every concurrency level
+    requested = sum(int(c) * int(config.get("repeats") or 0) for c in config.get("concurrency") or [])
+    return ws.Measurement(
+        key=cand.key,
+        kind="full",
+        latencies_s=latencies,
+        benchmark_id=bench_id,
+        requested=max(requested, len(samples)),
+        failed_requests=sum(1 for s in samples if not s.get("ok")),
+        contaminated=sum(1 for s in samples if waited_behind_others(s)),
+    )
+
+
+def waited_behind_others(sample: dict[str, Any]) -> bool:
+    """An answer sent with nothing of ours ahead on its endpoint whose server time exceeds its own forward pass
+    (the stage durations the server reports) by more than half a clip: it queued at the server behind load
+    that was not this benchmark's. The client's latency is not used: on a busy machine, or through a twin's
+    time scale, the client's own overhead would read as queueing."""
+    server, stages = sample.get("server_time_s"), sample.get("stage_durations") or {}
+    if not sample.get("ok") or server is None or int(sample.get("queue_ahead") or 0) > 0:
+        return False
+    forward = max((float(v) for k, v in stages.items() if str(k).endswith(".forward")), default=None)
+    return forward is not None and forward > 0 and float(server) - forward > 0.5 * forward
+
+
+async def engine_check(tools: Any, deployment_id: str) -> str:
+    """After a run with failed or missing answers: what the deployment says about itself ('' if it looks ready)."""
+    try:
+        current = await tools.call("get_deployment", deployment_id=deployment_id)
+    except ToolCallFailed as exc:
+        return f"deployment {deployment_id} unreadable: {exc}"
+    state = current.get("state")
+    return "" if state == "ready" else f"deployment {deployment_id} is {state}"
+
+
+def every_request_failed(kind: str, record: dict[str, Any]) -> str | None:
+    """Why no request of the measured phase succeeded (an OOM, a dead engine, a refusal), or None if one did."""
+    phase = "probe" if kind == "probe" else "full"
+    samples = [s for s in record.get("samples") or [] if s.get("phase") == phase]
+    if not samples or any(s.get("ok") for s in samples):
+        return None
+    first = samples[0]
+    detail = str(first.get("detail") or "")[:300]
+    return f"every {phase} request failed ({len(samples)}): {first.get('error_kind')}: {detail}"
+
+
+def busy_model_s(record: dict[str, Any]) -> float:
+    """Model seconds the node was busy: per replica, the sum of its requests' server times; the slowest replica."""
+    busy: dict[str, float] = {}
+    for s in record.get("samples") or []:
+        t = s.get("server_time_s") if s.get("server_time_s") is not None else s.get("latency_s")
+        busy[str(s.get("endpoint"))] = busy.get(str(s.get("endpoint")), 0.0) + float(t or 0.0)
+    return max(busy.values(), default=0.0)
+
+
+def measured_figures(m: ws.Measurement) -> dict[str, Any]:
+    if m.kind == "probe":
+        return {"per_step_s": round(m.per_step_s or 0.0, 3), "fixed_s": round(m.fixed_s or 0.0, 2)}
+    if not m.latencies_s:
+        return {"latencies": 0}
+    return {"p50_s": round(sorted(m.latencies_s)[len(m.latencies_s) // 2], 1), "n": len(m.latencies_s)}
+
+
+def bill(cand: ws.Candidate, seconds: float) -> tuple[float, float]:
+    return cand.offer.usd_per_hour * seconds / 3600, cand.offer.gpu_count * seconds / 3600
+
+
+def failed_update(
+    task: VerifyTask, cand: ws.Candidate, error: str, spent: tuple[float, float], removed: bool = False
+) -> dict[str, Any]:
+    kind = ws.Action.model_validate(task["action"]).kind
+    m = ws.Measurement(key=cand.key, kind=kind, usd=spent[0], gpu_hours=spent[1])
+    return {
+        "results": [{**m.model_dump(mode="json"), "failed": True, "error": error, "removed": removed}],
+        "events": [f"{kind} {cand.key} failed: {error}"],
+    }

@@ -1,0 +1,266 @@
+"""The `verify` node: one action on one candidate through MCP tools. Deploy (or replan a held node, or reuse a
+live deployment), benchmark (or reuse a finished benchmark of the same action), watch the spending cap and
+the engine while it runs, bill what it used. Idempotent: a run resumed after a crash never repeats a
+finished measurement."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.state import VerifyTask
+from worldtune.agent.steps import (
+    bill,
+    busy_model_s,
+    deploy_with_profile,
+    emit,
+    engine_check,
+    every_request_failed,
+    failed_update,
+    finished_benchmark,
+    live_deployment,
+    measured_figures,
+    measurement_of,
+    options_of,
+    teardown,
+)
+from worldtune.agent.tools_client import ToolCallFailed
+from worldtune.policies import search as ws
+from worldtune.tools.goal import Goal
+from worldtune.tools.plan import Plan
+from worldtune.tools.workload import anchor_changes
+
+POLL_S = 0.2  # how often a running benchmark is checked against its spending cap (wall seconds)
+ENGINE_CHECK_S = 2.0  # how often its deployment is asked whether the engine still runs (wall seconds)
+
+
+async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
+    """One action on one candidate through MCP: deploy (or reuse), benchmark (or reuse a finished one), bill it."""
+    tools = runtime.context.tools
+    options = options_of(task)
+    action = ws.Action.model_validate(task["action"])
+    cand = ws.Candidate.model_validate(task["candidate"])
+    price = cand.offer.usd_per_hour
+    cap_s = task["cap_usd"] / price * 3600 if price > 0 else math.inf  # this action's share of the budget
+
+    # A measurement that completed before a crash, a signal or a teardown is in the database: use it (and bill
+    # it), never run it again. Ones this run already used (an inconclusive candidate's repeat) do not count.
+    used = task.get("used_benchmarks", [])
+    earlier = await finished_benchmark(tools, task["run_id"], cand, kind=action.kind, used=used)
+    if earlier is not None:
+        return await _recorded(runtime, task, cand, *earlier)
+    started = await _started(task, runtime, cand, action, options, cap_s)
+    if "deployment" not in started:
+        return started  # a failed action: the deploy failed or starting it used this action's share
+    return await _benchmarked(task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"])
+
+
+async def _started(
+    task: VerifyTask, runtime: Runtime[Context], cand: ws.Candidate, action: ws.Action, options: TuneOptions,
+    cap_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """A ready deployment for the candidate (live, replanned or new) and the GPU seconds its start cost, or the
+    failed action's update."""
+    tools = runtime.context.tools
+    scale = options.time_scale if options.twin else 1.0
+    started = time.time()
+    charged_s = 0.0
+    deployment = await live_deployment(tools, task["deployment_id"], cand, task["run_id"])
+    if deployment is None and task["deployment_id"]:
+        deployment = await _replan(runtime, task["deployment_id"], cand, lease_hours(action, options, cap_s))
+        if deployment is not None:
+            charged_s += start_s(deployment, cand, options)
+    if deployment is None:
+        emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra)
+        arguments: dict[str, Any] = {
+            "gpu": cand.gpu,
+            "plan": cand.plan,
+            "infra": options.infra,
+            "engine": options.engine,
+            "capacity": cand.capacity,
+            "model": Goal.model_validate(task["goal"]).workload.model,
+            "twin_profile": None,
+            "time_scale": options.time_scale if options.twin else None,
+            "hours": lease_hours(action, options, cap_s),
+            "run_id": task["run_id"],
+            "confirm": True,
+        }
+        timeout = None if math.isinf(cap_s) else cap_s / scale + 30
+        try:
+            outcome = await deploy_with_profile(runtime, cand, arguments, options.twin_profiles(), timeout)
+        except (ToolCallFailed, TimeoutError) as exc:
+            spent_s = min(cap_s, (time.time() - started) * scale)
+            return failed_update(task, cand, f"deploy failed: {exc}", bill(cand, spent_s))
+        deployment = outcome["deployment"]
+        charged_s += start_s(deployment, cand, options)
+    if charged_s >= cap_s:
+        await teardown(runtime, str(deployment["id"]))
+        why = "stopped: starting it used this action's share of the budget"
+        return failed_update(task, cand, why, bill(cand, cap_s), removed=True)
+    return {"deployment": deployment, "charged_s": charged_s}
+
+
+async def _benchmarked(
+    task: VerifyTask, runtime: Runtime[Context], cand: ws.Candidate, action: ws.Action, options: TuneOptions,
+    cap_s: float, deployment: dict[str, Any], charged_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update."""
+    tools = runtime.context.tools
+    goal = Goal.model_validate(task["goal"])
+    scale = options.time_scale if options.twin else 1.0
+    deployment_id = str(deployment["id"])
+    kind = action.kind
+    replicas = Plan.parse(cand.plan).replicas
+    if kind == "probe":
+        args = {"steps": ws.PROBE_STEPS[0], "repeats": ws.PROBE_REPEATS, "concurrency": [1],
+                "probe_steps": list(ws.PROBE_STEPS)}  # fmt: skip
+        args["warmup"] = 1
+    else:
+        repeats = max(1, math.ceil((action.requests or ws.full_requests(goal)) / replicas))
+        args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
+        args["warmup"] = 0
+    # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
+    args.update(anchor_changes(goal.workload))
+    emit(runtime, kind, key=cand.key, deployment=deployment_id)
+    status = await tools.call("start_benchmark", deployment_id=deployment_id, run_id=task["run_id"], **args)
+    bench_id = str(status["id"])
+    bench_started = looked = time.time()
+    over = "stopped: this action reached its share of the budget"
+    while status.get("status") == "running":
+        # Real GPUs bill wall time: stop the moment this action's share is used up.
+        if not options.twin and charged_s + time.time() - bench_started >= cap_s:
+            await teardown(runtime, deployment_id)
+            return failed_update(task, cand, over, bill(cand, cap_s), removed=True)
+        if time.time() - looked >= ENGINE_CHECK_S:  # an engine that died mid-benchmark never answers again
+            looked = time.time()
+            engine = await tools.call("get_deployment", deployment_id=deployment_id)
+            if engine.get("state") not in ("ready", "loading"):
+                spent_s = min(cap_s, charged_s + (time.time() - bench_started) * scale)
+                why = f"deployment {deployment_id} is {engine.get('state')} during benchmark {bench_id}"
+                return failed_update(task, cand, why, bill(cand, spent_s), removed=True)
+        status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S)
+    wall_s = time.time() - bench_started
+    if status.get("status") != "completed":
+        spent_s = min(cap_s, charged_s + wall_s * scale)
+        why = f"benchmark {bench_id} {status.get('status')}: {status.get('error')}"
+        return failed_update(task, cand, why, bill(cand, spent_s))
+    record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
+    # The twin's GPU time is its modelled busy time (the slowest replica's sum of server times); the
+    # HTTP and video-encoding overhead between requests, magnified by the time scale, is not.
+    charged_s += busy_model_s(record) if options.twin else wall_s
+    if charged_s >= cap_s:  # a watchdog in model time would have stopped it here
+        await teardown(runtime, deployment_id)
+        return failed_update(task, cand, over, bill(cand, cap_s), removed=True)
+    failure = every_request_failed(kind, record)
+    if failure:  # e.g. the engine ran out of memory at the first request: a failed action with its reason
+        return failed_update(task, cand, f"benchmark {bench_id}: {failure}", bill(cand, charged_s))
+    return await _measured(runtime, cand, kind, bench_id, record, charged_s, deployment_id, live=True)
+
+
+async def _measured(
+    runtime: Runtime[Context],
+    cand: ws.Candidate,
+    kind: str,
+    bench_id: str,
+    record: dict[str, Any],
+    charged_s: float,
+    deployment_id: str,
+    live: bool,
+) -> dict[str, Any]:
+    """verify's update for one measurement: the result billed at `charged_s`, and the deployment if still live."""
+    tools = runtime.context.tools
+    measurement = measurement_of(cand, kind, bench_id, record)
+    if kind == "full" and (measurement.failed_requests or len(measurement.latencies_s) < measurement.requested):
+        measurement = measurement.model_copy(update={"engine_problem": await engine_check(tools, deployment_id)})
+    usd, gpu_hours = bill(cand, charged_s)
+    measurement = measurement.model_copy(update={"usd": usd, "gpu_hours": gpu_hours})
+    emit(
+        runtime,
+        "measured",
+        key=cand.key,
+        kind=kind,
+        usd=round(usd, 3),
+        model_s=round(charged_s, 1),
+        **measured_figures(measurement),
+    )
+    return {
+        "results": [{**measurement.model_dump(mode="json"), "deployment_id": deployment_id, "model_s": charged_s}],
+        "deployments": {cand.key: deployment_id} if live else {},
+        "events": [f"{kind} {cand.key}: {measured_figures(measurement)} (${usd:.2f}, {charged_s:.0f} model-s)"],
+    }
+
+
+async def _recorded(
+    runtime: Runtime[Context], task: VerifyTask, cand: ws.Candidate, bench_id: str, deployment_id: str
+) -> dict[str, Any]:
+    """A benchmark of this action that completed in an attempt that never returned: measured and billed once.
+
+    Its busy time was never billed, nor its deployment's start unless an earlier measurement of the run
+    used that deployment (and so billed it).
+    """
+    tools = runtime.context.tools
+    options = options_of(task)
+    emit(runtime, "reuse", key=cand.key, benchmark=bench_id, deployment=deployment_id)
+    record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
+    deployment = await tools.call("get_deployment", deployment_id=deployment_id)
+    bench = record.get("benchmark") or {}
+    wall_s = float(bench.get("finished_at") or bench.get("started_at") or 0.0) - float(bench.get("started_at") or 0.0)
+    charged_s = busy_model_s(record) if options.twin else wall_s
+    if deployment_id not in task.get("billed_deployments", []):
+        charged_s += start_s(deployment, cand, options)
+    live = deployment.get("state") == "ready"
+    return await _measured(runtime, cand, ws.Action.model_validate(task["action"]).kind, bench_id, record, charged_s,
+                     deployment_id, live)  # fmt: skip
+
+
+def start_s(deployment: dict[str, Any], cand: ws.Candidate, options: TuneOptions) -> float:
+    """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load.
+
+    A replanned deployment (same node, new plan) pays only its warm load, from the restart on."""
+    scale = options.time_scale if options.twin else 1.0
+    replanned = deployment.get("replanned_at")
+    began = replanned or deployment["created_at"]
+    load_s = ((deployment.get("ready_at") or time.time()) - began) * scale
+    if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
+        load_s = min(load_s, 2 * (cand.load_s if replanned else cand.cold_load_s or cand.load_s))
+    provision_s = cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
+    return float(provision_s + load_s)
+
+
+def lease_hours(action: ws.Action, options: TuneOptions, cap_s: float) -> float:
+    """The hours a deployment (or a replanned node) is asked for: this action's modelled seconds with half again
+    as margin, at least --hold-hours, at most its share of the budget: on SkyPilot they are the cluster's hard
+    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/lease.py): the
+    modelled seconds are divided by its time scale."""
+    scale = options.time_scale if options.twin else 1.0
+    hours = max(options.hold_hours, 1.5 * action.expected_s / scale / 3600.0)
+    if math.isfinite(cap_s):
+        hours = min(hours, max(options.hold_hours, cap_s / scale / 3600.0))
+    return round(hours, 4)
+
+
+async def _replan(
+    runtime: Runtime[Context], deployment_id: str, cand: ws.Candidate, hours: float
+) -> dict[str, Any] | None:
+    """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
+    None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
+    tools = runtime.context.tools
+    try:
+        current = await tools.call("get_deployment", deployment_id=deployment_id)
+    except ToolCallFailed:
+        return None
+    if current.get("state") != "ready" or current.get("gpu") != cand.gpu:
+        return None
+    emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.get("plan"))
+    try:
+        outcome = await tools.call(
+            "replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True, hours=hours
+        )
+    except ToolCallFailed as exc:
+        emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
+        return None
+    return dict(outcome["deployment"])
