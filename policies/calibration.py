@@ -341,10 +341,14 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         attention = reference.attn_tflops * ratio
         link = reference.link_gbps * spec.link_gbps / ref_spec.link_gbps
         other = reference.text_encode_s + reference.mux_s
+        # tokens at half rate = a fixed per-operation time x the rate: the same overhead on a faster GPU costs
+        # proportionally more tokens' worth of work
+        half_rate = reference.half_rate_tokens * ratio
     else:
         linear = attention = 0.63 * spec.bf16_tflops
         link = 0.8 * spec.link_gbps
         other = 14.4 - 6.19  # the anchor's fixed part less the stand-in decoder's whole decode
+        half_rate = 256.0
     values, basis = _mechanisms(gpu, reference)
     if reference is not None:  # a compute-bound decode: the reference's seconds over the datasheet ratio
         values["vae_decode_s"] = reference.vae_decode_s / ratio
@@ -354,7 +358,7 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         date=date.today().isoformat(),
         linear_tflops=linear,
         attn_tflops=attention,
-        half_rate_tokens=256.0,
+        half_rate_tokens=half_rate,
         link_gbps=link,
         collective_latency_us=30.0,
         text_encode_s=other * FIXED_SHARES["text_encode_s"],
@@ -370,7 +374,7 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         "attn_tflops": Prior(attention, 0.3),
         "link_gbps": Prior(link, 0.5),
         "collective_latency_us": Prior(30.0, 1.0),
-        "half_rate_tokens": Prior(256.0, 1.5),
+        "half_rate_tokens": Prior(half_rate, 1.5),
         "fixed_other_s": Prior(other, 0.5),
         "vae_decode_s": Prior(values["vae_decode_s"], 0.6 if reference is None else 0.7),
     }
