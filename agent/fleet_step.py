@@ -8,14 +8,15 @@ fleet, its predicted and measured percentile and its daily cost side by side.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from worldtune.tools.capacity import plan_capacity, skyserve_service_yaml
+from worldtune.tools.capacity import FleetChoice, plan_capacity, skyserve_service_yaml
 from worldtune.tools.errors import InvalidInput
-from worldtune.tools.fleet_rehearsal import rehearse_fleet
+from worldtune.tools.fleet_rehearsal import FleetRehearsal, rehearse_fleet
 from worldtune.tools.goal import Goal
 from worldtune.tools.profile import Profile
 from worldtune.tools.store import Store
@@ -42,63 +43,62 @@ def fleet_for(
     profile per GPU type, as its summary keeps them) are what the fleet's service times are predicted with."""
     if goal.traffic is None:
         return None
+    with _written(learned_profiles) as paths:
+        learned = f", service times from the run's recalibrated {', '.join(sorted(paths))} profile" if paths else ""
+        progress("fleet", {"note": f"planning a fleet for {goal.traffic.describe()} (simulated{learned})"})
+        planned = plan_capacity(goal, profile_paths=paths)
+        out: dict[str, Any] = {"capacity": planned.model_dump(mode="json"), "rehearsal": None}
+        if planned.chosen is None:
+            out["note"] = "no simulated fleet meets the end-to-end bound"
+            return out
+        out["skyserve_service_yaml"] = skyserve_service_yaml(planned.chosen.fleet, goal.workload.model)
+        if infra != "local" or engine != "twin":
+            out["note"] = "rehearsal runs on local twins only: not rehearsed"
+            return out
+        chosen = planned.chosen
+        progress("fleet", {"note": f"rehearsing {chosen.fleet.describe()} on local twins, open loop"})
+        rehearsal = _rehearsed(goal, chosen, time_scale, db_path, twin_profiles)
+        out["rehearsal"] = rehearsal.model_dump(mode="json")
+        if rehearsal.latency_disagrees():  # feed the measurement back: re-plan with that plan's measured latency
+            measured = {(chosen.fleet.gpu, chosen.fleet.plan): float(rehearsal.measured_latency_mean_s or 0.0)}
+            note = (f"the rehearsal measured {rehearsal.measured_latency_mean_s:.0f} s per request against the "
+                    f"model's {rehearsal.predicted_latency_s:.0f} s: re-planning with the measured one")  # fmt: skip
+            progress("fleet", {"note": note})
+            again = plan_capacity(goal, measured_latency_s=measured, profile_paths=paths)
+            out["replanned"] = {
+                "capacity": again.model_dump(mode="json"),
+                "same_fleet": again.chosen is not None and _shape(again.chosen.fleet) == _shape(chosen.fleet),
+                "basis": "simulated, with the chosen plan's service time scaled to its rehearsal's measured mean "
+                "latency; other plans keep the model's (not rehearsed)",
+            }
+        return out
+
+
+@contextlib.contextmanager
+def _written(learned_profiles: dict[str, dict[str, Any]] | None) -> Iterator[dict[str, str]]:
+    """GPU type -> a file holding its learned profile (plan_capacity reads profiles from paths), for the block."""
     with tempfile.TemporaryDirectory(prefix="worldtune-fleet-") as folder:
         paths = {}
         for gpu, data in (learned_profiles or {}).items():
             paths[gpu] = str(Path(folder) / f"{gpu}-learned.yaml")
             Profile.model_validate(data).dump(paths[gpu])
-        return _fleet(goal, infra, engine, time_scale, db_path, progress, twin_profiles, paths)
+        yield paths
 
 
-def _fleet(
-    goal: Goal,
-    infra: str,
-    engine: str,
-    time_scale: float,
-    db_path: str | None,
-    progress: Progress,
-    twin_profiles: list[str] | None,
-    paths: dict[str, str],
-) -> dict[str, Any]:
+def _rehearsed(
+    goal: Goal, chosen: FleetChoice, time_scale: float, db_path: str | None, twin_profiles: list[str] | None
+) -> FleetRehearsal:
+    """The chosen fleet rehearsed on twins serving the first twin profile the deploy takes for its GPU type."""
     assert goal.traffic is not None
-    learned = f", service times from the run's recalibrated {', '.join(sorted(paths))} profile" if paths else ""
-    progress("fleet", {"note": f"planning a fleet for {goal.traffic.describe()} (simulated{learned})"})
-    planned = plan_capacity(goal, profile_paths=paths)
-    out: dict[str, Any] = {"capacity": planned.model_dump(mode="json"), "rehearsal": None}
-    if planned.chosen is None:
-        out["note"] = "no simulated fleet meets the end-to-end bound"
-        return out
-    out["skyserve_service_yaml"] = skyserve_service_yaml(planned.chosen.fleet, goal.workload.model)
-    if infra != "local" or engine != "twin":
-        out["note"] = "rehearsal runs on local twins only: not rehearsed"
-        return out
-    chosen = planned.chosen
-    progress("fleet", {"note": f"rehearsing {chosen.fleet.describe()} on local twins, open loop"})
-    rehearsal = None
     for path in [*(twin_profiles or []), None]:
         try:
-            rehearsal = rehearse_fleet(chosen.fleet, goal.traffic, goal.workload, chosen.daily_cost_usd,
-                                       requests=REHEARSAL_REQUESTS, time_scale=time_scale, store=Store(db_path),
-                                       twin_profile=path)  # fmt: skip
-            break
+            return rehearse_fleet(chosen.fleet, goal.traffic, goal.workload, chosen.daily_cost_usd,
+                                  requests=REHEARSAL_REQUESTS, time_scale=time_scale, store=Store(db_path),
+                                  twin_profile=path)  # fmt: skip
         except InvalidInput as exc:  # a profile for another GPU type: refused before anything started
             if path is None or exc.field != "twin_profile":
                 raise
-    assert rehearsal is not None
-    out["rehearsal"] = rehearsal.model_dump(mode="json")
-    if rehearsal.latency_disagrees():  # feed the measurement back: re-plan with that plan's measured latency
-        measured = {(chosen.fleet.gpu, chosen.fleet.plan): float(rehearsal.measured_latency_mean_s or 0.0)}
-        note = (f"the rehearsal measured {rehearsal.measured_latency_mean_s:.0f} s per request against the "
-                f"model's {rehearsal.predicted_latency_s:.0f} s: re-planning with the measured one")  # fmt: skip
-        progress("fleet", {"note": note})
-        again = plan_capacity(goal, measured_latency_s=measured, profile_paths=paths)
-        out["replanned"] = {
-            "capacity": again.model_dump(mode="json"),
-            "same_fleet": again.chosen is not None and _shape(again.chosen.fleet) == _shape(chosen.fleet),
-            "basis": "simulated, with the chosen plan's service time scaled to its rehearsal's measured mean "
-            "latency; other plans keep the model's (not rehearsed)",
-        }
-    return out
+    raise AssertionError("unreachable: the shipped profile (None) either rehearses or raises")
 
 
 def _shape(fleet: Any) -> tuple[Any, ...]:
