@@ -188,24 +188,30 @@ class Mech:
                 name = f"ring-u{u}-r{r}-{backend}"
                 try:
                     q, k, v = _gqa_inputs(s, q_tokens, s.video_tokens + s.prompt_tokens, heads, kv, self.device)
-                    bounds = [s.prompt_tokens + (i * s.video_tokens) // r for i in range(r + 1)]
-                    bounds[0] = 0  # the prompt keys ride with the first chunk
-                    chunks = [(k[:, :, a:b], v[:, :, a:b]) for a, b in itertools.pairwise(bounds)]
+                    chunks = [(k[:, :, a:b], v[:, :, a:b]) for a, b in _ring_chunks(s, r)]
                     flops = 4.0 * q_tokens * k.shape[2] * heads * s.head_dim
-                    one = self.record(
-                        "ring", f"{name}-one-call", self._t(functools.partial(sdpa_lse, q, k, v, backend))
-                    )
+                    one_call = functools.partial(sdpa_lse, q, k, v, backend)
                     ref = sdpa_lse(q, k, v, backend)[0].float()
-                    one["merge_rel_err"] = float((ring_attention(q, chunks, backend) - ref).norm() / ref.norm())
-                    chunked = self._t(functools.partial(ring_attention, q, chunks, backend, merge=False))
-                    merged = self._t(functools.partial(ring_attention, q, chunks, backend))
-                    self.record("ring", f"{name}-chunks", chunked, u=u, r=r, backend=backend)
-                    rec = self.record("ring", f"{name}-merged", merged, u=u, r=r, backend=backend, flops=flops)
-                    rec["overhead_vs_one_call"] = rec["median_ms"] / one["median_ms"] - 1
-                    rec["chunking_vs_one_call"] = statistics.median(chunked) / one["median_ms"] - 1
-                    one.update(u=u, r=r, backend=backend, flops=flops)
+                    chunks_of = functools.partial(ring_attention, q, chunks, backend)
+                    self._ring_case(name, backend, u, r, flops, one_call, chunks_of, ref)
                 except Exception as exc:  # a kernel that cannot run here is a record, not a failure
                     self.error("ring", name, exc)
+
+    def _ring_case(
+        self, name: str, backend: str, u: int, r: int, flops: float, one_call: Callable[[], object],
+        chunks_of: Callable[[bool], Any], ref: Any,
+    ) -> None:  # fmt: skip
+        """One split's records: one call, the chunks alone, the chunks merged (with its error against `ref`),
+        and the overheads of the last two over the first."""
+        one = self.record("ring", f"{name}-one-call", self._t(one_call))
+        one["merge_rel_err"] = float((chunks_of(True) - ref).norm() / ref.norm())
+        chunked = self._t(functools.partial(chunks_of, False))
+        merged = self._t(functools.partial(chunks_of, True))
+        self.record("ring", f"{name}-chunks", chunked, u=u, r=r, backend=backend)
+        rec = self.record("ring", f"{name}-merged", merged, u=u, r=r, backend=backend, flops=flops)
+        rec["overhead_vs_one_call"] = rec["median_ms"] / one["median_ms"] - 1
+        rec["chunking_vs_one_call"] = statistics.median(chunked) / one["median_ms"] - 1
+        one.update(u=u, r=r, backend=backend, flops=flops)
 
     def _t(self, fn: Callable[[], object]) -> list[float]:
         return time_ms(fn, self.device, self.warmup, self.reps)
@@ -404,27 +410,13 @@ class Mech:
                 k, v = (
                     torch.randn(1, keys, kv, s.head_dim, device=self.device, dtype=torch.bfloat16) for _ in range(2)
                 )
-                bounds = [s.prompt_tokens + (i * s.video_tokens) // r for i in range(r + 1)]
-                bounds[0] = 0
-                chunks = [(k[:, a:b], v[:, a:b]) for a, b in itertools.pairwise(bounds)]
+                chunks = [(k[:, a:b], v[:, a:b]) for a, b in _ring_chunks(s, r)]
                 flops = 4.0 * q_tokens * keys * heads * s.head_dim
-                one = self.record(
-                    "ring",
-                    f"{name}-one-call",
-                    self._t(
-                        functools.partial(fa3.flash_attn_func, q, k, v, softmax_scale=scale, return_attn_probs=True)
-                    ),
-                )
-                chunked = self._t(functools.partial(_fa3_chunks, fa3, q, chunks, scale, False))
-                merged = self._t(functools.partial(_fa3_chunks, fa3, q, chunks, scale, True))
+                one_call = functools.partial(fa3.flash_attn_func, q, k, v, softmax_scale=scale, return_attn_probs=True)
                 ref = fa3.flash_attn_func(q, k, v, softmax_scale=scale)
                 ref = (ref[0] if isinstance(ref, tuple) else ref).float()
-                one["merge_rel_err"] = float((_fa3_chunks(fa3, q, chunks, scale, True) - ref).norm() / ref.norm())
-                self.record("ring", f"{name}-chunks", chunked, u=u, r=r, backend="fa3")
-                rec = self.record("ring", f"{name}-merged", merged, u=u, r=r, backend="fa3", flops=flops)
-                rec["overhead_vs_one_call"] = rec["median_ms"] / one["median_ms"] - 1
-                rec["chunking_vs_one_call"] = statistics.median(chunked) / one["median_ms"] - 1
-                one.update(u=u, r=r, backend="fa3", flops=flops)
+                chunks_of = functools.partial(_fa3_chunks, fa3, q, chunks, scale)
+                self._ring_case(name, "fa3", u, r, flops, one_call, chunks_of, ref)
             except Exception as exc:
                 self.error("ring", name, exc)
 
@@ -438,6 +430,13 @@ class Mech:
 
 
 _FA3_MISSING = "not installed: FLASH_ATTN's FlashAttention-3 kernel (pip install fa3-fwd==0.0.3, vLLM-Omni's pin)"
+
+
+def _ring_chunks(s: MechSizes, r: int) -> list[tuple[int, int]]:
+    """The key ranges of r ring chunks: the video keys split evenly, the prompt keys riding with the first."""
+    bounds = [s.prompt_tokens + (i * s.video_tokens) // r for i in range(r + 1)]
+    bounds[0] = 0
+    return list(itertools.pairwise(bounds))
 
 
 def _fa3() -> Any:
