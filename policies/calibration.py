@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from worldtune.policies import perf_model
+from worldtune.policies import mech_terms, perf_model
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import ParamBasis, Profile
@@ -25,7 +25,6 @@ from worldtune.tools.workload import Workload, anchor_workload
 
 PUBLISHED_FILE = Path(__file__).parent / "published.yaml"
 PROFILES_DIR = Path(__file__).parent / "profiles"
-KERNELS = PROFILES_DIR / "measured" / "H200-1gpu-2026-12-02.mechbench-backends.json"  # mech_terms.H200_BACKENDS
 
 # The fixed part other than the VAE decode (text encode, muxing, pre/post-processing) is fitted as one
 # number and split by these shares (assumed); the VAE decode has its own basis (measured stand-in decoder,
@@ -300,9 +299,7 @@ FP8_ATTN = ParamBasis(
 def _mechanisms(gpu: str, reference: Profile | None) -> tuple[dict[str, Any], dict[str, ParamBasis]]:
     """Mechanism terms and their basis: measured on H200 (policies/mech_terms.py); another GPU carries the
     reference's values, assumed, except where its own kernels differ (its HBM bandwidth for the copies)."""
-    from worldtune.policies.mech_terms import h200_terms
-
-    terms = h200_terms()
+    terms = mech_terms.h200_terms()
     values: dict[str, Any] = {name: t.value for name, t in terms.items()}
     basis = {name: ParamBasis(kind="measured", source=t.source, sigma=round(t.sigma, 4)) for name, t in terms.items()}
     values.update(ring_hop_latency_us=30.0, ring_overlap=0.8, fp8_attn_speedup=1.0)
@@ -310,7 +307,7 @@ def _mechanisms(gpu: str, reference: Profile | None) -> tuple[dict[str, Any], di
     basis["attn_fa_factor"] = ParamBasis(
         kind="measured",
         source="FLASH_ATTN (FA3, fa3-fwd 0.0.3) is vLLM-Omni 0.30's default on sm_90: attn_tflops is its rate "
-        f"(the H200 floor is FA3's, {KERNELS.name} backend-fa3-varlen-u1)",
+        f"(the H200 floor is FA3's, {mech_terms.H200_BACKENDS.name} backend-fa3-varlen-u1)",
         sigma=0.01,
     )
     if gpu != "H200" and reference is not None:
@@ -428,9 +425,7 @@ def _published_basis(profile: Profile, observations: Sequence[Observation]) -> d
 
 def _kernel_terms() -> dict[str, Any]:
     """The backend kernel terms of the committed H200 run (policies/mech_terms.py)."""
-    from worldtune.policies.mech_terms import backend_terms, load_mech
-
-    return backend_terms(load_mech(KERNELS), KERNELS.name)
+    return mech_terms.backend_terms(mech_terms.load_mech(mech_terms.H200_BACKENDS), mech_terms.H200_BACKENDS.name)
 
 
 def fit_all() -> dict[str, Profile]:
