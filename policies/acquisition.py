@@ -5,14 +5,15 @@ latency and log service time through its sensitivities, plus an independent erro
 model's, or its probe's); measured candidates keep their measured values. From the draws:
 - P(feasible) of each candidate and of "any candidate" (infeasible below search.STOP_LEVEL);
 - P(an unverified feasible candidate beats the best verified by more than the margin) (converged below it);
-- each candidate's expected improvement over the best verified (or, before one exists, over the worst
-  candidate, so feasibility is what counts), and the value of measuring it: its own expected improvement
-  plus the share of the others' it would resolve (rho^2 of their draws with its own), per expected dollar.
-Once something is verified, the most likely optimum gets its full run once its probe pins it. Before, a
-full run (many probes' worth) goes to the probed candidate whose verification would most likely let the
-search stop (P(no open candidate beats it by the margin) of at least VERIFY_LEVEL), so the claim's requests
-are not spent on a first probe's plan that the next probes displace. Either way, an unprobed candidate goes
-first when P(it beats the full run's plan by the margin) x the full run's cost exceeds its probe's cost.
+- each candidate's expected improvement over the best verified by the margin (before one exists: over the
+  plan the search would verify now by the margin, or the best predicted before any probe), and the value of
+  measuring it: its own expected improvement plus the share of the others' it would resolve (rho^2 of their
+  draws with its own), per expected dollar.
+Once something is verified, the most likely optimum gets its full run once its probe pins it. Before, the full
+run (many probes' worth) goes to the probed candidate whose verification would most likely let the search stop
+(P(no open candidate beats it by the margin)). Either way, an unprobed candidate goes first when P(it beats the
+full run's plan by the margin) x the full run's cost exceeds its probe's cost, so the claim's requests are not
+spent on a plan the next probes displace.
 Otherwise the best value per dollar is probed, which is how a plan whose only use is to tell two hypotheses
 apart gets chosen.
 """
@@ -29,7 +30,6 @@ from worldtune.policies import search as ws
 from worldtune.tools.goal import Goal
 
 DRAWS = 512
-VERIFY_LEVEL = 0.5  # before anything is verified: full-run a probed candidate once P(verifying it stops) >= this
 
 
 @dataclass
@@ -172,13 +172,34 @@ def decide(state: ws.SearchState, parallel: int = 1, margin: float = 0.03, max_i
                 stop_kind="converged", best=best_key, p_beaten=p_beaten, p_feasible=1.0,
             )  # fmt: skip
         reference = np.full(d.objective.shape[1], threshold)
+        lead = None
     else:
-        # nothing verified yet: what counts is being feasible, and cheap; measured against the dearest candidate
         p_beaten = None
-        means = np.asarray([ws.objective_value(goal, c) for c in ranked])
-        reference = np.full(d.objective.shape[1], float(np.max(means[np.isfinite(means)])))
+        lead, reference = _unverified_reference(state, d, ranked, open_, margin)
     ei, value = _values(d, goal, reference, open_)
-    return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any, margin)
+    return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any, margin, lead)
+
+
+def _unverified_reference(
+    state: ws.SearchState, d: Draws, ranked: list[ws.Candidate], open_: np.ndarray, margin: float
+) -> tuple[tuple[int, float] | None, np.ndarray]:
+    """Before anything is verified: the plan the search would verify now (the probed, likely feasible candidate
+    whose verification most likely ends the search) with that chance, and what improvement is measured against:
+    that plan's value less the margin; with nothing probed, the best predicted mean among the likely feasible;
+    with none likely feasible, the dearest candidate (being feasible is then what counts)."""
+    n = d.objective.shape[1]
+    ready = {c.key for c in ranked if c.stage == "probed" or c.key in state.inconclusive}
+    pool = [i for i, c in enumerate(ranked) if open_[i] and c.key in ready and float(d.feasible[i].mean()) >= 0.5]
+    if pool:
+        stops = p_stop_if_verified(d, open_, pool, margin)
+        top = pool[int(np.argmax(stops))]
+        own = float(np.mean(d.objective[top]))
+        return (top, float(np.max(stops))), np.full(n, own - margin * abs(own))
+    likely = [float(np.mean(d.objective[i])) for i in range(len(ranked)) if open_[i] and d.feasible[i].mean() >= 0.5]
+    if likely:
+        return None, np.full(n, min(likely))
+    means = np.asarray([ws.objective_value(state.goal, c) for c in ranked])
+    return None, np.full(n, float(np.max(means[np.isfinite(means)])))
 
 
 def p_stop_if_verified(d: Draws, open_: np.ndarray, indices: list[int], margin: float) -> np.ndarray:
@@ -230,8 +251,10 @@ def _probe_first(
 def _choose(
     state: ws.SearchState, d: Draws, ei: np.ndarray, value: np.ndarray, open_: np.ndarray,
     best: ws.Candidate | None, parallel: int, p_beaten: float | None, p_any: float, margin: float = 0.03,
+    lead: tuple[int, float] | None = None,
 ) -> ws.Decision:  # fmt: skip
-    """Retries first; then the full run that most likely lets the search stop; then the best value per dollar."""
+    """Retries first; then the full run that most likely lets the search stop (`lead`, before anything is
+    verified), unless a probe is worth more first; then the best value per dollar."""
     goal = state.goal
     cands = d.cands
     masked = np.where(d.feasible, d.objective, np.inf)
@@ -244,15 +267,12 @@ def _choose(
             order.append((math.inf, i, "retry"))
     p_stop: float | None = None
     if best is None:
-        # Nothing verified: the search cannot stop until something is, and a full run costs many probes. It goes
-        # to the probed candidate whose verification would most likely let the search stop, once that is likely.
-        pool = [i for i in range(len(cands)) if open_[i] and cands[i].key in ready]
-        if pool:
-            stops = p_stop_if_verified(d, open_, pool, margin)
-            top, p_stop = pool[int(np.argmax(stops))], float(np.max(stops))
-            probes_left = any(open_[i] and value[i] > 0 and cands[i].key not in ready for i in range(len(cands)))
-            if p_stop >= VERIFY_LEVEL or (not probes_left and float(d.feasible[top].mean()) >= 0.5):
-                order.append((1e300, top, "likeliest optimum"))
+        # Nothing verified: the search cannot stop until something is. The full run goes to the probed plan whose
+        # verification most likely ends it; _probe_first puts an unprobed plan's probe first when that is cheaper
+        # than the full run it would likely waste, which is what keeps a displaced plan from being run in full.
+        if lead is not None:
+            p_stop = lead[1]
+            order.append((1e300, lead[0], "likeliest optimum"))
     else:
         # ties (hundreds of near-equal plans share the draws' wins, so each may win none) go to the best mean
         mean_objective = np.where(d.feasible, d.objective, np.inf).mean(axis=1)
@@ -348,7 +368,9 @@ def _why(
     a = d.assessed[i]
     post = state.posterior(cand.gpu)
     learns = belief.informs(post, np.asarray(a.grad_latency), max(a.own_sigma, 1e-3)) if kind == "probe" else []
-    against = "the best verified by more than the margin" if best is not None else "the dearest candidate"
+    against = "the best verified by the margin" if best is not None else "the plan it would verify now by the margin"
+    if best is None and p_stop is None:
+        against = "the best predicted"
     text = (f"predicted {_fmt(state.goal, cand)} (±{cand.sigma:.1%}), P(feasible) "
             f"{float(d.feasible[i].mean()):.0%}, P(optimum) {p_best[i]:.0%}; expected improvement over {against} "
             f"{ei[i]:.1%} of the objective, {value[i]:.1%} with what it tells about the others")  # fmt: skip

@@ -30,6 +30,7 @@ def _goal(**changes: object) -> Goal:
 def _simulate(state: ws.SearchState, truth: dict[str, Profile], seed: int = 0) -> ws.SearchState:
     """Drive the search to its stop against a profile 'truth' (the twin's timing model with its noise)."""
     rng = np.random.default_rng(seed)
+    workload = state.goal.workload
     for _ in range(60):
         decision = ws.decide(state)
         if decision.stop_reason:
@@ -41,7 +42,7 @@ def _simulate(state: ws.SearchState, truth: dict[str, Profile], seed: int = 0) -
             cv = truth[cand.gpu].noise_cv
 
             def latency(steps: int, cand: ws.Candidate = cand, plan: Plan = plan, cv: float = cv) -> float:
-                p = perf_model.predict(anchor_workload(steps=steps), plan, truth[cand.gpu])
+                p = perf_model.predict(workload.with_changes(steps=steps), plan, truth[cand.gpu])
                 return float(p.fixed_s * (1 + cv * rng.standard_normal()) + steps * p.per_step_s)
 
             if action.kind == "probe":
@@ -145,6 +146,23 @@ def test_search_converges_on_the_truth_and_says_why() -> None:
     optimum = ws.candidates(state.model_copy(update={"beliefs": truth, "measurements": []}))[0]
     assert best.usd_per_clip <= optimum.usd_per_clip * 1.05
     assert state.iterations < 20  # far fewer measurements than the hundreds of candidates
+
+
+def test_many_near_equal_plans_do_not_keep_a_search_probing_without_ever_verifying() -> None:
+    """480p on H200 on-demand: ~110 plans predicted feasible, dozens within a few percent of each other. Before
+    anything is verified no probed plan is ever 50% likely to end the search, and the search once probed until
+    its iteration cap with no recommendation (CI, 2026-12-02). A full run goes to the likeliest optimum as soon as
+    no probe is worth more than the full run it could spare."""
+    goal = _goal(workload=anchor_workload(width=832, height=480, num_frames=121), latency_bound_s=60, gpus=["H200"],
+                 capacities=["on-demand"], budget_usd=100)  # fmt: skip
+    truth = {"H200": shipped_profile("H200")}
+    state = _simulate(ws.initial_state(goal, all_offers("snapshot")), truth)
+    assert ws.decide(state).stop_kind == "converged"
+    best = ws.recommendation(state)
+    assert best is not None and best.stage == "measured"
+    optimum = ws.candidates(state.model_copy(update={"beliefs": truth, "measurements": []}))[0]
+    assert best.usd_per_clip <= optimum.usd_per_clip * 1.05
+    assert state.iterations <= 10 and state.spent_usd < 60
 
 
 def test_recalibration_learns_a_larger_fixed_cost() -> None:
