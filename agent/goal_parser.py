@@ -9,178 +9,33 @@ freer text; its answer goes through the same Goal validation and is shown for co
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import re
-from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
-
+from worldtune.agent import goal_traffic
+from worldtune.agent.goal_llm import configured_chat_model, parse_goal_with_llm
+from worldtune.agent.goal_reader import (
+    NUM,
+    PERCENTILE,
+    SECONDS,
+    UNDER,
+    UNIT,
+    GoalQuestion,
+    ParsedGoal,
+    Reader,
+    first_line,
+)
 from worldtune.policies.calibration import PROFILES_DIR
-from worldtune.tools.errors import WorldtuneError
 from worldtune.tools.goal import PERCENTILES, Goal
 from worldtune.tools.gpus import GPUS
 from worldtune.tools.offers import CATALOG_CLOUDS
 from worldtune.tools.workload import SUPPORTED_SIZES, anchor_workload
 
-# Environment settings of the optional LLM path (read only when set).
-LLM_MODEL_ENV = "WORLDTUNE_LLM_MODEL"  # e.g. "openai:gpt-4.1" or "anthropic:claude-sonnet-4-5"
-LLM_TEMPERATURE_ENV = "WORLDTUNE_LLM_TEMPERATURE"
-
 INFRAS: tuple[str, ...] = (*CATALOG_CLOUDS, "kubernetes", "local")
 # Short names for the resolutions people say; anything else must be given as WxH.
 RESOLUTIONS: dict[str, tuple[int, int]] = {"720p": (1280, 720), "480p": (832, 480)}
-# Words that carry no requirement once the rules have read the rest.
-FILLER = frozenset(
-    {
-        "a",
-        "an",
-        "and",
-        "or",
-        "with",
-        "the",
-        "for",
-        "of",
-        "to",
-        "on",
-        "in",
-        "at",
-        "by",
-        "is",
-        "are",
-        "be",
-        "it",
-        "its",
-        "as",
-        "per",
-        "clip",
-        "clips",
-        "video",
-        "videos",
-        "please",
-        "find",
-        "me",
-        "us",
-        "give",
-        "get",
-        "want",
-        "need",
-        "needs",
-        "i",
-        "we",
-        "our",
-        "my",
-        "deployment",
-        "deploy",
-        "serve",
-        "serving",
-        "generation",
-        "generating",
-        "generate",
-        "t2v",
-        "text-to-video",
-        "text",
-        "model",
-        "ok",
-        "okay",
-        "allowed",
-        "fine",
-        "also",
-        "should",
-        "must",
-        "can",
-        "that",
-        "which",
-        "while",
-        "but",
-        "only",
-        "any",
-        "using",
-        "use",
-        "run",
-        "running",
-        "goal",
-        "under",
-        "one",
-        "each",
-        "frames",
-        "steps",
-        "s",
-        "search",
-        "tuning",
-        "tune",
-        "make",
-        "sure",
-        "keep",
-        "best",
-    }
-)
 
 
-class GoalQuestion(WorldtuneError):
-    """The goal text cannot be read without guessing; carries the questions to ask the user."""
-
-    def __init__(self, questions: list[str], text: str = "") -> None:
-        self.questions = questions
-        self.text = text
-        super().__init__("the goal needs answers before tuning:\n" + "\n".join(f"- {q}" for q in questions))
-
-
-class ParsedGoal(BaseModel):
-    """A Goal with where it came from and the defaults that filled what the text did not say."""
-
-    goal: Goal
-    source: str = Field(description="'parser' or 'llm:<model>'")
-    assumptions: list[str] = Field(default_factory=list, description="defaults applied, shown for confirmation")
-    text: str = ""
-
-
-class _Reader:
-    """Consumes the parts of the text each rule reads, so what is left over can be asked about."""
-
-    def __init__(self, text: str) -> None:
-        self.original = text
-        self.text = " " + text.lower().replace("≤", "<=").replace("×", "x").replace("–", "-") + " "
-        self.questions: list[str] = []
-
-    def take(self, pattern: str) -> list[re.Match[str]]:
-        """Every match of `pattern`; the matched text is blanked so no other rule reads it again."""
-        matches = list(re.finditer(pattern, self.text))
-        for m in reversed(matches):
-            self.text = self.text[: m.start()] + " " * (m.end() - m.start()) + self.text[m.end() :]
-        return matches
-
-    def ask(self, question: str) -> None:
-        if question not in self.questions:
-            self.questions.append(question)
-
-    def number(self, raw: str, what: str) -> float | None:
-        """`raw` as a finite number; a non-finite one (1e400) is asked about and gives None."""
-        value = float(raw)
-        if math.isfinite(value):
-            return value
-        self.ask(f"'{raw}' is not a number worldtune can use for {what}: give it in plain digits.")
-        return None
-
-    def once(self, found: dict[str, Any], key: str, value: Any, what: str) -> None:
-        """Record `key`; the same constraint given twice with different values is asked about, never overwritten."""
-        if key in found and found[key] != value:
-            self.ask(f"The goal gives {what} twice ({found[key]} and {value}): which one?")
-        found.setdefault(key, value)
-
-    def leftovers(self) -> list[str]:
-        words = re.findall(r"[a-z0-9$][a-z0-9$.%/'-]*", self.text)
-        return [w for w in (w.strip(".-'") for w in words) if w and w not in FILLER]
-
-
-_NUM = r"(\d+(?:\.\d+)?(?:e[+-]?\d+)?)"  # with an exponent: "$1e400" is one (non-finite) number
-_SECONDS = {"s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0, "min": 60.0, "mins": 60.0}
-_SECONDS |= {"minute": 60.0, "minutes": 60.0, "m": 60.0}
-_UNDER = r"(?:under|below|<=?|at most|within|less than|no more than|not above|max(?:imum)?|of)"
-_PERCENTILE = r"(?:p(\d{2})|(\d{2})(?:th)?[\s-]*percentile|(median))"
-_UNIT = r"(s|secs?|seconds?|mins?|minutes?|m)?\b"
 _OBJECTIVES: tuple[tuple[str, str], ...] = (
     (r"\b(?:cheapest|lowest[\s-]cost|least[\s-]expensive|min(?:imi[sz]e|imum)?[\s-]cost|cheap)"
      r"(?:\s+(?:per|a|each)\s+(?:clip|video))?\b|\bcost[\s-]per[\s-]clip\b", "min_cost_per_clip"),
@@ -190,7 +45,7 @@ _OBJECTIVES: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 
 
-def _model(r: _Reader) -> str | None:
+def _model(r: Reader) -> str | None:
     found: set[str] = set()
     if r.take(r"\b(?:cosmos[\s-]?3[\s-]?)?super[\s-]?(?:i2v|image[\s-]?2[\s-]?video)[\s-]?4[\s-]?steps?\b"):
         found.add("cosmos3-super-i2v-4step")
@@ -204,7 +59,7 @@ def _model(r: _Reader) -> str | None:
     return found.pop() if found else None
 
 
-def _workload_changes(r: _Reader) -> dict[str, Any]:
+def _workload_changes(r: Reader) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     for m in r.take(r"\b(\d{3,4})\s*x\s*(\d{3,4})\b"):
         r.once(changes, "size", (int(m.group(1)), int(m.group(2))), "the frame size")
@@ -225,7 +80,7 @@ def _workload_changes(r: _Reader) -> dict[str, Any]:
         r.once(changes, "fps", int(m.group(1)), "the frame rate")
     for m in r.take(r"\b(\d{1,3})[\s-]*(?:denoising\s+|inference\s+|diffusion\s+)?steps?\b"):
         r.once(changes, "steps", int(m.group(1)), "the step count")
-    for m in r.take(r"\bguidance(?:[\s-]scale)?\s*(?:=|of|at)?\s*" + _NUM):
+    for m in r.take(r"\bguidance(?:[\s-]scale)?\s*(?:=|of|at)?\s*" + NUM):
         value = r.number(m.group(1), "the guidance scale")
         if value is not None:
             r.once(changes, "guidance_scale", value, "the guidance scale")
@@ -240,9 +95,9 @@ def _workload_changes(r: _Reader) -> dict[str, Any]:
     return changes
 
 
-def _latency(r: _Reader) -> tuple[float | None, int | None]:
+def _latency(r: Reader) -> tuple[float | None, int | None]:
     bounds: dict[str, Any] = {}
-    pattern = rf"\b(?:latency\s+)?{_PERCENTILE}\s*(?:latency\s*)?(?:{_UNDER}\s*)?{_NUM}\s*{_UNIT}"
+    pattern = rf"\b(?:latency\s+)?{PERCENTILE}\s*(?:latency\s*)?(?:{UNDER}\s*)?{NUM}\s*{UNIT}"
     for m in r.take(pattern):
         pct = int(m.group(1) or m.group(2) or 50)
         if pct not in PERCENTILES:
@@ -254,14 +109,14 @@ def _latency(r: _Reader) -> tuple[float | None, int | None]:
         if unit is None:
             r.ask(f"Is the p{pct} bound of {value:g} in seconds or minutes (e.g. 'p{pct} under {value:g} s')?")
             continue
-        r.once(bounds, "bound", f"p{pct} under {value * _SECONDS[unit]:g} s", "the latency bound")
-        bounds.setdefault("value", (value * _SECONDS[unit], pct))
-    for m in r.take(rf"\b(?:mean\s+|average\s+|avg\s+)?latency\s*{_UNDER}?\s*{_NUM}\s*{_UNIT}"):
+        r.once(bounds, "bound", f"p{pct} under {value * SECONDS[unit]:g} s", "the latency bound")
+        bounds.setdefault("value", (value * SECONDS[unit], pct))
+    for m in r.take(rf"\b(?:mean\s+|average\s+|avg\s+)?latency\s*{UNDER}?\s*{NUM}\s*{UNIT}"):
         r.ask(
             f"At which percentile must the latency bound of {m.group(1)} {m.group(2) or ''} hold: "
             f"{', '.join(f'p{p}' for p in PERCENTILES)}? (e.g. 'p95 under {m.group(1)} s')".replace("  ", " ")
         )
-    for m in r.take(rf"\b{_UNDER}\s*{_NUM}\s*(s|secs?|seconds?|mins?|minutes?)\s*(?:per\s+clip|a\s+clip|each)?\b"):
+    for m in r.take(rf"\b{UNDER}\s*{NUM}\s*(s|secs?|seconds?|mins?|minutes?)\s*(?:per\s+clip|a\s+clip|each)?\b"):
         r.ask(f"Is '{m.group(0).strip()}' a latency bound? Say at which percentile, e.g. 'p95 under {m.group(1)} s'.")
     if "value" not in bounds:
         return None, None
@@ -269,12 +124,12 @@ def _latency(r: _Reader) -> tuple[float | None, int | None]:
     return bound, percentile
 
 
-def _throughput(r: _Reader) -> float | None:
+def _throughput(r: Reader) -> float | None:
     floors: dict[str, Any] = {}
     per = {"h": 1.0, "hr": 1.0, "hour": 1.0, "min": 60.0, "minute": 60.0, "day": 1 / 24}
     pattern = (
         r"\b(?:(?:at\s+least|>=?|minimum(?:\s+of)?|min|no\s+fewer\s+than|no\s+less\s+than|sustain(?:ing)?)\s*)?"
-        + _NUM
+        + NUM
         + r"\s*(?:clips?|videos?)\s*(?:/|per|an|a|every)\s*(hour|hr|h|minute|min|day)\b"
     )
     for m in r.take(pattern):
@@ -284,7 +139,7 @@ def _throughput(r: _Reader) -> float | None:
     return floors.get("floor")
 
 
-def _objective(r: _Reader) -> str | None:
+def _objective(r: Reader) -> str | None:
     found: list[str] = []
     for pattern, objective in _OBJECTIVES:
         if r.take(pattern) and objective not in found:
@@ -303,7 +158,7 @@ def _objective(r: _Reader) -> str | None:
     return found[0] if found else None
 
 
-def _gpus(r: _Reader) -> tuple[list[str] | None, list[str]]:
+def _gpus(r: Reader) -> tuple[list[str] | None, list[str]]:
     allowed: list[str] = []
     excluded: list[str] = []
     known = {name.lower(): name for name in GPUS}
@@ -334,7 +189,7 @@ def _gpus(r: _Reader) -> tuple[list[str] | None, list[str]]:
     return [g for g in chosen if g not in excluded], excluded
 
 
-def _infras(r: _Reader) -> list[str]:
+def _infras(r: Reader) -> list[str]:
     found: list[str] = []
     names = "|".join(re.escape(i) for i in INFRAS)
     for m in r.take(rf"\b(?:on|in|at|via|from)?\s*({names})(?:\s+only)?\b"):
@@ -343,7 +198,7 @@ def _infras(r: _Reader) -> list[str]:
     return found
 
 
-def _capacities(r: _Reader) -> list[str] | None:
+def _capacities(r: Reader) -> list[str] | None:
     caps: list[str] | None = None
     only_spot = bool(r.take(r"\b(?:spot\s+only|only\s+spot)\b"))
     no_spot = bool(r.take(r"\b(?:no|not|without|avoid)\s+spot\b|\bon[\s-]demand\s+only\b|\bonly\s+on[\s-]demand\b"))
@@ -368,9 +223,9 @@ def _capacities(r: _Reader) -> list[str] | None:
     return caps
 
 
-def _budget(r: _Reader) -> float | None:
+def _budget(r: Reader) -> float | None:
     budgets: dict[str, Any] = {}
-    money = r"\$\s*" + _NUM + r"\s*(k)?|" + _NUM + r"\s*(k)?\s*(?:usd|dollars?)"
+    money = r"\$\s*" + NUM + r"\s*(k)?|" + NUM + r"\s*(k)?\s*(?:usd|dollars?)"
 
     def amount(m: re.Match[str], first: int) -> None:
         value = r.number(m.group(first) or m.group(first + 2), "the budget")
@@ -392,7 +247,7 @@ def _budget(r: _Reader) -> float | None:
         amount(m, 1)
     for m in r.take(rf"(?:{money})\s*{trail}"):
         amount(m, 1)
-    for m in r.take(r"\bbudget(?:\s+(?:of|is))?\s*" + _NUM + r"\b"):
+    for m in r.take(r"\bbudget(?:\s+(?:of|is))?\s*" + NUM + r"\b"):
         value = r.number(m.group(1), "the budget")
         if value is not None:
             r.once(budgets, "usd", value, "the budget")
@@ -403,18 +258,18 @@ def _budget(r: _Reader) -> float | None:
     return budgets.get("usd")
 
 
-def _answer_within(r: _Reader) -> float | None:
+def _answer_within(r: Reader) -> float | None:
     """'answer within 1 hour', 'done in 90 minutes', 'within 2 h': the time to a verified answer, in seconds."""
     found: dict[str, Any] = {}
     unit = r"(hours?|hrs?|h|minutes?|mins?|m)\b"
-    for m in r.take(r"\b(?:(?:an\s+)?answer(?:ed)?|done|verified|results?)?\s*(?:with)?in\s+" + _NUM + r"\s*" + unit):
+    for m in r.take(r"\b(?:(?:an\s+)?answer(?:ed)?|done|verified|results?)?\s*(?:with)?in\s+" + NUM + r"\s*" + unit):
         value = r.number(m.group(1), "the time to an answer")
         if value is not None:
             r.once(found, "s", value * (60.0 if m.group(2).startswith("m") else 3600.0), "the time to an answer")
     return found.get("s")
 
 
-def _max_gpus(r: _Reader) -> int | None:
+def _max_gpus(r: Reader) -> int | None:
     found = None
     for m in r.take(r"\b(?:at\s+most|up\s+to|max(?:imum)?|no\s+more\s+than|<=?)\s*(\d)\s*gpus?(?:\s+per\s+node)?\b"):
         found = int(m.group(1))
@@ -428,45 +283,59 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
     """
     if not text.strip():
         raise GoalQuestion(["What should worldtune tune for? e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip'"])
-    r = _Reader(text)
-    model = _model(r)
-    answer_within = _answer_within(r)
-    from worldtune.agent import goal_traffic  # its rules stand on this module's patterns
+    r = Reader(text)
+    read = _read(r)
+    if r.questions:
+        raise GoalQuestion(r.questions, text)
+    fields, assumptions = _fields(read, text, budget_usd, infras)
+    try:
+        goal = Goal.model_validate(fields)
+    except ValueError as exc:
+        raise GoalQuestion([f"The goal is not valid: {first_line(exc)}"], text) from exc
+    return ParsedGoal(goal=goal, source="parser", assumptions=assumptions, text=text)
 
+
+def _read(r: Reader) -> dict[str, Any]:
+    """Every rule's reading of the text (in an order where a longer phrase is read before its parts), and a
+    question for whatever no rule read."""
+    read: dict[str, Any] = {"model": _model(r), "answer_within": _answer_within(r)}
     traffic_found = goal_traffic.read_traffic(r)
-    budget = _budget(r)
-    throughput = _throughput(r)
-    bound, percentile = _latency(r)
-    changes = _workload_changes(r)
-    objective = _objective(r)
-    gpus, _excluded = _gpus(r)
-    capacities = _capacities(r)
-    text_infras = _infras(r)
-    max_gpus = _max_gpus(r)
+    read |= {"budget": _budget(r), "throughput": _throughput(r)}
+    read["bound"], read["percentile"] = _latency(r)
+    read |= {"changes": _workload_changes(r), "objective": _objective(r)}
+    read["gpus"], _excluded = _gpus(r)
+    read |= {"capacities": _capacities(r), "infras": _infras(r), "max_gpus": _max_gpus(r)}
     for word in r.leftovers():
         r.ask(f"I could not read '{word}' in the goal: what does it ask for? (rephrase or remove it)")
     for run in re.findall(r"[^\x00-\x7f]+", r.text):  # the rules read English words and ASCII digits only
         r.ask(f"I could not read '{run.strip()}' in the goal: please write it in English words and digits.")
-    traffic = goal_traffic.traffic_fields(traffic_found, bound, percentile, r) if "shape" in traffic_found else None
-    read = (model, traffic, budget, throughput, bound, changes, objective, gpus, capacities, text_infras, max_gpus,
-            answer_within)  # fmt: skip
-    if not r.questions and all(v is None or v == {} or v == [] for v in read):
+    shaped = "shape" in traffic_found
+    read["traffic"] = (
+        goal_traffic.traffic_fields(traffic_found, read["bound"], read["percentile"], r) if shaped else None
+    )
+    if not r.questions and all(v is None or v == {} or v == [] for k, v in read.items() if k != "percentile"):
         r.ask("Nothing in the goal could be read: what should worldtune tune for? "
               "e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip'")  # fmt: skip
-    if gpus == []:
+    if read["gpus"] == []:
         r.ask(f"Every GPU type is excluded: which may be used ({', '.join(GPUS)})?")
-    if r.questions:
-        raise GoalQuestion(r.questions, text)
+    return read
 
+
+def _fields(
+    read: dict[str, Any], text: str, budget_usd: float | None, infras: list[str] | None
+) -> tuple[dict[str, Any], list[str]]:
+    """The Goal's fields from what was read (the command line's budget and clouds win), and the defaults that
+    filled what the text did not say."""
     assumptions: list[str] = []
     fields: dict[str, Any] = {}
-    model_key = model or "cosmos3-super"
+    model, objective, traffic = read["model"], read["objective"], read["traffic"]
+    bound, percentile = read["bound"], read["percentile"]
     if model is None:
         assumptions.append("model cosmos3-super (none named)")
     try:
-        fields["workload"] = anchor_workload(model_key, **changes)
+        fields["workload"] = anchor_workload(model or "cosmos3-super", **read["changes"])
     except ValueError as exc:
-        raise GoalQuestion([f"The workload is not valid: {_first_line(exc)}"], text) from exc
+        raise GoalQuestion([f"The workload is not valid: {first_line(exc)}"], text) from exc
     if traffic is not None:
         fields["traffic"] = traffic
         assumptions += goal_traffic.assumptions(traffic, objective)
@@ -479,102 +348,29 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
     fields["objective"] = objective
     if bound is not None:
         fields["latency_bound_s"], fields["latency_percentile"] = bound, percentile
-    if throughput is not None:
-        fields["throughput_floor_clips_per_hour"] = throughput
-    if gpus is not None:
-        fields["gpus"] = gpus
+    if read["throughput"] is not None:
+        fields["throughput_floor_clips_per_hour"] = read["throughput"]
+    if read["gpus"] is not None:
+        fields["gpus"] = read["gpus"]
     else:
         assumptions.append(f"GPUs: any calibrated ({', '.join(Goal().gpus)})")
-    if capacities is not None:
-        fields["capacities"] = capacities
+    if read["capacities"] is not None:
+        fields["capacities"] = read["capacities"]
     else:
         assumptions.append("capacity: on-demand only (say 'spot ok' to allow spot)")
-    chosen_infras = infras if infras is not None else text_infras
+    chosen_infras = infras if infras is not None else read["infras"]
     if chosen_infras:
         fields["infras"] = chosen_infras
-    if max_gpus is not None:
-        fields["max_gpus_per_node"] = max_gpus
-    if answer_within is not None:
-        fields["answer_within_s"] = answer_within
-    if budget_usd is not None:
-        fields["budget_usd"] = budget_usd
-    elif budget is not None:
+    if read["max_gpus"] is not None:
+        fields["max_gpus_per_node"] = read["max_gpus"]
+    if read["answer_within"] is not None:
+        fields["answer_within_s"] = read["answer_within"]
+    budget = budget_usd if budget_usd is not None else read["budget"]
+    if budget is not None:
         fields["budget_usd"] = budget
     else:
         assumptions.append(f"search budget ${Goal().budget_usd:g} (default)")
-    try:
-        goal = Goal.model_validate(fields)
-    except ValueError as exc:
-        raise GoalQuestion([f"The goal is not valid: {_first_line(exc)}"], text) from exc
-    return ParsedGoal(goal=goal, source="parser", assumptions=assumptions, text=text)
-
-
-def _first_line(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(
-            str(e["ctx"]["error"]) if "error" in e.get("ctx", {}) else f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-            for e in exc.errors()
-        )
-    return str(exc).splitlines()[0]
-
-
-# ---- the optional LLM path ----------------------------------------------------------------------------
-ChatInvoke = Callable[[list[tuple[str, str]]], Any]
-
-
-def configured_chat_model() -> Any | None:
-    """The chat model the user configured ($WORLDTUNE_LLM_MODEL via LangChain's init_chat_model), or None."""
-    name = os.environ.get(LLM_MODEL_ENV, "").strip()
-    if not name:
-        return None
-    try:
-        from langchain.chat_models import init_chat_model
-    except ImportError as exc:
-        raise GoalQuestion(
-            [f"${LLM_MODEL_ENV}={name} is set but LangChain is not installed: pip install 'worldtune[llm]'"]
-        ) from exc
-    temperature = float(os.environ.get(LLM_TEMPERATURE_ENV, "0"))
-    return init_chat_model(name, temperature=temperature)
-
-
-def parse_goal_with_llm(
-    text: str, chat_model: Any, budget_usd: float | None = None, infras: list[str] | None = None
-) -> ParsedGoal:
-    """Ask a chat model to fill the Goal's fields; validate them exactly as the parser's; questions pass through."""
-    from worldtune.agent.prompts import GOAL_SYSTEM_PROMPT, goal_user_prompt
-
-    reply = chat_model.invoke([("system", GOAL_SYSTEM_PROMPT), ("human", goal_user_prompt(text))])
-    content = reply.content if hasattr(reply, "content") else str(reply)
-    data = _json_object(content if isinstance(content, str) else json.dumps(content))
-    if data is None:
-        raise GoalQuestion(["The language model did not answer with a goal; rephrase, or unset " + LLM_MODEL_ENV])
-    questions = [str(q) for q in data.pop("questions", []) or []]
-    if questions:
-        raise GoalQuestion(questions, text)
-    workload_changes = data.pop("workload", {}) or {}
-    model = str(workload_changes.pop("model", "cosmos3-super"))
-    try:
-        workload = anchor_workload(model, **workload_changes)
-        if budget_usd is not None:
-            data["budget_usd"] = budget_usd
-        if infras is not None:
-            data["infras"] = infras
-        goal = Goal.model_validate({**data, "workload": workload})
-    except ValueError as exc:
-        raise GoalQuestion([f"The goal the language model read is not valid: {_first_line(exc)}"], text) from exc
-    name = getattr(chat_model, "model_name", None) or getattr(chat_model, "model", None) or type(chat_model).__name__
-    return ParsedGoal(goal=goal, source=f"llm:{name}", assumptions=["read by a language model: check it"], text=text)
-
-
-def _json_object(content: str) -> dict[str, Any] | None:
-    match = re.search(r"\{.*\}", content, re.DOTALL)
-    if not match:
-        return None
-    try:
-        data = json.loads(match.group(0))
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
+    return fields, assumptions
 
 
 def read_goal(text: str, budget_usd: float | None = None, infras: list[str] | None = None) -> ParsedGoal:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from worldtune.agent.goal_parser import _NUM, _PERCENTILE, _SECONDS, _UNDER, _UNIT, _first_line, _Reader
+from worldtune.agent.goal_reader import NUM, PERCENTILE, SECONDS, UNDER, UNIT, Reader, first_line
 from worldtune.tools.errors import WorldtuneError
 from worldtune.tools.traffic import TRACE_IN_GOAL, Traffic, trace_traffic
 
@@ -24,7 +24,7 @@ _SPAN = {"hours": 3600.0, "hour": 3600.0, "h": 3600.0, "hr": 3600.0, "minutes": 
 _SPAN |= {"mins": 60.0, "hrs": 3600.0}
 
 
-def _hour(r: _Reader, h: str, m: str | None, ampm: str | None) -> float | None:
+def _hour(r: Reader, h: str, m: str | None, ampm: str | None) -> float | None:
     value = int(h) % 12 + (12 if ampm == "pm" else 0) if ampm else int(h)
     hours = value + int(m or 0) / 60
     if not 0 <= hours <= 24 or int(m or 0) >= 60:
@@ -33,15 +33,15 @@ def _hour(r: _Reader, h: str, m: str | None, ampm: str | None) -> float | None:
     return hours
 
 
-def _shapes(r: _Reader, found: dict[str, Any]) -> None:
-    window = rf"\b{_NUM}\s*(?:clips?|videos?|requests?)\s*(?:/|per|a|each)\s*day\s+(?:between|from)\s+{_HOUR}"
+def _shapes(r: Reader, found: dict[str, Any]) -> None:
+    window = rf"\b{NUM}\s*(?:clips?|videos?|requests?)\s*(?:/|per|a|each)\s*day\s+(?:between|from)\s+{_HOUR}"
     for m in r.take(window + rf"\s+(?:and|to|-)\s+{_HOUR}"):
         start, end = _hour(r, m.group(2), m.group(3), m.group(4)), _hour(r, m.group(5), m.group(6), m.group(7))
         count = r.number(m.group(1), "the clips per day")
         if None not in (start, end, count):
             r.once(found, "shape", {"shape": "daily_window", "clips_per_day": count, "window_start_h": start,
                                     "window_end_h": end}, "the traffic")  # fmt: skip
-    for m in r.take(rf"\b{_NUM}\s*(?:requests?|reqs?|arrivals?)\s*(?:/|per|an|a|every)\s*(hour|hr|h|minute|min|day)\b"):
+    for m in r.take(rf"\b{NUM}\s*(?:requests?|reqs?|arrivals?)\s*(?:/|per|an|a|every)\s*(hour|hr|h|minute|min|day)\b"):
         rate = r.number(m.group(1), "the arrival rate")
         if rate is not None:
             r.once(found, "shape", {"shape": "poisson", "rate_per_hour": rate * _PER_HOUR[m.group(2)]}, "the traffic")
@@ -56,18 +56,18 @@ def _shapes(r: _Reader, found: dict[str, Any]) -> None:
         r.once(found, "shape", {"shape": "trace", "trace_path": m.group(1)}, "the traffic")
 
 
-def _e2e(r: _Reader, found: dict[str, Any]) -> None:
-    tail = rf"{_PERCENTILE}\s*(?:latency\s*)?(?:{_UNDER}\s*)?{_NUM}\s*{_UNIT}"
+def _e2e(r: Reader, found: dict[str, Any]) -> None:
+    tail = rf"{PERCENTILE}\s*(?:latency\s*)?(?:{UNDER}\s*)?{NUM}\s*{UNIT}"
     for m in [*r.take(rf"\b{tail}\s*,?\s*{_E2E_TAIL}"), *r.take(rf"\b{_E2E_TAIL}\s*(?:latency\s*)?,?\s*{tail}")]:
         pct = int(m.group(1) or m.group(2) or 50)
         value = r.number(m.group(4), f"the p{pct} end-to-end bound")
         if m.group(5) is None:
             r.ask(f"Is the p{pct} end-to-end bound of {m.group(4)} in seconds or minutes?")
         elif value is not None:
-            r.once(found, "e2e", (value * _SECONDS[m.group(5)], pct), "the end-to-end bound")
+            r.once(found, "e2e", (value * SECONDS[m.group(5)], pct), "the end-to-end bound")
 
 
-def read_traffic(r: _Reader) -> dict[str, Any]:
+def read_traffic(r: Reader) -> dict[str, Any]:
     """The traffic parts of the goal: {'traffic': fields} when arrivals are named; 'per_day' when asked for."""
     found: dict[str, Any] = {}
     _shapes(r, found)
@@ -82,7 +82,7 @@ def read_traffic(r: _Reader) -> dict[str, Any]:
     return found
 
 
-def traffic_fields(found: dict[str, Any], bound: float | None, percentile: int | None, r: _Reader) -> Traffic | None:
+def traffic_fields(found: dict[str, Any], bound: float | None, percentile: int | None, r: Reader) -> Traffic | None:
     """The Traffic the rules read (a trace file read and checked here), or None with a question asked."""
     fields = dict(found["shape"])
     if "e2e" in found:
@@ -100,7 +100,7 @@ def traffic_fields(found: dict[str, Any], bound: float | None, percentile: int |
             return trace_traffic(path, "cli", **fields)
         return Traffic.model_validate(fields)
     except (WorldtuneError, ValueError) as exc:
-        r.ask(f"The traffic is not valid: {_first_line(exc)}")
+        r.ask(f"The traffic is not valid: {first_line(exc)}")
         return None
 
 

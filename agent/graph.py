@@ -22,6 +22,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send, interrupt
 
 from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.record import build_summary, first_state, goal_for, mark_approved, mark_waiting, write_record
 from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask
 from worldtune.agent.steps import emit, options_of, teardown
 from worldtune.agent.verify import verify
@@ -36,7 +37,6 @@ async def read_goal(state: TuneState, config: RunnableConfig) -> dict[str, Any]:
     has done this before the graph starts, and the node passes its state on untouched."""
     if state.get("goal"):
         return {}
-    from worldtune.agent.runner import first_state, goal_for
     from worldtune.tools.spend import needs_confirmation
 
     raw = dict(state.get("options") or {})
@@ -97,7 +97,6 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     """Ask before spending (interrupt), unless the run was started with --yes."""
     if options_of(state).yes:
         return {"approved": True, "events": ["spend approved by --yes"]}
-    from worldtune.agent.runner import mark_approved, mark_waiting  # the record's layout lives with the runner
 
     db_path = options_of(state).db_path
     # recorded here, so a run that Studio / `langgraph dev` drives says it waits, as one `tune` drives does (the
@@ -219,7 +218,6 @@ async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
     for d in listed.get("deployments", []):
         await teardown(runtime, str(d["id"]))
-    from worldtune.agent.runner import build_summary, write_record  # the record's layout lives with the runner
 
     summary = build_summary(state, await tools.call("list_deployments", run_id=run_id))
     # written here, so a run that Studio / `langgraph dev` drives (no runner around it) ends completed too

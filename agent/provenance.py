@@ -75,7 +75,7 @@ def _latency_claim(measured: dict[str, Any], percentile: int) -> dict[str, Any]:
             f"p{percentile} <= {bound} s at 95% confidence ({name}: one-sided normal tolerance bound over n={n} "
             "full-step latencies; assumes normally distributed latencies)"
         )
-    # the record keeps the percentile itself only when order statistics claim it (agent/runner._figures)
+    # the record keeps the percentile itself only when order statistics claim it (agent/record._figures)
     empirical = measured.get(f"latency_p{percentile}_s")
     if not n:
         claim["empirical"] = "none measured"

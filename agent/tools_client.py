@@ -54,11 +54,12 @@ async def connect(db_path: str | None = None, mcp_url: str | None = None) -> Asy
     if mcp_url:
         target: Any = mcp_url
     else:
-        from worldtune.agent.tuner import AgentTuner
         from worldtune.tools.mcp_server import build_server
 
-        # origin "cli": the run's twin profile was checked against its caller's allow-list when the run started
-        target = build_server(db_path, tuner=AgentTuner(), origin="cli")
+        # origin "cli": the run's twin profile was checked against its caller's allow-list when the run started.
+        # No tuner: a run's own tools never start, resume or stop runs (their tools answer that they are not
+        # available here), so the tools client does not import the runner that drives it.
+        target = build_server(db_path, origin="cli")
     async with Client(target) as client:
         yield ToolsClient(client)
 
@@ -81,10 +82,9 @@ class SessionPerCall:
         if self.mcp_url:
             return self.mcp_url
         if self._server is None:
-            from worldtune.agent.tuner import AgentTuner
             from worldtune.tools.mcp_server import build_server
 
-            self._server = build_server(self.db_path, tuner=AgentTuner())
+            self._server = build_server(self.db_path)  # no tuner, as in connect()
         return self._server
 
     async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from worldtune.policies import belief
-from worldtune.policies import search as ws
+from worldtune.policies import candidates as ws
 from worldtune.tools.goal import Goal
 
 DRAWS = 512
@@ -261,40 +261,10 @@ def _choose(
     winner = np.argmin(masked, axis=0)
     p_best = np.bincount(winner[np.isfinite(masked.min(axis=0))], minlength=len(cands)) / d.objective.shape[1]
     ready = {c.key for c in cands if c.stage == "probed" or c.key in state.inconclusive}
-    order: list[tuple[float, int, str]] = []
-    for i, c in enumerate(cands):
-        if c.key in state.retry:
-            order.append((math.inf, i, "retry"))
-    p_stop: float | None = None
-    if best is None:
-        # Nothing verified: the search cannot stop until something is. The full run goes to the probed plan whose
-        # verification most likely ends it; _probe_first puts an unprobed plan's probe first when that is cheaper
-        # than the full run it would likely waste, which is what keeps a displaced plan from being run in full.
-        if lead is not None:
-            p_stop = lead[1]
-            order.append((1e300, lead[0], "likeliest optimum"))
-    else:
-        # ties (hundreds of near-equal plans share the draws' wins, so each may win none) go to the best mean
-        mean_objective = np.where(d.feasible, d.objective, np.inf).mean(axis=1)
-        pool = [i for i in range(len(cands)) if open_[i]]
-        lead = max(pool, key=lambda i: (p_best[i], -mean_objective[i]), default=None)
-        best_share = p_best[[i for i, c in enumerate(cands) if c.key == best.key]].sum()
-        # once something is verified, only a probed challenger that wins at least as many draws displaces it
-        if lead is not None and cands[lead].key in ready and p_best[lead] > 0 and p_best[lead] >= best_share:
-            order.append((1e300, lead, "likeliest optimum"))
     requests = ws.full_requests(goal)
     held = ws.held_offers(state)  # nodes the search holds: a candidate there pays a warm load, no provisioning
-    full = next((i for score, i, why in order if why == "likeliest optimum"), None)
-    if full is not None:
-        order = _probe_first(state, d, order, full, ready, open_, held, requests, margin)
-    for i, c in enumerate(cands):
-        if open_[i] and value[i] > 0:
-            _, usd = ws.action_cost(
-                c, "full" if c.key in ready else "probe", c.key in state.deployed, requests=requests,
-                node_held=c.offer.id in held,
-            )  # fmt: skip
-            order.append((value[i] / max(usd, 1e-6), i, "value"))
-    order.sort(key=lambda t: -t[0])
+    order = _order(state, d, value, open_, best, lead, ready, p_best, held, requests, margin)
+    p_stop = lead[1] if best is None and lead is not None else None
     left = goal.budget_usd - state.spent_usd
     actions: list[ws.Action] = []
     used: set[str] = set()
@@ -341,19 +311,68 @@ def _choose(
             redeploy=retry, value=float(value[i]),
         ))  # fmt: skip
     if not actions:
-        reason = (f"budget reached: ${state.spent_usd:.2f} of ${goal.budget_usd:g} spent and the next of "
-                  f"{max(skipped, 1)} candidate measurement(s) would not fit in what is left")  # fmt: skip
-        stop: ws.StopKind = "budget"
-        if late and not skipped:
-            stop = "deadline"
-            reason = (f"time to answer reached: {state.elapsed_s / 3600:.2f} h of "
-                      f"{(goal.answer_within_s or 0) / 3600:g} h used and the next of {late} candidate measurement(s) "
-                      "would end after it")  # fmt: skip
-        if not order:
-            reason = "nothing left worth measuring, yet no candidate is verified"
-        return ws.Decision(stop_reason=reason, stop_kind=stop, best=best.key if best else None,
-                           p_beaten=p_beaten, p_feasible=p_any, nearest=nearest_options(state, d))  # fmt: skip
+        return _nothing_fits(state, d, best, p_beaten, p_any, skipped, late, bool(order))
     return ws.Decision(actions=actions, best=best.key if best else None, p_beaten=p_beaten, p_feasible=p_any)
+
+
+def _order(
+    state: ws.SearchState, d: Draws, value: np.ndarray, open_: np.ndarray, best: ws.Candidate | None,
+    lead: tuple[int, float] | None, ready: set[str], p_best: np.ndarray, held: set[str], requests: int, margin: float,
+) -> list[tuple[float, int, str]]:  # fmt: skip
+    """What to measure, best first: retries; the likeliest optimum's full run (or a probe worth more before it);
+    then every open candidate by its value per expected dollar."""
+    cands = d.cands
+    order: list[tuple[float, int, str]] = []
+    for i, c in enumerate(cands):
+        if c.key in state.retry:
+            order.append((math.inf, i, "retry"))
+    if best is None:
+        # Nothing verified: the search cannot stop until something is. The full run goes to the probed plan whose
+        # verification most likely ends it; _probe_first puts an unprobed plan's probe first when that is cheaper
+        # than the full run it would likely waste, which is what keeps a displaced plan from being run in full.
+        if lead is not None:
+            order.append((1e300, lead[0], "likeliest optimum"))
+    else:
+        # ties (hundreds of near-equal plans share the draws' wins, so each may win none) go to the best mean
+        mean_objective = np.where(d.feasible, d.objective, np.inf).mean(axis=1)
+        pool = [i for i in range(len(cands)) if open_[i]]
+        top = max(pool, key=lambda i: (p_best[i], -mean_objective[i]), default=None)
+        best_share = p_best[[i for i, c in enumerate(cands) if c.key == best.key]].sum()
+        # once something is verified, only a probed challenger that wins at least as many draws displaces it
+        if top is not None and cands[top].key in ready and p_best[top] > 0 and p_best[top] >= best_share:
+            order.append((1e300, top, "likeliest optimum"))
+    full = next((i for score, i, why in order if why == "likeliest optimum"), None)
+    if full is not None:
+        order = _probe_first(state, d, order, full, ready, open_, held, requests, margin)
+    for i, c in enumerate(cands):
+        if open_[i] and value[i] > 0:
+            _, usd = ws.action_cost(
+                c, "full" if c.key in ready else "probe", c.key in state.deployed, requests=requests,
+                node_held=c.offer.id in held,
+            )  # fmt: skip
+            order.append((value[i] / max(usd, 1e-6), i, "value"))
+    order.sort(key=lambda t: -t[0])
+    return order
+
+
+def _nothing_fits(
+    state: ws.SearchState, d: Draws, best: ws.Candidate | None, p_beaten: float | None, p_any: float,
+    skipped: int, late: int, ordered: bool,
+) -> ws.Decision:  # fmt: skip
+    """No measurement fits what is left of the budget (or of the time to answer): stop, and say which."""
+    goal = state.goal
+    reason = (f"budget reached: ${state.spent_usd:.2f} of ${goal.budget_usd:g} spent and the next of "
+              f"{max(skipped, 1)} candidate measurement(s) would not fit in what is left")  # fmt: skip
+    stop: ws.StopKind = "budget"
+    if late and not skipped:
+        stop = "deadline"
+        reason = (f"time to answer reached: {state.elapsed_s / 3600:.2f} h of "
+                  f"{(goal.answer_within_s or 0) / 3600:g} h used and the next of {late} candidate measurement(s) "
+                  "would end after it")  # fmt: skip
+    if not ordered:
+        reason = "nothing left worth measuring, yet no candidate is verified"
+    return ws.Decision(stop_reason=reason, stop_kind=stop, best=best.key if best else None,
+                       p_beaten=p_beaten, p_feasible=p_any, nearest=nearest_options(state, d))  # fmt: skip
 
 
 def _why(

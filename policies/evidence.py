@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from worldtune.policies import belief, perf_model
-from worldtune.policies import search as ws
+from worldtune.policies import candidates as ws
 from worldtune.tools.plan import Plan
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from worldtune.policies import search as ws
+from worldtune.policies import candidates as ws
 
 NEAR = 8  # the near contenders the estimate probes (as before issue 18)
 FULL = 2  # of which the likeliest get a full run

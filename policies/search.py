@@ -12,523 +12,127 @@ The next action and the stop come from posterior draws (policies/acquisition.py)
 P(an unverified candidate that meets the constraints beats the chosen one by more than the margin) is
 below STOP_LEVEL; infeasible when P(any candidate meets the constraints) is below it (with the nearest
 options); budget and iteration cap are last resorts and say so.
+
+This module is the search's one entry, and the only part of policies/ the agent imports. Where it lives:
+- policies/candidates.py: the words (Candidate, Measurement, Action, Decision, SearchState) and the belief
+  about every candidate, judged against the goal and costed;
+- policies/evidence.py: folding a measurement in (or rejecting it) and refitting the posterior;
+- policies/acquisition.py: the next actions or the stop, from posterior draws;
+- policies/nodes.py: the modelled cost and time to a verified answer, node by node.
+Each of those imports candidates.py, none imports this module.
 """
 
 from __future__ import annotations
 
-import functools
-import math
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from worldtune.policies import acquisition, evidence, nodes
+from worldtune.policies.candidates import (
+    CONFIDENCE,
+    FULL_REQUESTS,
+    MAX_NODES,
+    OPTIMISM_Z,
+    PROBE_REPEATS,
+    PROBE_STEPS,
+    RETRIES,
+    STOP_LEVEL,
+    Action,
+    ActionKind,
+    Assessed,
+    Candidate,
+    Decision,
+    Measurement,
+    ModeShift,
+    NearestOption,
+    Rejected,
+    SearchState,
+    StopKind,
+    action_cost,
+    assess,
+    best_verified,
+    candidate_for,
+    candidate_key,
+    candidates,
+    could_be_feasible,
+    full_requests,
+    full_seconds,
+    hardware_key,
+    held_offers,
+    initial_state,
+    objective_value,
+    optimistic_value,
+    probe_seconds,
+    probe_sigma,
+    recommendation,
+    start_seconds,
+    tolerance_bound,
+)
+
+__all__ = [
+    "CONFIDENCE",
+    "FULL_REQUESTS",
+    "MAX_NODES",
+    "OPTIMISM_Z",
+    "PROBE_REPEATS",
+    "PROBE_STEPS",
+    "RETRIES",
+    "STOP_LEVEL",
+    "Action",
+    "ActionKind",
+    "Assessed",
+    "Candidate",
+    "Decision",
+    "Measurement",
+    "ModeShift",
+    "NearestOption",
+    "Rejected",
+    "SearchState",
+    "StopKind",
+    "action_cost",
+    "assess",
+    "best_verified",
+    "candidate_for",
+    "candidate_key",
+    "candidates",
+    "could_be_feasible",
+    "decide",
+    "full_requests",
+    "full_seconds",
+    "hardware_key",
+    "held_offers",
+    "initial_state",
+    "lanes_for_deadline",
+    "objective_value",
+    "optimistic_value",
+    "probe_seconds",
+    "probe_sigma",
+    "recalibrated",
+    "recommendation",
+    "record",
+    "record_failure",
+    "search_plan",
+    "spend_estimate",
+    "start_seconds",
+    "tolerance_bound",
+]
+
+
+def record(state: SearchState, measurement: Measurement, recalibrate: bool = True) -> SearchState:
+    """Fold one measurement in (or reject it) and refit the posterior (evidence.record)."""
+    return evidence.record(state, measurement, recalibrate)
+
+
+def recalibrated(state: SearchState, gpu: str) -> SearchState:
+    """The state with `gpu`'s posterior refitted from every measurement of it (evidence.recalibrated)."""
+    return evidence.recalibrated(state, gpu)
+
+
+def record_failure(state: SearchState, key: str, usd: float, gpu_hours: float, reason: str = "") -> SearchState:
+    """A candidate that could not be measured: its spend counted, retried once, then failed (evidence)."""
+    return evidence.record_failure(state, key, usd, gpu_hours, reason)
 
-import numpy as np
-from pydantic import BaseModel, Field
 
-from worldtune.policies import belief, perf_model
-from worldtune.policies.calibration import shipped_profile
-from worldtune.tools import plan_rules, stats
-from worldtune.tools.goal import Goal
-from worldtune.tools.gpus import get_gpu
-from worldtune.tools.offer import Offer
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import Workload
-
-if TYPE_CHECKING:
-    from worldtune.policies import nodes
-
-ActionKind = Literal["probe", "full"]
-StopKind = Literal["converged", "budget", "iteration_cap", "infeasible", "declined", "deadline"]
-PROBE_STEPS: tuple[int, ...] = (4, 8)  # two short step counts fix latency = fixed + steps x per_step
-PROBE_REPEATS = 4  # requests per probe step count: a probe's cost is mostly the deployment, its precision is not
-FULL_REQUESTS = 5  # the fewest full requests a run takes when the claim's count does not fit the budget
-STOP_LEVEL = 0.05  # converged / infeasible below this posterior probability
-CONFIDENCE = stats.TOLERANCE_CONFIDENCE
-OPTIMISM_Z = 1.645  # one-sided 95%, for the spend estimate's optimistic values
-MAX_NODES = 64
-RETRIES = 1  # a bad measurement is repeated once on a fresh deployment, then the candidate is failed
-
-
-class Candidate(BaseModel):
-    """One thing that could be recommended: an offer, a plan on its node, and how many such nodes."""
-
-    key: str
-    gpu: str
-    plan: str
-    offer: Offer
-    nodes: int = 1
-    latency_s: float = Field(description="predicted (posterior mean) or measured p50 latency per clip")
-    latency_q_s: float = Field(description="latency at the goal's percentile (predicted, or the measured bound)")
-    per_step_s: float
-    fixed_s: float
-    load_s: float = Field(description="warm load: the plan started again on a node that already has the weights")
-    cold_load_s: float = Field(default=0.0, description="the first load on a new node (weights from disk); 0: load_s")
-    clips_per_hour_per_node: float
-    usd_per_clip: float
-    memory_gib_per_gpu: float
-    sigma: float = Field(description="relative (log-space) one-sigma of the latency under the posterior")
-    feasible: bool = Field(description="meets the goal's constraints (predicted at the posterior mean, or measured)")
-    violations: list[str] = Field(default_factory=list)
-    stage: Literal["predicted", "probed", "measured"] = "predicted"
-    evidence: str = Field(default="", description="for a measured candidate: the claim or bound it was judged on")
-
-    @property
-    def replicas(self) -> int:
-        return Plan.parse(self.plan).replicas * self.nodes
-
-    @property
-    def capacity(self) -> str:
-        return self.offer.capacity
-
-
-class Measurement(BaseModel):
-    """What was measured on one candidate (probe: per-step and fixed; full: latencies and throughput)."""
-
-    key: str
-    kind: ActionKind
-    per_step_s: float | None = None
-    fixed_s: float | None = None
-    latencies_s: list[float] = Field(default_factory=list)
-    clips_per_hour_per_node: float | None = None
-    usd: float = 0.0
-    gpu_hours: float = 0.0
-    benchmark_id: str = ""
-    predicted_before: float | None = Field(default=None, description="what the belief predicted for this measure")
-    requested: int = Field(default=0, description="full requests asked for (0: not known)")
-    repeats: int = Field(default=1, ge=1, description="probes: requests per step count")
-    failed_requests: int = 0
-    contaminated: int = Field(default=0, description="answers that waited behind load that was not ours")
-    engine_problem: str = Field(default="", description="what the deployment check found wrong, if anything")
-
-
-class Action(BaseModel):
-    """One verification step the search asks for."""
-
-    key: str
-    kind: ActionKind
-    expected_usd: float
-    expected_s: float
-    needs_deploy: bool
-    reason: str
-    requests: int = Field(default=0, description="full runs: how many requests (the claim's count when affordable)")
-    redeploy: bool = Field(default=False, description="a retry: tear the old deployment down and start a fresh one")
-    value: float = Field(default=0.0, description="expected improvement (share of the objective) the action buys")
-
-
-class NearestOption(BaseModel):
-    """What comes closest to an infeasible goal: the latency reachable, the bound it would meet, its cost."""
-
-    key: str
-    gpu: str
-    plan: str
-    stage: str
-    latency_q_s: float = Field(description="posterior mean (or measured bound) at the goal's percentile")
-    would_meet_s: float = Field(description="the bound it meets at 95% posterior probability")
-    usd_per_clip: float
-
-
-class Decision(BaseModel):
-    """What to do next, or why to stop, and the best verified candidate so far."""
-
-    actions: list[Action] = Field(default_factory=list)
-    stop_reason: str | None = None
-    stop_kind: StopKind | None = None
-    best: str | None = None
-    p_beaten: float | None = Field(default=None, description="P(an unverified feasible candidate beats the best)")
-    p_feasible: float | None = Field(default=None, description="P(any candidate meets the constraints)")
-    nearest: list[NearestOption] = Field(default_factory=list)
-
-
-class Rejected(BaseModel):
-    """A measurement that was not used as evidence, and why."""
-
-    key: str
-    kind: ActionKind
-    benchmark_id: str = ""
-    reason: str
-
-
-class SearchState(BaseModel):
-    """Everything the search knows; JSON-serialisable so the agent can checkpoint it."""
-
-    goal: Goal
-    offers: list[Offer]
-    beliefs: dict[str, Profile] = Field(description="GPU type -> the profile at the posterior's MAP")
-    priors: dict[str, Profile] = Field(default_factory=dict, description="GPU type -> the prior (shipped) profile")
-    posteriors: dict[str, belief.Posterior] = Field(default_factory=dict)
-    measurements: list[Measurement] = Field(default_factory=list)
-    surprises: dict[str, list[float]] = Field(default_factory=dict, description="GPU -> |measured/predicted - 1|")
-    deployed: list[str] = Field(default_factory=list, description="candidate keys with a live deployment")
-    reuse_nodes: bool = Field(default=True, description="a held node takes the next candidate on its offer (replan)")
-    spent_usd: float = 0.0
-    elapsed_s: float = Field(default=0.0, ge=0, description="modelled wall seconds of the search so far")
-    spent_gpu_hours: float = 0.0
-    iterations: int = 0
-    include_fp8: bool = False
-    failed: list[str] = Field(default_factory=list, description="candidate keys whose deployment or benchmark failed")
-    failures: dict[str, str] = Field(default_factory=dict, description="failed candidate key -> why")
-    inconclusive: list[str] = Field(
-        default_factory=list, description="candidate keys whose probes could not separate per-step from fixed time"
-    )
-    rejected: list[Rejected] = Field(default_factory=list, description="measurements not used as evidence")
-    retry: list[str] = Field(default_factory=list, description="candidate keys whose last measurement is to be redone")
-
-    def prior(self, gpu: str) -> Profile:
-        return self.priors.get(gpu) or self.beliefs[gpu]
-
-    def posterior(self, gpu: str) -> belief.Posterior:
-        """The fitted posterior, else the prior around the current belief (a caller may swap `beliefs` for a truth)."""
-        return self.posteriors.get(gpu) or belief.prior_posterior(self.beliefs[gpu])
-
-
-# ---- candidates ------------------------------------------------------------------------------------
-def initial_state(
-    goal: Goal, offers: Iterable[Offer], include_fp8: bool = False, priors: dict[str, Profile] | None = None
-) -> SearchState:
-    """The search's starting point: the goal, the offers it may rent, and the shipped profiles as the prior."""
-    usable = [
-        o
-        for o in offers
-        if o.gpu in goal.gpus
-        and o.capacity in goal.capacities
-        and (not goal.infras or o.infra in goal.infras)
-        and o.gpu_count <= goal.max_gpus_per_node
-    ]
-    profiles = {gpu: (priors or {}).get(gpu) or shipped_profile(gpu) for gpu in goal.gpus}
-    return SearchState(
-        goal=goal, offers=_cheapest_per_shape(usable), beliefs=profiles, priors=profiles, include_fp8=include_fp8
-    )
-
-
-def _cheapest_per_shape(offers: list[Offer]) -> list[Offer]:
-    """One offer per (GPU, count, capacity): the same hardware performs the same, so only price differs."""
-    best: dict[tuple[str, int, str], Offer] = {}
-    for offer in sorted(offers, key=lambda o: (o.usd_per_hour, o.infra, o.region)):
-        best.setdefault((offer.gpu, offer.gpu_count, offer.capacity), offer)
-    return sorted(best.values(), key=lambda o: (o.gpu, o.gpu_count, o.capacity))
-
-
-def candidate_key(offer: Offer, plan: str) -> str:
-    return f"{offer.id}|{plan}"
-
-
-def hardware_key(key: str) -> str:
-    """What a measurement depends on: GPU type and count and the plan, not the price or the capacity."""
-    offer_id, plan = key.split("|", 1)
-    shape = next(part for part in offer_id.split("/") if ":" in part)
-    return f"{shape}|{plan}"
-
-
-@functools.lru_cache(maxsize=256)
-def _valid_plans(gpu: str, gpu_count: int, include_fp8: bool, workload_json: str, profile_json: str) -> list[str]:
-    """Plans vLLM-Omni accepts here; memory terms are not learnt, so the prior profile decides (cached)."""
-    spec = get_gpu(gpu)
-    workload = Workload.model_validate_json(workload_json)
-    profile = Profile.model_validate_json(profile_json)
-    return [
-        str(p)
-        for p in plan_rules.candidate_plans(gpu_count, spec.max_gpus_per_node, include_fp8=include_fp8)
-        if plan_rules.check(p, workload, spec, profile, gpu_count, suggest=False).valid
-    ]
-
-
-def _plans_for(state: SearchState, gpu: str, gpu_count: int) -> list[Plan]:
-    prior = state.prior(gpu)
-    plans = _valid_plans(
-        gpu, gpu_count, state.include_fp8, state.goal.workload.model_dump_json(), prior.model_dump_json()
-    )
-    return [Plan.parse(p) for p in plans]
-
-
-@functools.lru_cache(maxsize=64)
-def _z(percentile: int) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(percentile / 100.0))
-
-
-class ModeShift(BaseModel):
-    """How one of the posterior's other explanations moves a candidate: offsets from the MAP's prediction
-    (log latency, log service time) and the sensitivities at that mode."""
-
-    d_latency: float
-    d_service: float
-    grad_latency: list[float]
-    grad_service: list[float]
-
-
-class Assessed(BaseModel):
-    """A candidate with what the posterior draws need: its sensitivities, other modes and its own (model) error."""
-
-    cand: Candidate
-    grad_latency: list[float]
-    grad_service: list[float]
-    own_sigma: float = Field(description="independent relative error of this plan's prediction")
-    modes: list[ModeShift] = Field(default_factory=list, description="per alternative mode of the GPU's posterior")
-
-
-def _mixture_sd(post: belief.Posterior, preds: list[belief.Predictive]) -> float:
-    """Relative sd of a plan's latency over every mode: within-mode variance plus the spread of the modes' means."""
-    modes = post.modes()
-    means = np.asarray([p.log_latency for p in preds])
-    variances = np.asarray([p.sd(np.asarray(m.cov), post.model_error) ** 2 for p, m in zip(preds, modes, strict=True)])
-    w = np.asarray([m.weight for m in modes])
-    mean = float(w @ means)
-    return math.sqrt(max(float(w @ (variances + (means - mean) ** 2)), 0.0))
-
-
-def assess(state: SearchState) -> list[Assessed]:
-    """Every candidate under the posterior, best first (feasible ones first), with its sensitivities."""
-    goal = state.goal
-    measured = _by_key(state)
-    cache: dict[tuple[str, str], list[belief.Predictive]] = {}
-    out: list[Assessed] = []
-    for offer in state.offers:
-        post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
-        for plan in _plans_for(state, offer.gpu, offer.gpu_count):
-            key = candidate_key(offer, str(plan))
-            preds = cache.get((offer.gpu, str(plan)))
-            if preds is None:
-                preds = [belief.predictive(post.at(m), prior, goal.workload, plan) for m in post.modes()]
-                cache[(offer.gpu, str(plan))] = preds
-            main = preds[0]
-            cand = _candidate(goal, offer, main.prediction, prior, _mixture_sd(post, preds), key)
-            cand = _with_measurements(goal, cand, measured.get(hardware_key(key), []), prior)
-            if cand.stage == "predicted":
-                shifts = [
-                    ModeShift(d_latency=p.log_latency - main.log_latency, d_service=p.log_service - main.log_service,
-                              grad_latency=p.grad_latency.tolist(), grad_service=p.grad_service.tolist())
-                    for p in preds[1:]
-                ]  # fmt: skip
-                out.append(Assessed(cand=cand, grad_latency=main.grad_latency.tolist(),
-                                    grad_service=main.grad_service.tolist(), own_sigma=post.model_error,
-                                    modes=shifts))  # fmt: skip
-            else:  # its own measurement pins it: no parameter moves it any more
-                zero = [0.0] * len(post.names)
-                pinned = [ModeShift(d_latency=0.0, d_service=0.0, grad_latency=zero, grad_service=zero)] * (
-                    len(preds) - 1
-                )
-                out.append(Assessed(cand=cand, grad_latency=zero, grad_service=zero, own_sigma=cand.sigma,
-                                    modes=pinned))  # fmt: skip
-    return sorted(out, key=lambda a: (not a.cand.feasible, objective_value(goal, a.cand), a.cand.key))
-
-
-def candidate_for(state: SearchState, key: str) -> Candidate:
-    """One candidate's prediction (before its own measurements), without ranking all of them."""
-    offer_id, plan_text = key.split("|", 1)
-    offer = next((o for o in state.offers if o.id == offer_id), None)
-    if offer is None or plan_text not in {str(p) for p in _plans_for(state, offer.gpu, offer.gpu_count)}:
-        raise KeyError(f"unknown candidate {key}")
-    post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
-    pred = belief.predictive(post, prior, state.goal.workload, Plan.parse(plan_text))
-    sigma = pred.sd(np.asarray(post.cov), post.model_error)
-    return _candidate(state.goal, offer, pred.prediction, state.beliefs[offer.gpu], sigma, key)
-
-
-def candidates(state: SearchState) -> list[Candidate]:
-    """Every candidate with its prediction under the current belief, best first (feasible ones first)."""
-    return [a.cand for a in assess(state)]
-
-
-def _candidate(
-    goal: Goal, offer: Offer, p: perf_model.Prediction, profile: Profile, sigma: float, key: str
-) -> Candidate:
-    latency_q = p.latency_s * (1 + _z(goal.latency_percentile) * profile.noise_cv)
-    nodes = 1
-    if goal.throughput_floor_clips_per_hour:
-        nodes = max(1, math.ceil(goal.throughput_floor_clips_per_hour / p.clips_per_hour_per_node))
-    plan = key.split("|", 1)[1]
-    cand = Candidate(
-        key=key,
-        gpu=offer.gpu,
-        plan=plan,
-        offer=offer,
-        nodes=nodes,
-        latency_s=p.latency_s,
-        latency_q_s=latency_q,
-        per_step_s=p.per_step_s,
-        fixed_s=p.fixed_s,
-        load_s=p.load_s,
-        cold_load_s=p.cold_load_s,
-        clips_per_hour_per_node=p.clips_per_hour_per_node,
-        usd_per_clip=offer.usd_per_clip(p.clips_per_hour_per_node),
-        memory_gib_per_gpu=p.memory_gib_per_gpu,
-        sigma=sigma,
-        feasible=True,
-    )
-    return _judge(goal, cand)
-
-
-def _judge(goal: Goal, cand: Candidate) -> Candidate:
-    violations: list[str] = []
-    if goal.latency_bound_s is not None and cand.latency_q_s > goal.latency_bound_s:
-        violations.append(
-            f"p{goal.latency_percentile} {cand.latency_q_s:.1f} s exceeds the bound {goal.latency_bound_s:g} s"
-        )
-    if cand.nodes > MAX_NODES:
-        violations.append(f"needs {cand.nodes} nodes for the throughput floor (at most {MAX_NODES})")
-    return cand.model_copy(update={"feasible": not violations, "violations": violations})
-
-
-def _with_measurements(goal: Goal, cand: Candidate, found: list[Measurement], profile: Profile) -> Candidate:
-    """Replace predictions by what was measured (a full run's latencies, or a probe's affine fit)."""
-    full = [m for m in found if m.kind == "full" and m.latencies_s]
-    probe = [m for m in found if m.kind == "probe" and m.per_step_s is not None]
-    if full:
-        latencies = [x for m in full for x in m.latencies_s]
-        p50 = float(np.median(latencies))
-        cph = next((m.clips_per_hour_per_node for m in reversed(full) if m.clips_per_hour_per_node), None)
-        cph = cph or cand.clips_per_hour_per_node * cand.latency_s / p50
-        nodes = cand.nodes
-        if goal.throughput_floor_clips_per_hour:
-            nodes = max(1, math.ceil(goal.throughput_floor_clips_per_hour / cph))
-        bound, evidence = stats.percentile_verdict(latencies, goal.latency_percentile).bound()
-        updated = cand.model_copy(
-            update={
-                "latency_s": p50,
-                "latency_q_s": bound if bound is not None else math.inf,
-                "clips_per_hour_per_node": cph,
-                "usd_per_clip": cand.offer.usd_per_clip(cph),
-                "nodes": nodes,
-                "sigma": 0.0,
-                "stage": "measured",
-                "evidence": evidence,
-            }
-        )
-        return _judge(goal, updated)
-    if probe:
-        m = probe[-1]
-        assert m.per_step_s is not None and m.fixed_s is not None
-        # keep the model's guardrail term, which probes do not separate
-        latency = m.fixed_s + goal.workload.steps * m.per_step_s + cand.latency_s - cand.fixed_s
-        latency -= cand.per_step_s * goal.workload.steps
-        scale = latency / cand.latency_s
-        cph = cand.clips_per_hour_per_node / scale
-        nodes = cand.nodes
-        if goal.throughput_floor_clips_per_hour:
-            nodes = max(1, math.ceil(goal.throughput_floor_clips_per_hour / cph))
-        updated = cand.model_copy(
-            update={
-                "latency_s": latency,
-                "latency_q_s": cand.latency_q_s * scale,
-                "per_step_s": m.per_step_s,
-                "fixed_s": m.fixed_s,
-                "clips_per_hour_per_node": cph,
-                "usd_per_clip": cand.offer.usd_per_clip(cph),
-                "nodes": nodes,
-                "sigma": probe_sigma(goal, m, profile),
-                "stage": "probed",
-            }
-        )
-        return _judge(goal, updated)
-    return cand
-
-
-def probe_sigma(goal: Goal, m: Measurement, profile: Profile) -> float:
-    """Relative one-sigma of the full latency a probe extrapolates to: latency = -a L(4) + b L(8) amplifies
-    the per-request noise (noise_cv on each part) by the extrapolation's weights."""
-    assert m.per_step_s is not None and m.fixed_s is not None
-    lo, hi = PROBE_STEPS[0], PROBE_STEPS[-1]
-    steps = goal.workload.steps
-    w_hi = (steps - lo) / (hi - lo)
-    w_lo = w_hi - 1.0
-    at = [m.fixed_s + s * m.per_step_s for s in (lo, hi)]
-    latency = m.fixed_s + steps * m.per_step_s
-    sd = profile.noise_cv * math.hypot(w_lo * at[0], w_hi * at[1]) / math.sqrt(m.repeats)
-    return max(sd / max(latency, 1e-9), 0.0005)
-
-
-def objective_value(goal: Goal, cand: Candidate) -> float:
-    """Smaller is better: $/clip, latency at the goal's percentile, or minus clips/hour per node."""
-    if goal.objective == "min_cost_per_clip":
-        return cand.usd_per_clip
-    if goal.objective == "min_latency":
-        return cand.latency_q_s
-    return -cand.clips_per_hour_per_node
-
-
-def optimistic_value(goal: Goal, cand: Candidate) -> float:
-    """The best the candidate could plausibly be (its prediction moved z sigmas in its favour)."""
-    value = objective_value(goal, cand)
-    factor = math.exp(-OPTIMISM_Z * cand.sigma)
-    return value * factor if value > 0 else value / factor
-
-
-def could_be_feasible(goal: Goal, cand: Candidate) -> bool:
-    if cand.feasible:
-        return True
-    if goal.latency_bound_s is None or cand.stage == "measured":
-        return False
-    return cand.latency_q_s * math.exp(-OPTIMISM_Z * cand.sigma) <= goal.latency_bound_s and cand.nodes <= MAX_NODES
-
-
-def tolerance_bound(values: list[float], percentile: int, confidence: float = CONFIDENCE) -> float:
-    """The named parametric bound (stats.normal_tolerance_upper, assumes normal latencies); one sample: inf."""
-    bound = stats.normal_tolerance_upper(values, percentile / 100.0, confidence)
-    return math.inf if bound is None else bound
-
-
-def _by_key(state: SearchState) -> dict[str, list[Measurement]]:
-    """Measurements by hardware key: a spot node measures the same as the on-demand node of its shape."""
-    out: dict[str, list[Measurement]] = {}
-    for m in state.measurements:
-        out.setdefault(hardware_key(m.key), []).append(m)
-    return out
-
-
-# ---- costs -----------------------------------------------------------------------------------------
-def full_requests(goal: Goal) -> int:
-    """Requests a full run takes: what an order-statistic claim of the goal's percentile needs (P95: 90)."""
-    return max(FULL_REQUESTS, stats.samples_needed(goal.latency_percentile / 100.0))
-
-
-def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS, repeats: int = PROBE_REPEATS) -> float:
-    """Model-seconds the probes take: `repeats` requests per short step count, after a deployment is ready."""
-    return repeats * sum(cand.fixed_s + s * cand.per_step_s for s in steps)
-
-
-def full_seconds(cand: Candidate, requests: int = FULL_REQUESTS) -> float:
-    """Model-seconds of a full run: `requests` anchor clips spread over the node's replicas."""
-    replicas = Plan.parse(cand.plan).replicas
-    rounds = math.ceil(requests / replicas)
-    return rounds * cand.latency_s
-
-
-def start_seconds(cand: Candidate, deployed: bool, node_held: bool = False) -> float:
-    """Model-seconds before the first request: nothing on its own live deployment; a warm load of its plan on a
-    node already held (replan); else the offer's provisioning and a cold load (the first load on a new node)."""
-    if deployed:
-        return 0.0
-    if node_held:
-        return cand.load_s
-    return cand.offer.provision_s + (cand.cold_load_s or cand.load_s)
-
-
-def action_cost(
-    cand: Candidate,
-    kind: ActionKind,
-    deployed: bool,
-    safety: float = 1.25,
-    requests: int = FULL_REQUESTS,
-    node_held: bool = False,
-) -> tuple[float, float]:
-    """(expected seconds, expected USD) of one action on one node, provisioning and load included if needed."""
-    seconds = probe_seconds(cand) if kind == "probe" else full_seconds(cand, requests)
-    seconds += start_seconds(cand, deployed, node_held)
-    seconds *= safety
-    return seconds, cand.offer.usd_per_hour * seconds / 3600.0
-
-
-def best_verified(state: SearchState, ranked: list[Candidate] | None = None) -> Candidate | None:
-    """The best fully measured candidate that meets the constraints (by its percentile claim or named bound)."""
-    ranked = ranked if ranked is not None else candidates(state)
-    done = [c for c in ranked if c.stage == "measured" and c.feasible and c.key not in state.failed]
-    return min(done, key=lambda c: objective_value(state.goal, c)) if done else None
-
-
-def recommendation(state: SearchState) -> Candidate | None:
-    """What the search recommends now: the best verified candidate, else None."""
-    return best_verified(state)
+def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iterations: int = 40) -> Decision:
+    """The next actions (at most `parallel`), or why to stop (acquisition.decide)."""
+    return acquisition.decide(state, parallel=parallel, margin=margin, max_iterations=max_iterations)
 
 
 def spend_estimate(state: SearchState, parallel: int = 1) -> tuple[float, float, list[str]]:
@@ -539,48 +143,12 @@ def spend_estimate(state: SearchState, parallel: int = 1) -> tuple[float, float,
 
 
 def search_plan(state: SearchState, parallel: int = 1, reuse_nodes: bool = True) -> nodes.SearchPlan:
-    """nodes.search_plan: the modelled cost and time to a verified answer of the search, node by node."""
-    from worldtune.policies import nodes
-
+    """The modelled cost and time to a verified answer of the search, node by node (nodes.search_plan)."""
     return nodes.search_plan(state, parallel, reuse_nodes)
 
 
 def lanes_for_deadline(
     state: SearchState, parallel: int = 1, reuse_nodes: bool = True
 ) -> tuple[nodes.SearchPlan, str | None]:
-    """nodes.lanes_for_deadline: the fewest lanes whose modelled time meets the goal's answer within."""
-    from worldtune.policies import nodes
-
+    """The fewest lanes whose modelled time meets the goal's answer-within bound (nodes.lanes_for_deadline)."""
     return nodes.lanes_for_deadline(state, parallel, reuse_nodes)
-
-
-def held_offers(state: SearchState) -> set[str]:
-    """Offer ids of the nodes the search holds now (one per live deployment); none when it does not reuse them."""
-    return {key.split("|", 1)[0] for key in state.deployed} if state.reuse_nodes else set()
-
-
-# ---- learning and deciding live beside this module (they use its words); the names stay here -------
-def record(state: SearchState, measurement: Measurement, recalibrate: bool = True) -> SearchState:
-    """evidence.record: fold one measurement in (or reject it), refit the posterior."""
-    from worldtune.policies import evidence
-
-    return evidence.record(state, measurement, recalibrate)
-
-
-def recalibrated(state: SearchState, gpu: str) -> SearchState:
-    from worldtune.policies import evidence
-
-    return evidence.recalibrated(state, gpu)
-
-
-def record_failure(state: SearchState, key: str, usd: float, gpu_hours: float, reason: str = "") -> SearchState:
-    from worldtune.policies import evidence
-
-    return evidence.record_failure(state, key, usd, gpu_hours, reason)
-
-
-def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iterations: int = 40) -> Decision:
-    """acquisition.decide: the next actions (at most `parallel`), or why to stop."""
-    from worldtune.policies import acquisition
-
-    return acquisition.decide(state, parallel=parallel, margin=margin, max_iterations=max_iterations)

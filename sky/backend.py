@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import queue
 import socket
@@ -32,6 +31,15 @@ from urllib.parse import urlsplit
 from worldtune.sky import home, serve_job
 from worldtune.sky.bench_job import ERROR_MARKER, RESULT_MARKER, SAMPLE_MARKER
 from worldtune.sky.dryrun import validate_task
+from worldtune.sky.launch import (
+    LAUNCH_TIMEOUT_ENV,
+    LaunchError,
+    RequestTimeout,
+    field_of,
+    hard_down_minutes,
+    job_from_detail,
+    launch_timeout_s,
+)
 from worldtune.sky.local_cluster import cluster_python
 from worldtune.sky.render import (
     ALL_READY_MARKER,
@@ -43,7 +51,6 @@ from worldtune.sky.render import (
     replica_slices,
 )
 from worldtune.tools.deployment import API_KEY_ENV, Deployment, Progress
-from worldtune.tools.errors import InvalidInput, WorldtuneError
 from worldtune.tools.plan import Plan
 from worldtune.tools.store import Store
 
@@ -55,33 +62,7 @@ UNREACHABLE_GRACE_S = 120.0
 # How long a finished job's log stream may stay silent before its log is read in one piece instead: the
 # follow stream of SkyPilot's API server can lag the job's end by minutes on a busy machine, or never close.
 SILENT_STREAM_GRACE_S = 30.0
-# How long `sky launch` (provisioning + setup) and the serve job's `sky exec` may take before worldtune
-# cancels the request and tears the cluster down: a hung launch must not hold a node (or a caller) forever.
-LAUNCH_TIMEOUT_ENV = "WORLDTUNE_SKY_LAUNCH_TIMEOUT_S"
-DEFAULT_LAUNCH_TIMEOUT_S = 1800.0
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
-
-
-class LaunchError(WorldtuneError, RuntimeError):
-    """A cluster or its servers did not come up."""
-
-
-class RequestTimeout(LaunchError):
-    """A SkyPilot request did not finish in the time allowed; it was cancelled."""
-
-
-def launch_timeout_s() -> float:
-    """$WORLDTUNE_SKY_LAUNCH_TIMEOUT_S (seconds), else 30 minutes."""
-    raw = os.environ.get(LAUNCH_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_LAUNCH_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidInput(LAUNCH_TIMEOUT_ENV, raw, "a number of seconds greater than 0")
-    return value
 
 
 def _free_port_range(count: int, start: int = 18000, stop: int = 30000) -> int:
@@ -110,14 +91,6 @@ def render_options_for(deployment: Deployment) -> RenderOptions:
         return RenderOptions(host="127.0.0.1", base_port=port, worldtune=worldtune, open_ports=False)
     # Elsewhere this checkout travels as the workdir, so the benchmark client runs next to the server.
     return RenderOptions(ship_worldtune=True, worldtune="~/.worldtune-venv/bin/worldtune")
-
-
-def hard_down_minutes(deployment: Deployment) -> int:
-    """Minutes after the serve job starts at which SkyPilot downs the cluster: load allowance + hours asked."""
-    from worldtune.sky.render import startup_allowance_s
-
-    hours = deployment.hold_hours or 0.0
-    return max(1, math.ceil(startup_allowance_s(deployment) / 60.0 + hours * 60.0))
 
 
 class SkyPilotBackend:
@@ -315,11 +288,11 @@ class SkyPilotBackend:
         from sky.utils import common
 
         records = self._get(self.sky.status([deployment.cluster], refresh=common.StatusRefreshMode.FORCE))
-        up = [r for r in records if str(_field(r, "status")).endswith("UP")]
+        up = [r for r in records if str(field_of(r, "status")).endswith("UP")]
         if not up:
             state = "preempted" if deployment.state in ("ready", "loading") else deployment.state
             return deployment.model_copy(update={"state": state, "detail": "cluster gone or not UP"})
-        job_id = self._serve_jobs.get(deployment.id) or _job_from_detail(deployment.detail)
+        job_id = self._serve_jobs.get(deployment.id) or job_from_detail(deployment.detail)
         if job_id is not None:
             status = self._job_status(deployment.cluster, job_id)
             if status not in ("RUNNING", "PENDING", "SETTING_UP", "INIT", None):
@@ -528,15 +501,6 @@ def _answers(url: str) -> bool:
 
 def _after(line: str, marker: str) -> str:
     return line[line.index(marker) + len(marker) :].strip()
-
-
-def _field(record: Any, name: str) -> Any:
-    return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
-
-
-def _job_from_detail(detail: str) -> int | None:
-    parts = detail.split()
-    return int(parts[2]) if len(parts) >= 3 and parts[:2] == ["serve", "job"] and parts[2].isdigit() else None
 
 
 def _marker_lines(log: str, marker: str) -> str:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.sky.kubernetes import DEPLOYMENT_LABEL, K8sOptions, render_manifests
+from worldtune.sky.k8s_manifests import DEPLOYMENT_LABEL, K8sOptions, render_manifests
 from worldtune.tools.deployment import Deployment, Progress, replan_target, replanned
 from worldtune.tools.errors import InvalidInput
 

@@ -121,7 +121,7 @@ def preview_deploy(
     allowance = render.startup_allowance_s(deployment)
     kind = Infra.parse(deployment.infra).kind
     if kind == "kubernetes":
-        from worldtune.sky.kubernetes import K8sOptions
+        from worldtune.sky.k8s_manifests import K8sOptions
 
         return _preview_kubernetes(deployment, opts, k8s_options or K8sOptions(), allowance)
     if kind == "local":
@@ -175,7 +175,7 @@ def _preview_kubernetes(
     import sys
 
     from worldtune.sky.dryrun import validate_manifests, validate_task
-    from worldtune.sky.kubernetes import render_manifests
+    from worldtune.sky.k8s_manifests import render_manifests
 
     manifests = render_manifests(deployment, k8s_options)
     validated = validate_manifests(manifests)
@@ -211,7 +211,7 @@ def _preview_kubernetes(
 
 def write_preview(preview: DeployPreview, out: Path) -> list[Path]:
     """task.yaml (service.yaml for serverless) and, for Kubernetes, manifests/*.yaml; returns the files."""
-    from worldtune.sky.kubernetes import manifest_filename
+    from worldtune.sky.k8s_manifests import manifest_filename
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

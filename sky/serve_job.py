@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from worldtune.sky.dryrun import validate_task
+from worldtune.sky.launch import LaunchError, field_of, hard_down_minutes, job_from_detail, launch_timeout_s
 from worldtune.sky.render import cluster_name, render_task
 from worldtune.tools.deployment import Deployment, Progress, replan_target, replanned
 from worldtune.tools.errors import InvalidInput
@@ -34,10 +35,9 @@ def serve_task(backend: SkyPilotBackend, deployment: Deployment, config: dict[st
 
 def _handle(backend: SkyPilotBackend, cluster: str) -> Any:
     """The cluster's handle from SkyPilot's status (for its launched resources), None if it has none."""
-    from worldtune.sky.backend import _field
 
     records = backend._get(backend.sky.status([cluster]))
-    return _field(records[0], "handle") if records else None
+    return field_of(records[0], "handle") if records else None
 
 
 def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress: Progress | None) -> Deployment:
@@ -46,7 +46,6 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     Refused before anything stops when the plan needs more GPUs than the node or the cluster is not open in
     the ledger; a new job that does not come up raises LaunchError (the caller tears the cluster down).
     """
-    from worldtune.sky.backend import LaunchError, _job_from_detail, launch_timeout_s
 
     say: Progress = progress or (lambda message, fraction: None)
     new = replan_target(deployment, plan)
@@ -54,7 +53,7 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     cluster = deployment.cluster or cluster_name(deployment)
     if not backend.store.ledger_open(cluster):
         raise InvalidInput("deployment_id", deployment.id, "a deployment whose cluster is still up", cluster)
-    old_job = backend._serve_jobs.get(deployment.id) or _job_from_detail(deployment.detail)
+    old_job = backend._serve_jobs.get(deployment.id) or job_from_detail(deployment.detail)
     timer_hours = _launched_hours(backend, deployment)  # read before the target (with any new hours) is saved
     target = replanned(deployment, new).model_copy(update={"cluster": cluster})
     options = backend._options(target)
@@ -98,7 +97,6 @@ def _launched_hours(backend: SkyPilotBackend, deployment: Deployment) -> float |
 def _reset_autodown(backend: SkyPilotBackend, cluster: str, target: Deployment, say: Progress) -> None:
     """A replan with new hours: the hard autodown is set again for them (sky.autostop, down, wait_for none).
     Should SkyPilot refuse, the old timer stands (it downs the cluster earlier, never later) and it is said."""
-    from worldtune.sky.backend import hard_down_minutes
 
     if not backend.autodown:
         return

@@ -555,9 +555,6 @@ def _run_locked(
     return result
 
 
-_THREADS: dict[str, threading.Thread] = {}
-
-
 def start_benchmark(spec: BenchmarkSpec, store_path: str | None = None, wait: bool = False) -> BenchmarkStatus:
     """Start a benchmark in a background thread of this process and return its id and status at once.
 
@@ -576,23 +573,13 @@ def start_benchmark(spec: BenchmarkSpec, store_path: str | None = None, wait: bo
             run_benchmark(spec, store=store, benchmark_id=bid, wait=True)
 
     thread = threading.Thread(target=work, name=f"benchmark-{bid}", daemon=True)
-    _THREADS[bid] = thread
+    benchmark_lock.THREADS[bid] = thread
     try:
         thread.start()
     except BaseException:
         benchmark_lock.release(store, target, bid)
         raise
     return get_benchmark(bid, store_path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def get_benchmark(benchmark_id: str, store_path: str | None = None) -> BenchmarkStatus:
@@ -603,12 +590,9 @@ def get_benchmark(benchmark_id: str, store_path: str | None = None) -> Benchmark
         raise InvalidInput("benchmark_id", benchmark_id, f"an id in {store.path} (see `worldtune results list`)")
     config = row.get("config") or {}
     pid = config.get("pid")
-    gone = False
-    if row["status"] == "running" and isinstance(pid, int) and config.get("host") == socket.gethostname():
-        thread = _THREADS.get(benchmark_id)
-        gone = not _alive(pid) or (pid == os.getpid() and (thread is None or not thread.is_alive()))
-        if gone:  # it may have finished between the two looks; a row read after its end is final
-            row = store.get_benchmark(benchmark_id) or row
+    gone = benchmark_lock.process_gone(row, benchmark_id)
+    if gone:  # it may have finished between the two looks; a row read after its end is final
+        row = store.get_benchmark(benchmark_id) or row
     samples = store.samples(benchmark_id)
     status, error, message = row["status"], row.get("error"), row.get("message") or ""
     if gone and status == "running":

@@ -9,6 +9,9 @@ is gone, no longer holds. Every result says what else measured its target meanwh
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import time
 from typing import Any
 
@@ -30,13 +33,34 @@ def lock_target(deployment_id: str | None, endpoints: list[str]) -> str:
     return "endpoints:" + ",".join(sorted(e.rstrip("/") for e in endpoints))
 
 
-def _is_stale(store: Store, holder: dict[str, Any]) -> bool:
-    from worldtune.tools.benchmark import get_benchmark
+THREADS: dict[str, threading.Thread] = {}  # benchmarks running in this process, by id (tools/benchmark.py)
 
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def process_gone(row: dict[str, Any], benchmark_id: str) -> bool:
+    """A benchmark recorded as running whose process (on this host) or thread (in this process) is gone."""
+    config = row.get("config") or {}
+    pid = config.get("pid")
+    if row["status"] != "running" or not isinstance(pid, int) or config.get("host") != socket.gethostname():
+        return False
+    thread = THREADS.get(benchmark_id)
+    return not _alive(pid) or (pid == os.getpid() and (thread is None or not thread.is_alive()))
+
+
+def _is_stale(store: Store, holder: dict[str, Any]) -> bool:
     row = store.get_benchmark(holder["benchmark_id"])
     if row is None:
         return time.time() - float(holder["acquired_at"]) > STALE_UNSTARTED_S
-    return get_benchmark(holder["benchmark_id"], str(store.path)).status != "running"
+    return row["status"] != "running" or process_gone(row, holder["benchmark_id"])
 
 
 def _refusal(store: Store, target: str, holder_id: str, field: str, value: str) -> BenchmarkBusy:

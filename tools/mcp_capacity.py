@@ -18,7 +18,7 @@ from worldtune.tools.workload import anchor_workload
 if TYPE_CHECKING:
     from mcp.server import MCPServer
 
-    from worldtune.tools.mcp_server import Session
+    from worldtune.tools.mcp_session import Session
 
 
 async def plan_capacity(

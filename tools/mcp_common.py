@@ -28,7 +28,7 @@ from worldtune.tools.errors import WorldtuneError
 from worldtune.tools.workload import SUPPORTED_FPS, SUPPORTED_SIZES
 
 if TYPE_CHECKING:
-    from worldtune.tools.mcp_server import Session
+    from worldtune.tools.mcp_session import Session
 
 T = TypeVar("T")
 

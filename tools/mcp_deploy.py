@@ -38,7 +38,7 @@ from worldtune.tools.mcp_common import (
 from worldtune.tools.spend import SpendQuote
 
 if TYPE_CHECKING:
-    from worldtune.tools.mcp_server import Session
+    from worldtune.tools.mcp_session import Session
 
 
 class DeployOutcome(BaseModel):

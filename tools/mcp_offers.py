@@ -11,7 +11,7 @@ from worldtune.tools.mcp_common import READ_ONLY, CapacityArg, ToolSpec, add_too
 from worldtune.tools.offer import Offer
 
 if TYPE_CHECKING:
-    from worldtune.tools.mcp_server import Session
+    from worldtune.tools.mcp_session import Session
 
 
 class OfferEntry(Offer):

@@ -24,7 +24,7 @@ from worldtune.tools.mcp_common import (
 from worldtune.tools.plan_frontier import PlanList
 
 if TYPE_CHECKING:
-    from worldtune.tools.mcp_server import Session
+    from worldtune.tools.mcp_session import Session
 
 
 def validate_plan(

@@ -14,7 +14,7 @@ from worldtune.tools.mcp_common import ConfirmArg, HoursArg, ToolSpec, add_tools
 from worldtune.tools.replan import ReplanCheck
 
 if TYPE_CHECKING:
-    from worldtune.tools.mcp_server import Session
+    from worldtune.tools.mcp_session import Session
 
 # stops the running engine (its requests fail) but rents nothing: destructive, not idempotent
 REPLANS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True)

@@ -15,7 +15,7 @@ from worldtune.tools.mcp_common import READ_ONLY, ToolSpec, add_tools, refusals
 from worldtune.tools.result_compare import Comparison, ResultList, compare, summary_from_row
 
 if TYPE_CHECKING:
-    from worldtune.tools.mcp_server import Session
+    from worldtune.tools.mcp_session import Session
 
 
 class ResultRecord(BaseModel):

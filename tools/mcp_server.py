@@ -16,23 +16,20 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server import MCPServer
 from mcp.server.auth.provider import AccessToken
-from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp_types import CallToolResult, InputRequiredResult
 from mcp_types import Tool as MCPTool
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from worldtune import __version__
-from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.mcp_session import Session
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
-    from worldtune.tools.deployment import Deployment
-    from worldtune.tools.store import Store
     from worldtune.tools.tuning import Tuner
 
 log = logging.getLogger("worldtune.mcp")
@@ -93,40 +90,6 @@ def _bare_challenge(value: bytes) -> bytes:
     parts = [p.strip() for p in value.decode().removeprefix("Bearer").split(",")]
     kept = [p for p in parts if p and not p.startswith(("error=", "error_description="))]
     return ("Bearer " + ", ".join(kept)).strip().encode()
-
-
-class Session:
-    """What the tools share: the results database (opened on first use, so tools/list never waits on it)."""
-
-    def __init__(self, db_path: str | None = None, tuner: Tuner | None = None, origin: str = "mcp-local") -> None:
-        self.db_path = db_path
-        self.tuner = tuner
-        self.origin = origin  # who the clients are, for the profile-path allow-list (tools/profile_paths.py)
-        self._store: Store | None = None
-
-    @property
-    def store(self) -> Store:
-        if self._store is None:
-            from worldtune.tools.store import Store
-
-            self._store = Store(self.db_path)
-        return self._store
-
-    def deployment(self, deployment_id: str) -> Deployment:
-        found = self.store.get_deployment(deployment_id)
-        if found is None:
-            known = [d.id for d in self.store.list_deployments()][-10:]
-            hint = f"known: {', '.join(known)}" if known else "no deployments yet: call deploy first"
-            raise ToolError(f"deployment_id={deployment_id!r} is not valid: no such deployment ({hint})")
-        return found
-
-    def benchmark_row(self, benchmark_id: str) -> dict[str, Any]:
-        row = self.store.get_benchmark(benchmark_id)
-        if row is None:
-            known = [r["id"] for r in self.store.list_benchmarks(limit=10)]
-            hint = f"recent: {', '.join(known)}" if known else "no benchmarks yet: call start_benchmark first"
-            raise ToolError(f"benchmark_id={benchmark_id!r} is not valid: no such benchmark ({hint})")
-        return row
 
 
 # ---- the cached tool listing ----------------------------------------------------------------------
@@ -278,105 +241,10 @@ def build_server(
             """RFC 9728 metadata at the root path too (clients that do not insert the resource path look here)."""
             return JSONResponse(protected_resource_metadata(url))
 
-    # ---------- resources ----------
-    @mcp.resource("worldtune://workload/anchor", mime_type="application/json")
-    def anchor() -> str:
-        """The anchor workload: what estimates and benchmarks use unless told otherwise (REFERENCE.md section 4)."""
-        from worldtune.tools.workload import anchor_workload
+    from worldtune.tools.mcp_resources import register_prompts, register_resources
 
-        return anchor_workload().model_dump_json(indent=2)
-
-    @mcp.resource("worldtune://profiles", mime_type="application/json")
-    def profiles() -> str:
-        """The calibrated performance-model profiles worldtune ships, one per GPU type."""
-        from worldtune.policies.calibration import PROFILES_DIR
-
-        return json.dumps(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
-
-    @mcp.resource("worldtune://profiles/{gpu}", mime_type="application/json")
-    def profile(gpu: str) -> str:
-        """One GPU type's calibrated profile: effective rates, link bandwidth, fixed costs, load time, noise."""
-        from worldtune.policies.calibration import shipped_profile
-
-        try:
-            return shipped_profile(gpu).model_dump_json(indent=2)
-        except WorldtuneError as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
-
-    @mcp.resource("worldtune://deployments", mime_type="application/json")
-    def deployments() -> str:
-        """Every deployment in the results database."""
-        return json.dumps([d.model_dump(mode="json") for d in session.store.list_deployments()], indent=2)
-
-    @mcp.resource("worldtune://deployments/{deployment_id}", mime_type="application/json")
-    def deployment(deployment_id: str) -> str:
-        """One deployment as stored."""
-        found = session.store.get_deployment(deployment_id)
-        if found is None:
-            raise ResourceNotFoundError(f"no deployment {deployment_id!r}")
-        return found.model_dump_json(indent=2)
-
-    @mcp.resource("worldtune://results", mime_type="application/json")
-    def results() -> str:
-        """The newest 100 benchmarks with their headline figures."""
-        from worldtune.tools.result_compare import summary_from_row
-
-        rows = session.store.list_benchmarks(limit=100)
-        return json.dumps([summary_from_row(r).model_dump(mode="json") for r in rows], indent=2)
-
-    @mcp.resource("worldtune://results/{benchmark_id}", mime_type="application/json")
-    def result(benchmark_id: str) -> str:
-        """One benchmark's stored record (configuration, status, result)."""
-        row = session.store.get_benchmark(benchmark_id)
-        if row is None:
-            raise ResourceNotFoundError(f"no benchmark {benchmark_id!r}")
-        return json.dumps(row, indent=2, default=str)
-
-    @mcp.resource("worldtune://guardrails", mime_type="application/json")
-    def guardrails() -> str:
-        """The budget guardrails in force (policies/guardrails.yaml with $WORLDTUNE_GUARDRAILS over it)."""
-        from worldtune.tools.spend import load_guardrails
-
-        try:
-            return load_guardrails().model_dump_json(indent=2)
-        except WorldtuneError as exc:
-            raise ResourceError(str(exc)) from exc
-
-    # ---------- prompts ----------
-    @mcp.prompt(title="Cheapest plan under a latency bound")
-    def cheapest_plan_under_latency(
-        latency_bound_s: Annotated[str, Field(description="most seconds one clip may take, e.g. 100")],
-        model: Annotated[
-            str, Field(description="cosmos3-super | cosmos3-nano | cosmos3-edge | cosmos3-super-i2v-4step")
-        ] = "cosmos3-super",
-        gpu: Annotated[str, Field(description="GPU type: H200 or B200")] = "H200",
-    ) -> str:
-        """Find the cheapest plan per clip whose predicted latency stays under a bound, then check it on the twin."""
-        return (
-            f"Find the cheapest way to serve {model} on {gpu} GPUs with latency per clip at most {latency_bound_s} s "
-            "on the anchor workload.\n"
-            f"1. Call list_plans with model={model}, gpu={gpu}, latency_bound_s={latency_bound_s}, sort=cost "
-            "(try gpus=8, then 4, 2 and 1).\n"
-            "2. Report the best plan of each GPU count: latency, cost per clip, clips per hour, the offer.\n"
-            "3. Deploy the overall best on the twin (deploy infra=local engine=twin time_scale=200), run "
-            "start_benchmark with steps=35 repeats=3, poll get_benchmark until completed, and compare the measured "
-            "latency with the prediction.\n"
-            "4. Tear the twin down (teardown confirm=true). Do not rent GPUs without asking me."
-        )
-
-    @mcp.prompt(title="Compare benchmark results")
-    def compare_benchmarks(
-        benchmark_ids: Annotated[
-            str, Field(description="benchmark ids, comma-separated, the base first (list_results lists them)")
-        ],
-    ) -> str:
-        """Compare stored benchmark results and say which deployment to keep."""
-        return (
-            f"Compare the benchmark results {benchmark_ids} with compare_results (the first is the base). "
-            "Say which is fastest at p50 and (where claimable) p95, which makes the most clips per hour, and which "
-            "is cheapest per clip given each deployment's price per hour (get_deployment). Quote the figures."
-        )
-
+    register_resources(mcp, session)
+    register_prompts(mcp)
     return mcp
 
 

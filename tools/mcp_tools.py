@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mcp.server import MCPServer
 
 if TYPE_CHECKING:
-    from worldtune.tools.mcp_server import Session
+    from worldtune.tools.mcp_session import Session
 
 
 def register_tools(mcp: MCPServer, session: Session) -> None:

@@ -28,7 +28,7 @@ from worldtune.tools.mcp_common import (
 )
 
 if TYPE_CHECKING:
-    from worldtune.tools.mcp_server import Session
+    from worldtune.tools.mcp_session import Session
     from worldtune.tools.tuning import Tuner
 
 

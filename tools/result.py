@@ -392,31 +392,10 @@ def compute_result(
         by_phase.setdefault(str(s.get("phase", "full")), []).append(s)
     notes: list[str] = []
 
-    # the affine fit from the short-step probes, checked against the full-step runs at concurrency 1
-    probe_ok = [s for s in by_phase.get("probe", []) if s.get("ok") and fit_time(s) is not None]
-    fit = fit_affine([(int(s["steps"]), float(fit_time(s) or 0.0)) for s in probe_ok])
-    probes = {
-        str(k): summarize([float(fit_time(s) or 0.0) for s in probe_ok if int(s["steps"]) == k])
-        for k in sorted({int(s["steps"]) for s in probe_ok})
-    }
     full = [s for s in by_phase.get("full", [])]
     full_ok = [s for s in full if s.get("ok")]
-    # full runs that had the server to themselves (server time = service time): what the fit should predict
-    alone = [t for s in _alone(full) if (t := fit_time(s)) is not None]
-    predicted = fit.predict(steps) if fit and steps else None
-    measured = float(np.mean(alone)) if alone else None
-    error = (predicted - measured) / measured if predicted is not None and measured else None
-    if fit is None and probe_ok:
-        notes.append("probes used one step count only: no affine fit")
-
-    levels: list[LevelResult] = []
-    for c in sorted({int(s.get("concurrency", 1)) for s in full}):
-        levels.append(level_result([s for s in full if int(s.get("concurrency", 1)) == c], "full", c, None))
-    poisson = by_phase.get("poisson", [])
-    if poisson:
-        rate = poisson[0].get("rate_per_hour")
-        levels.append(level_result(poisson, "poisson", int(poisson[0].get("concurrency", 0)), rate))
-
+    fit, probes, predicted, measured, error = _probe_fit(by_phase.get("probe", []), full, steps, notes)
+    levels = _levels(full, by_phase.get("poisson", []))
     latency = summarize([float(s["latency_s"]) for s in full_ok])
     server = summarize([t for s in full_ok if (t := fit_time(s)) is not None])
     memory = [float(s["peak_memory_mb"]) for s in full_ok if s.get("peak_memory_mb") is not None]
@@ -470,3 +449,35 @@ def compute_result(
         samples=len(samples),
         notes=notes,
     )
+
+
+def _probe_fit(
+    probe: list[dict[str, Any]], full: list[dict[str, Any]], steps: int, notes: list[str]
+) -> tuple[AffineFit | None, dict[str, Any], float | None, float | None, float | None]:
+    """The affine fit from the short-step probes, checked against the full-step runs that had the server to
+    themselves (server time = service time: what the fit should predict): fit, probes, predicted, measured, error."""
+    probe_ok = [s for s in probe if s.get("ok") and fit_time(s) is not None]
+    fit = fit_affine([(int(s["steps"]), float(fit_time(s) or 0.0)) for s in probe_ok])
+    probes = {
+        str(k): summarize([float(fit_time(s) or 0.0) for s in probe_ok if int(s["steps"]) == k])
+        for k in sorted({int(s["steps"]) for s in probe_ok})
+    }
+    alone = [t for s in _alone(full) if (t := fit_time(s)) is not None]
+    predicted = fit.predict(steps) if fit and steps else None
+    measured = float(np.mean(alone)) if alone else None
+    error = (predicted - measured) / measured if predicted is not None and measured else None
+    if fit is None and probe_ok:
+        notes.append("probes used one step count only: no affine fit")
+    return fit, probes, predicted, measured, error
+
+
+def _levels(full: list[dict[str, Any]], poisson: list[dict[str, Any]]) -> list[LevelResult]:
+    """One result per closed-loop concurrency of the full runs, and one for the open-loop Poisson run."""
+    levels = [
+        level_result([s for s in full if int(s.get("concurrency", 1)) == c], "full", c, None)
+        for c in sorted({int(s.get("concurrency", 1)) for s in full})
+    ]
+    if poisson:
+        rate = poisson[0].get("rate_per_hour")
+        levels.append(level_result(poisson, "poisson", int(poisson[0].get("concurrency", 0)), rate))
+    return levels

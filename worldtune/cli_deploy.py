@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,7 +48,7 @@ def deploy(
     from worldtune.sky import home
     from worldtune.sky.backend import render_options_for
     from worldtune.sky.catalog import write_catalog
-    from worldtune.sky.kubernetes import K8sOptions
+    from worldtune.sky.k8s_manifests import K8sOptions
     from worldtune.sky.preview import build_deployment, is_skypilot_infra, preview_deploy, write_preview
     from worldtune.tools.store import Store
 
@@ -80,24 +81,40 @@ def deploy(
         _print_preview(preview, files)
     if dry_run:
         return
-    from worldtune.tools import deploy as deploying
-
     assert store is not None
     guarded: dict[str, Any] = {
         "gpu": gpu, "plan": plan, "infra": infra, "engine": engine, "capacity": capacity, "model": model,
         "hours": hours, "usd_per_hour": usd_per_hour, "store": store,
     }  # fmt: skip
+    _launch(guarded, lambda: _backend(infra, store, k8s, options), yes=yes, as_json=as_json, time_scale=time_scale,
+            twin_profile=twin_profile)  # fmt: skip
+
+
+def _launch(
+    guarded: dict[str, Any],
+    backend_for: Callable[[], Any],
+    *,
+    yes: bool,
+    as_json: bool,
+    time_scale: float,
+    twin_profile: str | None,
+) -> None:
+    """Quote under the guardrails, ask (or take --yes), then build the backend, launch, and say where it is and
+    how to tear it down."""
+    from worldtune.tools import deploy as deploying
+
+    where = {k: guarded[k] for k in ("gpu", "plan", "infra")}
     try:  # the guardrails bind the command line as they bind MCP and the agent: refused before anything starts
         spend = deploying.quote_deploy(**guarded)
     except (WorldtuneError, ValueError) as exc:
-        raise fail(str(exc), as_json, {"gpu": gpu, "plan": plan, "infra": infra}) from exc
+        raise fail(str(exc), as_json, where) from exc
     if spend.expected_usd > 0 and not yes:
         ask = f"${spend.usd_per_hour:.2f}/h for about {spend.expected_hours:.2f} h (${spend.expected_usd:.2f})"
         if not sys.stdin.isatty():
             raise fail(f"launching costs {ask}: pass --yes to approve", as_json)
         if not typer.confirm(f"Launch at {ask}?"):
             raise typer.Exit(1)
-    backend = _backend(infra, store, k8s, options)
+    backend = backend_for()
 
     def progress(message: str, fraction: float | None) -> None:
         if not as_json:

@@ -132,118 +132,127 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add tune, resume and report to the worldtune command line."""
+    app.command("tune")(tune)
+    app.command("resume")(resume)
+    app.command("report")(report)
 
-    @app.command()
-    def tune(
-        goal: Annotated[str, typer.Argument(help='the goal in plain words, e.g. "p95 under 150 s, cheapest per clip"')],
-        infra: Annotated[str, typer.Option(help="local | slurm/NAME | kubernetes | a cloud")] = "local",
-        engine: Annotated[str, typer.Option(help="twin (modelled server) | vllm-omni (the real one)")] = "twin",
-        twin_profile: Annotated[
-            list[str] | None,
-            typer.Option(
-                help="profile the twin runs with (never read by the agent); repeat it, or give a folder, for one "
-                "profile per GPU type"
-            ),
-        ] = None,
-        budget: Annotated[float | None, typer.Option(help="most the search may spend, USD")] = None,
-        yes: Annotated[bool, typer.Option("--yes", help="approve the spend estimate without asking")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
-        db: Annotated[str | None, typer.Option(help="results database (default $WORLDTUNE_DB)")] = None,
-        parallel: Annotated[int, typer.Option(help="candidates verified at once on separate deployments")] = 1,
-        mcp_url: Annotated[str | None, typer.Option(help="a remote worldtune MCP server (default: in-process)")] = None,
-        time_scale: Annotated[float | None, typer.Option(help="twin only: sleeps / K (300)")] = None,
-        reuse_nodes: Annotated[
-            bool, typer.Option("--reuse-nodes/--no-reuse-nodes", help="keep a node and change its plan in place")
-        ] = True,
-    ) -> None:
-        """Find, verify and recommend the cheapest deployment that meets a goal (asks before spending)."""
-        need_extra("worldtune tune", "langgraph", "agent", as_json)
-        from worldtune.agent.configuration import LOCAL_TWIN_TIME_SCALE, TuneOptions
-        from worldtune.agent.goal_parser import GoalQuestion
-        from worldtune.agent.runner import goal_for
-        from worldtune.agent.runner import tune as run_tune
-        from worldtune.agent.stopping import RunStopped
 
-        try:
-            options = TuneOptions(
-                infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes, db_path=db,
-                parallel=parallel, mcp_url=mcp_url, reuse_nodes=reuse_nodes,
-                # `or` would read --time-scale 0 as unset (300): only a missing option takes the default
-                time_scale=(LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0) if time_scale is None else time_scale,
-            )  # fmt: skip
-            parsed = goal_for(goal, options)
-        except GoalQuestion as exc:
-            raise fail(exc, as_json, {"questions": exc.questions}) from exc
-        except (WorldtuneError, ValueError) as exc:
-            raise fail(exc, as_json) from exc
-        if not yes and sys.stdin.isatty() and not as_json:
-            err_console.print(f"[bold]goal[/] {parsed.goal.describe()}")
-            for note in parsed.assumptions:
-                err_console.print(f"  [yellow]assumed[/] {note}")
-        try:
-            outcome = run_tune(parsed, options, progress=_printer(as_json))
-            if outcome["status"] == "waiting_for_approval" and sys.stdin.isatty() and not as_json:
-                _print_outcome(outcome)
-                if typer.confirm("Spend it?", default=False):
-                    from worldtune.agent.runner import resume as run_resume
+def tune(
+    goal: Annotated[str, typer.Argument(help='the goal in plain words, e.g. "p95 under 150 s, cheapest per clip"')],
+    infra: Annotated[str, typer.Option(help="local | slurm/NAME | kubernetes | a cloud")] = "local",
+    engine: Annotated[str, typer.Option(help="twin (modelled server) | vllm-omni (the real one)")] = "twin",
+    twin_profile: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="profile the twin runs with (never read by the agent); repeat it, or give a folder, for one "
+            "profile per GPU type"
+        ),
+    ] = None,
+    budget: Annotated[float | None, typer.Option(help="most the search may spend, USD")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="approve the spend estimate without asking")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+    db: Annotated[str | None, typer.Option(help="results database (default $WORLDTUNE_DB)")] = None,
+    parallel: Annotated[int, typer.Option(help="candidates verified at once on separate deployments")] = 1,
+    mcp_url: Annotated[str | None, typer.Option(help="a remote worldtune MCP server (default: in-process)")] = None,
+    time_scale: Annotated[float | None, typer.Option(help="twin only: sleeps / K (300)")] = None,
+    reuse_nodes: Annotated[
+        bool, typer.Option("--reuse-nodes/--no-reuse-nodes", help="keep a node and change its plan in place")
+    ] = True,
+) -> None:
+    """Find, verify and recommend the cheapest deployment that meets a goal (asks before spending)."""
+    need_extra("worldtune tune", "langgraph", "agent", as_json)
+    from worldtune.agent.configuration import LOCAL_TWIN_TIME_SCALE, TuneOptions
+    from worldtune.agent.goal_reader import GoalQuestion
+    from worldtune.agent.record import goal_for
 
-                    outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
-            if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
-                from worldtune.agent.fleet_step import fleet_for
-                from worldtune.tools.store import Store
+    try:
+        options = TuneOptions(
+            infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes, db_path=db,
+            parallel=parallel, mcp_url=mcp_url, reuse_nodes=reuse_nodes,
+            # `or` would read --time-scale 0 as unset (300): only a missing option takes the default
+            time_scale=(LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0) if time_scale is None else time_scale,
+        )  # fmt: skip
+        parsed = goal_for(goal, options)
+    except GoalQuestion as exc:
+        raise fail(exc, as_json, {"questions": exc.questions}) from exc
+    except (WorldtuneError, ValueError) as exc:
+        raise fail(exc, as_json) from exc
+    if not yes and sys.stdin.isatty() and not as_json:
+        err_console.print(f"[bold]goal[/] {parsed.goal.describe()}")
+        for note in parsed.assumptions:
+            err_console.print(f"  [yellow]assumed[/] {note}")
+    _finish(_run_tune(parsed, options, as_json), as_json)
 
-                outcome["fleet"] = fleet_for(parsed.goal, infra, engine, options.time_scale, db, _printer(as_json),
-                                             twin_profiles=options.twin_profiles(),
-                                             learned_profiles=outcome["summary"].get("learned_profiles"))  # fmt: skip
-                Store(db).add_to_summary(outcome["run_id"], "fleet", outcome["fleet"])  # the report draws its day
-        except RunStopped as exc:
-            raise _stopped(exc, as_json) from exc
-        except (WorldtuneError, ValueError) as exc:
-            raise fail(exc, as_json) from exc
-        _finish(outcome, as_json)
 
-    @app.command()
-    def resume(
-        thread_id: Annotated[str, typer.Argument(help="the run id tune printed (= its checkpoint thread id)")],
-        yes: Annotated[bool, typer.Option("--yes", help="approve the spend if the run waits for approval")] = False,
-        no: Annotated[bool, typer.Option("--no", help="decline the spend (nothing starts)")] = False,
-        db: Annotated[str | None, typer.Option(help="results database the run used")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
-    ) -> None:
-        """Continue a run that crashed, was killed or waits for approval, without repeating finished measurements."""
-        need_extra("worldtune resume", "langgraph", "agent", as_json)
-        from worldtune.agent.runner import resume as run_resume
-        from worldtune.agent.stopping import RunStopped
+def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
+    """Run the agent (asking on a terminal when it waits for approval), then plan the fleet for a traffic goal."""
+    from worldtune.agent.runner import resume as run_resume
+    from worldtune.agent.runner import tune as run_tune
+    from worldtune.agent.stopping import RunStopped
 
-        approve = True if yes else (False if no else None)
-        try:
-            outcome = run_resume(thread_id, db, approve, progress=_printer(as_json))
-        except RunStopped as exc:
-            raise _stopped(exc, as_json) from exc
-        except (WorldtuneError, ValueError) as exc:
-            raise fail(exc, as_json) from exc
-        _finish(outcome, as_json)
+    db = options.db_path
+    try:
+        outcome = run_tune(parsed, options, progress=_printer(as_json))
+        if outcome["status"] == "waiting_for_approval" and sys.stdin.isatty() and not as_json:
+            _print_outcome(outcome)
+            if typer.confirm("Spend it?", default=False):
+                outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
+        if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
+            from worldtune.agent.fleet_step import fleet_for
+            from worldtune.tools.store import Store
 
-    @app.command()
-    def report(
-        run_id: Annotated[str, typer.Argument(help="the run id tune printed")],
-        out: Annotated[str | None, typer.Option(help="folder for the HTML, plots, JSON and YAML")] = None,
-        db: Annotated[str | None, typer.Option(help="results database the run used")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="print the written paths as JSON")] = False,
-    ) -> None:
-        """Write the run's report: an HTML page, PNG plots, the JSON record and the deployment's YAML."""
-        need_extra("worldtune report", "matplotlib", "agent", as_json)
-        from worldtune.agent.report import write_report
+            outcome["fleet"] = fleet_for(parsed.goal, options.infra, options.engine, options.time_scale, db,
+                                         _printer(as_json), twin_profiles=options.twin_profiles(),
+                                         learned_profiles=outcome["summary"].get("learned_profiles"))  # fmt: skip
+            Store(db).add_to_summary(outcome["run_id"], "fleet", outcome["fleet"])  # the report draws its day
+    except RunStopped as exc:
+        raise _stopped(exc, as_json) from exc
+    except (WorldtuneError, ValueError) as exc:
+        raise fail(exc, as_json) from exc
+    return outcome
 
-        try:
-            written = write_report(run_id, out, db)
-        except (WorldtuneError, ValueError) as exc:
-            raise fail(exc, as_json) from exc
-        if as_json:
-            emit_json(written)
-        else:
-            for name, path in written.items():
-                err_console.print(f"{name}: {path}")
+
+def resume(
+    thread_id: Annotated[str, typer.Argument(help="the run id tune printed (= its checkpoint thread id)")],
+    yes: Annotated[bool, typer.Option("--yes", help="approve the spend if the run waits for approval")] = False,
+    no: Annotated[bool, typer.Option("--no", help="decline the spend (nothing starts)")] = False,
+    db: Annotated[str | None, typer.Option(help="results database the run used")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+) -> None:
+    """Continue a run that crashed, was killed or waits for approval, without repeating finished measurements."""
+    need_extra("worldtune resume", "langgraph", "agent", as_json)
+    from worldtune.agent.runner import resume as run_resume
+    from worldtune.agent.stopping import RunStopped
+
+    approve = True if yes else (False if no else None)
+    try:
+        outcome = run_resume(thread_id, db, approve, progress=_printer(as_json))
+    except RunStopped as exc:
+        raise _stopped(exc, as_json) from exc
+    except (WorldtuneError, ValueError) as exc:
+        raise fail(exc, as_json) from exc
+    _finish(outcome, as_json)
+
+
+def report(
+    run_id: Annotated[str, typer.Argument(help="the run id tune printed")],
+    out: Annotated[str | None, typer.Option(help="folder for the HTML, plots, JSON and YAML")] = None,
+    db: Annotated[str | None, typer.Option(help="results database the run used")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the written paths as JSON")] = False,
+) -> None:
+    """Write the run's report: an HTML page, PNG plots, the JSON record and the deployment's YAML."""
+    need_extra("worldtune report", "matplotlib", "agent", as_json)
+    from worldtune.agent.report import write_report
+
+    try:
+        written = write_report(run_id, out, db)
+    except (WorldtuneError, ValueError) as exc:
+        raise fail(exc, as_json) from exc
+    if as_json:
+        emit_json(written)
+    else:
+        for name, path in written.items():
+            err_console.print(f"{name}: {path}")
 
 
 def _stopped(exc: Any, as_json: bool) -> typer.Exit:

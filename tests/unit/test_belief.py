@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worldtune.policies import belief
+from worldtune.policies import belief, perf_model
 from worldtune.policies import search as ws
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools import stats
@@ -29,7 +29,7 @@ def _goal(**changes: object) -> Goal:
 
 def _probe_obs(truth_plan: str, truth: object) -> list[belief.Observation]:
     wl = anchor_workload()
-    p = ws.perf_model.predict(wl, Plan.parse(truth_plan), truth)  # type: ignore[arg-type]
+    p = perf_model.predict(wl, Plan.parse(truth_plan), truth)  # type: ignore[arg-type]
     return [
         belief.Observation(plan=truth_plan, workload=wl, quantity="per_step", value=p.per_step_s, rel_sigma=0.003),
         belief.Observation(plan=truth_plan, workload=wl, quantity="fixed", value=p.fixed_s, rel_sigma=0.003),

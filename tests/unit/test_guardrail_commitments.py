@@ -170,7 +170,7 @@ def test_a_cloud_without_prices_is_refused_by_name(tmp_path: Path, monkeypatch: 
 
 def test_goal_text_budget_is_checked_like_the_argument() -> None:
     from worldtune.agent.configuration import TuneOptions
-    from worldtune.agent.runner import goal_for
+    from worldtune.agent.record import goal_for
 
     with pytest.raises(InvalidInput, match="goal budget=5000"):
         goal_for("cheapest per clip, p95 under 150 s, budget $5000", TuneOptions(infra="nebius", engine="vllm-omni"))

@@ -20,7 +20,8 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from worldtune.sky.kubernetes import GPU_RESOURCE, K8sOptions, KubernetesBackend, render_manifests
+from worldtune.sky.k8s_manifests import GPU_RESOURCE, K8sOptions, render_manifests
+from worldtune.sky.kubernetes import KubernetesBackend
 from worldtune.sky.render import startup_allowance_s
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,8 +58,12 @@ KNOWN_EXCEPTIONS = {
 
 def imported_modules(path: Path) -> set[str]:
     """Every worldtune module `path` imports, by statement or by a module-name string."""
+    return _modules_in(ast.parse(path.read_text(), str(path)))
+
+
+def _modules_in(tree: ast.AST) -> set[str]:
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -145,3 +150,91 @@ def test_sky_and_policies_do_not_reach_into_each_other() -> None:
     for room, other in (("sky", "policies"), ("policies", "sky")):
         found = {(f, m) for f, m in dependencies(room) if in_room(m, other)}
         assert not offenders(found), f"{room}/ must not import worldtune.{other}: {offenders(found)}"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[1:] if rel.parts[0] == "worldtune" else rel.parts
+    return ".".join(("worldtune", *parts)).removesuffix(".__init__")
+
+
+def _imports_for_cycles(path: Path, known: set[str]) -> set[str]:
+    """What `path` imports, resolved to modules of the package: statements (lazy ones too) and module-name
+    strings, except a module a child process is started with (`python -m NAME`) and type-only imports, which
+    do not import anything when the code runs."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):  # a type-only import (under `if TYPE_CHECKING:`) never runs
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = [ast.Pass()]
+    launched = {
+        seq.elts[i + 1].value
+        for seq in ast.walk(tree)
+        if isinstance(seq, (ast.List, ast.Tuple))
+        for i, item in enumerate(seq.elts[:-1])
+        if isinstance(item, ast.Constant) and item.value == "-m" and isinstance(seq.elts[i + 1], ast.Constant)
+    }
+    found = set()
+    for name in _modules_in(tree) - launched:
+        while name and name not in known:  # worldtune.tools.plan.Plan -> worldtune.tools.plan
+            name = name.rpartition(".")[0]
+        if name:
+            found.add(name)
+    return found
+
+
+def import_cycles() -> list[list[str]]:
+    """Every set of package modules that import each other around a circle (Tarjan's strongly connected
+    components of the import graph, of more than one module)."""
+    files = {_module_name(p): p for room in (*ROOMS, "worldtune") for p in (ROOT / room).rglob("*.py")}
+    known = set(files) | {"worldtune"}
+    graph = {m: _imports_for_cycles(p, known) - {m, "worldtune"} for m, p in files.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle() -> None:
+    """Issue 16: no circle of imports anywhere in the package (the search's facade, a benchmark and its lock, the
+    agent's tools client, runner and graph, the goal parser and its traffic rules, the SkyPilot backend and its
+    serve job, the Kubernetes backend and its replan each used to close one)."""
+    assert import_cycles() == []
+
+
+def test_the_cycle_check_finds_a_circle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for room in (*ROOMS, "worldtune"):
+        (tmp_path / room).mkdir()
+    (tmp_path / "tools" / "a.py").write_text("def f():\n    from worldtune.tools.b import g\n")
+    (tmp_path / "tools" / "b.py").write_text("from worldtune.tools import a\n")
+    (tmp_path / "agent" / "run.py").write_text("ARGV = ['python', '-m', 'worldtune.agent.child']\n")
+    (tmp_path / "agent" / "child.py").write_text("from worldtune.agent.run import ARGV\n")
+    (tmp_path / "sky" / "x.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from worldtune.sky.y import Y\n"
+    )
+    (tmp_path / "sky" / "y.py").write_text("from worldtune.sky.x import f\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert import_cycles() == [["worldtune.tools.a", "worldtune.tools.b"]]

@@ -14,8 +14,9 @@ import pytest
 
 from worldtune.policies import perf_model
 from worldtune.sky.backend import SkyPilotBackend
+from worldtune.sky.k8s_manifests import K8sOptions
 from worldtune.sky.k8s_replan import HOSTNAME_LABEL, PLAN_ANNOTATION, render_replan
-from worldtune.sky.kubernetes import K8sOptions, KubernetesBackend
+from worldtune.sky.kubernetes import KubernetesBackend
 from worldtune.sky.render import ALL_READY_MARKER
 from worldtune.tools.deployment import Deployment, replan_target
 from worldtune.tools.errors import InvalidInput

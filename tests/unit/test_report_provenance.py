@@ -66,7 +66,7 @@ def test_a_percentile_from_few_samples_is_not_claimed() -> None:
 
 
 def test_few_samples_as_the_runner_records_them_are_measured_but_not_claimed() -> None:
-    """agent/runner._figures keeps latency_p95_s null below the order-statistic n: the page must still say that n
+    """agent/record._figures keeps latency_p95_s null below the order-statistic n: the page must still say that n
     samples were measured and that the percentile is not claimable, not "none measured" (CI of stop 20)."""
     record = _record(samples=5)
     record["measured"] = {"latency_p50_s": 109.8, "latency_p95_s": None, "p95_upper_95conf_normal": 110.4,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from worldtune.agent.configuration import TuneOptions
-from worldtune.agent.runner import build_summary
+from worldtune.agent.record import build_summary
 from worldtune.agent.state import merge_deployments
 from worldtune.cli_tune import _output
 from worldtune.policies import search as ws
@@ -66,7 +66,7 @@ def test_summary_and_json_output_carry_the_issue_keys() -> None:
 
 
 def test_a_non_anchor_workload_is_tuned_and_measured_as_the_goal_says() -> None:
-    from worldtune.agent.runner import goal_for
+    from worldtune.agent.record import goal_for
     from worldtune.tools.workload import anchor_changes
 
     goal = goal_for("Nano, 480p, 121 frames, guardrails on, cheapest", TuneOptions()).goal

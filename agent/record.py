@@ -1,0 +1,224 @@
+"""The run's record: the goal as the run uses it, its first state, its marks in the results database, and
+the summary written when it ends (goal, recommendation, measured against predicted, spend, every candidate).
+
+The graph's nodes (read_goal, approve, finish) and the runner both write through here, so a run that Studio or
+`langgraph dev` drives without the runner is recorded the same way; neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from worldtune.agent.configuration import TuneOptions
+from worldtune.agent.goal_parser import read_goal
+from worldtune.agent.goal_reader import ParsedGoal
+from worldtune.agent.provenance import provenance
+from worldtune.policies import search as ws
+from worldtune.tools.errors import InvalidInput
+from worldtune.tools.goal import Goal
+from worldtune.tools.profile import Profile
+from worldtune.tools.store import Store
+
+
+def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
+    """The goal as the run will use it: the command line's budget and cloud win over the text."""
+    from worldtune.tools.infra import Infra
+    from worldtune.tools.spend import check_tuning
+
+    where = Infra.parse(options.infra)
+    check_tuning(str(where), options.engine, options.budget_usd)  # a bad infra or budget: refused before parsing
+    parsed = read_goal(goal_text, budget_usd=options.budget_usd, infras=[where.name] if where.kind == "cloud" else None)
+    if options.budget_usd is None:  # a budget in the goal's words is bound like the argument
+        check_tuning(str(where), options.engine, parsed.goal.budget_usd, "goal budget")
+    return parsed
+
+
+def check_options(options: TuneOptions) -> None:
+    if options.engine not in ("twin", "vllm-omni"):
+        raise InvalidInput("engine", options.engine, "twin or vllm-omni")
+    if options.engine == "vllm-omni" and options.infra == "local":
+        raise InvalidInput(
+            "engine",
+            options.engine,
+            "twin on infra local: this machine has no GPU",
+            "use --infra slurm/NAME, kubernetes or a cloud",
+        )
+    if options.twin_profile and options.engine != "twin":
+        raise InvalidInput("twin_profile", options.twin_profile, "only with --engine twin")
+    if options.twin_profile:  # read once, here: a file that is not a profile stops the run before anything starts
+        from worldtune.tools.profile_paths import load_profile
+
+        for path in options.twin_profiles():  # each file given, or each profile in a folder given
+            load_profile(path, "cli", "twin_profile")
+
+
+def mark_waiting(run_id: str, spend_estimate: dict[str, Any] | None, db_path: str | None) -> None:
+    """The run waits for its spend to be approved: nothing is started, so its owner lets go meanwhile."""
+    Store(db_path).finish_run(run_id, "waiting_for_approval", {"spend_estimate": spend_estimate})
+
+
+def mark_approved(run_id: str, db_path: str | None) -> None:
+    """The spend is approved: the run is running again, owned by the process that goes on with it."""
+    Store(db_path).restart_run(run_id)
+
+
+def write_record(run_id: str, summary: dict[str, Any], db_path: str | None) -> None:
+    """The run's record, completed: its owner lets go (whoever drove the graph: the runner or Studio)."""
+    Store(db_path).finish_run(run_id, "completed", summary)
+
+
+def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> dict[str, Any]:
+    """A run's first state, recorded in the results database: what `tune` and the graph's read_goal start from."""
+    check_options(options)
+    Store(options.db_path).add_run(run_id, "tune", parsed.goal.model_dump(mode="json"))
+    return {
+        "run_id": run_id,
+        "goal_text": parsed.text,
+        "goal": parsed.goal.model_dump(mode="json"),
+        "goal_source": parsed.source,
+        "options": options.model_dump(mode="json"),
+        "results": [],
+        "events": [f"goal: {parsed.goal.describe()} (read by the {parsed.source})"],
+    }
+
+
+def _figures(goal: Goal, cand: ws.Candidate | None, latencies: list[float] | None = None) -> dict[str, Any]:
+    """The record's figures: a measured percentile only as tools/stats claims it (order statistics when n allows;
+    else null, with the named parametric bound and its assumption beside it)."""
+    if cand is None:
+        return {"latency_p50_s": None, "latency_p95_s": None, "clips_per_hour_per_node": None, "usd_per_clip": None}
+    out: dict[str, Any] = {
+        "latency_p50_s": round(cand.latency_s, 2),
+        "latency_p95_s": round(cand.latency_s * (1 + 1.645 * 0.002), 2),
+        "clips_per_hour_per_node": round(cand.clips_per_hour_per_node, 3),
+        "usd_per_clip": round(cand.usd_per_clip, 4),
+    }
+    if latencies:
+        from worldtune.tools import stats
+
+        p95 = stats.percentile_verdict(latencies, 95)
+        out["latency_p95_s"] = round(p95.upper, 2) if p95.upper is not None else None
+        out["latency_p95_claim"] = "claimable (order statistics)" if p95.claimable else p95.note
+        verdict = stats.percentile_verdict(latencies, goal.latency_percentile)
+        if verdict.parametric_upper is not None:
+            out[verdict.parametric_name] = round(verdict.parametric_upper, 2)
+            out["parametric_assumption"] = verdict.parametric_assumption
+        out["samples"] = len(latencies)
+    return out
+
+
+def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's record: goal, recommendation, measured vs predicted, spend, stop reason, every candidate."""
+    goal = Goal.model_validate(state["goal"])
+    options = TuneOptions.model_validate(state["options"])
+    search = ws.SearchState.model_validate(state["search"]) if state.get("search") else None
+    results = list(state.get("results") or [])
+    summary: dict[str, Any] = {
+        "run_id": state["run_id"],
+        "thread_id": state["run_id"],
+        "goal": {**goal.model_dump(mode="json"), "text": state.get("goal_text", ""), "describe": goal.describe()},
+        "goal_source": state.get("goal_source", "parser"),
+        "options": options.model_dump(mode="json"),
+        "stop_reason": state.get("stop_reason") or "stopped",
+        "stop_kind": state.get("stop_kind") or "",
+        "recommendation": None,
+        "measured": _figures(goal, None),
+        "predicted": _figures(goal, None),
+        "spend": _spend(search, goal, options, deployments, results),
+        "spend_estimate": state.get("spend_estimate"),
+        "decision": state.get("decision"),
+        "events": list(state.get("events") or []),
+        "measurements": results,
+        "candidates": [],
+    }
+    if search is None:
+        summary["provenance"] = provenance(summary)
+        return summary
+    summary["rejected"] = [r.model_dump(mode="json") for r in search.rejected]
+    summary["failed"] = dict(search.failures)
+    summary["nearest"] = (state.get("decision") or {}).get("nearest") or []
+    # what the run's measurements taught it, per GPU type: the fleet step plans a goal's traffic with these
+    summary["learned_profiles"] = {g: search.beliefs[g].model_dump(mode="json") for g in search.posteriors}
+    _add_candidates_and_recommendation(summary, state, search, goal)
+    summary["provenance"] = provenance(summary)  # what is simulated, measured, assumed; how prices are dated
+    return summary
+
+
+def _spend(
+    search: ws.SearchState | None, goal: Goal, options: TuneOptions, deployments: Mapping[str, Any], results: list[Any]
+) -> dict[str, Any]:
+    """What the search spent: GPU-hours, dollars, deployments, plan changes in place, benchmarks, time to answer."""
+    model_s = sum(float(r.get("model_s", 0.0)) for r in results)
+    return {
+        "gpu_hours": round(search.spent_gpu_hours, 4) if search else 0.0,
+        "usd": round(search.spent_usd, 4) if search else 0.0,
+        "budget_usd": goal.budget_usd,
+        "deployments": len(deployments.get("deployments", [])),
+        "replans": sum(len(d.get("previous_plans") or []) for d in deployments.get("deployments", [])),
+        "benchmarks": sum(1 for r in results if r.get("benchmark_id")),
+        "model_seconds": round(model_s, 1),
+        # time to a verified answer on real infra: provisioning, loads and requests; one after another with
+        # --parallel 1, else the verifications of one round overlap (assumed: evenly over the lanes)
+        "answer_hours": round(model_s / options.parallel / 3600.0, 3),
+        "answer_basis": ("modelled: the twin's model-seconds" if options.twin else "wall time of the rented nodes")
+        + ("" if options.parallel == 1 else f", divided over {options.parallel} parallel lanes (assumed even)"),
+        "priced_as": "offer price x modelled GPU seconds (twin)" if options.twin else "offer price x wall time",
+    }
+
+
+def _add_candidates_and_recommendation(
+    summary: dict[str, Any], state: Mapping[str, Any], search: ws.SearchState, goal: Goal
+) -> None:
+    """Every candidate as believed before measuring and now, and the recommendation with its measured and
+    predicted figures."""
+    initial = search.model_copy(
+        update={
+            "beliefs": {g: Profile.model_validate(p) for g, p in (state.get("initial_beliefs") or {}).items()}
+            or search.beliefs,
+            "posteriors": {},
+            "measurements": [],
+        }
+    )
+    before = {c.key: c for c in ws.candidates(initial)}
+    now = ws.candidates(search)
+    summary["candidates"] = [
+        {
+            "key": c.key,
+            "gpu": c.gpu,
+            "plan": c.plan,
+            "offer": c.offer.id,
+            "capacity": c.capacity,
+            "usd_per_hour": c.offer.usd_per_hour,
+            "nodes": c.nodes,
+            "stage": c.stage,
+            "feasible": c.feasible,
+            "latency_s": c.latency_s,
+            "latency_q_s": c.latency_q_s,
+            "clips_per_hour_per_node": c.clips_per_hour_per_node,
+            "usd_per_clip": c.usd_per_clip,
+            "predicted_latency_s": before[c.key].latency_s if c.key in before else None,
+            "predicted_usd_per_clip": before[c.key].usd_per_clip if c.key in before else None,
+            "predicted_clips_per_hour_per_node": before[c.key].clips_per_hour_per_node if c.key in before else None,
+        }
+        for c in now
+    ]
+    best = ws.recommendation(search)
+    if best is not None:
+        latencies = [
+            x for m in search.measurements if ws.hardware_key(m.key) == ws.hardware_key(best.key) for x in m.latencies_s
+        ]
+        summary["recommendation"] = {
+            "key": best.key,
+            "gpu": best.gpu,
+            "plan": best.plan,
+            "replicas": best.replicas,
+            "replicas_per_node": best.replicas // best.nodes,
+            "nodes": best.nodes,
+            "capacity": best.capacity,
+            "offer": best.offer.id,
+            "usd_per_hour": best.offer.usd_per_hour,
+            "offer_detail": best.offer.model_dump(mode="json"),
+        }
+        summary["measured"] = _figures(goal, best, latencies)
+        summary["predicted"] = _figures(goal, before.get(best.key))
