@@ -79,6 +79,14 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     }
     if lanes_why:  # a deadline bought lanes, or could not
         estimate["parallel_why"] = lanes_why
+    # the bound above is what may be committed; the forecast is what the search will likely cost (simulated)
+    likely = await asyncio.to_thread(ws.forecast, search, plan.parallel)
+    estimate["forecast"] = {
+        "usd": round(likely.usd_p50, 2), "usd_max": round(likely.usd_max, 2),
+        "gpu_hours": round(likely.gpu_hours_p50, 2), "answer_hours": round(likely.answer_s_p50 / 3600.0, 2),
+        "answer_hours_max": round(likely.answer_s_max / 3600.0, 2), "measurements": likely.measurements_p50,
+        "runs": likely.runs, "stops": likely.stops, "basis": likely.basis,
+    }  # fmt: skip
     top = [f"{c.plan} on {c.offer.id}: {c.usd_per_clip:.3f} $/clip, p50 {c.latency_s:.0f} s" for c in feasible[:3]]
     emit(runtime, "candidates", count=len(ranked), feasible=len(feasible), top=top, estimate=estimate)
     return {
@@ -88,7 +96,10 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
         "learned": 0,
         # a deadline may buy lanes: every node after this one (decide, the answer's time) runs with them
         "options": {**dict(state.get("options") or {}), "parallel": plan.parallel},
-        "events": [f"{len(ranked)} candidates ({len(feasible)} predicted to meet the goal); expect ${usd:.2f}"]
+        "events": [
+            f"{len(ranked)} candidates ({len(feasible)} predicted to meet the goal); at most ${usd:.2f}, "
+            f"likely ${likely.usd_p50:.2f} (simulated)"
+        ]
         + ([lanes_why] if lanes_why else []),
     }
 

@@ -18,8 +18,9 @@ This module is the search's one entry, and the only part of policies/ the agent 
   about every candidate, judged against the goal and costed;
 - policies/evidence.py: folding a measurement in (or rejecting it) and refitting the posterior;
 - policies/acquisition.py: the next actions or the stop, from posterior draws;
-- policies/nodes.py: the modelled cost and time to a verified answer, node by node.
-Each of those imports candidates.py, none imports this module.
+- policies/nodes.py: the bound on the search's cost and time to a verified answer, node by node;
+- policies/forecast.py: the likely cost and time, from searches simulated against the belief.
+Each of those imports candidates.py (forecast.py also acquisition and evidence), none imports this module.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from worldtune.policies.candidates import (
     start_seconds,
     tolerance_bound,
 )
+from worldtune.policies.forecast import Forecast, forecast
 
 __all__ = [
     "CONFIDENCE",
@@ -80,6 +82,7 @@ __all__ = [
     "Assessed",
     "Candidate",
     "Decision",
+    "Forecast",
     "Measurement",
     "ModeShift",
     "NearestOption",
@@ -94,6 +97,7 @@ __all__ = [
     "candidates",
     "could_be_feasible",
     "decide",
+    "forecast",
     "full_requests",
     "full_seconds",
     "hardware_key",

@@ -37,8 +37,13 @@ class SpendEstimate(BaseModel):
 
     model_config = ConfigDict(extra="allow")  # an older run's record may carry keys this version does not name
 
-    usd: float = Field(description="expected spend of the search, USD")
-    gpu_hours: float = Field(description="expected GPU-hours (modelled GPU time on the twin)")
+    usd: float = Field(description="the bound on the search's spend, USD (modelled: policies/nodes.py)")
+    gpu_hours: float = Field(description="the bound's GPU-hours (modelled GPU time on the twin)")
+    forecast: dict[str, Any] | None = Field(
+        default=None,
+        description="what the search will likely cost and take (usd, gpu_hours, answer_hours, their maxima, "
+        "measurements): the median of searches simulated against the belief (policies/forecast.py)",
+    )
     budget_usd: float | None = Field(default=None, description="the hard budget of the run")
     candidates: int | None = Field(default=None, description="candidates ranked")
     feasible: int | None = Field(default=None, description="candidates predicted to meet the goal")

@@ -36,13 +36,21 @@ def _printer(as_json: bool) -> Any:
             for line in data["top"]:
                 err_console.print(f"  {line}")
             err_console.print(
-                f"[bold]spend estimate[/] ${est['usd']:.2f} ({est['gpu_hours']:.2f} GPU-h) of ${est['budget_usd']:g}, "
-                f"priced as {est['priced_as']}"
+                f"[bold]spend estimate[/] at most ${est['usd']:.2f} ({est['gpu_hours']:.2f} GPU-h) of "
+                f"${est['budget_usd']:g}, priced as {est['priced_as']}"
             )
             if "answer_hours" in est:
                 err_console.print(
-                    f"  time to a verified answer ~{est['answer_hours']:.2f} h (modelled), {est['deployments']} "
-                    f"node(s), {est['cold_loads']} cold + {est['warm_loads']} warm load(s)"
+                    f"  time to a verified answer at most ~{est['answer_hours']:.2f} h (modelled), "
+                    f"{est['deployments']} node(s), {est['cold_loads']} cold + {est['warm_loads']} warm load(s)"
+                )
+            if est.get("forecast"):
+                f = est["forecast"]
+                err_console.print(
+                    f"  likely ${f['usd']:.2f} ({f['gpu_hours']:.2f} GPU-h, {f['measurements']:g} measurements) and "
+                    f"{f['answer_hours']:.2f} h to a verified answer (at most ${f['usd_max']:.2f}, "
+                    f"{f['answer_hours_max']:.2f} h): simulated, the median of {f['runs']} searches against truths "
+                    "drawn from the belief"
                 )
             if est.get("parallel_why"):
                 err_console.print(f"  {escape(est['parallel_why'])}")

@@ -1,0 +1,122 @@
+"""What the search will likely cost and how long it will likely take: searches simulated against its own belief.
+
+policies/nodes.py bounds the search (a probe for every near contender, two full runs, x 1.25 safety); this
+module forecasts it. Each simulated search draws a truth from the posterior (a mode by its weight, then the
+parameters from that mode's Laplace Gaussian, within their bounds), runs the search's own decide/record loop
+against it, and serves every measurement as the twin would (perf_model.predict on the drawn truth, with its
+run-to-run noise on the fixed and per-step parts). An action is billed its modelled start (provisioning and a
+cold load on a new node, a warm load on a node the search holds, nothing on its own live deployment) plus the
+simulated requests, at the offer's price, without the bound's safety factor; the actions of one round run side
+by side (their longest is the round's wall time). Everything here is SIMULATED: nothing is run or billed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from worldtune.policies import acquisition, belief, evidence, perf_model
+from worldtune.policies import candidates as ws
+from worldtune.tools.plan import Plan
+from worldtune.tools.profile import Profile
+
+RUNS = 3  # simulated searches per forecast: each costs a few seconds of CPU
+MAX_ROUNDS = 40  # as the search's own iteration cap
+BASIS = (
+    "simulated: searches run against truths drawn from the belief (the performance model with its uncertainty), "
+    "measurements served as the twin serves them, billed at the offers' prices; nothing run"
+)
+
+
+class Forecast(BaseModel):
+    """The likely cost and time of the search, from `runs` simulated searches (median and the dearest)."""
+
+    runs: int
+    usd_p50: float
+    usd_max: float
+    gpu_hours_p50: float
+    answer_s_p50: float = Field(description="modelled wall seconds from approval to a verified answer (median)")
+    answer_s_max: float
+    measurements_p50: float
+    stops: dict[str, int] = Field(description="how the simulated searches stopped")
+    basis: str = BASIS
+
+
+def draw_truth(post: belief.Posterior, prior: Profile, rng: np.random.Generator) -> Profile:
+    """One profile the belief holds possible: a mode by its weight, then its Laplace Gaussian, within bounds."""
+    modes = post.modes()
+    weights = np.asarray([m.weight for m in modes])
+    mode = modes[int(rng.choice(len(modes), p=weights / weights.sum()))]
+    cov = np.asarray(mode.cov)
+    values, vectors = np.linalg.eigh((cov + cov.T) / 2)
+    x = np.asarray(mode.mean) + (vectors * np.sqrt(np.clip(values, 0.0, None))) @ rng.standard_normal(len(values))
+    return post.profile(prior, np.clip(x, post.lower, post.upper))
+
+
+def _latency(
+    truth: Profile, cand: ws.Candidate, workload_steps: int, state: ws.SearchState, rng: np.random.Generator
+) -> float:
+    p = perf_model.predict(state.goal.workload.with_changes(steps=workload_steps), Plan.parse(cand.plan), truth)
+    noise = truth.noise_cv
+    return p.fixed_s * (1 + noise * rng.standard_normal()) + workload_steps * p.per_step_s * (
+        1 + noise * rng.standard_normal()
+    )
+
+
+def _measure(
+    truth: Profile, cand: ws.Candidate, action: ws.Action, state: ws.SearchState, rng: np.random.Generator
+) -> tuple[ws.Measurement, float]:
+    """The simulated measurement of `action` and its requests' wall seconds."""
+    if action.kind == "probe":
+        points = [(s, _latency(truth, cand, s, state, rng)) for s in ws.PROBE_STEPS for _ in range(ws.PROBE_REPEATS)]
+        slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
+        m = ws.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
+                           repeats=ws.PROBE_REPEATS)  # fmt: skip
+        return m, sum(v for _, v in points)
+    n = action.requests or ws.full_requests(state.goal)
+    latencies = [_latency(truth, cand, state.goal.workload.steps, state, rng) for _ in range(n)]
+    replicas = Plan.parse(cand.plan).replicas
+    wall = sum(max(latencies[i : i + replicas]) for i in range(0, n, replicas))
+    return ws.Measurement(key=cand.key, kind="full", latencies_s=latencies, requested=n), wall
+
+
+def simulate(state: ws.SearchState, parallel: int, rng: np.random.Generator) -> tuple[float, float, float, int, str]:
+    """One search against a truth drawn from `state`'s belief: (usd, gpu-hours, wall seconds, measurements, stop)."""
+    truth = {gpu: draw_truth(state.posterior(gpu), state.beliefs[gpu], rng) for gpu in state.beliefs}
+    s, usd, gpu_hours, wall, count = state, 0.0, 0.0, 0.0, 0
+    for _ in range(MAX_ROUNDS):
+        decision = acquisition.decide(s, parallel=parallel)
+        if decision.stop_reason:
+            return usd, gpu_hours, wall, count, decision.stop_kind or "stopped"
+        by_key = {c.key: c for c in ws.candidates(s)}
+        held = ws.held_offers(s)
+        lanes = []
+        for action in decision.actions:
+            cand = by_key[action.key]
+            deployed = action.key in s.deployed and not action.redeploy
+            start = ws.start_seconds(cand, deployed, node_held=not deployed and cand.offer.id in held)
+            m, requests_s = _measure(truth[cand.gpu], cand, action, s, rng)
+            seconds = start + requests_s
+            cost, hours = cand.offer.usd_per_hour * seconds / 3600.0, cand.offer.gpu_count * seconds / 3600.0
+            s = evidence.record(s, m.model_copy(update={"usd": cost, "gpu_hours": hours}))
+            usd, gpu_hours, count = usd + cost, gpu_hours + hours, count + 1
+            lanes.append(seconds)
+        wall += max(lanes)
+        s = s.model_copy(update={"deployed": [a.key for a in decision.actions]})  # each action's node is held
+    return usd, gpu_hours, wall, count, "iteration_cap"
+
+
+def forecast(state: ws.SearchState, parallel: int = 1, runs: int = RUNS, seed: int = 0) -> Forecast:
+    """The search's likely cost and time to a verified answer, from `runs` simulated searches (seeded)."""
+    rng = np.random.default_rng(seed)
+    outcomes = [simulate(state, parallel, rng) for _ in range(max(1, runs))]
+    usd, hours, wall, count = (np.asarray([o[i] for o in outcomes], dtype=float) for i in range(4))
+    stops: dict[str, int] = {}
+    for o in outcomes:
+        stops[o[4]] = stops.get(o[4], 0) + 1
+    return Forecast(
+        runs=len(outcomes), usd_p50=float(np.median(usd)), usd_max=float(usd.max()),
+        gpu_hours_p50=float(np.median(hours)), answer_s_p50=float(np.median(wall)),
+        answer_s_max=float(wall.max()), measurements_p50=float(np.median(count)),
+        stops=dict(sorted(stops.items())),
+    )  # fmt: skip

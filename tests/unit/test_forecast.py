@@ -1,0 +1,49 @@
+"""The forecast of a search's cost and time (policies/forecast.py): simulated searches against the belief, shown
+before approval beside the bound (policies/nodes.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from worldtune.policies import belief, forecast
+from worldtune.policies import search as ws
+from worldtune.policies.calibration import shipped_profile
+from worldtune.tools.goal import Goal
+from worldtune.tools.offers import all_offers
+from worldtune.tools.workload import anchor_workload
+
+
+def _goal() -> Goal:
+    return Goal.model_validate({
+        "objective": "min_cost_per_clip", "workload": anchor_workload(width=832, height=480, num_frames=121),
+        "latency_bound_s": 60, "gpus": ["H200"], "capacities": ["on-demand"], "budget_usd": 100,
+    })  # fmt: skip
+
+
+def test_the_forecast_is_a_likely_search_not_the_bound() -> None:
+    """The bound counts a probe for every near contender and two full runs; the search takes a few probes and one
+    full run, and the forecast says so: below the bound, and a whole search (a probe and a full run at least)."""
+    state = ws.initial_state(_goal(), all_offers("snapshot"))
+    bound = ws.search_plan(state)
+    likely = ws.forecast(state, runs=2)
+    assert likely.runs == 2 and likely.stops == {"converged": 2}
+    assert likely.measurements_p50 >= 2
+    full_run = min(ws.full_seconds(c, ws.full_requests(state.goal)) for c in ws.candidates(state) if c.feasible)
+    assert full_run < likely.answer_s_p50 < bound.answer_s
+    assert 0 < likely.usd_p50 <= likely.usd_max < bound.usd
+    assert "simulated" in likely.basis
+
+
+def test_the_forecast_is_seeded_and_its_truths_come_from_the_belief() -> None:
+    state = ws.initial_state(_goal(), all_offers("snapshot"))
+    assert ws.forecast(state, runs=1, seed=3) == ws.forecast(state, runs=1, seed=3)
+    prior = shipped_profile("H200")
+    post = belief.prior_posterior(prior)
+    rng = np.random.default_rng(0)
+    draws = [forecast.draw_truth(post, prior, rng) for _ in range(20)]
+    for name in post.names:
+        values = {round(float(getattr(d, name)), 9) for d in draws}
+        assert len(values) > 1, f"{name} never varies over the draws"
+    pinned = post.model_copy(update={"cov": (np.asarray(post.cov) * 0.0).tolist()})
+    same = forecast.draw_truth(pinned, prior, rng)
+    assert all(abs(getattr(same, n) - getattr(pinned.profile(prior), n)) < 1e-9 for n in post.names)
