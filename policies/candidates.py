@@ -1,10 +1,10 @@
-"""The search's words and its belief about every candidate: candidates are offers x valid plans (each plan fixes
-the replica layout on the node) x capacity, with the number of nodes a throughput floor needs; each is assessed
-under the posterior (its prediction, its uncertainty, its sensitivities), judged against the goal, and costed
-(probe, full run, start on a new or a held node).
+"""The search's belief about every candidate: candidates are offers x valid plans (each plan fixes the replica
+layout on the node) x capacity, with the number of nodes a throughput floor needs; each is assessed under the
+posterior (its prediction, its uncertainty, its sensitivities), judged against the goal, and costed (probe, full
+run, start on a new or a held node). The words it works in are in policies/search_words.py (re-exported here).
 
-policies/search.py is the search's one entry (the agent imports only it); evidence.py, acquisition.py and
-nodes.py build on this module, and this module on none of them.
+policies/search.py is the search's one entry (the agent imports only it); evidence.py, acquisition.py, nodes.py
+and forecast.py build on this module, and this module on none of them.
 """
 
 from __future__ import annotations
@@ -12,13 +12,41 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from worldtune.policies import belief, perf_model
 from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.search_words import (
+    CONFIDENCE,
+    FULL_REQUESTS,
+    MAX_NODES,
+    OPTIMISM_Z,
+    PROBE_REPEATS,
+    PROBE_STEPS,
+    RETRIES,
+    STOP_LEVEL,
+    Action,
+    ActionKind,
+    Assessed,
+    Candidate,
+    Decision,
+    Measurement,
+    ModeShift,
+    NearestOption,
+    Rejected,
+    SearchState,
+    StopKind,
+)
+
+__all__ = [
+    "CONFIDENCE", "FULL_REQUESTS", "MAX_NODES", "OPTIMISM_Z", "PROBE_REPEATS", "PROBE_STEPS", "RETRIES",
+    "STOP_LEVEL", "Action", "ActionKind", "Assessed", "Candidate", "Decision", "Measurement", "ModeShift",
+    "NearestOption", "Rejected", "SearchState", "StopKind", "action_cost", "assess", "best_verified",
+    "candidate_for", "candidate_key", "candidates", "could_be_feasible", "full_requests", "full_seconds",
+    "hardware_key", "held_offers", "initial_state", "objective_value", "optimistic_value", "probe_seconds",
+    "probe_sigma", "recommendation", "start_seconds", "tolerance_bound",
+]  # fmt: skip
 from worldtune.tools import plan_rules, stats
 from worldtune.tools.goal import Goal
 from worldtune.tools.gpus import get_gpu
@@ -26,149 +54,6 @@ from worldtune.tools.offer import Offer
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.workload import Workload
-
-ActionKind = Literal["probe", "full"]
-StopKind = Literal["converged", "budget", "iteration_cap", "infeasible", "declined", "deadline"]
-PROBE_STEPS: tuple[int, ...] = (4, 8)  # two short step counts fix latency = fixed + steps x per_step
-PROBE_REPEATS = 4  # requests per probe step count: a probe's cost is mostly the deployment, its precision is not
-FULL_REQUESTS = 5  # the fewest full requests a run takes when the claim's count does not fit the budget
-STOP_LEVEL = 0.05  # converged / infeasible below this posterior probability
-CONFIDENCE = stats.TOLERANCE_CONFIDENCE
-OPTIMISM_Z = 1.645  # one-sided 95%, for the spend estimate's optimistic values
-MAX_NODES = 64
-RETRIES = 1  # a bad measurement is repeated once on a fresh deployment, then the candidate is failed
-
-
-class Candidate(BaseModel):
-    """One thing that could be recommended: an offer, a plan on its node, and how many such nodes."""
-
-    key: str
-    gpu: str
-    plan: str
-    offer: Offer
-    nodes: int = 1
-    latency_s: float = Field(description="predicted (posterior mean) or measured p50 latency per clip")
-    latency_q_s: float = Field(description="latency at the goal's percentile (predicted, or the measured bound)")
-    per_step_s: float
-    fixed_s: float
-    load_s: float = Field(description="warm load: the plan started again on a node that already has the weights")
-    cold_load_s: float = Field(default=0.0, description="the first load on a new node (weights from disk); 0: load_s")
-    clips_per_hour_per_node: float
-    usd_per_clip: float
-    memory_gib_per_gpu: float
-    sigma: float = Field(description="relative (log-space) one-sigma of the latency under the posterior")
-    feasible: bool = Field(description="meets the goal's constraints (predicted at the posterior mean, or measured)")
-    violations: list[str] = Field(default_factory=list)
-    stage: Literal["predicted", "probed", "measured"] = "predicted"
-    evidence: str = Field(default="", description="for a measured candidate: the claim or bound it was judged on")
-
-    @property
-    def replicas(self) -> int:
-        return Plan.parse(self.plan).replicas * self.nodes
-
-    @property
-    def capacity(self) -> str:
-        return self.offer.capacity
-
-
-class Measurement(BaseModel):
-    """What was measured on one candidate (probe: per-step and fixed; full: latencies and throughput)."""
-
-    key: str
-    kind: ActionKind
-    per_step_s: float | None = None
-    fixed_s: float | None = None
-    latencies_s: list[float] = Field(default_factory=list)
-    clips_per_hour_per_node: float | None = None
-    usd: float = 0.0
-    gpu_hours: float = 0.0
-    benchmark_id: str = ""
-    predicted_before: float | None = Field(default=None, description="what the belief predicted for this measure")
-    requested: int = Field(default=0, description="full requests asked for (0: not known)")
-    repeats: int = Field(default=1, ge=1, description="probes: requests per step count")
-    failed_requests: int = 0
-    contaminated: int = Field(default=0, description="answers that waited behind load that was not ours")
-    engine_problem: str = Field(default="", description="what the deployment check found wrong, if anything")
-
-
-class Action(BaseModel):
-    """One verification step the search asks for."""
-
-    key: str
-    kind: ActionKind
-    expected_usd: float
-    expected_s: float
-    needs_deploy: bool
-    reason: str
-    requests: int = Field(default=0, description="full runs: how many requests (the claim's count when affordable)")
-    redeploy: bool = Field(default=False, description="a retry: tear the old deployment down and start a fresh one")
-    value: float = Field(default=0.0, description="expected improvement (share of the objective) the action buys")
-
-
-class NearestOption(BaseModel):
-    """What comes closest to an infeasible goal: the latency reachable, the bound it would meet, its cost."""
-
-    key: str
-    gpu: str
-    plan: str
-    stage: str
-    latency_q_s: float = Field(description="posterior mean (or measured bound) at the goal's percentile")
-    would_meet_s: float = Field(description="the bound it meets at 95% posterior probability")
-    usd_per_clip: float
-
-
-class Decision(BaseModel):
-    """What to do next, or why to stop, and the best verified candidate so far."""
-
-    actions: list[Action] = Field(default_factory=list)
-    stop_reason: str | None = None
-    stop_kind: StopKind | None = None
-    best: str | None = None
-    p_beaten: float | None = Field(default=None, description="P(an unverified feasible candidate beats the best)")
-    p_feasible: float | None = Field(default=None, description="P(any candidate meets the constraints)")
-    nearest: list[NearestOption] = Field(default_factory=list)
-
-
-class Rejected(BaseModel):
-    """A measurement that was not used as evidence, and why."""
-
-    key: str
-    kind: ActionKind
-    benchmark_id: str = ""
-    reason: str
-
-
-class SearchState(BaseModel):
-    """Everything the search knows; JSON-serialisable so the agent can checkpoint it."""
-
-    goal: Goal
-    offers: list[Offer]
-    beliefs: dict[str, Profile] = Field(description="GPU type -> the profile at the posterior's MAP")
-    priors: dict[str, Profile] = Field(default_factory=dict, description="GPU type -> the prior (shipped) profile")
-    posteriors: dict[str, belief.Posterior] = Field(default_factory=dict)
-    measurements: list[Measurement] = Field(default_factory=list)
-    surprises: dict[str, list[float]] = Field(default_factory=dict, description="GPU -> |measured/predicted - 1|")
-    deployed: list[str] = Field(default_factory=list, description="candidate keys with a live deployment")
-    reuse_nodes: bool = Field(default=True, description="a held node takes the next candidate on its offer (replan)")
-    spent_usd: float = 0.0
-    elapsed_s: float = Field(default=0.0, ge=0, description="modelled wall seconds of the search so far")
-    spent_gpu_hours: float = 0.0
-    iterations: int = 0
-    include_fp8: bool = False
-    failed: list[str] = Field(default_factory=list, description="candidate keys whose deployment or benchmark failed")
-    failures: dict[str, str] = Field(default_factory=dict, description="failed candidate key -> why")
-    inconclusive: list[str] = Field(
-        default_factory=list, description="candidate keys whose probes could not separate per-step from fixed time"
-    )
-    rejected: list[Rejected] = Field(default_factory=list, description="measurements not used as evidence")
-    retry: list[str] = Field(default_factory=list, description="candidate keys whose last measurement is to be redone")
-
-    def prior(self, gpu: str) -> Profile:
-        return self.priors.get(gpu) or self.beliefs[gpu]
-
-    def posterior(self, gpu: str) -> belief.Posterior:
-        """The fitted posterior, else the prior around the current belief (a caller may swap `beliefs` for a truth)."""
-        return self.posteriors.get(gpu) or belief.prior_posterior(self.beliefs[gpu])
 
 
 # ---- candidates ------------------------------------------------------------------------------------
@@ -235,26 +120,6 @@ def _z(percentile: int) -> float:
     from scipy.stats import norm
 
     return float(norm.ppf(percentile / 100.0))
-
-
-class ModeShift(BaseModel):
-    """How one of the posterior's other explanations moves a candidate: offsets from the MAP's prediction
-    (log latency, log service time) and the sensitivities at that mode."""
-
-    d_latency: float
-    d_service: float
-    grad_latency: list[float]
-    grad_service: list[float]
-
-
-class Assessed(BaseModel):
-    """A candidate with what the posterior draws need: its sensitivities, other modes and its own (model) error."""
-
-    cand: Candidate
-    grad_latency: list[float]
-    grad_service: list[float]
-    own_sigma: float = Field(description="independent relative error of this plan's prediction")
-    modes: list[ModeShift] = Field(default_factory=list, description="per alternative mode of the GPU's posterior")
 
 
 def _mixture_sd(post: belief.Posterior, preds: list[belief.Predictive]) -> float:

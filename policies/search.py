@@ -14,8 +14,8 @@ below STOP_LEVEL; infeasible when P(any candidate meets the constraints) is belo
 options); budget and iteration cap are last resorts and say so.
 
 This module is the search's one entry, and the only part of policies/ the agent imports. Where it lives:
-- policies/candidates.py: the words (Candidate, Measurement, Action, Decision, SearchState) and the belief
-  about every candidate, judged against the goal and costed;
+- policies/search_words.py: the words (Candidate, Measurement, Action, Decision, SearchState);
+- policies/candidates.py: the belief about every candidate, judged against the goal and costed;
 - policies/evidence.py: folding a measurement in (or rejecting it) and refitting the posterior;
 - policies/acquisition.py: the next actions or the stop, from posterior draws;
 - policies/nodes.py: the bound on the search's cost and time to a verified answer, node by node;
@@ -69,54 +69,14 @@ from worldtune.policies.candidates import (
 from worldtune.policies.forecast import Forecast, forecast
 
 __all__ = [
-    "CONFIDENCE",
-    "FULL_REQUESTS",
-    "MAX_NODES",
-    "OPTIMISM_Z",
-    "PROBE_REPEATS",
-    "PROBE_STEPS",
-    "RETRIES",
-    "STOP_LEVEL",
-    "Action",
-    "ActionKind",
-    "Assessed",
-    "Candidate",
-    "Decision",
-    "Forecast",
-    "Measurement",
-    "ModeShift",
-    "NearestOption",
-    "Rejected",
-    "SearchState",
-    "StopKind",
-    "action_cost",
-    "assess",
-    "best_verified",
-    "candidate_for",
-    "candidate_key",
-    "candidates",
-    "could_be_feasible",
-    "decide",
-    "forecast",
-    "full_requests",
-    "full_seconds",
-    "hardware_key",
-    "held_offers",
-    "initial_state",
-    "lanes_for_deadline",
-    "objective_value",
-    "optimistic_value",
-    "probe_seconds",
-    "probe_sigma",
-    "recalibrated",
-    "recommendation",
-    "record",
-    "record_failure",
-    "search_plan",
-    "spend_estimate",
-    "start_seconds",
-    "tolerance_bound",
-]
+    "CONFIDENCE", "FULL_REQUESTS", "MAX_NODES", "OPTIMISM_Z", "PROBE_REPEATS", "PROBE_STEPS", "RETRIES",
+    "STOP_LEVEL", "Action", "ActionKind", "Assessed", "Candidate", "Decision", "Forecast", "Measurement",
+    "ModeShift", "NearestOption", "Rejected", "SearchState", "StopKind", "action_cost", "assess",
+    "best_verified", "candidate_for", "candidate_key", "candidates", "could_be_feasible", "decide", "forecast",
+    "full_requests", "full_seconds", "hardware_key", "held_offers", "initial_state", "lanes_for_deadline",
+    "objective_value", "optimistic_value", "probe_seconds", "probe_sigma", "recalibrated", "recommendation",
+    "record", "record_failure", "search_plan", "spend_estimate", "start_seconds", "tolerance_bound",
+]  # fmt: skip
 
 
 def record(state: SearchState, measurement: Measurement, recalibrate: bool = True) -> SearchState:

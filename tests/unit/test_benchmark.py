@@ -9,12 +9,8 @@ from typing import Any
 
 import pytest
 
-from worldtune.tools.benchmark import (
-    BenchmarkSpec,
-    _error_kind,
-    _Runner,
-    get_benchmark,
-)
+from worldtune.tools.bench_runner import Runner, _error_kind
+from worldtune.tools.benchmark import BenchmarkSpec, get_benchmark
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.result import fit_affine
 from worldtune.tools.store import Store
@@ -43,7 +39,7 @@ def test_spec_refuses_bad_input(changes: dict[str, object]) -> None:
 
 
 def test_timeouts_grow_with_the_queue_ahead_and_shrink_with_the_time_scale(tmp_path: Path) -> None:
-    runner = _Runner(spec(expected_latency_s=120.0), Store(tmp_path / "w.db"), "bm-t", None)
+    runner = Runner(spec(expected_latency_s=120.0), Store(tmp_path / "w.db"), "bm-t", None)
     alone, behind_three = runner.timeout_s(35, 0), runner.timeout_s(35, 3)
     # expected x factor + margin (model s, = wall s at K=1) + a wall margin
     assert alone == pytest.approx(120.0 * 3.0 + 120.0 + 10.0)
@@ -55,7 +51,7 @@ def test_timeouts_grow_with_the_queue_ahead_and_shrink_with_the_time_scale(tmp_p
 
 
 def test_first_timeout_is_derived_not_fixed(tmp_path: Path) -> None:
-    runner = _Runner(spec(), Store(tmp_path / "w.db"), "bm-t", None)
+    runner = Runner(spec(), Store(tmp_path / "w.db"), "bm-t", None)
     # nothing measured, nothing expected: the slowest plausible layout (whole model on one H200) bounds it
     bound = runner.expected_latency(35)
     assert bound > 500.0 and runner.timeout_s(35, 0) != 600.0
@@ -64,7 +60,7 @@ def test_first_timeout_is_derived_not_fixed(tmp_path: Path) -> None:
 
 
 def test_requests_spread_to_the_least_busy_endpoint(tmp_path: Path) -> None:
-    runner = _Runner(spec(endpoints=["http://a:1", "http://b:1"]), Store(tmp_path / "w.db"), "bm-t", None)
+    runner = Runner(spec(endpoints=["http://a:1", "http://b:1"]), Store(tmp_path / "w.db"), "bm-t", None)
     first = runner.pick_endpoint()
     runner.in_flight[first] += 1
     second = runner.pick_endpoint()

@@ -20,7 +20,7 @@ from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.mcp_server import StaticTokenVerifier, WorldtuneServer, build_server
 from worldtune.tools.offer import Offer
-from worldtune.tools.result import compute_result
+from worldtune.tools.result_compute import compute_result
 from worldtune.tools.store import Store
 
 READ_ONLY_TOOLS = {

@@ -22,7 +22,7 @@ from worldtune.tools.deployment import Deployment
 from worldtune.tools.goal import Goal
 from worldtune.tools.mcp_server import build_server
 from worldtune.tools.offers import all_offers
-from worldtune.tools.result import compute_result
+from worldtune.tools.result_compute import compute_result
 from worldtune.tools.store import Store
 from worldtune.tools.workload import anchor_workload
 

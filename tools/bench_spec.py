@@ -1,0 +1,97 @@
+"""What a benchmark is asked to do (BenchmarkSpec) and where it stands (BenchmarkStatus): the words of the
+benchmark capability, shared by its request loop (tools/bench_runner.py) and its job API (tools/benchmark.py).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from worldtune.tools.errors import InvalidInput
+from worldtune.tools.result import BenchmarkResult
+from worldtune.tools.workload import Workload, anchor_workload
+
+TIME_SCALE_HEADER = "X-Twin-Time-Scale"
+READY_TIMEOUT_S = 1800.0  # wall seconds to wait for /health (vLLM-Omni's --init-timeout for Super)
+
+
+def new_benchmark_id() -> str:
+    return f"bm-{secrets.token_hex(4)}"
+
+
+class BenchmarkSpec(BaseModel):
+    """What to measure, against which endpoints, and how hard to push."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoints: list[str] = Field(min_length=1, description="base URLs, one per replica (http://host:port)")
+    workload: Workload = Field(default_factory=anchor_workload, description="the request; steps set below")
+    steps: int = Field(default=35, ge=1, le=200, description="full-step count of the measured runs")
+    repeats: int = Field(default=3, ge=1, description="requests per client per level, and per probe step count")
+    concurrency: list[int] = Field(default_factory=lambda: [1], description="closed-loop levels (clients)")
+    poisson_rate_per_hour: float | None = Field(default=None, gt=0, description="open-loop arrivals per hour")
+    poisson_requests: int = Field(default=20, ge=1)
+    seed: int = Field(default=17, description="seed of the Poisson arrivals")
+    probe_steps: list[int] = Field(default_factory=lambda: [4, 8], description="short step counts for the fit")
+    warmup: int = Field(default=2, ge=0, description="warm-up requests per endpoint (not counted)")
+    warmup_steps: int | None = Field(default=None, ge=1, le=200, description="default: the smallest probe")
+    full: bool = Field(default=True, description="run the full-step closed-loop levels")
+    check_video: bool = True
+    api: Literal["sync", "async"] = Field(
+        default="sync", description="sync: POST /v1/videos/sync; async: create a job, poll, download, delete"
+    )
+    expected_latency_s: float | None = Field(
+        default=None, gt=0, description="model seconds at `steps` before anything is measured (e.g. an estimate)"
+    )
+    timeout_factor: float = Field(default=3.0, ge=1.0, description="client timeout = expected queue x this + margin")
+    timeout_margin_s: float = Field(default=120.0, ge=0, description="model seconds added to every client timeout")
+    timeout_wall_margin_s: float = Field(default=10.0, ge=0, description="wall seconds added to every client timeout")
+    ready_timeout_s: float = Field(
+        default=READY_TIMEOUT_S, gt=0, description="wall seconds to wait for every /health to answer 200"
+    )
+    deployment_id: str | None = None
+    plan: str | None = Field(default=None, description="the deployment's plan when measured (a node can be replanned)")
+    run_id: str | None = None
+    label: str = ""
+
+    @field_validator("endpoints")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        out = []
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise InvalidInput("endpoint", url, "a base URL such as http://127.0.0.1:8000")
+            out.append(url.rstrip("/"))
+        return out
+
+    @field_validator("concurrency", "probe_steps")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        for v in value:
+            if v < 1 or v > 4096:
+                raise InvalidInput("concurrency/probe_steps", v, "integers between 1 and 4096")
+        return value
+
+    @property
+    def planned_requests(self) -> int:
+        levels = sum(c * self.repeats for c in self.concurrency) if self.full else 0
+        poisson = self.poisson_requests if self.poisson_rate_per_hour else 0
+        return self.warmup * len(self.endpoints) + len(self.probe_steps) * self.repeats + levels + poisson
+
+
+class BenchmarkStatus(BaseModel):
+    """A benchmark job as any process sees it in the Store."""
+
+    id: str
+    status: str = Field(description="running | completed | failed | cancelled")
+    progress: float = 0.0
+    message: str = ""
+    started_at: float
+    finished_at: float | None = None
+    samples_done: int = 0
+    deployment_id: str | None = None
+    run_id: str | None = None
+    result: BenchmarkResult | None = Field(default=None, description="final, or partial from the stored samples")
+    error: str | None = None

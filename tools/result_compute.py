@@ -1,0 +1,222 @@
+"""A benchmark's Result computed from its stored samples (works on a partial set after a crash, too): the
+affine fit of the probes checked against the full runs that had the server to themselves, one row per level,
+latency and server-time summaries, stage timings, memory, failures by kind and the percentile claims.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from worldtune.tools.result import (
+    AffineFit,
+    BenchmarkResult,
+    LevelResult,
+    fit_affine,
+    summarize,
+)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def _stage_stats(samples: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    per_stage: dict[str, list[float]] = {}
+    for s in samples:
+        for stage, value in (s.get("stage_durations") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                per_stage.setdefault(str(stage), []).append(float(value))
+    mean = {k: float(np.mean(v)) for k, v in per_stage.items()}
+    p50 = {k: _percentile(v, 50) for k, v in per_stage.items()}
+    p99 = {k: _percentile(v, 99) for k, v in per_stage.items()}
+    return mean, p50, p99
+
+
+def fit_time(sample: dict[str, Any]) -> float | None:
+    """The time the affine fit uses: the server's inference time when it reports one, else client latency."""
+    value = sample.get("server_time_s")
+    return float(value) if value is not None else sample.get("latency_s")
+
+
+def steady_rate(ok: list[dict[str, Any]], duration: float) -> float:
+    """Answers per second once the start-up transient is over, summed over endpoints.
+
+    Per endpoint: answers after its first one over the time from its first to its last answer (the
+    first request's full latency is start-up, not throughput). Replicas answer in step, so pooling them
+    would count a pair of simultaneous answers as one interval.
+    """
+    by_endpoint: dict[str, list[float]] = {}
+    for s in ok:
+        by_endpoint.setdefault(str(s.get("endpoint", "")), []).append(float(s["done_at_model"]))
+    rate = 0.0
+    for ends in by_endpoint.values():
+        ends.sort()
+        if len(ends) >= 2 and ends[-1] > ends[0]:
+            rate += (len(ends) - 1) / (ends[-1] - ends[0])
+        elif duration > 0:
+            rate += len(ends) / duration
+    return rate
+
+
+def _unqueued(sample: dict[str, Any]) -> bool:
+    ahead = sample.get("queue_ahead")
+    return int(ahead) == 0 if ahead is not None else int(sample.get("concurrency", 1)) == 1
+
+
+def _alone(full: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Full runs that had the server to themselves: nothing of ours ahead when sent, and no other request to
+    the same endpoint sent while they were in flight. The second condition matters: two requests sent in one
+    instant reach the server in either order, so the one sent first (nothing ahead, by the client's count)
+    may still have waited a whole clip behind the other, and its server time is then not a service time."""
+    sends: dict[Any, list[float]] = {}
+    for o in full:
+        sends.setdefault(o.get("endpoint"), []).append(float(o["sent_at_model"]))
+    for times in sends.values():
+        times.sort()
+    alone = []
+    for s in full:
+        if not (s.get("ok") and _unqueued(s)):
+            continue
+        times, sent, done = sends[s.get("endpoint")], float(s["sent_at_model"]), float(s["done_at_model"])
+        # requests to its endpoint sent in [sent, done): itself, and any that could have overtaken it
+        if bisect.bisect_left(times, done) - bisect.bisect_left(times, sent) <= 1:
+            alone.append(s)
+    return alone
+
+
+def level_result(samples: list[dict[str, Any]], phase: str, concurrency: int, rate: float | None) -> LevelResult:
+    """Throughput and latency of one load level from its samples (model seconds)."""
+    ok = [s for s in samples if s.get("ok")]
+    starts = [float(s["sent_at_model"]) for s in samples]
+    ends = sorted(float(s["done_at_model"]) for s in samples if s.get("done_at_model") is not None)
+    duration = (max(ends) - min(starts)) if ends and starts else 0.0
+    rate_per_s = steady_rate(ok, duration)
+    video_s = sum(float(s.get("video_seconds", 0.0)) for s in ok)
+    return LevelResult(
+        phase=phase,
+        concurrency=concurrency,
+        rate_per_hour=rate,
+        steps=int(samples[0]["steps"]) if samples else 0,
+        requests=len(samples),
+        completed=len(ok),
+        failed=len(samples) - len(ok),
+        duration=duration,
+        throughput_qps=len(ok) / duration if duration > 0 else 0.0,
+        clips_per_hour=rate_per_s * 3600.0,
+        video_seconds_per_wall_second=video_s / duration if duration > 0 else 0.0,
+        latency=summarize([float(s["latency_s"]) for s in ok]),
+        server_time=summarize([t for s in ok if (t := fit_time(s)) is not None]),
+    )
+
+
+def compute_result(
+    samples: list[dict[str, Any]],
+    *,
+    benchmark_id: str = "",
+    endpoints: Sequence[str] = (),
+    model: str = "",
+    steps: int = 0,
+    time_scale: float = 1.0,
+    wall_duration: float = 0.0,
+) -> BenchmarkResult:
+    """Build the Result from stored samples (works on a partial set after a crash, too)."""
+    by_phase: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        by_phase.setdefault(str(s.get("phase", "full")), []).append(s)
+    notes: list[str] = []
+
+    full = [s for s in by_phase.get("full", [])]
+    full_ok = [s for s in full if s.get("ok")]
+    fit, probes, predicted, measured, error = _probe_fit(by_phase.get("probe", []), full, steps, notes)
+    levels = _levels(full, by_phase.get("poisson", []))
+    latency = summarize([float(s["latency_s"]) for s in full_ok])
+    server = summarize([t for s in full_ok if (t := fit_time(s)) is not None])
+    memory = [float(s["peak_memory_mb"]) for s in full_ok if s.get("peak_memory_mb") is not None]
+    stage_mean, stage_p50, stage_p99 = _stage_stats(full_ok)
+    full_levels = [lv for lv in levels if lv.phase == "full"]
+    duration = sum(lv.duration for lv in full_levels)
+    measured_all = [s for s in samples if s.get("phase") in ("probe", "full", "poisson")]
+    failures = Counter(str(s.get("error_kind") or "unknown") for s in measured_all if not s.get("ok"))
+    claims = {}
+    for name, claim in latency.percentiles.items():
+        claims[name] = f"{claim.value:.3f}" if claim.value is not None else (claim.note or "not claimable")
+    best = max(full_levels, key=lambda lv: lv.clips_per_hour, default=None)
+    return BenchmarkResult(
+        duration=duration,
+        completed_requests=len(full_ok),
+        failed_requests=len(full) - len(full_ok),
+        throughput_qps=len(full_ok) / duration if duration > 0 else 0.0,
+        latency_mean=latency.mean,
+        latency_median=latency.median,
+        latency_p50=latency.value("p50"),
+        latency_p90=latency.value("p90"),
+        latency_p95=latency.value("p95"),
+        latency_p99=latency.value("p99"),
+        peak_memory_mb_max=max(memory) if memory else None,
+        peak_memory_mb_mean=float(np.mean(memory)) if memory else None,
+        peak_memory_mb_median=float(np.median(memory)) if memory else None,
+        stage_durations_mean=stage_mean,
+        stage_durations_p50=stage_p50,
+        stage_durations_p99=stage_p99,
+        benchmark_id=benchmark_id,
+        endpoints=list(endpoints),
+        model=model,
+        steps=steps,
+        time_scale=time_scale,
+        wall_duration=wall_duration,
+        per_step_s=fit.per_step_s if fit else None,
+        fixed_s=fit.fixed_s if fit else None,
+        fit=fit,
+        predicted_full_latency_s=predicted,
+        measured_full_server_time_s=measured,
+        prediction_error_rel=error,
+        latency=latency,
+        server_time=server,
+        latency_ci=latency.mean_ci,
+        clips_per_hour=best.clips_per_hour if best else None,
+        video_seconds_per_wall_second=best.video_seconds_per_wall_second if best else None,
+        failures_by_kind=dict(sorted(failures.items())),
+        claims=claims,
+        levels=levels,
+        probes=probes,
+        samples=len(samples),
+        notes=notes,
+    )
+
+
+def _probe_fit(
+    probe: list[dict[str, Any]], full: list[dict[str, Any]], steps: int, notes: list[str]
+) -> tuple[AffineFit | None, dict[str, Any], float | None, float | None, float | None]:
+    """The affine fit from the short-step probes, checked against the full-step runs that had the server to
+    themselves (server time = service time: what the fit should predict): fit, probes, predicted, measured, error."""
+    probe_ok = [s for s in probe if s.get("ok") and fit_time(s) is not None]
+    fit = fit_affine([(int(s["steps"]), float(fit_time(s) or 0.0)) for s in probe_ok])
+    probes = {
+        str(k): summarize([float(fit_time(s) or 0.0) for s in probe_ok if int(s["steps"]) == k])
+        for k in sorted({int(s["steps"]) for s in probe_ok})
+    }
+    alone = [t for s in _alone(full) if (t := fit_time(s)) is not None]
+    predicted = fit.predict(steps) if fit and steps else None
+    measured = float(np.mean(alone)) if alone else None
+    error = (predicted - measured) / measured if predicted is not None and measured else None
+    if fit is None and probe_ok:
+        notes.append("probes used one step count only: no affine fit")
+    return fit, probes, predicted, measured, error
+
+
+def _levels(full: list[dict[str, Any]], poisson: list[dict[str, Any]]) -> list[LevelResult]:
+    """One result per closed-loop concurrency of the full runs, and one for the open-loop Poisson run."""
+    levels = [
+        level_result([s for s in full if int(s.get("concurrency", 1)) == c], "full", c, None)
+        for c in sorted({int(s.get("concurrency", 1)) for s in full})
+    ]
+    if poisson:
+        rate = poisson[0].get("rate_per_hour")
+        levels.append(level_result(poisson, "poisson", int(poisson[0].get("concurrency", 0)), rate))
+    return levels
