@@ -17,7 +17,8 @@ This module is the search's one entry, and the only part of policies/ the agent 
 - policies/search_words.py: the words (Candidate, Measurement, Action, Decision, SearchState);
 - policies/candidates.py: the belief about every candidate, judged against the goal and costed;
 - policies/evidence.py: folding a measurement in (or rejecting it) and refitting the posterior;
-- policies/acquisition.py: the next actions or the stop, from posterior draws;
+- policies/draws.py: posterior draws of every candidate's objective and feasibility;
+- policies/acquisition.py: the next actions or the stop, from those draws;
 - policies/nodes.py: the bound on the search's cost and time to a verified answer, node by node;
 - policies/forecast.py: the likely cost and time, from searches simulated against the belief.
 Each of those imports candidates.py (forecast.py also acquisition and evidence), none imports this module.
