@@ -115,9 +115,7 @@ class Twin:
         profile = self.scenario.truth[cand.gpu]
         wl = anchor_workload("cosmos3-super", steps=steps)
         p = perf_model.predict(wl, Plan.parse(cand.plan), profile)
-        cv = profile.noise_cv
-        per_step = p.per_step_s * (1 + cv * self.rng.standard_normal())
-        fixed = p.fixed_s * (1 + cv * self.rng.standard_normal())
+        per_step, fixed = perf_model.noisy_parts(p, profile.noise_cv, self.rng)
         return fixed + steps * per_step + p.guardrail_s
 
     def bill(self, cand: ws.Candidate, seconds: float) -> tuple[float, float]:

@@ -92,6 +92,11 @@ def decide(state: ws.SearchState, parallel: int = 1, margin: float = 0.03, max_i
     return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any, margin, lead)
 
 
+def _ready(state: ws.SearchState, cands: list[ws.Candidate]) -> set[str]:
+    """Candidates whose next measurement is a full run: probed, or measured without a verdict."""
+    return {c.key for c in cands if c.stage == "probed" or c.key in state.inconclusive}
+
+
 def _unverified_reference(
     state: ws.SearchState, d: Draws, ranked: list[ws.Candidate], open_: np.ndarray, margin: float
 ) -> tuple[tuple[int, float] | None, np.ndarray]:
@@ -100,7 +105,7 @@ def _unverified_reference(
     that plan's value less the margin; with nothing probed, the best predicted mean among the likely feasible;
     with none likely feasible, the dearest candidate (being feasible is then what counts)."""
     n = d.objective.shape[1]
-    ready = {c.key for c in ranked if c.stage == "probed" or c.key in state.inconclusive}
+    ready = _ready(state, ranked)
     pool = [i for i, c in enumerate(ranked) if open_[i] and c.key in ready and float(d.feasible[i].mean()) >= 0.5]
     if pool:
         stops = p_stop_if_verified(d, open_, pool, margin)
@@ -172,11 +177,11 @@ def _choose(
     masked = np.where(d.feasible, d.objective, np.inf)
     winner = np.argmin(masked, axis=0)
     p_best = np.bincount(winner[np.isfinite(masked.min(axis=0))], minlength=len(cands)) / d.objective.shape[1]
-    ready = {c.key for c in cands if c.stage == "probed" or c.key in state.inconclusive}
+    ready = _ready(state, cands)
     requests = ws.full_requests(goal)
     held = ws.held_offers(state)  # nodes the search holds: a candidate there pays a warm load, no provisioning
     order = _order(state, d, value, open_, best, lead, ready, p_best, held, requests, margin)
-    p_stop = lead[1] if best is None and lead is not None else None
+    p_stop = lead[1] if lead is not None else None  # decide gives a lead only while nothing is verified
     left = goal.budget_usd - state.spent_usd
     actions: list[ws.Action] = []
     used: set[str] = set()

@@ -53,14 +53,11 @@ def draw_truth(post: belief.Posterior, prior: Profile, rng: np.random.Generator)
     return post.profile(prior, np.clip(x, post.lower, post.upper))
 
 
-def _latency(
-    truth: Profile, cand: ws.Candidate, workload_steps: int, state: ws.SearchState, rng: np.random.Generator
-) -> float:
-    p = perf_model.predict(state.goal.workload.with_changes(steps=workload_steps), Plan.parse(cand.plan), truth)
-    noise = truth.noise_cv
-    return p.fixed_s * (1 + noise * rng.standard_normal()) + workload_steps * p.per_step_s * (
-        1 + noise * rng.standard_normal()
-    )
+def _latency(truth: Profile, cand: ws.Candidate, steps: int, state: ws.SearchState, rng: np.random.Generator) -> float:
+    """One request's latency as the twin serves it under `truth` (perf_model.noisy_parts, plus the guardrail)."""
+    p = perf_model.predict(state.goal.workload.with_changes(steps=steps), Plan.parse(cand.plan), truth)
+    per_step, fixed = perf_model.noisy_parts(p, truth.noise_cv, rng)
+    return p.guardrail_s + fixed + steps * per_step
 
 
 def _measure(

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from worldtune.tools.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, ModelSpec, get_model
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.workload import Workload
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BYTES_BF16 = 2
 ANCHOR_PIXELS_X_FRAMES = ANCHOR_WIDTH * ANCHOR_HEIGHT * ANCHOR_FRAMES
@@ -219,6 +223,15 @@ def fixed_time_s(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profi
     text *= spec.reasoner_params_b / SUPER_REASONER_B
     mux = profile.mux_s * (workload.num_frames / ANCHOR_FRAMES)
     return text + vae_time_s(workload, plan, profile) + mux
+
+
+def noisy_parts(prediction: Prediction, cv: float, rng: np.random.Generator) -> tuple[float, float]:
+    """One request's (per-step, fixed) seconds as the twin serves them: each part with its own run-to-run noise of
+    coefficient `cv` (the per-step part drawn first), never below zero. The twin engine, the search's forecast and
+    the simulated rehearsals all draw a request's time here."""
+    per_step = prediction.per_step_s * max(0.0, 1.0 + cv * float(rng.standard_normal()))
+    fixed = prediction.fixed_s * max(0.0, 1.0 + cv * float(rng.standard_normal()))
+    return per_step, fixed
 
 
 def guardrail_time_s(workload: Workload, profile: Profile) -> float:

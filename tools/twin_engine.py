@@ -249,9 +249,7 @@ class TwinEngine:
 
     def _timing(self, workload: Workload) -> _Timing:
         prediction = perf_model.predict(workload, self.plan, self.prof)
-        cv = self.prof.noise_cv
-        per_step = prediction.per_step_s * max(0.0, 1.0 + cv * float(self.rng.standard_normal()))
-        fixed = prediction.fixed_s * max(0.0, 1.0 + cv * float(self.rng.standard_normal()))
+        per_step, fixed = perf_model.noisy_parts(prediction, self.prof.noise_cv, self.rng)
         parts = (self.prof.text_encode_s, self.prof.vae_decode_s, self.prof.mux_s)
         total = sum(parts) or 1.0
         text, vae, mux = (fixed * p / total for p in parts)
