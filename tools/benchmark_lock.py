@@ -10,11 +10,11 @@ is gone, no longer holds. Every result says what else measured its target meanwh
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from typing import Any
 
+from worldtune.tools import owners
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.store import Store
 
@@ -36,24 +36,16 @@ def lock_target(deployment_id: str | None, endpoints: list[str]) -> str:
 THREADS: dict[str, threading.Thread] = {}  # benchmarks running in this process, by id (tools/benchmark.py)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def process_gone(row: dict[str, Any], benchmark_id: str) -> bool:
-    """A benchmark recorded as running whose process (on this host) or thread (in this process) is gone."""
+    """A benchmark recorded as running whose process (on this host: its pid and start time, so a recycled pid
+    does not count) or thread (in this process) is gone."""
     config = row.get("config") or {}
     pid = config.get("pid")
-    if row["status"] != "running" or not isinstance(pid, int) or config.get("host") != socket.gethostname():
+    if row["status"] != "running" or not isinstance(pid, int) or config.get("host") != owners.host():
         return False
     thread = THREADS.get(benchmark_id)
-    return not _alive(pid) or (pid == os.getpid() and (thread is None or not thread.is_alive()))
+    alive = owners.process_alive(pid, config.get("pid_start"))
+    return not alive or (pid == os.getpid() and (thread is None or not thread.is_alive()))
 
 
 def _is_stale(store: Store, holder: dict[str, Any]) -> bool:

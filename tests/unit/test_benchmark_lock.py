@@ -95,3 +95,18 @@ def test_results_record_the_load_they_saw(store: Store) -> None:
     assert seen["concurrent_benchmarks"] == ["bm-b"] and "bm-b" in seen["note"] and seen["waited_s"] == 0.5
     store.update_benchmark("bm-b", status="completed")
     assert lock_target(None, ["http://b/", "http://a"]) == "endpoints:http://a,http://b"
+
+
+def test_a_benchmark_whose_pid_was_recycled_counts_as_gone(holder_process: subprocess.Popen[bytes]) -> None:
+    """The config records the process's start time as well as its pid: a live process with that pid but another
+    start time is not the benchmark (tools/owners.process_alive), so its lock no longer holds."""
+    from worldtune.tools import owners
+
+    started = owners.start_time(holder_process.pid)
+    assert started is not None
+    config = {"pid": holder_process.pid, "host": socket.gethostname()}
+    running = {"status": "running", "config": {**config, "pid_start": started}}
+    assert not benchmark_lock.process_gone(running, "b-live")
+    recycled = {"status": "running", "config": {**config, "pid_start": started + 1}}
+    assert benchmark_lock.process_gone(recycled, "b-recycled")
+    assert not benchmark_lock.process_gone({**recycled, "status": "completed"}, "b-recycled")
