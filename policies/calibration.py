@@ -1,218 +1,37 @@
-"""Calibration: fit a Profile's free numbers to measurements by regularised least squares (scipy).
+"""Calibration: the shipped profiles, fitted to the published cells (policies/published.yaml).
 
-Every free parameter has a prior (a value and a spread in log space) so a fit with few measurements
-stays physical; measurements pull it from there. The same machinery fits the shipped profiles to the
-published cells and lets the agent recalibrate after each benchmark.
+Each GPU type starts from a prior profile (its datasheet, the measured mechanism terms, and for a GPU other
+than the H200 the fitted H200 scaled by datasheet ratios); policies/calibration_fit.py fits its free numbers
+to the published cells and floors by regularised least squares. Run as a module to rewrite the shipped
+profiles.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
-from worldtune.policies import mech_terms, perf_model
+from worldtune.policies import mech_terms
+from worldtune.policies.calibration_fit import (
+    FIXED_SHARES,
+    LatencyObs,
+    Observation,
+    Prior,
+    RateObs,
+    RatioObs,
+    fit_profile,
+)
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import ParamBasis, Profile
-from worldtune.tools.workload import Workload, anchor_workload
+from worldtune.tools.workload import anchor_workload
 
 PUBLISHED_FILE = Path(__file__).parent / "published.yaml"
 PROFILES_DIR = Path(__file__).parent / "profiles"
-
-# The fixed part other than the VAE decode (text encode, muxing, pre/post-processing) is fitted as one
-# number and split by these shares (assumed); the VAE decode has its own basis (measured stand-in decoder,
-# pinned by the published VAE patch-parallel cell through the tile model).
-FIXED_SHARES = {"text_encode_s": 0.5, "mux_s": 0.5}
-FREE_DEFAULT = (
-    "linear_tflops",
-    "attn_tflops",
-    "link_gbps",
-    "collective_latency_us",
-    "half_rate_tokens",
-    "fixed_s",
-)
-# Pseudo-parameters a fit may name besides Profile fields: the whole fixed part (its split kept), and the
-# fixed part other than the VAE decode.
-PSEUDO = ("fixed_s", "fixed_other_s")
-
-
-@dataclass(frozen=True)
-class Prior:
-    value: float
-    log_sigma: float  # spread in log space: 0.1 ~ +-10%
-
-
-@dataclass(frozen=True)
-class LatencyObs:
-    """A measured end-to-end latency (server stage or wall) of one request."""
-
-    workload: Workload
-    plan: Plan
-    latency_s: float
-    rel_sigma: float = 0.01
-    label: str = ""
-
-
-@dataclass(frozen=True)
-class StepObs:
-    """Per-step and fixed time measured by short-step probes (affine fit of latency over steps)."""
-
-    workload: Workload
-    plan: Plan
-    per_step_s: float
-    fixed_s: float
-    rel_sigma: float = 0.01
-    label: str = ""
-
-
-@dataclass(frozen=True)
-class RateObs:
-    """An effective rate of one operation measured in isolation at a token count."""
-
-    op: str  # "linear" | "attention"
-    tflops: float
-    tokens: int
-    rel_sigma: float = 0.01
-    label: str = ""
-
-
-@dataclass(frozen=True)
-class RatioObs:
-    """One plan's latency over another's measured in the same run (a dashboard's backend comparison): what
-    the run says about the difference, free of what it says about the absolute level."""
-
-    workload: Workload
-    plan: Plan
-    reference: Plan
-    ratio: float
-    rel_sigma: float = 0.01
-    label: str = ""
-
-
-Observation = LatencyObs | StepObs | RateObs | RatioObs
-
-
-def _fixed_total(profile: Profile) -> float:
-    return profile.text_encode_s + profile.vae_decode_s + profile.mux_s
-
-
-def _scaled(profile: Profile, keys: Sequence[str], total: float) -> dict[str, float]:
-    """`keys` scaled together to sum to `total`, their split kept (the assumed shares where all are 0)."""
-    current = sum(float(getattr(profile, k)) for k in keys)
-    if current <= 0:
-        shares = {k: FIXED_SHARES.get(k, 0.0) for k in keys}
-        norm = sum(shares.values()) or 1.0
-        return {k: total * shares[k] / norm for k in keys}
-    return {k: float(getattr(profile, k)) * total / current for k in keys}
-
-
-def _apply(profile: Profile, names: Sequence[str], values: Sequence[float]) -> Profile:
-    changes: dict[str, Any] = {}
-    for name, value in zip(names, values, strict=True):
-        if name == "fixed_s":
-            changes.update(_scaled(profile, ("text_encode_s", "vae_decode_s", "mux_s"), value))
-        elif name == "fixed_other_s":
-            changes.update(_scaled(profile, ("text_encode_s", "mux_s"), value))
-        else:
-            changes[name] = value
-    return profile.model_copy(update=changes)
-
-
-def _current(profile: Profile, name: str) -> float:
-    if name == "fixed_s":
-        return _fixed_total(profile)
-    if name == "fixed_other_s":
-        return profile.text_encode_s + profile.mux_s
-    return float(getattr(profile, name))
-
-
-def predict_obs(obs: Observation, profile: Profile) -> list[tuple[float, float, float]]:
-    """(predicted, measured, relative sigma) pairs for one observation."""
-    if isinstance(obs, RateObs):
-        peak = profile.linear_tflops if obs.op == "linear" else profile.attn_tflops
-        predicted = peak * obs.tokens / (obs.tokens + profile.half_rate_tokens)
-        return [(predicted, obs.tflops, obs.rel_sigma)]
-    prediction = perf_model.predict(obs.workload, obs.plan, profile)
-    if isinstance(obs, RatioObs):
-        reference = perf_model.predict(obs.workload, obs.reference, profile)
-        return [(prediction.latency_s / reference.latency_s, obs.ratio, obs.rel_sigma)]
-    if isinstance(obs, LatencyObs):
-        return [(prediction.latency_s, obs.latency_s, obs.rel_sigma)]
-    return [
-        (prediction.per_step_s, obs.per_step_s, obs.rel_sigma),
-        (prediction.fixed_s, obs.fixed_s, obs.rel_sigma * 3),
-    ]
-
-
-def fit_profile(
-    base: Profile,
-    observations: Sequence[Observation],
-    priors: dict[str, Prior],
-    source: str,
-) -> Profile:
-    """Fit the parameters named in `priors` to the observations; returns a new profile with fit notes."""
-    from scipy.optimize import least_squares  # imported here: only fitting needs scipy
-
-    names = list(priors)
-    x0 = np.log([priors[n].value for n in names])
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        profile = _apply(base, names, np.exp(x).tolist())
-        out: list[float] = []
-        for obs in observations:
-            for predicted, measured, sigma in predict_obs(obs, profile):
-                out.append(math.log(predicted / measured) / sigma)
-        for i, name in enumerate(names):
-            out.append((x[i] - math.log(priors[name].value)) / priors[name].log_sigma)
-        return np.asarray(out)
-
-    solution = least_squares(residuals, x0, method="trf")
-    fitted = _apply(base, names, np.exp(solution.x).tolist())
-    fitted = fitted.model_copy(update={"basis": _posterior_basis(fitted, names, solution.jac, source)})
-    cells = []
-    for obs in observations:
-        for predicted, measured, _ in predict_obs(obs, fitted):
-            cells.append(
-                {
-                    "label": obs.label,
-                    "measured": round(measured, 4),
-                    "predicted": round(predicted, 4),
-                    "rel_error": round(predicted / measured - 1, 5),
-                }
-            )
-    fit = {"method": "scipy least_squares on log-parameters with log-normal priors", "cells": cells}
-    return fitted.model_copy(update={"source": source, "date": date.today().isoformat(), "fit": fit})
-
-
-def _posterior_basis(profile: Profile, names: Sequence[str], jac: np.ndarray, source: str) -> dict[str, ParamBasis]:
-    """Each fitted parameter's basis after the fit: its one-sigma (log space) from the Gauss-Newton covariance;
-    a measured or published term keeps its kind and says the fit refined it."""
-    try:
-        sigmas = np.sqrt(np.clip(np.diag(np.linalg.inv(jac.T @ jac)), 0.0, None))
-    except np.linalg.LinAlgError:
-        sigmas = np.full(len(names), np.nan)
-    basis = dict(profile.basis)
-    for name, sigma in zip(names, sigmas.tolist(), strict=True):
-        fields: tuple[str, ...] = ("text_encode_s", "mux_s") if name == "fixed_other_s" else (name,)
-        if name == "fixed_s":
-            fields = ("text_encode_s", "vae_decode_s", "mux_s")
-        for field in fields:
-            before = basis.get(field)
-            value = round(float(sigma), 4) if math.isfinite(sigma) else None
-            if before is not None and before.kind in ("measured", "published"):
-                basis[field] = before.model_copy(update={"source": f"{before.source}; refined by {source}"})
-                if value is not None:
-                    basis[field] = basis[field].model_copy(update={"sigma": min(value, before.relative_sigma)})
-            else:
-                basis[field] = ParamBasis(kind="fitted", source=source, sigma=value)
-    return basis
 
 
 # ---- the published data ------------------------------------------------------------------------

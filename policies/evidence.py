@@ -1,7 +1,7 @@
 """What a measurement teaches the search, and which measurements are not evidence at all.
 
 A probe gives per-step and fixed time of its plan, a full run the latency at the goal's workload; both
-become belief.Observations with their own noise (the profile's noise_cv, the run's spread) and refit the
+become belief_fit.Observations with their own noise (the profile's noise_cv, the run's spread) and refit the
 posterior of that GPU type. A full run with failed requests, fewer answers than asked, answers that
 waited behind someone else's load, or an engine the deployment check found dead is rejected: it is
 retried once on a fresh deployment (search.RETRIES), then the candidate is failed with the reason.
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from worldtune.policies import belief, perf_model
+from worldtune.policies import belief_fit, perf_model
 from worldtune.policies import candidates as ws
 from worldtune.tools.plan import Plan
 
@@ -95,11 +95,11 @@ def _predicted_latency(state: ws.SearchState, cand: ws.Candidate) -> float:
     return p.latency_s - p.guardrail_s
 
 
-def observations(state: ws.SearchState, gpu: str) -> list[belief.Observation]:
+def observations(state: ws.SearchState, gpu: str) -> list[belief_fit.Observation]:
     """The measurements on one GPU type as the posterior's observations, each with its own noise."""
     wl = state.goal.workload
     prior = state.prior(gpu)
-    out: list[belief.Observation] = []
+    out: list[belief_fit.Observation] = []
     for m in state.measurements:
         shape, plan_text = ws.hardware_key(m.key).split("|", 1)
         if shape.split(":")[0] != gpu:
@@ -112,16 +112,16 @@ def observations(state: ws.SearchState, gpu: str) -> list[belief.Observation]:
             root = math.sqrt(m.repeats)
             step_sd = max(math.sqrt(2) * prior.noise_cv * hi / (span * m.per_step_s) / root, 0.0005)
             fixed_sd = max(math.sqrt(5) * prior.noise_cv * hi / m.fixed_s / root, 0.0005)
-            out.append(belief.Observation(plan=plan, workload=wl, quantity="per_step", value=m.per_step_s,
+            out.append(belief_fit.Observation(plan=plan, workload=wl, quantity="per_step", value=m.per_step_s,
                                           rel_sigma=step_sd, label=f"probe {m.key}"))  # fmt: skip
-            out.append(belief.Observation(plan=plan, workload=wl, quantity="fixed", value=m.fixed_s,
+            out.append(belief_fit.Observation(plan=plan, workload=wl, quantity="fixed", value=m.fixed_s,
                                           rel_sigma=fixed_sd, label=f"probe {m.key}"))  # fmt: skip
         elif m.kind == "full" and m.latencies_s:
             values = np.asarray(m.latencies_s)
             median = float(np.median(values))
             spread = float(values.std(ddof=1)) / median if values.size > 1 else prior.noise_cv
             sd = max(1.25 * spread / math.sqrt(values.size), 0.0005)  # the median's standard error
-            out.append(belief.Observation(plan=plan, workload=wl, quantity="latency", value=median,
+            out.append(belief_fit.Observation(plan=plan, workload=wl, quantity="latency", value=median,
                                           rel_sigma=sd, label=f"full {m.key}"))  # fmt: skip
     return out
 
@@ -132,7 +132,7 @@ def recalibrated(state: ws.SearchState, gpu: str) -> ws.SearchState:
     if not obs:
         return state
     prior = state.prior(gpu)
-    post = belief.fit(prior, obs, start=state.posteriors.get(gpu))
+    post = belief_fit.fit(prior, obs, start=state.posteriors.get(gpu))
     profile = post.profile(prior).model_copy(
         update={"source": f"posterior MAP after {len(obs)} observation(s) of this run: {post.summary()}"}
     )

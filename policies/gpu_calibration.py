@@ -1,7 +1,7 @@
 """Turns the GPU micro-benchmarks' raw JSON into a Profile, and compares it with the published cells.
 
 policies/gpu_microbench.py writes the raw file on the GPU node (pure torch); this side fits, with
-policies.calibration.fit_profile, the effective linear and attention rates and the size at which they
+policies.calibration_fit.fit_profile, the effective linear and attention rates and the size at which they
 halve (half_rate_tokens) to the token sweep, and reads the collectives' bus bandwidths and per-call
 latency off the per-layer message sizes of the Ulysses, TP and HSDP schemes. Fields the micro-benchmarks
 do not measure (fixed part, load, memory, overlaps) are kept from the shipped profile of that GPU type and
@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.policies import perf_model
-from worldtune.policies.calibration import Prior, RateObs, fit_profile, load_published, shipped_profile
+from worldtune.policies.calibration import load_published, shipped_profile
+from worldtune.policies.calibration_fit import Prior, RateObs, fit_profile
 from worldtune.policies.gpu_microbench import RAW_FORMAT, SP_DEGREES
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu

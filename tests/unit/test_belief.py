@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worldtune.policies import belief, perf_model
+from worldtune.policies import belief, belief_fit, perf_model
 from worldtune.policies import search as ws
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools import stats
@@ -27,12 +27,12 @@ def _goal(**changes: object) -> Goal:
     return Goal.model_validate(base)
 
 
-def _probe_obs(truth_plan: str, truth: object) -> list[belief.Observation]:
+def _probe_obs(truth_plan: str, truth: object) -> list[belief_fit.Observation]:
     wl = anchor_workload()
     p = perf_model.predict(wl, Plan.parse(truth_plan), truth)  # type: ignore[arg-type]
     return [
-        belief.Observation(plan=truth_plan, workload=wl, quantity="per_step", value=p.per_step_s, rel_sigma=0.003),
-        belief.Observation(plan=truth_plan, workload=wl, quantity="fixed", value=p.fixed_s, rel_sigma=0.003),
+        belief_fit.Observation(plan=truth_plan, workload=wl, quantity="per_step", value=p.per_step_s, rel_sigma=0.003),
+        belief_fit.Observation(plan=truth_plan, workload=wl, quantity="fixed", value=p.fixed_s, rel_sigma=0.003),
     ]
 
 
@@ -47,7 +47,7 @@ def test_posterior_moves_the_mechanism_the_plan_exercises_and_not_the_others() -
     # u8 alone could be slow compute, small work running less efficiently, or a slow all-to-all: 1gpu pins the
     # rates. Ulysses probes alone still leave two explanations (a slow all-to-all, or the half-rate curve of
     # small per-GPU work): the posterior must keep the true one among its weighted modes, not drop it.
-    post = belief.fit(prior, _probe_obs("1gpu", truth) + _probe_obs("u2", truth) + _probe_obs("u8", truth))
+    post = belief_fit.fit(prior, _probe_obs("1gpu", truth) + _probe_obs("u2", truth) + _probe_obs("u8", truth))
     a2a = post.names.index("a2a_gbps")
     slow = [m for m in post.modes() if math.exp(m.mean[a2a]) < 0.5 * prior.bandwidth("a2a") / 1e9]
     assert slow and max(m.weight for m in slow) >= 0.1  # Ulysses exercised a2a: that explanation is kept
@@ -62,7 +62,7 @@ def test_posterior_moves_the_mechanism_the_plan_exercises_and_not_the_others() -
 def test_bounds_hold_no_rate_above_the_datasheet_peak() -> None:
     prior = shipped_profile("H200")
     truth = prior.with_changes(linear_tflops=5000.0, attn_tflops=5000.0)  # an impossible truth
-    post = belief.fit(prior, _probe_obs("1gpu", truth))
+    post = belief_fit.fit(prior, _probe_obs("1gpu", truth))
     peak = get_gpu("H200").bf16_tflops
     assert _value(post, "linear_tflops") <= peak * (1 + 1e-9) and _value(post, "attn_tflops") <= peak * (1 + 1e-9)
     for lo, x, hi in zip(post.lower, post.mean, post.upper, strict=True):
