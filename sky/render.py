@@ -14,6 +14,10 @@ launch from the caller's environment: rendered files carry only the name, and no
 vLLM-Omni serves on an open port, so it runs with `--api-key "$WORLDTUNE_API_KEY"`, another secret the
 backend fills at launch ($WORLDTUNE_API_KEY, else a generated key); readiness checks and worldtune's
 benchmark send it as a bearer token.
+
+The servers themselves (the options, GPU slices and ports, each replica's command and environment) are
+sky/replicas.py and the run script with its marker lines sky/run_script.py; this module puts them in a task
+or a service, with the setup script, the resources, the secrets and the model's start-up allowance.
 """
 
 from __future__ import annotations
@@ -21,91 +25,69 @@ from __future__ import annotations
 import math
 import shlex
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
 
+from worldtune.sky.replicas import (
+    DEFAULT_DISK_GB,
+    DEFAULT_PORT,
+    SUPER_INIT_TIMEOUT_S,
+    VIDEO_SYNC_TIMEOUT_S,
+    VLLM_OMNI_IMAGE,
+    VLLM_OMNI_VERSION,
+    RenderOptions,
+    ReplicaSlice,
+    node_gpus,
+    replica_slices,
+    serve_argv,
+    serve_command,
+    serve_commands,
+    server_envs,
+)
+from worldtune.sky.run_script import ALL_READY_MARKER, FAILED_MARKER, LOG_DIR, PROBE_PATH, READY_MARKER, run_script
 from worldtune.tools.deployment import API_KEY_ENV, Deployment
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
-from worldtune.tools.vllm_omni import PINNED
 
-VLLM_OMNI_VERSION = PINNED.version  # tools/vllm_omni.py holds the pin and its flag spellings
-# The release image of the version whose flags Plan.serve_flags() follows. The `cosmos3` tag is the
-# release-tested Cosmos 3 image; it is mutable, so worldtune pins the versioned tag (override: --image).
-VLLM_OMNI_IMAGE = PINNED.image
-SUPER_INIT_TIMEOUT_S = 1800  # --init-timeout for 64B checkpoints (vLLM-Omni's default 600 s is too short cold)
-# /v1/videos/sync counts queue time against this (default 600 s -> 504); several 100-400 s clips can queue.
-VIDEO_SYNC_TIMEOUT_S = 7200
-DEFAULT_PORT = 8000
-DEFAULT_DISK_GB = 512  # Super's ~124 GB checkpoint, the image and the Hugging Face cache
+__all__ = [
+    "ALL_READY_MARKER",
+    "CLUSTER_VENV",
+    "DEFAULT_DISK_GB",
+    "DEFAULT_PORT",
+    "FAILED_MARKER",
+    "HF_TOKEN",
+    "LOG_DIR",
+    "PROBE_PATH",
+    "READY_MARKER",
+    "REPO_ROOT",
+    "SUPER_INIT_TIMEOUT_S",
+    "VIDEO_SYNC_TIMEOUT_S",
+    "VLLM_OMNI_IMAGE",
+    "VLLM_OMNI_VERSION",
+    "RenderOptions",
+    "ReplicaSlice",
+    "cluster_name",
+    "cold_load_s",
+    "cold_start_s",
+    "node_gpus",
+    "render_service",
+    "render_task",
+    "replica_slices",
+    "serve_argv",
+    "serve_command",
+    "serve_commands",
+    "server_envs",
+    "service_time_s",
+    "shipped_checkout",
+    "startup_allowance_s",
+    "target_qps_per_replica",
+    "to_yaml",
+]
+
 HF_TOKEN = "HF_TOKEN"
-READY_MARKER = "WORLDTUNE_READY"
-ALL_READY_MARKER = "WORLDTUNE_ALL_READY"
-FAILED_MARKER = "WORLDTUNE_FAILED"
-LOG_DIR = "~/.worldtune/serve-logs"
-PROBE_PATH = "/v1/models"
-
-
-class RenderOptions(BaseModel):
-    """How to turn a deployment into a task: image or pip, ports, where `worldtune` is on the cluster."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    install: Literal["docker", "pip"] = Field(
-        default="docker", description="vLLM-Omni from its image, or a pinned pip install on the host"
-    )
-    image: str = Field(default=VLLM_OMNI_IMAGE, description="docker image (install=docker)")
-    base_port: int = Field(default=DEFAULT_PORT, ge=1024, le=65000, description="replica i listens on base+i")
-    host: str = Field(default="0.0.0.0", description="bind address; 127.0.0.1 when only the cluster calls it")
-    worldtune: str = Field(default="worldtune", description="command that runs worldtune on the cluster (twin)")
-    twin_setup: str = Field(default="", description="setup commands that make `worldtune` available (twin)")
-    disk_size_gb: int = Field(default=DEFAULT_DISK_GB, ge=50)
-    spot_fallback: bool = Field(default=False, description="spot: let SkyPilot fall back to on-demand")
-    model_revision: str | None = Field(default=None, description="Hugging Face revision to pin")
-    open_ports: bool = Field(default=True, description="ask the cloud to open the replica ports")
-    extra_serve_flags: tuple[str, ...] = ()
-    ship_worldtune: bool = Field(
-        default=False, description="sync this checkout as workdir and install it in ~/.worldtune-venv (bench jobs)"
-    )
-    service_time_s: float | None = Field(
-        default=None, gt=0, description="measured seconds per request of one replica (SkyServe target); else predicted"
-    )
-
-
-class ReplicaSlice(BaseModel):
-    """One server of a deployment: its index, GPUs on the node and port."""
-
-    model_config = ConfigDict(frozen=True)
-
-    index: int
-    gpus: tuple[int, ...]
-    port: int
-
-    @property
-    def cuda_visible_devices(self) -> str:
-        return ",".join(str(g) for g in self.gpus)
-
-
-def replica_slices(plan: Plan, base_port: int = DEFAULT_PORT) -> list[ReplicaSlice]:
-    """Disjoint GPU slices and distinct ports, one per replica of the plan."""
-    world = plan.world_size
-    return [
-        ReplicaSlice(index=i, gpus=tuple(range(i * world, (i + 1) * world)), port=base_port + i)
-        for i in range(plan.replicas)
-    ]
-
-
-def node_gpus(deployment: Deployment) -> int:
-    """GPUs to ask for on the node: the offer's shape, else what the plan uses."""
-    plan = Plan.parse(deployment.plan)
-    count = deployment.offer.gpu_count if deployment.offer else plan.gpus
-    if count < plan.gpus:
-        raise InvalidInput("plan", deployment.plan, f"at most {count} GPUs (the offer's node)", f"it uses {plan.gpus}")
-    return count
 
 
 def cold_load_s(deployment: Deployment) -> float:
@@ -124,62 +106,6 @@ def startup_allowance_s(deployment: Deployment) -> int:
     if deployment.engine == "twin":
         return max(30, math.ceil(2 * load / deployment.time_scale))
     return max(300, math.ceil(2 * load))
-
-
-def serve_argv(deployment: Deployment, replica: ReplicaSlice, options: RenderOptions) -> list[str]:
-    """The server command of one replica (without the CUDA_VISIBLE_DEVICES prefix)."""
-    plan = Plan.parse(deployment.plan)
-    spec = get_model(deployment.model)
-    if deployment.engine == "twin":
-        argv = [*shlex.split(options.worldtune), "twin", "--port", str(replica.port), "--gpu", deployment.gpu]
-        argv += ["--plan", str(plan.single_replica()), "--time-scale", f"{deployment.time_scale:g}"]
-        if deployment.model != "cosmos3-super":
-            argv += ["--model", deployment.model]
-        if deployment.twin_profile:
-            argv += ["--profile", deployment.twin_profile]
-        # the twin sends stage durations only under the real flag's name, as vLLM-Omni does
-        return [*argv, PINNED.stage_profiler]
-    argv = ["vllm", "serve", spec.hf_id, "--omni", "--host", options.host, "--port", str(replica.port)]
-    argv += plan.single_replica().serve_flags(PINNED)
-    if spec.total_params_b > 40:
-        argv += [PINNED.init_timeout, str(SUPER_INIT_TIMEOUT_S)]
-    if options.model_revision:
-        argv += ["--revision", options.model_revision]
-    # stage durations (text encode, diffuse, VAE decode) in every answer: the evidence a result reports;
-    # without the flag vLLM-Omni sends X-Stage-Durations: {} (worldtune's benchmark and search do not need them)
-    argv.append(PINNED.stage_profiler)
-    return [*argv, *options.extra_serve_flags]
-
-
-def serve_command(deployment: Deployment, replica: ReplicaSlice, options: RenderOptions) -> str:
-    """One replica's full shell command: its GPU slice, then the server.
-
-    vLLM-Omni listens on the open port of a public node, so it takes an API key: the SkyPilot secret
-    $WORLDTUNE_API_KEY, expanded by the shell at start (the rendered text carries only its name).
-    """
-    argv = serve_argv(deployment, replica, options)
-    if deployment.engine == "twin":  # the worldtune command is the user's shell text (it may start with ~/)
-        text = f"{options.worldtune} {shlex.join(argv[len(shlex.split(options.worldtune)) :])}"
-    else:
-        text = shlex.join(argv)
-    # the twin stands in for the GPUs, not for the server's guard: it takes the key as vLLM-Omni does
-    text = f'{text} --api-key "${API_KEY_ENV}"'
-    return f"CUDA_VISIBLE_DEVICES={replica.cuda_visible_devices} {text}"
-
-
-def serve_commands(deployment: Deployment, options: RenderOptions | None = None) -> list[str]:
-    opts = options or RenderOptions()
-    return [serve_command(deployment, r, opts) for r in replica_slices(Plan.parse(deployment.plan), opts.base_port)]
-
-
-def server_envs(deployment: Deployment) -> dict[str, str]:
-    """Environment of every server process: the raised sync timeout, allocator and download settings."""
-    envs = {"VLLM_OMNI_VIDEO_SYNC_TIMEOUT": str(VIDEO_SYNC_TIMEOUT_S)}
-    if deployment.engine == "vllm-omni":
-        # Super on one H200 needs it for the 720p VAE decode; harmless on larger slices.
-        envs["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
-        envs["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    return envs
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -224,53 +150,7 @@ def _setup(deployment: Deployment, options: RenderOptions) -> str:
 
 def _run(deployment: Deployment, options: RenderOptions) -> str:
     """Start every replica, wait for /v1/models on each, report, then exit when any replica exits."""
-    plan = Plan.parse(deployment.plan)
-    allowance = startup_allowance_s(deployment)
-    lines = [
-        "set -u",
-        # the servers take the key from a SkyPilot secret: without it, say so before anything starts
-        f'if [ -z "${{{API_KEY_ENV}:-}}" ]; then echo "{FAILED_MARKER} the API key is not set: launch with '
-        f"--secret {API_KEY_ENV}=KEY (worldtune's own launch passes it)\"; exit 1; fi",
-        f"logs={LOG_DIR}/$SKYPILOT_TASK_ID",
-        'mkdir -p "$logs"',
-        "pids=()",
-        'cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }',
-        "trap cleanup EXIT",
-        "trap 'exit 143' TERM INT",
-    ]
-    for replica in replica_slices(plan, options.base_port):
-        lines.append(f'{serve_command(deployment, replica, options)} > "$logs/replica-{replica.index}.log" 2>&1 &')
-        lines.append("pids+=($!)")
-    # the probe sends the API key when the servers have one (an unauthenticated /v1/models answers 401)
-    probe = (
-        "python3 -c 'import os, sys, urllib.request as u; k = os.environ.get(sys.argv[2]); "
-        'u.urlopen(u.Request(sys.argv[1], headers={"Authorization": "Bearer " + k} if k else {}), timeout=5)\' '
-        f'"http://127.0.0.1:$port{PROBE_PATH}" {API_KEY_ENV} >/dev/null 2>&1'
-    )
-    ports = " ".join(str(r.port) for r in replica_slices(plan, options.base_port))
-    lines += [
-        f"deadline=$((SECONDS + {allowance}))",
-        "i=0",
-        f"for port in {ports}; do",
-        f"  until {probe}; do",
-        '    if ! kill -0 "${pids[$i]}" 2>/dev/null; then',
-        f'      echo "{FAILED_MARKER} replica=$i port=$port exited before ready"; tail -n 40 "$logs/replica-$i.log"',
-        "      exit 1",
-        "    fi",
-        f'    if [ "$SECONDS" -gt "$deadline" ]; then echo "{FAILED_MARKER} replica=$i port=$port not ready '
-        f'in {allowance} s"; exit 1; fi',
-        "    sleep 1",
-        "  done",
-        f'  echo "{READY_MARKER} replica=$i port=$port after=${{SECONDS}}s"',
-        "  i=$((i + 1))",
-        "done",
-        f'echo "{ALL_READY_MARKER}"',
-        'wait -n "${pids[@]}"',
-        "rc=$?",
-        f'echo "{FAILED_MARKER} a replica exited (status $rc)"',
-        'exit "$rc"',
-    ]
-    return "\n".join(lines) + "\n"
+    return run_script(deployment, options, startup_allowance_s(deployment))
 
 
 def _resources(deployment: Deployment, options: RenderOptions, accelerators: str) -> dict[str, Any]:
