@@ -46,8 +46,23 @@ def main() -> None:
         console.print(f"no measured {args.gpu} raw files under {MEASURED}")
         return
     columns = {"shipped (fit to published)": gc.comparison(shipped), **{k: v["cmp"] for k, v in runs.items()}}
+    _print_comparison(console, args.gpu, columns)
+    for name, run in runs.items():
+        _print_raw(console, name, run)
 
-    rates = Table(title=f"{args.gpu}: measured profiles vs the shipped fit")
+    result = {
+        "gpu": args.gpu,
+        "columns": columns,
+        "fit_cells": {name: run["profile"].fit.get("cells", []) for name, run in runs.items()},
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    console.print(f"saved {args.out}")
+
+
+def _print_comparison(console: Console, gpu: str, columns: dict[str, Any]) -> None:
+    """The rates, the single-GPU per step and the published cells, one column per profile."""
+    rates = Table(title=f"{gpu}: measured profiles vs the shipped fit")
     rates.add_column("field")
     for name in columns:
         rates.add_column(name, justify="right")
@@ -82,42 +97,35 @@ def main() -> None:
         cells.add_row(row["cell"], published, *entries)
     console.print(cells)
 
-    for name, run in runs.items():
-        raw = run["raw"]
-        ops = Table(title=f"{name}: raw timings (median of {raw['ops'][0]['reps']} after warm-up; CUDA events)")
-        for col in ("op", "tokens", "median ms", "TFLOP/s", "note"):
-            ops.add_column(col, justify="left" if col in ("op", "note") else "right")
-        for op in raw["ops"]:
-            if "error" in op:
-                ops.add_row(op["name"], "", "", "", op["error"][:60])
-                continue
-            if op["op"] == "attention" and op["tokens"] < 5000:
-                continue  # the small end of the sweep is in the JSON
-            note = op.get("backend", "") or (f"tp{op['tp']}" if op.get("tp", 1) > 1 else "")
-            if op["op"] == "ceiling" and "gbps" in op:
-                note = f"{op['gbps']:.0f} GB/s read+write"
-            ops.add_row(op["name"], str(op["tokens"]), _f(op["median_ms"], 3), _f(op["tflops"]), note)
-        console.print(ops)
-        if raw.get("collectives"):
-            coll = Table(title=f"{name}: NCCL collectives on {raw['hardware']['world']} GPUs (slowest rank)")
-            for col in ("case", "scheme", "MB per rank", "time us", "bus GB/s"):
-                coll.add_column(col, justify="left" if col in ("case", "scheme") else "right")
-            for c in raw["collectives"]:
-                if c["scheme"] == "size sweep" and c["buffer_bytes"] < 2**24:
-                    continue
-                coll.add_row(c["name"], c["scheme"], _f(c["buffer_bytes"] / 1e6, 2), _f(c["median_ms"] * 1e3),
-                             _f(c["busbw_gbps"]))  # fmt: skip
-            console.print(coll)
-        console.print(f"[dim]{run['profile'].hardware}[/]")
 
-    result = {
-        "gpu": args.gpu,
-        "columns": columns,
-        "fit_cells": {name: run["profile"].fit.get("cells", []) for name, run in runs.items()},
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
-    console.print(f"saved {args.out}")
+def _print_raw(console: Console, name: str, run: dict[str, Any]) -> None:
+    """One measured run's raw timings (and NCCL collectives, if it ran any) and its hardware line."""
+    raw = run["raw"]
+    ops = Table(title=f"{name}: raw timings (median of {raw['ops'][0]['reps']} after warm-up; CUDA events)")
+    for col in ("op", "tokens", "median ms", "TFLOP/s", "note"):
+        ops.add_column(col, justify="left" if col in ("op", "note") else "right")
+    for op in raw["ops"]:
+        if "error" in op:
+            ops.add_row(op["name"], "", "", "", op["error"][:60])
+            continue
+        if op["op"] == "attention" and op["tokens"] < 5000:
+            continue  # the small end of the sweep is in the JSON
+        note = op.get("backend", "") or (f"tp{op['tp']}" if op.get("tp", 1) > 1 else "")
+        if op["op"] == "ceiling" and "gbps" in op:
+            note = f"{op['gbps']:.0f} GB/s read+write"
+        ops.add_row(op["name"], str(op["tokens"]), _f(op["median_ms"], 3), _f(op["tflops"]), note)
+    console.print(ops)
+    if raw.get("collectives"):
+        coll = Table(title=f"{name}: NCCL collectives on {raw['hardware']['world']} GPUs (slowest rank)")
+        for col in ("case", "scheme", "MB per rank", "time us", "bus GB/s"):
+            coll.add_column(col, justify="left" if col in ("case", "scheme") else "right")
+        for c in raw["collectives"]:
+            if c["scheme"] == "size sweep" and c["buffer_bytes"] < 2**24:
+                continue
+            coll.add_row(c["name"], c["scheme"], _f(c["buffer_bytes"] / 1e6, 2), _f(c["median_ms"] * 1e3),
+                         _f(c["busbw_gbps"]))  # fmt: skip
+        console.print(coll)
+    console.print(f"[dim]{run['profile'].hardware}[/]")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ After every fault: no open ledger row, no deployment recorded alive, no twin pro
 pid and start time); `leaks` counts what was still there after gc. After every completed run the
 record is checked against the database: `repeated` counts completed benchmarks the run's record does
 not use (a finished measurement run again, or dropped), `samples_lost` the successful samples of
-completed benchmarks the record does not carry. Prints a table; saves JSON.
+completed benchmarks the record does not carry. Prints a table; saves JSON. The database and process
+probes behind these checks are in benchmarks/_fault_probes.py.
 
     .venv/bin/python benchmarks/fault_injection.py [--seed 12] [--kills 20]
         [--scenarios signals,engine,mcp-disconnect,mcp-detach] [--out benchmarks/results/fault_injection.json]
@@ -32,157 +33,36 @@ import os
 import platform
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _fault_probes import (
+    ENV,
+    RUN_S,
+    WORLDTUNE,
+    events,
+    gc,
+    leaked,
+    leftovers,
+    live_twins,
+    query,
+    record_check,
+    run_ids,
+    start_ticks,
+    wait_until,
+    worldtune,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
-WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 GOAL = "Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, cheapest per clip, H200 or B200, spot ok, budget $300"
 TIME_SCALE = "3000"  # model seconds per wall second: the search's timings stay, the waiting goes
-EVENTS_SQL = (
-    "SELECT (SELECT count(*) FROM samples) + (SELECT count(*) FROM benchmarks)"
-    " + (SELECT count(*) FROM benchmarks WHERE status != 'running') + (SELECT count(*) FROM deployments)"
-    " + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM ledger WHERE gone_at IS NOT NULL)"
-)
-RUN_S = 600.0  # the most one tuning process may take here before the scenario counts as failed
 SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
-
-
-# ---- looking at the database and the processes -----------------------------------------------------
-def query(db: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Read-only rows; none while the database or its tables do not exist yet."""
-    if not db.exists():
-        return []
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    try:
-        return list(conn.execute(sql, args).fetchall())
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return []
-        raise
-    finally:
-        conn.close()
-
-
-def events(db: Path) -> int:
-    rows = query(db, EVENTS_SQL)
-    return int(rows[0][0]) if rows else 0
-
-
-def wait_until(done: Callable[[], bool], what: str, timeout_s: float = RUN_S, poll_s: float = 0.02) -> None:
-    """Wait for an event (a row, a process exit), polling; bounded, and says what never happened."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
-        time.sleep(poll_s)
-
-
-def start_ticks(pid: int) -> int | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
-
-
-def twin_processes(db: Path) -> list[tuple[int, int | None]]:
-    """(pid, start ticks) of every twin process any ledger row or deployment ever recorded."""
-    found: dict[int, int | None] = {}
-    texts = [r[0] for r in query(db, "SELECT detail FROM ledger")]
-    texts += [json.loads(r[0]).get("detail", "") for r in query(db, "SELECT body FROM deployments")]
-    for text in texts:
-        try:
-            data = json.loads(text or "{}")
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            starts = list(data.get("starts") or [])
-            for i, pid in enumerate(data.get("pids") or []):
-                found.setdefault(int(pid), starts[i] if i < len(starts) else None)
-    return sorted(found.items())
-
-
-def live_twins(db: Path) -> list[int]:
-    return [pid for pid, started in twin_processes(db) if (now := start_ticks(pid)) and now == (started or now)]
-
-
-def leaked(db: Path) -> list[str]:
-    """What is still up, named: for a report that says what leaked, not only how much."""
-    alive = ("pending", "provisioning", "loading", "ready")
-    found = [f"ledger {r[0]} ({r[1]})" for r in query(db, "SELECT cluster, state FROM ledger WHERE gone_at IS NULL")]
-    for (body,) in query(db, "SELECT body FROM deployments"):
-        d = json.loads(body)
-        if d["state"] in alive:
-            found.append(f"deployment {d['id']} ({d['state']})")
-    found += [f"twin pid {pid}" for pid in live_twins(db)]
-    return found
-
-
-def leftovers(db: Path) -> dict[str, int]:
-    """What is still up: open ledger rows, deployments recorded alive, twin processes alive."""
-    alive = ("pending", "provisioning", "loading", "ready")
-    states = [json.loads(r[0])["state"] for r in query(db, "SELECT body FROM deployments")]
-    return {
-        "open_ledger_rows": len(query(db, "SELECT cluster FROM ledger WHERE gone_at IS NULL")),
-        "alive_deployments": sum(1 for s in states if s in alive),
-        "live_twin_processes": len(live_twins(db)),
-    }
-
-
-def worldtune(*args: str, timeout_s: float = RUN_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [WORLDTUNE, *args], capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=ENV
-    )
-
-
-def gc(db: Path, cli: bool = False) -> int:
-    """`worldtune gc --yes` (the command, or the same capability in this process, a few seconds cheaper);
-    returns how many things it tore down."""
-    if not cli:
-        from worldtune.sky.garbage import collect_garbage, garbage
-        from worldtune.tools.store import Store
-
-        store = Store(db)
-        return len(collect_garbage(store, garbage(store)))
-    out = worldtune("gc", "--yes", "--json", "--db", str(db))
-    if out.returncode != 0:
-        raise RuntimeError(f"gc failed: {out.stderr[-2000:]}")
-    return len(json.loads(out.stdout)["torn_down"])
-
-
-def record_check(db: Path, run_id: str) -> dict[str, int]:
-    """Completed benchmarks of the run the record does not use, and their (or used ones') samples it lacks."""
-    summary = json.loads(query(db, "SELECT summary FROM runs WHERE id = ?", (run_id,))[0][0] or "{}")
-    measured = [m for m in summary.get("measurements", []) if m.get("benchmark_id") and not m.get("failed")]
-    used = {m["benchmark_id"]: m for m in measured}
-    completed = [
-        r[0] for r in query(db, "SELECT id FROM benchmarks WHERE run_id = ? AND status = 'completed'", (run_id,))
-    ]
-    repeated, lost = 0, 0
-    for bench_id in completed:
-        full_ok = query(
-            db, "SELECT count(*) FROM samples WHERE benchmark_id = ? AND ok = 1 AND phase = 'full'", (bench_id,)
-        )
-        in_db = int(full_ok[0][0])
-        if bench_id not in used:
-            repeated += 1
-            lost += in_db
-        elif used[bench_id].get("kind") == "full":
-            lost += max(0, in_db - len(used[bench_id].get("latencies_s") or []))
-    twice = len(measured) - len(used)  # one benchmark recorded as two measurements: its spend counted twice
-    return {"completed_benchmarks": len(completed), "repeated": repeated, "samples_lost": lost, "counted_twice": twice}
-
-
-def run_ids(db: Path) -> list[str]:
-    return [r[0] for r in query(db, "SELECT id FROM runs ORDER BY created_at")]
 
 
 # ---- the scenarios ----------------------------------------------------------------------------------
@@ -424,9 +304,6 @@ def print_report(report: dict[str, Any]) -> None:
     keys = ("faults_injected", "by_signal", "leaks_found", "left_for_gc", "killed_runs_that_exited_0",
             "repeated_measurements", "samples_lost", "measurements_counted_twice", "runs_completed")  # fmt: skip
     console.print({k: report[k] for k in keys})
-
-
-ENV = {**os.environ, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "PYTHONUNBUFFERED": "1"}
 
 
 def main() -> None:

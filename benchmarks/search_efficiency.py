@@ -16,6 +16,8 @@ every request, priced from the offer, for the whole node. Every strategy keeps a
 next candidate on the same offer (worldtune as agent/graph.decide does; a sweep while its next candidate
 is on the same offer), so no strategy is billed a provisioning the real flow would not pay.
 
+The scenario's truth, the simulated twin and the truth table are in benchmarks/_search_twin.py.
+
 Run: .venv/bin/python benchmarks/search_efficiency.py  (writes benchmarks/results/search_efficiency.json)
 """
 
@@ -26,7 +28,6 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,29 +35,20 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _search_twin import NEAR, Outcome, Scenario, Twin, finish, is_near, truth_table
+from _search_twin import truth_candidates as truth_candidates  # rehearsal.py reads it here
+
 from worldtune.agent.graph import _reused_nodes  # the graph's rule, not a copy of it
-from worldtune.policies import perf_model
 from worldtune.policies import search as ws
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.goal import Goal
-from worldtune.tools.models import get_model
-from worldtune.tools.offer import Offer
 from worldtune.tools.offers import all_offers
-from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.workload import anchor_workload
 
 RESULTS = Path(__file__).parent / "results" / "search_efficiency.json"
-NEAR = 0.05  # "near-optimal": within 5% of the true optimum's objective
 REPEATS = 3  # baselines: full anchor runs per candidate
-
-
-@dataclass
-class Scenario:
-    name: str
-    truth: dict[str, Profile]
-    offers: list[Offer]
-    note: str
 
 
 def _goal() -> Goal:
@@ -101,84 +93,6 @@ def scenarios() -> list[Scenario]:
     ]
 
 
-# ---- the simulated twin ----------------------------------------------------------------------------
-class Twin:
-    """Serves measurements from the scenario's truth with seeded noise, and bills them like a deployment."""
-
-    def __init__(self, scenario: Scenario, seed: int) -> None:
-        self.scenario = scenario
-        self.rng = np.random.default_rng(seed)
-        self.usd = 0.0
-        self.gpu_hours = 0.0
-
-    def latency(self, cand: ws.Candidate, steps: int) -> float:
-        profile = self.scenario.truth[cand.gpu]
-        wl = anchor_workload("cosmos3-super", steps=steps)
-        p = perf_model.predict(wl, Plan.parse(cand.plan), profile)
-        per_step, fixed = perf_model.noisy_parts(p, profile.noise_cv, self.rng)
-        return fixed + steps * per_step + p.guardrail_s
-
-    def bill(self, cand: ws.Candidate, seconds: float) -> tuple[float, float]:
-        usd = cand.offer.usd_per_hour * seconds / 3600
-        gpu_hours = cand.offer.gpu_count * seconds / 3600
-        self.usd += usd
-        self.gpu_hours += gpu_hours
-        return usd, gpu_hours
-
-    def deploy_seconds(self, cand: ws.Candidate, node_held: bool = False) -> float:
-        """Seconds before the first request as the twin serves them: on a node already held (the plan changed in
-        place) a warm load of the plan; on a new node the offer's provisioning and a cold load of the plan."""
-        plan = Plan.parse(cand.plan)
-        load_s = perf_model.load_time_s(get_model("cosmos3-super"), self.scenario.truth[cand.gpu], not node_held, plan)
-        return load_s if node_held else cand.offer.provision_s + load_s
-
-    def full_latencies(self, cand: ws.Candidate, n: int) -> tuple[list[float], float]:
-        """n anchor clips spread over the replicas; wall seconds = rounds x the slowest clip of each round."""
-        replicas = Plan.parse(cand.plan).replicas
-        latencies = [self.latency(cand, 35) for _ in range(n)]
-        rounds = [latencies[i : i + replicas] for i in range(0, n, replicas)]
-        return latencies, sum(max(r) for r in rounds)
-
-
-def truth_candidates(scenario: Scenario, goal: Goal) -> list[ws.Candidate]:
-    """Every candidate as it truly is under the scenario's truth."""
-    state = ws.initial_state(goal, scenario.offers)
-    return ws.candidates(state.model_copy(update={"beliefs": dict(scenario.truth), "posteriors": {}}))
-
-
-def truth_table(scenario: Scenario, goal: Goal) -> dict[str, tuple[float, bool]]:
-    """Every candidate's true objective and feasibility under the scenario's truth."""
-    return {c.key: (ws.objective_value(goal, c), c.feasible) for c in truth_candidates(scenario, goal)}
-
-
-@dataclass
-class Outcome:
-    strategy: str
-    scenario: str
-    hit_gpu_hours: float | None = None
-    hit_usd: float | None = None
-    total_gpu_hours: float = 0.0
-    total_usd: float = 0.0
-    measured_candidates: int = 0
-    recommendation: str | None = None
-    regret: float | None = None
-    stop: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _finish(out: Outcome, twin: Twin, rec: str | None, truth: dict[str, tuple[float, bool]], best: float) -> Outcome:
-    out.total_gpu_hours, out.total_usd, out.recommendation = twin.gpu_hours, twin.usd, rec
-    if rec is not None:
-        value, feasible = truth[rec]
-        out.regret = value / best - 1 if feasible and math.isfinite(best) else math.inf
-    return out
-
-
-def _is_near(key: str, truth: dict[str, tuple[float, bool]], best: float) -> bool:
-    value, feasible = truth[key]
-    return feasible and value <= best * (1 + NEAR)
-
-
 # ---- strategies ------------------------------------------------------------------------------------
 def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
     truth = truth_table(scenario, goal)
@@ -217,13 +131,13 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             usd, gpu_hours = twin.bill(cand, seconds)
             state = ws.record(state, m.model_copy(update={"usd": usd, "gpu_hours": gpu_hours}))
             state = state.model_copy(update={"deployed": [*state.deployed, cand.key]})
-            if action.kind == "full" and out.hit_usd is None and _is_near(cand.key, truth, best):
+            if action.kind == "full" and out.hit_usd is None and is_near(cand.key, truth, best):
                 out.hit_usd, out.hit_gpu_hours = twin.usd, twin.gpu_hours
     out.measured_candidates = len({m.key for m in state.measurements})
     out.extra = {"probes": sum(m.kind == "probe" for m in state.measurements), "full_runs": len(measured),
                  "stop_reason": decision.stop_reason}  # fmt: skip
     rec = ws.recommendation(state)
-    return _finish(out, twin, rec.key if rec else None, truth, best)
+    return finish(out, twin, rec.key if rec else None, truth, best)
 
 
 def _measure_full(twin: Twin, cand: ws.Candidate, goal: Goal, node_held: bool = False) -> tuple[float, bool]:
@@ -258,10 +172,10 @@ def _baseline(
         out.measured_candidates += 1
         if ok:
             found.append((value, cand.key))
-        if out.hit_usd is None and _is_near(cand.key, truth, best):
+        if out.hit_usd is None and is_near(cand.key, truth, best):
             out.hit_usd, out.hit_gpu_hours = twin.usd, twin.gpu_hours
     out.stop = out.stop or "exhausted"
-    return _finish(out, twin, min(found)[1] if found else None, truth, best)
+    return finish(out, twin, min(found)[1] if found else None, truth, best)
 
 
 def run_grid(scenario: Scenario, goal: Goal, seed: int, keep_nodes: bool = False) -> Outcome:
@@ -317,10 +231,10 @@ def run_tpe(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
         study.tell(trial, penalised)
         if ok:
             found.append((value, cand.key))
-        if out.hit_usd is None and _is_near(cand.key, truth, best):
+        if out.hit_usd is None and is_near(cand.key, truth, best):
             out.hit_usd, out.hit_gpu_hours = twin.usd, twin.gpu_hours
     out.stop = out.stop or "trial cap"
-    return _finish(out, twin, min(found)[1] if found else None, truth, best)
+    return finish(out, twin, min(found)[1] if found else None, truth, best)
 
 
 STRATEGIES = {"worldtune": run_worldtune, "grid": run_grid, "random": run_random, "optuna-tpe": run_tpe}

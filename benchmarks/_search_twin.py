@@ -1,0 +1,116 @@
+"""Search efficiency's rehearsal world: a scenario's truth, the simulated twin that serves it, the truth table.
+
+A Scenario is what is true (the twin's profile per GPU, the offers) where the agent believes the shipped
+calibrated profiles. Twin serves measurements from that truth with seeded noise (perf_model.predict on the
+truth profile, noise of profile.noise_cv on the per-step and fixed parts: what tools/twin.py serves) and
+bills them like a deployment (provisioning, cold or warm model load, every request, for the whole node).
+truth_table is every candidate's true objective and feasibility; Outcome is one strategy's run on one
+scenario, with what it spent until it verified a near-optimal candidate (within NEAR of the optimum).
+
+Used by benchmarks/search_efficiency.py (the strategies and the report) and, through it, rehearsal.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from worldtune.policies import perf_model
+from worldtune.policies import search as ws
+from worldtune.tools.goal import Goal
+from worldtune.tools.models import get_model
+from worldtune.tools.offer import Offer
+from worldtune.tools.plan import Plan
+from worldtune.tools.profile import Profile
+from worldtune.tools.workload import anchor_workload
+
+NEAR = 0.05  # "near-optimal": within 5% of the true optimum's objective
+
+
+@dataclass
+class Scenario:
+    name: str
+    truth: dict[str, Profile]
+    offers: list[Offer]
+    note: str
+
+
+# ---- the simulated twin ----------------------------------------------------------------------------
+class Twin:
+    """Serves measurements from the scenario's truth with seeded noise, and bills them like a deployment."""
+
+    def __init__(self, scenario: Scenario, seed: int) -> None:
+        self.scenario = scenario
+        self.rng = np.random.default_rng(seed)
+        self.usd = 0.0
+        self.gpu_hours = 0.0
+
+    def latency(self, cand: ws.Candidate, steps: int) -> float:
+        profile = self.scenario.truth[cand.gpu]
+        wl = anchor_workload("cosmos3-super", steps=steps)
+        p = perf_model.predict(wl, Plan.parse(cand.plan), profile)
+        per_step, fixed = perf_model.noisy_parts(p, profile.noise_cv, self.rng)
+        return fixed + steps * per_step + p.guardrail_s
+
+    def bill(self, cand: ws.Candidate, seconds: float) -> tuple[float, float]:
+        usd = cand.offer.usd_per_hour * seconds / 3600
+        gpu_hours = cand.offer.gpu_count * seconds / 3600
+        self.usd += usd
+        self.gpu_hours += gpu_hours
+        return usd, gpu_hours
+
+    def deploy_seconds(self, cand: ws.Candidate, node_held: bool = False) -> float:
+        """Seconds before the first request as the twin serves them: on a node already held (the plan changed in
+        place) a warm load of the plan; on a new node the offer's provisioning and a cold load of the plan."""
+        plan = Plan.parse(cand.plan)
+        load_s = perf_model.load_time_s(get_model("cosmos3-super"), self.scenario.truth[cand.gpu], not node_held, plan)
+        return load_s if node_held else cand.offer.provision_s + load_s
+
+    def full_latencies(self, cand: ws.Candidate, n: int) -> tuple[list[float], float]:
+        """n anchor clips spread over the replicas; wall seconds = rounds x the slowest clip of each round."""
+        replicas = Plan.parse(cand.plan).replicas
+        latencies = [self.latency(cand, 35) for _ in range(n)]
+        rounds = [latencies[i : i + replicas] for i in range(0, n, replicas)]
+        return latencies, sum(max(r) for r in rounds)
+
+
+def truth_candidates(scenario: Scenario, goal: Goal) -> list[ws.Candidate]:
+    """Every candidate as it truly is under the scenario's truth."""
+    state = ws.initial_state(goal, scenario.offers)
+    return ws.candidates(state.model_copy(update={"beliefs": dict(scenario.truth), "posteriors": {}}))
+
+
+def truth_table(scenario: Scenario, goal: Goal) -> dict[str, tuple[float, bool]]:
+    """Every candidate's true objective and feasibility under the scenario's truth."""
+    return {c.key: (ws.objective_value(goal, c), c.feasible) for c in truth_candidates(scenario, goal)}
+
+
+@dataclass
+class Outcome:
+    strategy: str
+    scenario: str
+    hit_gpu_hours: float | None = None
+    hit_usd: float | None = None
+    total_gpu_hours: float = 0.0
+    total_usd: float = 0.0
+    measured_candidates: int = 0
+    recommendation: str | None = None
+    regret: float | None = None
+    stop: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def finish(out: Outcome, twin: Twin, rec: str | None, truth: dict[str, tuple[float, bool]], best: float) -> Outcome:
+    out.total_gpu_hours, out.total_usd, out.recommendation = twin.gpu_hours, twin.usd, rec
+    if rec is not None:
+        value, feasible = truth[rec]
+        out.regret = value / best - 1 if feasible and math.isfinite(best) else math.inf
+    return out
+
+
+def is_near(key: str, truth: dict[str, tuple[float, bool]], best: float) -> bool:
+    value, feasible = truth[key]
+    return feasible and value <= best * (1 + NEAR)
