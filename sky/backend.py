@@ -18,18 +18,14 @@ recovery is not used: its preemption check contacts public addresses (see PLATFO
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import queue
 import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-from worldtune.sky import home, serve_job
-from worldtune.sky.bench_job import ERROR_MARKER, RESULT_MARKER, SAMPLE_MARKER
+from worldtune.sky import bench_remote, home, serve_job
 from worldtune.sky.dryrun import validate_task
 from worldtune.sky.launch import (
     LAUNCH_TIMEOUT_ENV,
@@ -50,18 +46,13 @@ from worldtune.sky.render import (
     render_task,
     replica_slices,
 )
-from worldtune.tools.deployment import API_KEY_ENV, Deployment, Progress
+from worldtune.tools.bench_spec import BenchmarkSpec
+from worldtune.tools.deployment import API_KEY_ENV, Deployment, MeasureHere, Progress, benchmark_with_recovery
 from worldtune.tools.plan import Plan
+from worldtune.tools.result import BenchmarkResult
 from worldtune.tools.store import Store
 
 AUTODOWN_IDLE_MINUTES = 10
-STATUS_EVERY_S = 10.0  # how often a benchmark asks SkyPilot about its job while the log stream is quiet
-# How long a job SkyPilot cannot reach may stay unexplained while its cluster still reads UP: a cut cluster
-# (scancel, spot reclaim) is seen by the next status refresh, which can lag the cut on a busy head node.
-UNREACHABLE_GRACE_S = 120.0
-# How long a finished job's log stream may stay silent before its log is read in one piece instead: the
-# follow stream of SkyPilot's API server can lag the job's end by minutes on a busy machine, or never close.
-SILENT_STREAM_GRACE_S = 30.0
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
 
 
@@ -335,159 +326,46 @@ class SkyPilotBackend:
     def benchmark(
         self,
         deployment: Deployment,
-        bench_args: list[str],
+        spec: BenchmarkSpec,
         benchmark_id: str,
+        here: MeasureHere,
         progress: Progress | None = None,
-        max_recoveries: int = 2,
         on_job: Callable[[Deployment, int], None] | None = None,
-    ) -> tuple[Deployment, dict[str, Any]]:
-        """Run `worldtune bench <bench_args>` on the cluster against replica 0..N on loopback.
+    ) -> tuple[Deployment, BenchmarkResult]:
+        """Run `spec` as `worldtune bench` on the cluster against every replica on loopback (a `sky exec` job).
 
         Samples land in the local Store under `benchmark_id` as they are measured. On preemption the
-        deployment is relaunched and the benchmark run again (up to `max_recoveries` times); samples of
-        the cut-short attempt are kept with `attempt` and `interrupted` in their body. Returns the
-        (possibly relaunched) deployment and the benchmark's result. `on_job(deployment, job_id)` is
-        called once each bench job is submitted (tests use it to cut a job short).
+        deployment is relaunched and the benchmark run again (tools/deployment.benchmark_with_recovery);
+        samples of the cut-short attempt are kept, marked by `here.cut_short`. `on_job(deployment, job_id)`
+        is called once each bench job is submitted (tests use it to cut a job short).
         """
         say: Progress = progress or (lambda message, fraction: None)
-        config = {"bench_args": bench_args, "deployment": deployment.id, "where": "cluster (sky exec)"}
-        self.store.create_benchmark(benchmark_id, config, deployment.id, deployment.run_id)
-        dep = deployment
-        for attempt in range(1, max_recoveries + 2):
-            outcome, result = self._bench_attempt(dep, bench_args, benchmark_id, attempt, say, on_job)
-            if outcome == "completed":
-                assert result is not None
-                self.store.update_benchmark(benchmark_id, status="completed", progress=1.0, result=result,
-                                            message=f"completed on attempt {attempt}")  # fmt: skip
-                return dep, result
-            if outcome != "preempted" or attempt > max_recoveries:
+        if self.store.get_benchmark(benchmark_id) is None:
+            config = {**spec.model_dump(mode="json"), "deployment": deployment.id, "where": "cluster (sky exec)"}
+            self.store.create_benchmark(benchmark_id, config, deployment.id, deployment.run_id)
+
+        def attempt_on(current: Deployment, attempt: int) -> BenchmarkResult:
+            outcome, result = bench_remote.run_attempt(self, current, spec, benchmark_id, attempt, say, on_job, here)
+            if outcome == "preempted":
+                raise LaunchError(f"benchmark {benchmark_id}: the cluster went away during attempt {attempt}")
+            if outcome != "completed" or result is None:
                 self.store.update_benchmark(benchmark_id, status="failed", error=outcome)
                 raise LaunchError(f"benchmark {benchmark_id} failed: {outcome}")
-            kept = len(self.store.samples(benchmark_id))
-            message = f"attempt {attempt} cut short by preemption; {kept} samples kept; relaunching"
-            say(message, None)
-            self.store.update_benchmark(benchmark_id, message=message)
-            dep = self.recover(dep, progress)
-        raise AssertionError("unreachable")
+            measured = BenchmarkResult.model_validate(result)
+            self.store.update_benchmark(benchmark_id, status="completed", progress=1.0,
+                                        result=measured.model_dump(mode="json"),
+                                        message=f"completed on attempt {attempt}")  # fmt: skip
+            return measured
 
-    def _bench_attempt(
-        self,
-        dep: Deployment,
-        bench_args: list[str],
-        benchmark_id: str,
-        attempt: int,
-        say: Progress,
-        on_job: Callable[[Deployment, int], None] | None,
-    ) -> tuple[str, dict[str, Any] | None]:
-        import shlex
+        def on_cut(current: Deployment, attempt: int) -> str:  # run_attempt marked them already; this says so
+            return here.cut_short(benchmark_id, attempt)
 
-        cluster = dep.cluster or cluster_name(dep)
-        offset = max((int(s.get("seq", -1)) for s in self.store.samples(benchmark_id)), default=-1) + 1
-        remote_db = f"~/.worldtune/bench/{benchmark_id}-a{attempt}.db"
-        # On the cluster every replica is on loopback, at the port its endpoint carries.
-        endpoints = [f"http://127.0.0.1:{urlsplit(e).port}" for e in dep.endpoints]
-        args = [a for e in endpoints for a in ("--endpoint", e)] + list(bench_args)
-        python = cluster_python() if dep.infra.startswith("slurm/") else "~/.worldtune-venv/bin/python"
-        run = f"{python} -m worldtune.sky.bench_job --db {remote_db} -- {shlex.join(args)}"
-        task = self.sky.Task(name=f"worldtune-bench-{benchmark_id}", run=run)
-        task.set_resources(self.sky.Resources(cpus=1))
-        task.update_secrets({API_KEY_ENV: self._api_key(dep)})  # the benchmark client sends the servers' key
-        job_id, _ = self._get(self.sky.exec(task, cluster_name=cluster))
-        say(f"bench job {job_id} on {cluster} (attempt {attempt})", None)
-        if on_job:
-            on_job(dep, int(job_id))
-        stream: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._follow, args=(cluster, int(job_id), stream), daemon=True).start()
-        reader = _BenchLog(self.store, benchmark_id, offset, attempt, cluster)
-        pending, stream_open, checked = "", True, time.time()
-        unreachable_since: float | None = None
-        ended_at: float | None = None  # when SkyPilot first said the job is over while its stream stayed open
-        while True:
-            try:
-                chunk = stream.get(timeout=self.poll_s)
-            except queue.Empty:
-                chunk = ""
-            if chunk is None:
-                stream_open = False
-            else:
-                pending += chunk
-            *lines, pending = pending.split("\n")
-            if (outcome := reader.consume(lines)) is not None:
-                return outcome
-            # The stream ends with the job, or hangs when the cluster vanishes: ask SkyPilot now and then.
-            if stream_open and time.time() - checked < STATUS_EVERY_S:
-                continue
-            checked = time.time()
-            status = self._job_status(cluster, int(job_id))
-            unreachable_since = (unreachable_since or checked) if status is None else None
-            if status in ("RUNNING", "PENDING", "SETTING_UP", "INIT"):
-                if not stream_open:  # the stream broke while the job runs: follow again (samples dedupe)
-                    stream_open = True
-                    threading.Thread(target=self._follow, args=(cluster, int(job_id), stream), daemon=True).start()
-                continue
-            if status == "SUCCEEDED" and not stream_open and pending:
-                pending += "\n"  # a last line without newline
-                continue
-            if status is not None and stream_open:
-                ended_at = ended_at or checked
-                if checked - ended_at < SILENT_STREAM_GRACE_S:
-                    continue
-                # The job is over but its stream lags or hangs: read the whole log once (samples dedupe).
-                if (outcome := reader.consume(self._job_log(cluster, int(job_id)).splitlines())) is not None:
-                    return outcome
-                stream_open = False
-            if self.status(dep).state == "preempted":
-                for sample in self.store.samples(benchmark_id):  # mark what was measured before the cut
-                    if sample.get("attempt") == attempt:
-                        self.store.add_sample(benchmark_id, int(sample["seq"]), {**sample, "interrupted": True})
-                return "preempted", None
-            if stream_open:
-                continue
-            if unreachable_since is not None and checked - unreachable_since < UNREACHABLE_GRACE_S:
-                continue  # the job cannot be reached but its cluster reads UP: ask again before judging
-            return f"bench job {job_id} ended ({status}) without a result: {reader.tail[-1500:]}", None
-
-    def _follow(self, cluster: str, job_id: int, sink: queue.Queue[str | None]) -> None:
-        """Copy a job's log into `sink` as it is written; None marks its end."""
         try:
-            for chunk in self.sky.tail_logs(cluster, job_id, follow=True, preload_content=False):
-                if chunk is None:
-                    break
-                sink.put(chunk)
-        except Exception as exc:  # the cluster went away under the stream
-            sink.put(f"\n(log stream ended: {exc})\n")
-        finally:
-            sink.put(None)
-
-
-class _BenchLog:
-    """Reads a bench job's log lines: samples go to the Store once each (by their remote seq), the result ends it."""
-
-    def __init__(self, store: Store, benchmark_id: str, offset: int, attempt: int, cluster: str) -> None:
-        self.store, self.benchmark_id, self.offset = store, benchmark_id, offset
-        self.attempt, self.cluster = attempt, cluster
-        self.seen: set[int] = set()
-        self.tail = ""
-
-    def consume(self, lines: list[str]) -> tuple[str, dict[str, Any] | None] | None:
-        """("completed", result) or (error, None) once the log says so; None while it goes on."""
-        for line in lines:
-            self.tail = (self.tail + line + "\n")[-3000:]
-            if SAMPLE_MARKER in line:  # SkyPilot prefixes each job line with "(task, pid=...) "
-                sample = json.loads(_after(line, SAMPLE_MARKER))
-                seq = int(sample["seq"])
-                if seq not in self.seen:
-                    self.seen.add(seq)
-                    body = {**sample, "seq": self.offset + seq, "attempt": self.attempt, "cluster": self.cluster}
-                    self.store.add_sample(self.benchmark_id, self.offset + seq, {**body, "remote_seq": seq})
-                    self.store.update_benchmark(
-                        self.benchmark_id, message=f"{len(self.seen)} samples (attempt {self.attempt})"
-                    )
-            elif RESULT_MARKER in line:
-                return "completed", json.loads(_after(line, RESULT_MARKER))
-            elif ERROR_MARKER in line:
-                return _after(line, ERROR_MARKER), None
-        return None
+            return benchmark_with_recovery(self, deployment, attempt_on, on_cut, progress)
+        except BaseException as exc:  # out of recoveries, or the relaunch failed: the benchmark has ended
+            if (self.store.get_benchmark(benchmark_id) or {}).get("status") == "running":
+                self.store.update_benchmark(benchmark_id, status="failed", error=f"{type(exc).__name__}: {exc}")
+            raise
 
 
 def _answers(url: str) -> bool:
@@ -497,10 +375,6 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=2.0).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def _after(line: str, marker: str) -> str:
-    return line[line.index(marker) + len(marker) :].strip()
 
 
 def _marker_lines(log: str, marker: str) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from worldtune.tools.benchmark import BenchmarkSpec
+from worldtune.tools.benchmark import BenchmarkSpec, BenchmarkStatus
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
+from worldtune.tools.store import Store
 from worldtune.tools.workload import Workload
 
 
@@ -70,3 +71,15 @@ def benchmark_spec(
         probe_steps=list(probe_steps), warmup=warmup, expected_latency_s=expected, deployment_id=deployment.id,
         plan=deployment.plan, run_id=run_id or deployment.run_id,
     )  # fmt: skip
+
+
+def start_on_deployment(
+    deployment: Deployment, spec: BenchmarkSpec, store: Store, wait: bool = False
+) -> BenchmarkStatus:
+    """Start measuring `deployment` through its infra's backend (`Backend.benchmark`: preemption recovery, and on
+    SkyPilot the client next to the server) and return the benchmark's id and status at once."""
+    from worldtune.tools import benchmark as benchmarking
+    from worldtune.tools.deploy import backend_for
+
+    backend = backend_for(deployment.infra, store)
+    return benchmarking.start_benchmark(spec, str(store.path), wait=wait, backend=backend, deployment=deployment)

@@ -26,12 +26,21 @@ from worldtune.tools.workload import Workload
 class Runner:
     """One benchmark in one event loop: sends requests, checks answers, stores samples."""
 
-    def __init__(self, spec: BenchmarkSpec, store: Store, benchmark_id: str, progress: Progress | None) -> None:
+    def __init__(
+        self,
+        spec: BenchmarkSpec,
+        store: Store,
+        benchmark_id: str,
+        progress: Progress | None,
+        first_seq: int = 0,
+        attempt: int | None = None,
+    ) -> None:
         self.spec = spec
         self.store = store
         self.id = benchmark_id
         self.progress = progress
-        self.seq = 0
+        self.seq = first_seq  # a later attempt of a benchmark cut short numbers its samples after the earlier ones
+        self.attempt = attempt
         self.done = 0
         self.samples: list[dict[str, Any]] = []
         self.scale = 1.0
@@ -123,6 +132,7 @@ class Runner:
             "seq": seq, "phase": phase, "steps": steps, "concurrency": concurrency, "endpoint": endpoint,
             "sent_at": time.time(), "sent_at_model": self.model_now(), "client_timeout_s": timeout * self.scale,
             "queue_ahead": ahead, "ok": False, "error_kind": None, "status_code": None,
+            **({"attempt": self.attempt} if self.attempt is not None else {}),
             "video_seconds": workload.video_seconds, **(extra or {}),
         }  # fmt: skip
         body: bytes | None = None

@@ -35,16 +35,19 @@ from typing import Any
 from worldtune.tools import benchmark_lock, owners
 from worldtune.tools.bench_runner import Runner, auth_headers, preload
 from worldtune.tools.bench_spec import BenchmarkSpec, BenchmarkStatus, new_benchmark_id
-from worldtune.tools.deployment import Progress
+from worldtune.tools.deployment import Backend, Deployment, Progress
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.result import BenchmarkResult
 from worldtune.tools.result_compute import compute_result
 from worldtune.tools.store import Store
 
 __all__ = [
+    "BenchmarkResult",
     "BenchmarkSpec",
     "BenchmarkStatus",
+    "Here",
     "auth_headers",
+    "benchmark_deployment",
     "get_benchmark",
     "new_benchmark_id",
     "run_benchmark",
@@ -74,32 +77,46 @@ def run_benchmark(
     benchmark_id: str | None = None,
     progress: Progress | None = None,
     wait: bool = False,
+    attempt: int | None = None,
 ) -> BenchmarkResult:
     """Run one benchmark to the end (blocking), storing every sample and the result.
 
     It holds its deployment (or endpoints) for the whole run: another benchmark on them is refused
-    (BenchmarkBusy, before anything is stored), or with `wait` waited for.
+    (BenchmarkBusy, before anything is stored), or with `wait` waited for; a lock its caller already holds
+    for `benchmark_id` is left to the caller. `attempt` (set by a recovering backend, see `Here`) tags
+    every sample, and a later attempt numbers its samples after the ones already stored.
     """
     store = store or Store()
     bid = benchmark_id or new_benchmark_id()
     target, field, value = _lock_args(spec)
     waited = 0.0
-    if (store.lock_holder(target) or {}).get("benchmark_id") != bid:
+    acquired = (store.lock_holder(target) or {}).get("benchmark_id") != bid
+    if acquired:
         if store.get_benchmark(bid) is not None:
             store.update_benchmark(bid, message="waiting for the benchmark that measures this deployment")
         waited = benchmark_lock.acquire(store, target, bid, wait=wait, field=field, value=value)
     try:
-        return _run_locked(spec, store, bid, progress, target, waited)
+        return _run_locked(spec, store, bid, progress, target, waited, attempt)
     finally:
-        benchmark_lock.release(store, target, bid)
+        if acquired:
+            benchmark_lock.release(store, target, bid)
 
 
 def _run_locked(
-    spec: BenchmarkSpec, store: Store, bid: str, progress: Progress | None, target: str, waited: float
+    spec: BenchmarkSpec,
+    store: Store,
+    bid: str,
+    progress: Progress | None,
+    target: str,
+    waited: float,
+    attempt: int | None,
 ) -> BenchmarkResult:
     if store.get_benchmark(bid) is None:
         store.create_benchmark(bid, _config(spec), deployment_id=spec.deployment_id, run_id=spec.run_id)
-    runner = Runner(spec, store, bid, progress)
+    first_seq = Here(store).next_seq(bid) if attempt else 0
+    if attempt and attempt > 1:
+        store.update_benchmark(bid, status="running", message=f"attempt {attempt} after a preemption")
+    runner = Runner(spec, store, bid, progress, first_seq=first_seq, attempt=attempt)
     preload()
     started = time.monotonic()
     try:
@@ -117,11 +134,76 @@ def _run_locked(
     return result
 
 
-def start_benchmark(spec: BenchmarkSpec, store_path: str | None = None, wait: bool = False) -> BenchmarkStatus:
+class Here:
+    """Measuring from this machine, for `Backend.benchmark` (the words' MeasureHere): the request loop above,
+    samples in this process's results database."""
+
+    def __init__(self, store: Store, progress: Progress | None = None) -> None:
+        self.store, self.progress = store, progress
+
+    def measure(self, spec: BenchmarkSpec, benchmark_id: str, attempt: int) -> BenchmarkResult:
+        return run_benchmark(spec, self.store, benchmark_id, self.progress, wait=True, attempt=attempt)
+
+    def cut_short(self, benchmark_id: str, attempt: int) -> str:
+        cut = [s for s in self.store.samples(benchmark_id) if s.get("attempt") == attempt]
+        for sample in cut:  # kept: what was measured before the node went away still counts as evidence
+            self.store.add_sample(benchmark_id, int(sample["seq"]), {**sample, "interrupted": True})
+        kept = len(self.store.samples(benchmark_id))
+        message = f"{len(cut)} samples of attempt {attempt} marked interrupted, {kept} kept in all"
+        self.store.update_benchmark(benchmark_id, status="running", message=message)
+        return message
+
+    def next_seq(self, benchmark_id: str) -> int:
+        return max((int(s.get("seq", -1)) for s in self.store.samples(benchmark_id)), default=-1) + 1
+
+    def keep(self, benchmark_id: str, sample: dict[str, Any], message: str) -> None:
+        self.store.add_sample(benchmark_id, int(sample["seq"]), sample)
+        self.store.update_benchmark(benchmark_id, message=message)
+
+
+def benchmark_deployment(
+    backend: Backend,
+    deployment: Deployment,
+    spec: BenchmarkSpec,
+    store: Store,
+    benchmark_id: str | None = None,
+    progress: Progress | None = None,
+) -> tuple[Deployment, BenchmarkResult]:
+    """Benchmark a deployment through its backend (which recovers from preemption), holding the deployment's
+    benchmark lock throughout; a relaunched deployment is saved. Blocks until done."""
+    bid = benchmark_id or new_benchmark_id()
+    target, field, value = _lock_args(spec)
+    held = (store.lock_holder(target) or {}).get("benchmark_id") == bid
+    if not held:
+        benchmark_lock.acquire(store, target, bid, wait=True, field=field, value=value)
+    if store.get_benchmark(bid) is None:
+        store.create_benchmark(bid, _config(spec), deployment_id=spec.deployment_id, run_id=spec.run_id)
+    try:
+        final, result = backend.benchmark(deployment, spec, bid, Here(store, progress), progress)
+    except BaseException as exc:  # an attempt may have completed before its node was found gone
+        if (store.get_benchmark(bid) or {}).get("status") != "cancelled":
+            store.update_benchmark(bid, status="failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        benchmark_lock.release(store, target, bid)
+    if final.id == deployment.id and final != deployment:
+        store.save_deployment(final, if_alive=True)
+    return final, result
+
+
+def start_benchmark(
+    spec: BenchmarkSpec,
+    store_path: str | None = None,
+    wait: bool = False,
+    backend: Backend | None = None,
+    deployment: Deployment | None = None,
+) -> BenchmarkStatus:
     """Start a benchmark in a background thread of this process and return its id and status at once.
 
-    Refused (BenchmarkBusy, nothing stored) when another benchmark measures the same deployment, unless
-    `wait`: then it is recorded at once and starts measuring when the other one ends.
+    With `backend` and `deployment` it runs through `backend.benchmark` (preemption recovery; SkyPilot
+    measures next to the server), else from here against the spec's endpoints. Refused (BenchmarkBusy,
+    nothing stored) when another benchmark measures the same deployment, unless `wait`: then it is
+    recorded at once and starts measuring when the other one ends.
     """
     store = Store(store_path)
     bid = new_benchmark_id()
@@ -131,8 +213,14 @@ def start_benchmark(spec: BenchmarkSpec, store_path: str | None = None, wait: bo
     store.create_benchmark(bid, _config(spec), deployment_id=spec.deployment_id, run_id=spec.run_id)
 
     def work() -> None:
-        with contextlib.suppress(Exception):  # the failure is recorded in the Store by run_benchmark
-            run_benchmark(spec, store=store, benchmark_id=bid, wait=True)
+        with contextlib.suppress(Exception):  # the failure is recorded in the Store
+            if backend is not None and deployment is not None:
+                benchmark_deployment(backend, deployment, spec, store, bid)
+            else:
+                try:
+                    run_benchmark(spec, store=store, benchmark_id=bid, wait=True)
+                finally:
+                    benchmark_lock.release(store, target, bid)
 
     thread = threading.Thread(target=work, name=f"benchmark-{bid}", daemon=True)
     benchmark_lock.THREADS[bid] = thread
@@ -199,14 +287,3 @@ def wait_benchmark(benchmark_id: str, timeout_s: float, store_path: str | None =
         if status.status != "running" or time.monotonic() >= deadline:
             return status
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-
-
-__all__ = [
-    "BenchmarkResult",
-    "BenchmarkSpec",
-    "BenchmarkStatus",
-    "get_benchmark",
-    "run_benchmark",
-    "start_benchmark",
-    "wait_benchmark",
-]

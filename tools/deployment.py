@@ -13,13 +13,17 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.errors import InvalidInput, WorldtuneError
 from worldtune.tools.offer import Offer
 from worldtune.tools.plan import Plan
+
+if TYPE_CHECKING:
+    from worldtune.tools.bench_spec import BenchmarkSpec
+    from worldtune.tools.result import BenchmarkResult
 
 Engine = Literal["twin", "vllm-omni"]
 ENGINES: tuple[str, ...] = ("twin", "vllm-omni")
@@ -95,6 +99,32 @@ class Deployment(BaseModel):
         return max(0.0, end - self.created_at) / 3600.0 * gpus
 
 
+class CutShort(WorldtuneError):
+    """A benchmark attempt ended because the deployment's node went away under it."""
+
+
+class MeasureHere(Protocol):
+    """How to measure a deployment from this machine, and where a benchmark's samples are kept; the benchmark
+    capability (tools/benchmark.py) passes one to `Backend.benchmark`. A backend that measures elsewhere
+    (SkyPilot: next to the server) keeps what it copies back with `keep`."""
+
+    def measure(self, spec: BenchmarkSpec, benchmark_id: str, attempt: int) -> BenchmarkResult:
+        """Run `spec` to the end as attempt `attempt` of `benchmark_id`, storing every sample; raise if cut short."""
+        ...
+
+    def cut_short(self, benchmark_id: str, attempt: int) -> str:
+        """Mark the samples `attempt` measured before its node went away (kept, `interrupted`); say how many."""
+        ...
+
+    def next_seq(self, benchmark_id: str) -> int:
+        """The number the next sample of `benchmark_id` gets (after every one kept so far)."""
+        ...
+
+    def keep(self, benchmark_id: str, sample: dict[str, Any], message: str) -> None:
+        """Store one sample measured elsewhere (idempotent on its `seq`) and say where the benchmark stands."""
+        ...
+
+
 class Backend(Protocol):
     """What an infra must do to host deployments."""
 
@@ -115,6 +145,83 @@ class Backend(Protocol):
     def teardown(self, deployment: Deployment) -> Deployment:
         """Stop everything the deployment started; idempotent."""
         ...
+
+    def recover(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
+        """Bring a preempted deployment back on a node of the same offer (same id, owner and plan); return once
+        ready or raise."""
+        ...
+
+    def benchmark(
+        self,
+        deployment: Deployment,
+        spec: BenchmarkSpec,
+        benchmark_id: str,
+        here: MeasureHere,
+        progress: Progress | None = None,
+    ) -> tuple[Deployment, BenchmarkResult]:
+        """Measure `spec` against the deployment, recovering from preemption (see `benchmark_with_recovery`).
+
+        Returns the deployment as it ends (relaunched if it was preempted) and the completed attempt's result;
+        every sample of every attempt is in the results database under `benchmark_id`."""
+        ...
+
+
+MAX_RECOVERIES = 2  # a benchmark cut short by preemption is run again at most this many times
+
+
+def benchmark_with_recovery(
+    backend: Backend,
+    deployment: Deployment,
+    attempt_on: Callable[[Deployment, int], BenchmarkResult],
+    on_cut: Callable[[Deployment, int], str],
+    progress: Progress | None = None,
+    max_recoveries: int = MAX_RECOVERIES,
+) -> tuple[Deployment, BenchmarkResult]:
+    """What every backend's benchmark does when its node goes away under it.
+
+    `attempt_on(deployment, attempt)` measures once and raises when cut short. Then the backend is asked for
+    the deployment's state: preempted (and recoveries left) -> `on_cut(deployment, attempt)` marks what that
+    attempt measured and says so, the deployment is recovered (relaunched, same id) and measured again; any
+    other state -> the error stands. A plain failure of a live server is never retried.
+    """
+    say: Progress = progress or (lambda message, fraction: None)
+    current = deployment
+    for attempt in range(1, max_recoveries + 2):
+        try:
+            return current, attempt_on(current, attempt)
+        except InvalidInput:
+            raise  # refused before anything was measured: nothing to recover
+        except Exception:
+            now = backend.status(current)
+            if now.state != "preempted" or attempt > max_recoveries:
+                raise
+            say(f"attempt {attempt} cut short by preemption; {on_cut(now, attempt)}; relaunching", None)
+            current = backend.recover(now, progress)
+    raise AssertionError("unreachable")
+
+
+def benchmark_from_here(
+    backend: Backend,
+    deployment: Deployment,
+    spec: BenchmarkSpec,
+    benchmark_id: str,
+    here: MeasureHere,
+    progress: Progress | None = None,
+) -> tuple[Deployment, BenchmarkResult]:
+    """`Backend.benchmark` for a backend whose endpoints this machine reaches: each attempt measures the
+    deployment's endpoints as they are then (a relaunch may move them)."""
+
+    def attempt_on(current: Deployment, attempt: int) -> BenchmarkResult:
+        result = here.measure(spec.model_copy(update={"endpoints": current.endpoints}), benchmark_id, attempt)
+        # Requests to a vanished server fail one by one and the run still ends: ask whether the node went away.
+        if backend.status(current).state == "preempted":
+            raise CutShort(f"deployment {current.id} was preempted during attempt {attempt}")
+        return result
+
+    def on_cut(current: Deployment, attempt: int) -> str:
+        return here.cut_short(benchmark_id, attempt)
+
+    return benchmark_with_recovery(backend, deployment, attempt_on, on_cut, progress)
 
 
 def node_gpu_count(deployment: Deployment) -> int:

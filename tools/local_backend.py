@@ -24,12 +24,21 @@ from typing import Any
 
 from worldtune.policies import perf_model
 from worldtune.tools import owners
-from worldtune.tools.deployment import Deployment, Progress, replan_target, replanned
+from worldtune.tools.bench_spec import BenchmarkSpec
+from worldtune.tools.deployment import (
+    Deployment,
+    MeasureHere,
+    Progress,
+    benchmark_from_here,
+    replan_target,
+    replanned,
+)
 from worldtune.tools.errors import InvalidInput, WorldtuneError
 from worldtune.tools.estimate import resolve_profile
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
+from worldtune.tools.result import BenchmarkResult
 from worldtune.tools.store import Store
 from worldtune.tools.vllm_omni import PINNED
 
@@ -322,6 +331,27 @@ class LocalBackend:
         (gc, the lease sweep) stays as it recorded, and is what the caller gets."""
         self.store.save_deployment(current, if_alive=True)
         return self.store.get_deployment(current.id) or current
+
+    # ---- recovery and benchmarks -------------------------------------------------------------------
+    def recover(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
+        """Start the twins again on this machine (what is left of them stopped first): same id, plan and owner."""
+        pgid, processes = self._processes(deployment)
+        self._kill(pgid, processes)
+        cluster = deployment.cluster or cluster_name(deployment)
+        self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
+        again = deployment.model_copy(update={"state": "pending", "endpoints": [], "ready_at": None})
+        return self._start(again, cluster, progress)
+
+    def benchmark(
+        self,
+        deployment: Deployment,
+        spec: BenchmarkSpec,
+        benchmark_id: str,
+        here: MeasureHere,
+        progress: Progress | None = None,
+    ) -> tuple[Deployment, BenchmarkResult]:
+        """Measured from this machine, the twins' endpoints being local (tools/deployment.benchmark_from_here)."""
+        return benchmark_from_here(self, deployment, spec, benchmark_id, here, progress)
 
     # ---- teardown ----------------------------------------------------------------------------------
     def teardown(self, deployment: Deployment) -> Deployment:

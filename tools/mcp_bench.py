@@ -86,9 +86,8 @@ def start_benchmark(
     for status, progress and the result; every request is written to the results database as it
     completes, so nothing measured is lost; get_result's config holds the workload that was sent.
     """
-    from worldtune.tools import benchmark as benchmarking
     from worldtune.tools import deploy as deploying
-    from worldtune.tools.bench_request import benchmark_spec, benchmark_workload
+    from worldtune.tools.bench_request import benchmark_spec, benchmark_workload, start_on_deployment
 
     stored = session.deployment(deployment_id)  # a readable error for an unknown id
     with refusals():  # a bad workload is refused before the infra is asked or anything starts
@@ -104,7 +103,7 @@ def start_benchmark(
         current = deploying.get_deployment(deployment_id, store=session.store)
     with refusals():  # refused unless it is ready; the client timeouts start from the model's prediction
         spec = benchmark_spec(current, workload, steps, repeats, concurrency, probe_steps, warmup, run_id)
-        return benchmarking.start_benchmark(spec, str(session.store.path), wait=wait)
+        return start_on_deployment(current, spec, session.store, wait=wait)
 
 
 async def get_benchmark(

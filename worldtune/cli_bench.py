@@ -130,7 +130,37 @@ def _csv_ints(text: str, field: str) -> list[int]:
     return values
 
 
+SPEC_COMPANIONS = {"endpoint", "spec_json", "db", "as_json", "wait"}  # what may be given beside --spec-json
+
+
+def _only_endpoints_with_spec(ctx: typer.Context) -> None:
+    """--spec-json carries the whole request: a workload or load option beside it would be silently lost."""
+    from worldtune.tools.errors import InvalidInput
+
+    given = sorted(
+        name for name in ctx.params
+        if name not in SPEC_COMPANIONS and getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+    )  # fmt: skip
+    if given:
+        raise InvalidInput("spec_json", "(given)", "--spec-json with only --endpoint, --db, --json, --wait",
+                           f"also given: {', '.join('--' + g.replace('_', '-') for g in given)}")  # fmt: skip
+
+
+def _spec_from_json(text: str, endpoints: list[str]) -> Any:
+    from pydantic import ValidationError
+
+    from worldtune.tools.benchmark import BenchmarkSpec
+    from worldtune.tools.errors import InvalidInput, describe
+
+    try:
+        spec = BenchmarkSpec.model_validate_json(text)
+    except ValidationError as exc:
+        raise InvalidInput("spec_json", "(given)", "a BenchmarkSpec as JSON", describe(exc)) from exc
+    return spec.model_copy(update={"endpoints": BenchmarkSpec(endpoints=endpoints).endpoints})
+
+
 def bench(
+    ctx: typer.Context,
     endpoint: Annotated[list[str], typer.Option(help="base URL of a replica; repeat for several replicas")],
     steps: Annotated[int, typer.Option(help="full-step count (anchor: 35)")] = 35,
     repeats: Annotated[int, typer.Option(help="requests per client at each level, and per probe step count")] = 3,
@@ -155,6 +185,14 @@ def bench(
     ] = "sync",
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    spec_json: Annotated[
+        str | None,
+        typer.Option(
+            hidden=True,
+            help="a whole benchmark spec as JSON (what worldtune's SkyPilot backend sends to a cluster); "
+            "--endpoint replaces its endpoints; no other option may be given with it",
+        ),
+    ] = None,
 ) -> None:
     """Run the controlled anchor benchmark against vLLM-Omni (or twin) endpoints; store every sample."""
     from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
@@ -162,18 +200,22 @@ def bench(
     from worldtune.tools.workload import anchor_workload
 
     try:
-        changes: dict[str, Any] = {"guardrails": guardrails}
-        if size:
-            w, _, h = size.partition("x")
-            changes.update(width=int(w), height=int(h))
-        if frames is not None:
-            changes["num_frames"] = frames
-        spec = BenchmarkSpec(
-            endpoints=endpoint, workload=anchor_workload(model, **changes), steps=steps, repeats=repeats,
-            concurrency=_csv_ints(concurrency, "concurrency"), poisson_rate_per_hour=poisson,
-            poisson_requests=requests, seed=seed, probe_steps=_csv_ints(probe_steps, "probe_steps"),
-            warmup=warmup, full=full, label=label, ready_timeout_s=ready_timeout, api=api,
-        )  # fmt: skip
+        if spec_json is not None:
+            _only_endpoints_with_spec(ctx)
+            spec = _spec_from_json(spec_json, endpoint)
+        else:
+            changes: dict[str, Any] = {"guardrails": guardrails}
+            if size:
+                w, _, h = size.partition("x")
+                changes.update(width=int(w), height=int(h))
+            if frames is not None:
+                changes["num_frames"] = frames
+            spec = BenchmarkSpec(
+                endpoints=endpoint, workload=anchor_workload(model, **changes), steps=steps, repeats=repeats,
+                concurrency=_csv_ints(concurrency, "concurrency"), poisson_rate_per_hour=poisson,
+                poisson_requests=requests, seed=seed, probe_steps=_csv_ints(probe_steps, "probe_steps"),
+                warmup=warmup, full=full, label=label, ready_timeout_s=ready_timeout, api=api,
+            )  # fmt: skip
         store = Store(db)
     except (WorldtuneError, ValueError) as exc:
         raise fail(exc, as_json) from exc

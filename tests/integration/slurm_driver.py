@@ -23,11 +23,15 @@ from typing import Any
 
 from worldtune.sky import catalog, home
 from worldtune.sky.preview import build_deployment
+from worldtune.tools.benchmark import BenchmarkSpec, Here
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.store import Store
 
-BENCH = ["--steps", "4", "--concurrency", "1", "--probe-steps", "", "--warmup", "0", "--model",
-         "cosmos3-super"]  # fmt: skip
+
+def bench_spec(dep: Deployment, repeats: int) -> BenchmarkSpec:
+    """The small benchmark each test runs next to the twin: 4 steps, one client, no probes, no warm-up."""
+    return BenchmarkSpec(endpoints=dep.endpoints, steps=4, repeats=repeats, concurrency=[1], probe_steps=[], warmup=0,
+                         deployment_id=dep.id, plan=dep.plan)  # fmt: skip
 
 
 def say(step: str, **data: Any) -> None:
@@ -132,9 +136,9 @@ def main() -> int:
     final = ready
     try:
         final, result = backend.benchmark(
-            ready, [*BENCH, "--repeats", str(args.repeats)], benchmark_id, progress, on_job=on_job
+            ready, bench_spec(ready, args.repeats), benchmark_id, Here(store, progress), progress, on_job=on_job
         )
-        say("benchmarked", benchmark_id=benchmark_id, result=result, fault=fault)
+        say("benchmarked", benchmark_id=benchmark_id, result=result.model_dump(mode="json"), fault=fault)
         if args.mode == "replan":
             from worldtune.tools.replan import replan
 
@@ -143,9 +147,14 @@ def main() -> int:
             say("replanned", deployment=final.model_dump(mode="json"), replan_s=round(time.time() - began, 1),
                 sky_calls=list(counting.calls))  # fmt: skip
             final, result = backend.benchmark(
-                final, [*BENCH, "--repeats", str(args.repeats)], f"{benchmark_id}-tp8", progress
+                final, bench_spec(final, args.repeats), f"{benchmark_id}-tp8", Here(store, progress), progress
             )
-            say("benchmarked", benchmark_id=f"{benchmark_id}-tp8", result=result, plan=final.plan)
+            say(
+                "benchmarked",
+                benchmark_id=f"{benchmark_id}-tp8",
+                result=result.model_dump(mode="json"),
+                plan=final.plan,
+            )
     finally:
         gone = backend.teardown(final)
         store.save_deployment(gone)

@@ -26,7 +26,7 @@ WORDS = {
     f"worldtune.tools.{name}"
     for name in (
         "__init__", "errors", "offer", "infra", "deployment", "models", "gpus", "workload", "plan", "vllm_omni",
-        "profile", "goal", "stats", "result", "tuning", "plan_rules", "traffic", "fleet",
+        "profile", "goal", "stats", "result", "tuning", "plan_rules", "traffic", "fleet", "bench_spec",
     )
 }  # fmt: skip
 SEARCH_POLICY = {"worldtune.policies", "worldtune.policies.search"}

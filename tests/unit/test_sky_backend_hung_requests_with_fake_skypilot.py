@@ -14,13 +14,18 @@ import pytest
 from fake_sky import FakeSkyBase
 
 from worldtune.sky import backend as sky_backend
+from worldtune.sky import bench_remote
 from worldtune.sky.backend import RequestTimeout, SkyPilotBackend, launch_timeout_s
 from worldtune.sky.bench_job import RESULT_MARKER, SAMPLE_MARKER
+from worldtune.tools.benchmark import BenchmarkSpec, Here
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.store import Store
 
 RESULT = {"completed_requests": 2, "failed_requests": 0, "latency_mean": 120.0}
+
+
+SPEC = BenchmarkSpec(endpoints=["http://127.0.0.1:18000"], steps=35)
 
 
 def sample_line(seq: int) -> str:
@@ -85,15 +90,15 @@ def test_a_request_past_its_allowance_is_cancelled_and_named(tmp_path: Path) -> 
 def test_a_finished_job_whose_stream_stays_silent_is_read_in_one_piece(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sky_backend, "STATUS_EVERY_S", 0.0)
-    monkeypatch.setattr(sky_backend, "SILENT_STREAM_GRACE_S", 0.05)
+    monkeypatch.setattr(bench_remote, "STATUS_EVERY_S", 0.0)
+    monkeypatch.setattr(bench_remote, "SILENT_STREAM_GRACE_S", 0.05)
     sky = HungSky()
     backend, store = backend_with(tmp_path, sky)
     dep = Deployment(gpu="H200", plan="1gpu", infra="nebius", engine="twin", state="ready",
                      endpoints=["http://127.0.0.1:18000"], cluster="worldtune-wt-x")  # fmt: skip
     store.create_benchmark("bm-x", {"steps": 35})
     try:
-        outcome, result = backend._bench_attempt(dep, ["--steps", "35"], "bm-x", 1, lambda m, f: None, None)
+        outcome, result = bench_remote.run_attempt(backend, dep, SPEC, "bm-x", 1, lambda m, f: None, None, Here(store))
     finally:
         sky.release.set()
     assert (outcome, result) == ("completed", RESULT)

@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 from fake_sky import FakeSkyBase
 
-from worldtune.sky import backend as sky_backend
+from worldtune.sky import bench_remote
 from worldtune.sky.backend import SkyPilotBackend
 from worldtune.sky.bench_job import SAMPLE_MARKER
+from worldtune.tools.benchmark import BenchmarkSpec, Here
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.store import Store
+
+SPEC = BenchmarkSpec(endpoints=["http://127.0.0.1:18000"], steps=35)
 
 
 class FakeSky(FakeSkyBase):
@@ -51,12 +54,12 @@ def attempt(tmp_path: Path, refreshes_until_gone: int | None) -> tuple[str, Stor
     dep = Deployment(gpu="H200", plan="1gpu", infra="nebius", engine="twin", state="ready",
                      endpoints=["http://127.0.0.1:18000"], cluster="worldtune-wt-x")  # fmt: skip
     store.create_benchmark("bm-x", {"steps": 35})
-    outcome, _ = backend._bench_attempt(dep, ["--steps", "35"], "bm-x", 1, lambda m, f: None, None)
+    outcome, _ = bench_remote.run_attempt(backend, dep, SPEC, "bm-x", 1, lambda m, f: None, None, Here(store))
     return outcome, store, calls
 
 
 def test_a_cut_cluster_seen_late_is_preempted_not_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sky_backend, "STATUS_EVERY_S", 0.0)
+    monkeypatch.setattr(bench_remote, "STATUS_EVERY_S", 0.0)
     # CI under load: right after scancel the job is unreachable while the cluster still reads UP three times
     outcome, store, calls = attempt(tmp_path, refreshes_until_gone=3)
     assert outcome == "preempted" and calls == 4
@@ -67,7 +70,7 @@ def test_a_cut_cluster_seen_late_is_preempted_not_failed(tmp_path: Path, monkeyp
 def test_an_unreachable_job_on_an_up_cluster_fails_after_the_grace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sky_backend, "STATUS_EVERY_S", 0.0)
-    monkeypatch.setattr(sky_backend, "UNREACHABLE_GRACE_S", 0.2)
+    monkeypatch.setattr(bench_remote, "STATUS_EVERY_S", 0.0)
+    monkeypatch.setattr(bench_remote, "UNREACHABLE_GRACE_S", 0.2)
     outcome, _, calls = attempt(tmp_path, refreshes_until_gone=None)
     assert outcome.startswith("bench job 7 ended (None) without a result") and calls > 1

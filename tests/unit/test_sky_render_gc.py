@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.sky import backend, garbage, launch, local_cluster
+from worldtune.sky import backend, bench_remote, garbage, launch, local_cluster
 from worldtune.sky.preview import build_deployment
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.store import Store
@@ -83,7 +83,7 @@ def test_slurm_render_options_bind_loopback_on_free_ports(monkeypatch: pytest.Mo
 def test_serve_job_id_is_read_back_from_the_detail() -> None:
     assert launch.job_from_detail("serve job 7") == 7
     assert launch.job_from_detail("launching") is None
-    assert backend._after("(task, pid=3) WORLDTUNE_RESULT {}", "WORLDTUNE_RESULT") == "{}"
+    assert bench_remote._after("(task, pid=3) WORLDTUNE_RESULT {}", "WORLDTUNE_RESULT") == "{}"
 
 
 def test_gc_settles_a_dead_runs_records_even_with_nothing_launched(tmp_path: Path) -> None:
