@@ -16,13 +16,20 @@ import asyncio
 import time
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send, interrupt
 
 from worldtune.agent.configuration import Context, TuneOptions
-from worldtune.agent.record import build_summary, first_state, goal_for, mark_approved, mark_waiting, write_record
+from worldtune.agent.record import (
+    build_summary,
+    first_state,
+    goal_for,
+    mark_approved,
+    mark_waiting,
+    open_record,
+    write_record,
+)
 from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask
 from worldtune.agent.steps import emit, options_of, teardown
 from worldtune.agent.verify import verify
@@ -32,10 +39,11 @@ from worldtune.tools.offer import Offer
 
 
 # ---- nodes -----------------------------------------------------------------------------------------
-async def read_goal(state: TuneState, config: RunnableConfig) -> dict[str, Any]:
+async def read_goal(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """A run started with only the goal text (Studio, `langgraph dev`) reads it here as `tune` does; the runner
     has done this before the graph starts, and the node passes its state on untouched."""
-    if state.get("goal"):
+    if state.get("goal"):  # the runner read it; the record is opened here for every driver of the graph
+        await open_record(runtime.context.tools, state["run_id"], dict(state["goal"]))
         return {}
     from worldtune.tools.spend import needs_confirmation
 
@@ -43,9 +51,11 @@ async def read_goal(state: TuneState, config: RunnableConfig) -> dict[str, Any]:
     options = TuneOptions.model_validate(raw)
     if "yes" not in raw:  # as start_tuning does: a free run (the local twin) needs no approval, a paid one asks
         options = options.model_copy(update={"yes": not needs_confirmation(options.infra, options.engine)})
-    run_id = state.get("run_id") or str(config.get("configurable", {}).get("thread_id") or "")
+    thread = runtime.execution_info.thread_id if runtime.execution_info else None
+    run_id = state.get("run_id") or str(thread or "")
     parsed = await asyncio.to_thread(goal_for, state.get("goal_text", ""), options)
-    first = await asyncio.to_thread(first_state, parsed, options, run_id or f"studio-{int(time.time())}")
+    first = first_state(parsed, options, run_id or f"studio-{int(time.time())}")
+    await open_record(runtime.context.tools, first["run_id"], first["goal"])
     return {k: v for k, v in first.items() if k != "results"}
 
 
@@ -109,10 +119,10 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     if options_of(state).yes:
         return {"approved": True, "events": ["spend approved by --yes"]}
 
-    db_path = options_of(state).db_path
+    tools = runtime.context.tools
     # recorded here, so a run that Studio / `langgraph dev` drives says it waits, as one `tune` drives does (the
     # node runs again on resume: the record says waiting until the answer is in, then running again)
-    await asyncio.to_thread(mark_waiting, state["run_id"], state["spend_estimate"], db_path)
+    await mark_waiting(tools, state["run_id"], state["spend_estimate"])
     answer = interrupt(
         {
             "question": "Approve this spend?",
@@ -129,7 +139,7 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
             "stop_kind": "declined",
             "events": ["spend declined"],
         }
-    await asyncio.to_thread(mark_approved, state["run_id"], db_path)
+    await mark_approved(tools, state["run_id"])
     return {"approved": True, "events": ["spend approved"]}
 
 
@@ -232,7 +242,7 @@ async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
 
     summary = build_summary(state, await tools.call("list_deployments", run_id=run_id))
     # written here, so a run that Studio / `langgraph dev` drives (no runner around it) ends completed too
-    await asyncio.to_thread(write_record, run_id, summary, options_of(state).db_path)
+    await write_record(tools, run_id, summary)
     emit(runtime, "done", stop_reason=summary["stop_reason"], recommendation=summary["recommendation"])
     cleared = {k: "" for k in (state.get("deployments") or {})}
     return {"summary": summary, "deployments": cleared, "events": ["torn down; record written"]}
@@ -286,7 +296,7 @@ builder.add_node("read_goal", read_goal)
 builder.add_node("prepare", prepare)
 builder.add_node("approve", approve)
 builder.add_node("decide", decide)
-builder.add_node("verify", verify, input_schema=VerifyTask)  # type: ignore[arg-type]  # stubs miss Send inputs
+builder.add_node("verify", verify, input_schema=VerifyTask)  # type: ignore[call-overload]  # stubs miss Send inputs
 builder.add_node("learn", learn)
 builder.add_node("finish", finish)
 builder.add_edge(START, "read_goal")

@@ -1,14 +1,15 @@
 """The run's record: the goal as the run uses it, its first state, its marks in the results database, and
 the summary written when it ends (goal, recommendation, measured against predicted, spend, every candidate).
 
-The graph's nodes (read_goal, approve, finish) and the runner both write through here, so a run that Studio or
-`langgraph dev` drives without the runner is recorded the same way; neither imports the other for it.
+The graph's nodes (read_goal, approve, finish) and the runner write the record through here, with the MCP tools
+record_run and mark_run, so a run that Studio or `langgraph dev` drives without the runner is recorded the same
+way, and a run against a remote server (`--mcp-url`) is recorded on that server, beside its deployments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.goal_parser import read_goal
@@ -18,7 +19,12 @@ from worldtune.policies import search as ws
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.goal import Goal
 from worldtune.tools.profile import Profile
-from worldtune.tools.store import Store
+
+
+class ToolsClient(Protocol):
+    """What the record needs of the agent's MCP client (agent/tools_client.py)."""
+
+    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]: ...
 
 
 def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
@@ -53,25 +59,30 @@ def check_options(options: TuneOptions) -> None:
             load_profile(path, "cli", "twin_profile")
 
 
-def mark_waiting(run_id: str, spend_estimate: dict[str, Any] | None, db_path: str | None) -> None:
+async def open_record(tools: ToolsClient, run_id: str, goal: dict[str, Any]) -> None:
+    """The run's record opened (MCP record_run): running, owned by the process serving the tools."""
+    await tools.call("record_run", run_id=run_id, goal=goal)
+
+
+async def mark_waiting(tools: ToolsClient, run_id: str, spend_estimate: dict[str, Any] | None) -> None:
     """The run waits for its spend to be approved: nothing is started, so its owner lets go meanwhile."""
-    Store(db_path).finish_run(run_id, "waiting_for_approval", {"spend_estimate": spend_estimate})
+    await tools.call("mark_run", run_id=run_id, status="waiting_for_approval",
+                     summary={"spend_estimate": spend_estimate})  # fmt: skip
 
 
-def mark_approved(run_id: str, db_path: str | None) -> None:
-    """The spend is approved: the run is running again, owned by the process that goes on with it."""
-    Store(db_path).restart_run(run_id)
+async def mark_approved(tools: ToolsClient, run_id: str) -> None:
+    """The spend is approved: the run is running again, owned by the process serving the tools."""
+    await tools.call("mark_run", run_id=run_id, status="running")
 
 
-def write_record(run_id: str, summary: dict[str, Any], db_path: str | None) -> None:
+async def write_record(tools: ToolsClient, run_id: str, summary: dict[str, Any]) -> None:
     """The run's record, completed: its owner lets go (whoever drove the graph: the runner or Studio)."""
-    Store(db_path).finish_run(run_id, "completed", summary)
+    await tools.call("mark_run", run_id=run_id, status="completed", summary=summary)
 
 
 def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> dict[str, Any]:
-    """A run's first state, recorded in the results database: what `tune` and the graph's read_goal start from."""
+    """A run's first state: what `tune` and the graph's read_goal start from (read_goal records it)."""
     check_options(options)
-    Store(options.db_path).add_run(run_id, "tune", parsed.goal.model_dump(mode="json"))
     return {
         "run_id": run_id,
         "goal_text": parsed.text,

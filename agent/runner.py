@@ -37,8 +37,13 @@ def _quiet(kind: str, data: dict[str, Any]) -> None:
 
 
 # ---- driving the graph -----------------------------------------------------------------------------
-async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: Progress) -> dict[str, Any]:
-    """Run (or resume) the graph to its end or to the approval interrupt; tear down on any early exit."""
+async def _drive(
+    run_id: str, graph_input: Any, options: TuneOptions, progress: Progress, resuming: bool = False
+) -> dict[str, Any]:
+    """Run (or resume) the graph to its end or to the approval interrupt; tear down on any early exit.
+
+    The run's record is written through the MCP tools (record_run / mark_run, in the graph's nodes and here), so
+    it lives with the server the run drives."""
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     from worldtune.agent.graph import builder
@@ -59,6 +64,8 @@ async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: 
         ):
             graph = builder.compile(checkpointer=saver, name="worldtune")
             context = Context(tools=tools, progress=progress)
+            if resuming:  # the process serving the tools owns (and heartbeats) the run from now on
+                await tools.call("mark_run", run_id=run_id, status="running")
             stream = graph.astream(
                 graph_input, config, context=context, stream_mode=["updates", "custom"], durability="sync"
             )
@@ -75,7 +82,7 @@ async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: 
                     with contextlib.suppress(BaseException):
                         await closing()
                 why = str(error) or type(error).__name__
-                store.finish_run(run_id, "interrupted", {"error": why, "resume": f"worldtune resume {run_id}"})
+                await _mark_interrupted(tools, run_id, why, progress)
                 await _cleanup(tools, run_id, progress)
             else:
                 snapshot = await graph.aget_state(config)
@@ -95,9 +102,17 @@ async def _drive(run_id: str, graph_input: Any, options: TuneOptions, progress: 
             "question": snapshot.interrupts[0].value,
             "state": values,
         }
-    summary = values.get("summary") or {}
-    store.finish_run(run_id, "completed", summary)
+    summary = values.get("summary") or {}  # the finish node has recorded it (MCP mark_run)
     return {"run_id": run_id, "thread_id": run_id, "status": "completed", "summary": summary, "state": values}
+
+
+async def _mark_interrupted(tools: Any, run_id: str, why: str, progress: Progress) -> None:
+    """Record the stop (shielded, like the cleanup after it); a record that cannot be written is said, not raised."""
+    summary = {"error": why, "resume": f"worldtune resume {run_id}"}
+    try:
+        await asyncio.shield(tools.call("mark_run", run_id=run_id, status="interrupted", summary=summary))
+    except Exception as exc:
+        progress("record-failed", {"error": str(exc), "hint": f"the run's record still reads running: {run_id}"})
 
 
 async def _cleanup(tools: Any, run_id: str, progress: Progress, settle_s: float = 60.0) -> None:
@@ -167,8 +182,7 @@ def resume(
     options = checkpointed_options(run_id, db_path)
     graph_input: Any = None if approve is None else Command(resume={"approved": approve})
     progress("resume", {"run_id": run_id})
-    Store(options.db_path).restart_run(run_id)  # this process owns (and heartbeats) the run from now on
-    return asyncio.run(_drive(run_id, graph_input, options, progress))
+    return asyncio.run(_drive(run_id, graph_input, options, progress, resuming=True))
 
 
 # ---- the job pattern for the MCP server -----------------------------------------------------------

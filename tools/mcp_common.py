@@ -44,6 +44,8 @@ STARTS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempoten
 RENTS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 # Stops and deletes what a deployment runs; repeating it changes nothing more.
 DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True)
+# Writes the results database only (no infra is asked, nothing starts or stops); repeating it is harmless.
+RECORDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 # approve_tuning: approve=true spends, approve=false stops the run for good (not undoable, not repeatable)
 DECIDES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True)
 

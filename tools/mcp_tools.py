@@ -31,6 +31,7 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         mcp_plans,
         mcp_replan,
         mcp_results,
+        mcp_runs,
         mcp_tuning,
     )
 
@@ -42,3 +43,4 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
     mcp_tuning.register(mcp, session)
     mcp_capacity.register(mcp, session)  # plan_capacity: fleets for traffic (tools/capacity.py)
     mcp_replan.register(mcp, session)  # replan_deployment: keep the node, change the plan (tools/replan.py)
+    mcp_runs.register(mcp, session)  # record_run, mark_run: a tuning run's record (tools/run_records.py)

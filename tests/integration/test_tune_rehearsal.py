@@ -105,11 +105,17 @@ def test_tune_through_a_remote_mcp_server(tmp_path: Path) -> None:
             assert time.time() < deadline
             time.sleep(0.1)
         goal = "cheapest per clip, p95 under 150 s, spot ok"
-        out = run("tune", goal, "--yes", "--json", "--db", str(db), "--mcp-url", f"http://127.0.0.1:{port}/mcp")
+        mine = tmp_path / "client.db"  # the agent's own database: only its checkpoints live beside it
+        out = run("tune", goal, "--yes", "--json", "--db", str(mine), "--mcp-url", f"http://127.0.0.1:{port}/mcp")
         assert out.returncode == 0, out.stderr[-3000:]
         data = json.loads(out.stdout)
         assert data["recommendation"]["plan"] and data["spend"]["deployments"] >= 1
         assert Store(db).list_deployments(alive_only=True) == []
+        # the run's record is on the server, beside its deployments and benchmarks (MCP record_run / mark_run)
+        (run_row,) = [r for r in Store(db).list_runs() if r["kind"] == "tune"]
+        assert run_row["status"] == "completed" and run_row["summary"]["recommendation"]["plan"]
+        assert {d.run_id for d in Store(db).list_deployments()} == {run_row["id"]}
+        assert not [r for r in Store(mine).list_runs() if r["kind"] == "tune"]
     finally:
         server.terminate()
         server.wait(timeout=15)

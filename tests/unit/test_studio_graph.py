@@ -55,17 +55,26 @@ def test_read_goal_is_the_first_node() -> None:
 def test_read_goal_parses_the_text_and_records_the_run(tmp_path: Path) -> None:
     import asyncio
 
+    from langgraph.runtime import ExecutionInfo, Runtime
+
     from worldtune.agent.graph import read_goal
     from worldtune.tools.store import Store
 
     db = tmp_path / "r.db"
+
+    def node(thread_id: str | None) -> Runtime[Context]:  # what LangGraph hands the node: its context and thread
+        info = ExecutionInfo(checkpoint_id="", checkpoint_ns="", task_id="", thread_id=thread_id)
+        return Runtime(context=Context(db_path=str(db)), execution_info=info)
+
     state = {"goal_text": "p95 under 150 s, cheapest per clip, H200, budget $50", "options": {"db_path": str(db)}}
-    update = asyncio.run(read_goal(state, {"configurable": {"thread_id": "thread-1"}}))  # type: ignore[arg-type]
+    update = asyncio.run(read_goal(state, node("thread-1")))  # type: ignore[arg-type]
     assert update["run_id"] == "thread-1" and update["goal"]["latency_bound_s"] == 150.0
     assert update["goal"]["budget_usd"] == 50.0 and update["options"]["infra"] == "local"
     assert update["options"]["yes"] is True  # the local twin is free: no approval question
     paid = asyncio.run(read_goal({**state, "options": {"db_path": str(db), "infra": "nebius", "engine": "vllm-omni"}},
-                                 {"configurable": {"thread_id": "thread-2"}}))  # type: ignore[arg-type]  # fmt: skip
+                                 node("thread-2")))  # type: ignore[arg-type]  # fmt: skip
     assert paid["options"]["yes"] is False  # a paid run stops at the spend estimate
     assert Store(db).get_run("thread-1") is not None
-    assert asyncio.run(read_goal({**state, "goal": update["goal"]}, {})) == {}  # the runner's path: untouched
+    assert (
+        asyncio.run(read_goal({**state, "goal": update["goal"], "run_id": "thread-1"}, node(None))) == {}
+    )  # the runner's path: untouched
