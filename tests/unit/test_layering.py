@@ -37,8 +37,8 @@ KNOWN_EXCEPTIONS = {
     "the byte formulas are to move into the words (issue 16 item 1)",
     ("policies/pareto.py", "worldtune.tools.estimate"): "the frontier and goal checks read Estimate, which lives "
     "with the estimate capability until Estimate moves into the words",
-    ("sky/backend.py", "worldtune.tools.store"): "the SkyPilot backend writes its ledger and copies benchmark "
-    "samples into the results database itself (issue 16 item 4: one Backend interface)",
+    ("sky/backend.py", "worldtune.tools.store"): "the SkyPilot backend writes its ledger and its benchmark's row "
+    "into the results database itself (the samples it copies back go through MeasureHere.keep)",
     ("sky/catalog.py", "worldtune.tools.offers"): "the offline catalog is written from the offers snapshot loader",
     ("sky/garbage.py", "worldtune.tools.deploy"): "gc tears down through the deploy capability, which loads sky "
     "back by import_module string (a cycle; issue 16 item 4)",
@@ -123,6 +123,28 @@ def test_the_agent_imports_tools_and_the_search_policy() -> None:
     found = {(f, m) for f, m in dependencies("agent") if not (in_room(m, "agent") or in_room(m, "tools"))}
     found -= {(f, m) for f, m in found if m in SEARCH_POLICY}
     assert not offenders(found), f"agent/ may import only tools/ and policies.search: {offenders(found)}"
+
+
+# Issue 16 item 5: the agent's graph reaches the world and the database only through the MCP tools. The
+# modules below still open the results database themselves; the list can only shrink.
+AGENT_DATABASE = {
+    "agent/configuration.py": "resolves the default database path ($WORLDTUNE_DB) the in-process tools open",
+    "agent/runner.py": "the Tuner behind the MCP server's start_tuning/get_tuning runs in the server: it records "
+    "a run before its thread starts and reads runs back for get_tuning; and the path the in-process tools open",
+    "agent/detached.py": "a detached run's own process takes over the run before it connects its tools, and "
+    "records a failure that happens before they are up",
+    "agent/fleet_step.py": "the fleet rehearsal's twins and samples are written to the run's database directly",
+    "agent/report.py": "`worldtune report` reads the run's record and samples from the database it is given",
+}
+
+
+def test_the_agent_reaches_the_database_only_through_mcp() -> None:
+    found = {f for f, m in dependencies("agent") if m == "worldtune.tools.store"}
+    assert found, "the check found no agent module opening the database: is it reading the right room?"
+    assert found <= set(AGENT_DATABASE), (
+        f"open the database through the MCP tools: {sorted(found - set(AGENT_DATABASE))}"
+    )
+    assert set(AGENT_DATABASE) <= found, f"fixed, take them off AGENT_DATABASE: {sorted(set(AGENT_DATABASE) - found)}"
 
 
 def test_known_exceptions_only_shrink() -> None:
