@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from worldtune.tools.estimate import Estimate
     from worldtune.tools.goal import Goal
+    from worldtune.tools.prediction import Estimate
 
 Direction = Literal["min", "max"]
 T = TypeVar("T")

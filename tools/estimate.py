@@ -7,89 +7,29 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from pydantic import BaseModel, Field
-
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import shipped_profile
 from worldtune.policies.uncertainty import uncertainty
 from worldtune.tools import plan_rules
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu
-from worldtune.tools.offer import Offer
 from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.plan import Plan
+from worldtune.tools.prediction import Breakdown, Estimate, PlanCheck
 from worldtune.tools.profile import Profile
 from worldtune.tools.profile_paths import load_profile
 from worldtune.tools.workload import Workload, anchor_workload
 
-
-class Breakdown(BaseModel):
-    """Where one denoising step's time goes (seconds per step)."""
-
-    linear_s: float
-    attention_s: float
-    ulysses_s: float
-    tp_s: float
-    ring_s: float
-    hsdp_s: float
-    cfg_s: float
-    overhead_s: float
-
-
-class Estimate(BaseModel):
-    """The model's prediction for one plan on one GPU type, with the cheapest matching offer."""
-
-    valid: bool
-    reason: str = Field(description="why the plan is refused, or a warning / 'ok'")
-    rule: str = ""
-    alternative: str = ""
-    model: str
-    gpu: str
-    plan: str
-    gpus: int = Field(description="GPUs the plan uses (replicas x world size)")
-    world_size: int
-    replicas: int
-    steps: int
-    latency_s: float | None = None
-    per_step_s: float | None = None
-    fixed_s: float | None = None
-    guardrail_s: float | None = None
-    service_s: float | None = None
-    load_s: float | None = None
-    memory_gib_per_gpu: float | None = None
-    clips_per_hour_per_replica: float | None = None
-    clips_per_hour_per_node: float | None = None
-    usd_per_clip: float | None = None
-    offer: Offer | None = None
-    breakdown: Breakdown | None = None
-    profile_source: str = ""
-    latency_sigma: float | None = Field(
-        default=None, description="relative one-sigma of the predicted latency under the profile's prior uncertainty"
-    )
-    latency_range_s: tuple[float, float] | None = Field(
-        default=None, description="5th-95th percentile of the latency under that uncertainty (a model, not a measure)"
-    )
-    uncertainty_shares: dict[str, float] = Field(
-        default_factory=dict, description="parameter -> share of the latency's variance it explains"
-    )
-    assumed_terms: list[str] = Field(default_factory=list, description="assumed parameters the latency rests on")
-    relies_on_assumed: bool = Field(default=False, description="assumed terms explain >= 25% of the variance")
-
-
-class PlanCheck(BaseModel):
-    """Whether vLLM-Omni would accept a plan on a GPU type, and why not; the serve flags when it would."""
-
-    valid: bool
-    plan: str = Field(description="the plan in its canonical spelling")
-    model: str
-    gpu: str
-    rule: str = Field(description="the rule a refused plan breaks ('' when valid)")
-    message: str = Field(description="'ok', a warning, or why it is refused with a valid alternative")
-    alternative: str = Field(description="a nearby valid plan when refused")
-    gpus: int
-    world_size: int
-    replicas: int
-    serve_flags: list[str] = Field(description="vllm-omni serve flags of one replica")
+__all__ = [
+    "Breakdown",
+    "Estimate",
+    "PlanCheck",
+    "check_plan",
+    "estimate",
+    "estimate_plan",
+    "list_plans",
+    "resolve_profile",
+]
 
 
 def resolve_profile(gpu: str, profile_path: str | None = None) -> Profile:

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from worldtune.tools.estimate import Estimate
+from worldtune.tools.prediction import Estimate
 
 SortKey = Literal["latency", "cost", "throughput"]
 
