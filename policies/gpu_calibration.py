@@ -1,6 +1,6 @@
 """Turns the GPU micro-benchmarks' raw JSON into a Profile, and compares it with the published cells.
 
-policies/gpu_microbench.py writes the raw file on the GPU node (pure torch); this side fits, with
+policies/instruments/microbench.py writes the raw file on the GPU node (pure torch); this side fits, with
 policies.calibration_fit.fit_profile, the effective linear and attention rates and the size at which they
 halve (half_rate_tokens) to the token sweep, and reads the collectives' bus bandwidths and per-call
 latency off the per-layer message sizes of the Ulysses, TP and HSDP schemes. Fields the micro-benchmarks
@@ -18,7 +18,8 @@ from typing import Any
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import load_published, shipped_profile
 from worldtune.policies.calibration_fit import Prior, RateObs, fit_profile
-from worldtune.policies.gpu_microbench import RAW_FORMAT, SP_DEGREES
+from worldtune.policies.instruments.microbench import RAW_FORMAT
+from worldtune.policies.instruments.shapes import SP_DEGREES
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.gpus import get_gpu
 from worldtune.tools.models import get_model
@@ -41,7 +42,7 @@ def load_raw(path: str | Path) -> dict[str, Any]:
     """Read a raw micro-benchmark file; anything else is a clear error."""
     file = Path(path)
     if not file.is_file():
-        raise InvalidInput("raw", str(path), "a raw JSON file written by gpu_microbench.py --out")
+        raise InvalidInput("raw", str(path), "a raw JSON file written by policies/instruments/microbench.py --out")
     try:
         data = json.loads(file.read_text())
     except json.JSONDecodeError as exc:
@@ -146,8 +147,8 @@ def measured_profile(raw: dict[str, Any], gpu: str, base: Profile | None = None,
     date = str(raw["date"])[:10]
     what = f"{world(raw)} CPU process(es)" if is_toy(raw) else f"{world(raw)} GPU{'s' if world(raw) > 1 else ''}"
     source = (
-        f"measured by `worldtune calibrate` (policies/gpu_microbench.py) on {what}, {date}: {', '.join(measured)}; "
-        f"other fields from the shipped {spec.name} profile ({base.source})"
+        f"measured by `worldtune calibrate` (policies/instruments/microbench.py) on {what}, {date}: "
+        f"{', '.join(measured)}; other fields from the shipped {spec.name} profile ({base.source})"
     )
     if is_toy(raw):
         source = "TOY RUN (--tiny and/or CPU): exercises the code path only, calibrates nothing; " + source
@@ -181,7 +182,7 @@ def measured_profile(raw: dict[str, Any], gpu: str, base: Profile | None = None,
 
 
 def with_mechanisms(profile: Profile, mech: dict[str, Any], mech_name: str) -> Profile:
-    """The profile with the mechanism terms a gpu_mechbench.py file measures (ring, Ulysses packing, FP8, VAE
+    """The profile with the mechanism terms a mechbench.py file measures (ring, Ulysses packing, FP8, VAE
     tiles), each with its basis; a toy run's terms are recorded but say so in their basis."""
     from worldtune.policies import mech_terms
     from worldtune.tools.profile import ParamBasis

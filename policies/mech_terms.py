@@ -1,4 +1,4 @@
-"""The model's mechanism terms read off the GPU mechanism benchmarks (policies/gpu_mechbench.py raw JSON).
+"""The model's mechanism terms read off the GPU mechanism benchmarks (policies/instruments/mechbench.py raw JSON).
 
 Each term comes with the records it was read from, so a profile's `basis` can name the file and cells:
 ring's chunked-attention efficiency and log-sum-exp merge cost, Ulysses' packing cost, the FP8 linear
@@ -37,7 +37,7 @@ class Term:
 
 def load_mech(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise InvalidInput("mechbench", str(path), "a JSON file written by policies/gpu_mechbench.py --out")
+        raise InvalidInput("mechbench", str(path), "a JSON file written by policies/instruments/mechbench.py --out")
     data: dict[str, Any] = json.loads(path.read_text())
     if data.get("format") != "worldtune-gpu-mechbench/1":
         raise InvalidInput("mechbench", str(path), "a file whose format is 'worldtune-gpu-mechbench/1'")

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from worldtune.tools.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, ModelSpec, get_model
+from worldtune.tools.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, ModelSpec, TowerShape, get_model
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.workload import Workload
@@ -108,6 +108,40 @@ def _collective_s(bytes_moved: float, collective: str, profile: Profile, calls: 
     return calls * profile.collective_latency_us * 1e-6 + bytes_moved / profile.bandwidth(collective)
 
 
+# ---- per-layer message sizes: the one definition (the GPU micro-benchmark times these same sizes, handed to
+# it through policies/instruments/model_sizes.py) -------------------------------------------------------------
+def bus_bytes(collective: str, buffer_bytes: float, world: int) -> float:
+    """Bytes each of `world` GPUs puts on the links for one collective (NCCL-tests' bus-bandwidth convention, which
+    the Profile's GB/s are in): an all-reduce 2(n-1)/n of its buffer, an all-to-all or all-gather (n-1)/n."""
+    if collective == "allreduce":
+        return buffer_bytes * 2.0 * (world - 1) / world
+    if collective in ("a2a", "allgather"):
+        return buffer_bytes * (world - 1) / world
+    raise ValueError(f"collective={collective!r}: expected a2a, allreduce or allgather")
+
+
+def ulysses_bytes(tower: TowerShape, tokens_per_gpu: int) -> tuple[int, int]:
+    """One layer's Ulysses all-to-all buffers on a GPU: q/k/v scattered to head groups, the output gathered back
+    (BF16; a TP rank moves 1/tp of each)."""
+    q_dim, kv_dim = tower.q_heads * tower.head_dim, tower.kv_heads * tower.head_dim
+    return tokens_per_gpu * (q_dim + 2 * kv_dim) * BYTES_BF16, tokens_per_gpu * q_dim * BYTES_BF16
+
+
+def tp_allreduce_bytes(tower: TowerShape, tokens_per_gpu: int) -> int:
+    """The hidden state each of TP's two all-reduces per layer sums (a GPU's tokens x hidden, BF16)."""
+    return tokens_per_gpu * tower.hidden * BYTES_BF16
+
+
+def hsdp_gather_bytes(tower: TowerShape, fp8: bool = False) -> int:
+    """One layer's weights, all-gathered from the HSDP shards before the layer runs."""
+    return tower.params_per_layer * (1 if fp8 else BYTES_BF16)
+
+
+def cfg_gather_bytes(tokens: int) -> int:
+    """Both CFG branches' predictions, all-gathered once per step (each GPU receives the other branch's half)."""
+    return tokens * LATENT_CHANNELS * BYTES_BF16
+
+
 def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> StepBreakdown:
     """Per-step time of one replica, by component (the slowest GPU's view; all GPUs are symmetric)."""
     g = spec.generator
@@ -134,14 +168,14 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
     ulysses_s = tp_s = ring_s = hsdp_s = 0.0
     if plan.ulysses > 1:
         # q, k, v scattered to head groups before attention, the output gathered back after it
-        moved = tokens_per_gpu * (2 * q_dim + 2 * kv_dim) * BYTES_BF16 / plan.tp
-        ulysses_s = _collective_s(moved * (plan.ulysses - 1) / plan.ulysses, "a2a", profile, calls=2)
+        moved = sum(ulysses_bytes(g, tokens_per_gpu)) / plan.tp
+        ulysses_s = _collective_s(bus_bytes("a2a", moved, plan.ulysses), "a2a", profile, calls=2)
         # the head (un)packing copies around both all-to-alls: each byte read and written, before and after
         ulysses_s += 4 * moved / 1e9 * profile.ulysses_pack_ms_per_gb * 1e-3
     if plan.tp > 1:
         # two all-reduces of the hidden state per layer (after attention and after the MLP)
-        size = tokens_per_gpu * g.hidden * BYTES_BF16
-        tp_s = _collective_s(2 * size * 2 * (plan.tp - 1) / plan.tp, "allreduce", profile, calls=2)
+        size = tp_allreduce_bytes(g, tokens_per_gpu)
+        tp_s = _collective_s(2 * bus_bytes("allreduce", size, plan.tp), "allreduce", profile, calls=2)
     if plan.ring > 1:
         chunk = (tokens / sp) * 2 * kv_dim / plan.tp * BYTES_BF16
         ring = _collective_s(chunk * (plan.ring - 1), "a2a", profile, calls=plan.ring - 1)
@@ -151,12 +185,11 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
         ring_s += (plan.ring - 1) * out_elements / 1e9 * profile.ring_merge_ms_per_gelem * 1e-3
         ring_s += (plan.ring - 1) * profile.ring_hop_latency_us * 1e-6
     if plan.hsdp > 1:
-        layer_bytes = g.params_per_layer * (1 if plan.fp8 else BYTES_BF16)
-        gather = _collective_s(layer_bytes * (plan.hsdp - 1) / plan.hsdp, "allgather", profile)
+        gather = _collective_s(bus_bytes("allgather", hsdp_gather_bytes(g, plan.fp8), plan.hsdp), "allgather", profile)
         hsdp_s = max(gather * (1 - profile.hsdp_overlap), gather - compute_layer_s)
     cfg_s = 0.0
     if plan.cfg > 1 and branches > 1:
-        cfg_s = _collective_s(tokens * LATENT_CHANNELS * BYTES_BF16 / 2, "allgather", profile)
+        cfg_s = _collective_s(bus_bytes("allgather", cfg_gather_bytes(tokens), branches), "allgather", profile)
     scale = passes * g.layers
     return StepBreakdown(
         linear_s=linear_s * scale,
@@ -178,11 +211,22 @@ def attention_factor(plan: Plan, profile: Profile) -> float:
     return factors[backend] / default * (profile.fp8_attn_speedup if plan.fp8 else 1.0)
 
 
-def vae_tiles(latent_h: int, latent_w: int) -> list[int]:
-    """Latent areas of vLLM-Omni's tiled-decode tiles (diffusers' Wan tiling: 16-latent tiles every 12)."""
+def vae_latent(workload: Workload) -> tuple[int, int, int]:
+    """The VAE latent of a clip: latent frames, height and width (16x spatial; 720p x 189 frames: 48 x 45 x 80)."""
+    return workload.latent_frames, math.ceil(workload.height / VAE_SPATIAL), math.ceil(workload.width / VAE_SPATIAL)
+
+
+def vae_tile_shapes(latent_h: int, latent_w: int) -> list[tuple[int, int]]:
+    """Latent height x width of each of vLLM-Omni's tiled-decode tiles, row by row (diffusers' Wan tiling:
+    16-latent tiles every 12)."""
     rows = [min(VAE_TILE_LATENT, latent_h - i) for i in range(0, latent_h, VAE_TILE_STRIDE)]
     cols = [min(VAE_TILE_LATENT, latent_w - j) for j in range(0, latent_w, VAE_TILE_STRIDE)]
-    return [h * w for h in rows for w in cols]
+    return [(h, w) for h in rows for w in cols]
+
+
+def vae_tiles(latent_h: int, latent_w: int) -> list[int]:
+    """Latent areas of vLLM-Omni's tiled-decode tiles."""
+    return [h * w for h, w in vae_tile_shapes(latent_h, latent_w)]
 
 
 def busiest_rank(costs: list[float], ranks: int) -> float:
@@ -205,7 +249,7 @@ def vae_time_s(workload: Workload, plan: Plan, profile: Profile) -> float:
         return whole
     if profile.vae_tile_area_cost <= 0:  # a profile from before the tile model
         return whole / (1.0 + (plan.vae - 1) * profile.vae_parallel_efficiency)
-    latent_h, latent_w = math.ceil(workload.height / VAE_SPATIAL), math.ceil(workload.width / VAE_SPATIAL)
+    _, latent_h, latent_w = vae_latent(workload)
     anchor_area = math.ceil(720 / VAE_SPATIAL) * math.ceil(1280 / VAE_SPATIAL)
     per_tile = profile.vae_decode_s * frames_ratio
     costs = [

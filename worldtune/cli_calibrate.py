@@ -1,13 +1,15 @@
 """`worldtune calibrate`: measure a GPU type's Profile with micro-benchmarks of the generator's own operations.
 
-Three ways in: run policies/gpu_microbench.py here (needs PyTorch: `pip install 'worldtune[calibrate]'`),
-convert a raw file a GPU node wrote (--from-raw), or render the SkyPilot task that runs it on a rented
-node (--infra CLOUD; --dry-run validates it with SkyPilot offline and prints it).
+Three ways in: run policies/instruments/microbench.py here (needs PyTorch: `pip install 'worldtune[calibrate]'`;
+it reads its sizes from the model), convert a raw file a GPU node wrote (--from-raw), or render the SkyPilot task
+that runs it on a rented node (--infra CLOUD; --dry-run validates it with SkyPilot offline and prints it): the task
+ships the instrument's files and the sizes computed here from the model, as JSON.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import string
@@ -25,13 +27,22 @@ TEMPLATE = Path(__file__).resolve().parent.parent / "sky" / "templates" / "calib
 RAW_BEGIN = "WORLDTUNE-CALIBRATE-RAW-BEGIN"
 RAW_END = "WORLDTUNE-CALIBRATE-RAW-END"
 TORCH_REQUIREMENT = "torch==2.13.0"  # the `calibrate` extra's pin
+MICROBENCH = "worldtune.policies.instruments.microbench"
+NODE_DIR = "~/worldtune-calibrate/instruments"  # where the task puts the instrument's files (sky/templates)
 
 
-def microbench_path() -> Path:
-    """The micro-benchmark script (a plain file: it also runs where worldtune is not installed)."""
-    spec = importlib.util.find_spec("worldtune.policies.gpu_microbench")
-    assert spec is not None and spec.origin is not None
-    return Path(spec.origin)
+def file_mounts() -> dict[str, str]:
+    """The instrument's files (plain PyTorch: they run where worldtune is not installed) as the task mounts them."""
+    from worldtune.policies.instruments import device_files
+
+    return {f"{NODE_DIR}/{path.name}": str(path) for path in device_files()}
+
+
+def sizes_json() -> str:
+    """The sizes the micro-benchmark runs at, computed here from the model (a bare node cannot import it)."""
+    from worldtune.policies.instruments import model_sizes
+
+    return json.dumps(model_sizes.document(variants=["full"]), separators=(",", ":"))
 
 
 def template_path() -> Path:
@@ -52,7 +63,9 @@ def render_text(gpu: str, count: int, infra: str) -> str:
         infra=infra,
         gpu=spec.sky_accelerator,
         count=count,
-        microbench=str(microbench_path()),
+        # JSON texts are YAML flow values: the mounts a mapping, the sizes one double-quoted string
+        file_mounts=json.dumps(file_mounts()),
+        sizes_json=json.dumps(sizes_json()),
         torch_requirement=TORCH_REQUIREMENT,
         begin_marker=RAW_BEGIN,
         end_marker=RAW_END,
@@ -121,14 +134,14 @@ def run_microbench(raw_out: Path, world: int | None, tiny: bool, device: str, me
             "PyTorch for the local micro-benchmarks",
             "pip install 'worldtune[calibrate]', or use --from-raw FILE or --infra CLOUD",
         )
-    argv = [sys.executable, str(microbench_path()), "--out", str(raw_out), "--device", device]
+    argv = [sys.executable, "-m", MICROBENCH, "--out", str(raw_out), "--device", device]
     if world is not None:
         argv += ["--world", str(world)]
     if tiny:
         argv.append("--tiny")
     if mechanisms:
         argv.append("--mechanisms")
-    from worldtune.policies.gpu_microbench import MULTICAST_OFF_ENV
+    from worldtune.policies.instruments.devkit import MULTICAST_OFF_ENV
 
     env = {**os.environ, **MULTICAST_OFF_ENV}
     # progress goes to stderr: stdout carries only the result (--json promises that)
@@ -159,7 +172,7 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--mechanisms", help="also measure ring, Ulysses packing, FP8, SDPA backends, VAE")
         ] = False,
         from_mech: Annotated[
-            str | None, typer.Option("--from-mech", help="with --from-raw: a gpu_mechbench.py JSON to read too")
+            str | None, typer.Option("--from-mech", help="with --from-raw: a mechbench.py JSON to read too")
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
     ) -> None:
@@ -223,7 +236,7 @@ def _calibrate(
     from_mech: str | None = None,
 ) -> None:
     from worldtune.policies import gpu_calibration as gc
-    from worldtune.policies.gpu_microbench import mechanisms_path
+    from worldtune.policies.instruments.microbench import mechanisms_path
     from worldtune.policies.mech_terms import load_mech
 
     workdir = Path.cwd()

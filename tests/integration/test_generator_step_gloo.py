@@ -56,7 +56,7 @@ def test_every_plan_matches_one_process_on_four_gloo_ranks(tmp_path: Path) -> No
 
 def test_microbench_collectives_in_concurrent_sub_groups(tmp_path: Path) -> None:
     out = tmp_path / "mb.json"
-    _run(["policies/gpu_microbench.py", "--world", "4", "--groups", "2,4", "--skip-compute", "--tiny",
+    _run(["policies/instruments/microbench.py", "--world", "4", "--groups", "2,4", "--skip-compute", "--tiny",
           "--device", "cpu", "--repeats", "1", "--iters", "1", "--out", str(out)])  # fmt: skip
     raw = json.loads(out.read_text())
     assert raw["complete"] and raw["collectives"]

@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 
-from worldtune.policies import gpu_microbench as mb
 from worldtune.policies import perf_model
+from worldtune.policies.instruments import generator_step as step
+from worldtune.policies.instruments import microbench as mb
+from worldtune.policies.instruments import step_compare, step_runner
+from worldtune.policies.instruments import step_plan as plans
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
@@ -28,7 +31,7 @@ needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (
 
 
 def _load() -> types.ModuleType:
-    """benchmarks/generator_step.py is a script (it must run on a GPU node without worldtune): load it by path."""
+    """benchmarks/generator_step.py is a script (it also runs on a GPU node without worldtune): load it by path."""
     if "generator_step" not in sys.modules:
         spec = importlib.util.spec_from_file_location("generator_step", REPO / "benchmarks" / "generator_step.py")
         assert spec is not None and spec.loader is not None
@@ -46,7 +49,7 @@ gs: Any = _load()
     "text", ["1gpu", "cfg2", "u2", "tp2", "cfg2-hsdp2", "hsdp8", "cfg2-u4-hsdp8", "tp8", "u4-cfg2", "cfg2-tp2-u2"]
 )
 def test_device_plan_parser_agrees_with_tools_plan(text: str) -> None:
-    step_plan, plan = gs.parse_plan(text, mb.FULL), Plan.parse(text)
+    step_plan, plan = plans.parse_plan(text, mb.FULL), Plan.parse(text)
     assert step_plan.name == str(plan)
     assert step_plan.world == plan.world_size
     assert (step_plan.cfg, step_plan.ulysses, step_plan.tp, step_plan.hsdp) == (
@@ -73,23 +76,23 @@ def test_device_plan_parser_agrees_with_tools_plan(text: str) -> None:
 )
 def test_bad_plans_are_refused_with_the_reason(text: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
-        gs.parse_plan(text, mb.FULL)
+        plans.parse_plan(text, mb.FULL)
 
 
 def test_rank_layout_of_the_published_8gpu_plans() -> None:
-    recommended = gs.parse_plan("cfg2-u4-hsdp8", mb.FULL)
+    recommended = plans.parse_plan("cfg2-u4-hsdp8", mb.FULL)
     assert recommended.groups() == {
         "ulysses": [[0, 1, 2, 3], [4, 5, 6, 7]],  # two concurrent Ulysses-4 groups, one per CFG branch
         "cfg": [[0, 4], [1, 5], [2, 6], [3, 7]],
         "hsdp": [list(range(8))],
     }
-    assert gs.parse_plan("tp8", mb.FULL).groups() == {"tp": [list(range(8))]}
-    composed = gs.parse_plan("cfg2-u2-tp2", mb.FULL)
+    assert plans.parse_plan("tp8", mb.FULL).groups() == {"tp": [list(range(8))]}
+    composed = plans.parse_plan("cfg2-u2-tp2", mb.FULL)
     for rank in range(composed.world):
         assert composed.rank_of(*composed.coords(rank)) == rank
     assert composed.groups()["tp"][:2] == [[0, 1], [2, 3]] and composed.groups()["cfg"][0] == [0, 4]
     # standalone HSDP replicates the whole step: every rank is at (0, 0, 0)
-    assert {gs.parse_plan("hsdp4", mb.FULL).coords(r) for r in range(4)} == {(0, 0, 0)}
+    assert {plans.parse_plan("hsdp4", mb.FULL).coords(r) for r in range(4)} == {(0, 0, 0)}
 
 
 def _tp_part(layer: Any, tp: int) -> Any:
@@ -107,10 +110,10 @@ def test_layer_dims_are_the_generator_layer_and_tp_divides_it() -> None:
 def test_tp_slices_are_the_right_rows_and_columns() -> None:
     import torch
 
-    layer = gs.TINY.layer
-    flat, _ = gs.full_layer(gs.TINY, 0, 17, torch.device("cpu"), torch.float32)
-    w_qkv, w_o, w_gate_up, w_down = gs.weight_views(layer, flat)
-    s_qkv, s_o, s_gate_up, s_down = gs.weight_views(_tp_part(layer, 2), gs.tp_slice(flat, gs.TINY, 2, 1))
+    layer = step.TINY.layer
+    flat, _ = plans.full_layer(step.TINY, 0, 17, torch.device("cpu"), torch.float32)
+    w_qkv, w_o, w_gate_up, w_down = plans.weight_views(layer, flat)
+    s_qkv, s_o, s_gate_up, s_down = plans.weight_views(_tp_part(layer, 2), plans.tp_slice(flat, step.TINY, 2, 1))
     q, kv, f = layer.q_dim, layer.kv_dim, layer.ffn
     assert torch.equal(s_qkv[: q // 2], w_qkv[q // 2 : q])  # second half of the query heads
     assert torch.equal(s_qkv[q // 2 : q // 2 + kv // 2], w_qkv[q + kv // 2 : q + kv])  # second half of the K heads
@@ -126,7 +129,7 @@ def test_one_process_tiny_step_end_to_end(tmp_path: Path) -> None:
     argv = ["--out", str(out), "--tiny", "--device", "cpu", "--plans", "1gpu", "--layers", "16", "--check"]
     assert gs.main([*argv, "--reps", "2", "--warmup", "1"]) == 0
     raw = json.loads(out.read_text())
-    assert raw["format"] == gs.RAW_FORMAT and raw["complete"] and raw["tiny"] and raw["hardware"]["world"] == 1
+    assert raw["format"] == step.RAW_FORMAT and raw["complete"] and raw["tiny"] and raw["hardware"]["world"] == 1
     (entry,) = raw["plans"]
     assert entry["plan"] == "1gpu" and entry["world"] == 1 and len(entry["ranks"][0]["step_ms"]) == 2
     assert entry["per_step_s_scaled"] == pytest.approx(entry["step_ms"] * 1e-3 * 64 / 16)
@@ -151,28 +154,28 @@ def test_refusals_name_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_comm_log_reports_bus_bandwidth_per_kind() -> None:
-    log = gs.CommLog(cuda=False)
+    log = step_runner.CommLog(cuda=False, sizes=mb.FULL)
     for begin in (0.0, 1.0, 2.0, 3.0):  # four all-reduces of 1 MB over 2 steps, each 1 ms on the host clock
         log.stop("tp_allreduce", 2, 10**6, begin)
         log.entries[-1] = (*log.entries[-1][:4], begin + 1e-3)
     summary = log.summary(steps=2)["tp_allreduce"]
     assert summary["calls_per_step"] == 2 and summary["group_size"] == 2
     assert summary["median_ms"] == pytest.approx(1.0) and summary["ms_per_step"] == pytest.approx(2.0)
-    assert summary["busbw_gbps"] == pytest.approx(mb.bus_bytes("allreduce", 10**6, 2) / 1e-3 / 1e9)
+    assert summary["busbw_gbps"] == pytest.approx(mb.FULL.bus_bytes("allreduce", 10**6, 2) / 1e-3 / 1e9)
 
 
 def test_own_comm_is_the_rank_that_waited_least() -> None:
     def record(rank: int, ms: float) -> dict[str, Any]:
         return {"rank": rank, "comm": {"ulysses_a2a": {"ms_per_step": ms, "busbw_gbps": 100 / ms}}}
 
-    own = gs.own_comm([record(0, 104.0), record(1, 30.0)])["ulysses_a2a"]
+    own = step.own_comm([record(0, 104.0), record(1, 30.0)])["ulysses_a2a"]
     assert own["rank"] == 1 and own["ms_per_step"] == 30.0 and own["max_ms_per_step"] == 104.0
 
 
 # ---- the comparison with the performance model ------------------------------------------------------------------
 def test_comparison_of_the_committed_h200_run() -> None:
     raw = json.loads(RUN_8_LAYERS.read_text())
-    result = gs.comparison_rows([raw], PROFILE)
+    result = step_compare.comparison_rows([raw], PROFILE)
     rows = {r["plan"]: r for r in result["rows"]}
     assert set(rows) == {"1gpu", "cfg2", "u2", "tp2", "cfg2-hsdp2"}
     profile = Profile.load(PROFILE)
@@ -204,8 +207,9 @@ def test_isolated_bandwidth_comes_from_the_scheme_cases_at_its_degree() -> None:
             }
         ],
     }
-    assert gs.isolated_busbw(microbench, "ulysses_a2a", 4) == 260.0  # the groups of 4, not the whole world's
-    assert gs.isolated_busbw(microbench, "ulysses_a2a", 8) == 300.0
+    assert step_compare.isolated_busbw(microbench, "ulysses_a2a", 4) == 260.0  # the groups of 4, not the whole world's
+    assert step_compare.isolated_busbw(microbench, "ulysses_a2a", 8) == 300.0
     assert (
-        gs.isolated_busbw(microbench, "tp_allreduce", 4) is None and gs.isolated_busbw(None, "ulysses_a2a", 4) is None
+        step_compare.isolated_busbw(microbench, "tp_allreduce", 4) is None
+        and step_compare.isolated_busbw(None, "ulysses_a2a", 4) is None
     )

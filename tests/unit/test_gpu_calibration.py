@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from worldtune.policies import gpu_calibration as gc
-from worldtune.policies import gpu_microbench as mb
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import load_published, shipped_profile
+from worldtune.policies.instruments import microbench as mb
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
@@ -57,10 +57,10 @@ def test_bytes_per_collective_per_scheme() -> None:
     assert mb.hsdp_gather_bytes(mb.FULL) == 975_175_680
     assert mb.hsdp_gather_bytes(mb.FULL, 1) == 487_587_840
     assert mb.cfg_gather_bytes(mb.FULL) == 44160 * 64 * 2
-    assert mb.bus_bytes("allreduce", 800, 8) == 1400
-    assert mb.bus_bytes("a2a", 800, 8) == mb.bus_bytes("allgather", 800, 8) == 700
+    assert mb.FULL.bus_bytes("allreduce", 800, 8) == 1400
+    assert mb.FULL.bus_bytes("a2a", 800, 8) == mb.FULL.bus_bytes("allgather", 800, 8) == 700
     with pytest.raises(ValueError, match="collective"):
-        mb.bus_bytes("broadcast", 8, 2)
+        mb.FULL.bus_bytes("broadcast", 8, 2)
     names = [c.name for c in mb.collective_cases(mb.FULL)]
     assert len(names) == len(set(names))
     assert {"a2a-u8-qkv", "allreduce-sp1", "allgather-hsdp-bf16", "a2a-probe", "allgather-cfg"} <= set(names)
@@ -82,11 +82,13 @@ def _per_layer_bytes(plan: str, field: str, **profile_changes: Any) -> float:
 def test_microbench_sizes_are_the_bytes_the_performance_model_charges(degree: int) -> None:
     qkv, out = mb.ulysses_bytes(mb.FULL, degree)
     moved = _per_layer_bytes(f"u{degree}", "ulysses_s", ulysses_pack_ms_per_gb=0.0)  # the all-to-alls alone
-    assert moved == pytest.approx(mb.bus_bytes("a2a", qkv, degree) + mb.bus_bytes("a2a", out, degree), rel=1e-9)
+    assert moved == pytest.approx(
+        mb.FULL.bus_bytes("a2a", qkv, degree) + mb.FULL.bus_bytes("a2a", out, degree), rel=1e-9
+    )
     tp = _per_layer_bytes(f"tp{degree}", "tp_s")
-    assert tp == pytest.approx(2 * mb.bus_bytes("allreduce", mb.tp_allreduce_bytes(mb.FULL), degree), rel=1e-9)
+    assert tp == pytest.approx(2 * mb.FULL.bus_bytes("allreduce", mb.tp_allreduce_bytes(mb.FULL), degree), rel=1e-9)
     hsdp = _per_layer_bytes(f"hsdp{degree}", "hsdp_s", hsdp_overlap=0.0)
-    assert hsdp == pytest.approx(mb.bus_bytes("allgather", mb.hsdp_gather_bytes(mb.FULL), degree), rel=1e-9)
+    assert hsdp == pytest.approx(mb.FULL.bus_bytes("allgather", mb.hsdp_gather_bytes(mb.FULL), degree), rel=1e-9)
 
 
 # ---- raw -> Profile on a synthetic raw file ----------------------------------------------------------------
@@ -104,7 +106,7 @@ def synthetic_raw(world: int = 2) -> dict[str, Any]:
     collectives = []
     if world > 1:
         for case in mb.collective_cases(mb.FULL):
-            moved = mb.bus_bytes(case.collective, case.buffer_bytes, world)
+            moved = mb.FULL.bus_bytes(case.collective, case.buffer_bytes, world)
             time_ms = (LAT_US * 1e-6 + moved / (BW * 1e9)) * 1e3
             collectives.append({**case.__dict__, "world": world, "bus_bytes": moved, "median_ms": time_ms})
     return {

@@ -26,7 +26,7 @@ WORDS = {
     f"worldtune.tools.{name}"
     for name in (
         "__init__", "errors", "offer", "infra", "deployment", "models", "gpus", "workload", "plan", "vllm_omni",
-        "profile", "goal", "stats", "result", "tuning", "plan_rules", "traffic", "fleet", "bench_spec",
+        "profile", "goal", "stats", "result", "tuning", "plan_rules", "traffic", "fleet", "bench_spec", "prediction",
     )
 }  # fmt: skip
 SEARCH_POLICY = {"worldtune.policies", "worldtune.policies.search"}
@@ -35,8 +35,6 @@ SEARCH_POLICY = {"worldtune.policies", "worldtune.policies.search"}
 KNOWN_EXCEPTIONS = {
     ("tools/plan_rules.py", "worldtune.policies.perf_model"): "the memory rule asks the model for bytes per GPU; "
     "the byte formulas are to move into the words (issue 16 item 1)",
-    ("policies/pareto.py", "worldtune.tools.estimate"): "the frontier and goal checks read Estimate, which lives "
-    "with the estimate capability until Estimate moves into the words",
     ("sky/backend.py", "worldtune.tools.store"): "the SkyPilot backend writes its ledger and its benchmark's row "
     "into the results database itself (the samples it copies back go through MeasureHere.keep)",
     ("sky/catalog.py", "worldtune.tools.offers"): "the offline catalog is written from the offers snapshot loader",

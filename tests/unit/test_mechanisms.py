@@ -7,6 +7,7 @@ import importlib.util
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,8 +161,10 @@ def test_a_file_that_is_not_a_mechbench_is_refused(tmp_path: Path) -> None:
 
 
 # ---- the microbench itself (CPU, toy shapes) ----------------------------------------------------------------
-def _mechbench() -> object:
-    spec = importlib.util.spec_from_file_location("gpu_mechbench_test", ROOT / "policies" / "gpu_mechbench.py")
+def _mechbench() -> Any:
+    """policies/instruments/mechbench.py loaded by file path, as a bare GPU node runs it (its folder becomes the
+    package `instruments`)."""
+    spec = importlib.util.spec_from_file_location("mechbench_test", ROOT / "policies" / "instruments" / "mechbench.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -174,15 +177,17 @@ torch = pytest.importorskip("torch")
 
 def test_ring_merge_reproduces_one_call_and_tiles_match_the_model() -> None:
     mb = _mechbench()
-    q, k, v = mb._gqa_inputs(mb.TINY, 64, 96, 8, 2, torch.device("cpu"))  # type: ignore[attr-defined]
-    one = mb.sdpa_lse(q, k, v, "math")[0].float()  # type: ignore[attr-defined]
+    attention = mb.mech_attention
+    q, k, v = attention.gqa_inputs(mb.TINY, 64, 96, 8, 2, torch.device("cpu"))
+    one = attention.sdpa_lse(q, k, v, "math")[0].float()
     chunks = [(k[:, :, a : a + 32], v[:, :, a : a + 32]) for a in (0, 32, 64)]
-    merged = mb.ring_attention(q, chunks, "math")  # type: ignore[attr-defined]
+    merged = attention.ring_attention(q, chunks, "math")
     assert float((merged - one).norm() / one.norm()) < 1e-2
-    vae = mb.vae_module()  # type: ignore[attr-defined]
-    codes = vae.tile_sizes(45, 80)
+    vae, full = mb.vae_standin, mb.FULL  # the tiles the VAE section times are the model's, at 720p
+    codes = [h * 1000 + w for h, w in full.vae_tiles]
+    assert full.latent[1:] == (45, 80)
     assert sorted((c // 1000) * (c % 1000) for c in codes) == sorted(perf_model.vae_tiles(45, 80))
-    assert vae.patch_with_halo(45, 80, 2) == (45, 60)
+    assert vae.patch_with_halo(45, 80, 2, *full.vae_tile) == (45, 60)
 
 
 class _MathFA3:
@@ -203,26 +208,26 @@ def test_fa3_ring_chunks_merge_to_one_call_in_its_layout() -> None:
     k, v = torch.randn(1, 96, 2, 32), torch.randn(1, 96, 2, 32)
     one = fa3.flash_attn_func(q, k, v, 32**-0.5).float()
     chunks = [(k[:, a : a + 32], v[:, a : a + 32]) for a in (0, 32, 64)]
-    merged = mb._fa3_chunks(fa3, q, chunks, 32**-0.5, True)  # type: ignore[attr-defined]
+    merged = mb.mech_attention.fa3_chunks(fa3, q, chunks, 32**-0.5, True)
     assert float((merged - one).norm() / one.norm()) < 1e-5
-    assert mb._fa3_chunks(fa3, q, chunks, 32**-0.5, False) is None  # type: ignore[attr-defined]
+    assert mb.mech_attention.fa3_chunks(fa3, q, chunks, 32**-0.5, False) is None
 
 
 def test_the_backend_section_records_fa3_as_missing_where_it_is_not_installed(tmp_path: Path) -> None:
     mb = _mechbench()
     out = tmp_path / "mech.json"
     args = ["--out", str(out), "--tiny", "--device", "cpu", "--sections", "backends", "--reps", "1", "--warmup", "0"]
-    assert mb.main(args) == 0  # type: ignore[attr-defined]
+    assert mb.main(args) == 0
     data = mech_terms.load_mech(out)
     names = {r["name"]: r for r in data["records"]}
     assert {f"backend-math-u{u}" for u in (1, 2, 4, 8)} <= set(names)
-    if mb._fa3() is None:  # type: ignore[attr-defined]
+    if mb.mech_attention.fa3_module() is None:
         assert "fa3-fwd" in names["backend-fa3-u4"]["error"]
     assert mech_terms.backend_terms(data, "toy") == {}  # no cuDNN/FA3 pair on the CPU: no term, not a guess
 
 
 def test_vae_decoder_stand_in_decodes_causally_at_16x() -> None:
-    vae = _mechbench().vae_module()  # type: ignore[attr-defined]
+    vae = _mechbench().vae_standin
     decoder = vae.build_decoder(4, torch.device("cpu"))
     z = torch.randn(1, 16, 2, 3, 4, dtype=torch.bfloat16)
     out = vae.vae_decode(decoder, z)

@@ -1,10 +1,11 @@
-"""gpu_microbench's sub-group collectives: which ranks form the groups, which per-layer cases each group size runs."""
+"""The micro-benchmark's sub-group collectives: which ranks form the groups, which per-layer cases each group size
+runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from worldtune.policies import gpu_microbench as mb
+from worldtune.policies.instruments import microbench as mb
 
 
 def test_sub_groups_are_consecutive_blocks() -> None:

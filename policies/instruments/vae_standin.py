@@ -1,21 +1,17 @@
-"""A Wan-2.1-style causal 3D VAE decoder in plain PyTorch (random weights), and vLLM-Omni's VAE tile and patch
-geometry: what policies/gpu_mechbench.py times to give the VAE decode and its patch-parallel scaling a basis.
+"""A Wan-2.1-style causal 3D VAE decoder in plain PyTorch (random weights), and vLLM-Omni's patch-decode halo:
+what mechbench.py times to give the VAE decode and its patch-parallel scaling a basis.
 
-Plain PyTorch + the standard library (no worldtune import): it ships beside gpu_mechbench.py to bare GPU nodes.
+Runs on a GPU node: PyTorch and the standard library (no worldtune). The tiled decode's tiles, and the tile and
+stride the halo is read from, are the model's (perf_model.vae_tile_shapes), handed over in the sizes.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import math
 from typing import Any
 
-VAE_TILE_LATENT, VAE_TILE_STRIDE = 16, 12  # diffusers' Wan defaults (256/192 px) at 16x spatial compression
-
-
-def _torch(sub: str = "") -> Any:
-    return importlib.import_module(f"torch.{sub}" if sub else "torch")
+from .devkit import torch_module as _torch
 
 
 def build_decoder(base: int, device: Any) -> Any:
@@ -117,18 +113,12 @@ def vae_decode(decoder: Any, z: Any) -> Any:
     return torch.cat(frames, dim=2)
 
 
-def tile_sizes(latent_h: int, latent_w: int, tile: int = VAE_TILE_LATENT, stride: int = VAE_TILE_STRIDE) -> list[int]:
-    """Heights x widths of vLLM-Omni's tiled-decode tiles, as (h, w) counts: rows then cols."""
-    rows = [min(tile, latent_h - i) for i in range(0, latent_h, stride)]
-    cols = [min(tile, latent_w - j) for j in range(0, latent_w, stride)]
-    return [h * 1000 + w for h in rows for w in cols]
-
-
-def patch_with_halo(latent_h: int, latent_w: int, pp: int) -> tuple[int, int]:
-    """The largest latent block one of `pp` ranks decodes in vLLM-Omni's patch decode (core + halo)."""
+def patch_with_halo(latent_h: int, latent_w: int, pp: int, tile: int, stride: int) -> tuple[int, int]:
+    """The largest latent block one of `pp` ranks decodes in vLLM-Omni's patch decode (core + halo), with the tiled
+    decode's `tile` and `stride` (latent pixels) that set the halo's least size."""
     rows = next(r for r in range(int(math.sqrt(pp)), 0, -1) if pp % r == 0)
     cols = pp // rows
-    halo_base = int(VAE_TILE_LATENT * (1 - VAE_TILE_STRIDE / VAE_TILE_LATENT)) // 2
+    halo_base = int(tile * (1 - stride / tile)) // 2
     best = (0, 0)
     for i in range(rows):
         for j in range(cols):
