@@ -130,35 +130,6 @@ def _csv_ints(text: str, field: str) -> list[int]:
     return values
 
 
-SPEC_COMPANIONS = {"endpoint", "spec_json", "db", "as_json", "wait"}  # what may be given beside --spec-json
-
-
-def _only_endpoints_with_spec(ctx: typer.Context) -> None:
-    """--spec-json carries the whole request: a workload or load option beside it would be silently lost."""
-    from worldtune.tools.errors import InvalidInput
-
-    given = sorted(
-        name for name in ctx.params
-        if name not in SPEC_COMPANIONS and getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
-    )  # fmt: skip
-    if given:
-        raise InvalidInput("spec_json", "(given)", "--spec-json with only --endpoint, --db, --json, --wait",
-                           f"also given: {', '.join('--' + g.replace('_', '-') for g in given)}")  # fmt: skip
-
-
-def _spec_from_json(text: str, endpoints: list[str]) -> Any:
-    from pydantic import ValidationError
-
-    from worldtune.tools.benchmark import BenchmarkSpec
-    from worldtune.tools.errors import InvalidInput, describe
-
-    try:
-        spec = BenchmarkSpec.model_validate_json(text)
-    except ValidationError as exc:
-        raise InvalidInput("spec_json", "(given)", "a BenchmarkSpec as JSON", describe(exc)) from exc
-    return spec.model_copy(update={"endpoints": BenchmarkSpec(endpoints=endpoints).endpoints})
-
-
 def bench(
     ctx: typer.Context,
     endpoint: Annotated[list[str], typer.Option(help="base URL of a replica; repeat for several replicas")],
@@ -195,14 +166,15 @@ def bench(
     ] = None,
 ) -> None:
     """Run the controlled anchor benchmark against vLLM-Omni (or twin) endpoints; store every sample."""
+    from worldtune.cli_bench_spec import only_endpoints_with_spec, spec_from_json
     from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
     from worldtune.tools.store import Store
     from worldtune.tools.workload import anchor_workload
 
     try:
         if spec_json is not None:
-            _only_endpoints_with_spec(ctx)
-            spec = _spec_from_json(spec_json, endpoint)
+            only_endpoints_with_spec(ctx)
+            spec = spec_from_json(spec_json, endpoint)
         else:
             changes: dict[str, Any] = {"guardrails": guardrails}
             if size:
