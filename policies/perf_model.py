@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from worldtune.tools.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, ModelSpec, TowerShape, get_model
 from worldtune.tools.plan import Plan
+from worldtune.tools.prediction import Breakdown
 from worldtune.tools.profile import Profile
 from worldtune.tools.workload import Workload
 
@@ -33,32 +34,6 @@ VAE_SPATIAL = 16  # Cosmos3's Wan-family VAE: 16x per spatial side
 # vLLM-Omni turns tiling on with patch parallel: diffusers' Wan tiles of 256 px every 192 px, in latent pixels
 VAE_TILE_LATENT, VAE_TILE_STRIDE = 256 // VAE_SPATIAL, 192 // VAE_SPATIAL
 RGB_BYTES = 3 * BYTES_BF16  # what the decoded tiles gathered to rank 0 carry per pixel and frame
-
-
-@dataclass(frozen=True)
-class StepBreakdown:
-    """Where the time of one denoising step goes on one GPU of a replica (seconds)."""
-
-    linear_s: float
-    attention_s: float
-    ulysses_s: float
-    tp_s: float
-    ring_s: float
-    hsdp_s: float
-    cfg_s: float
-    overhead_s: float
-
-    @property
-    def compute_s(self) -> float:
-        return self.linear_s + self.attention_s
-
-    @property
-    def comm_s(self) -> float:
-        return self.ulysses_s + self.tp_s + self.ring_s + self.hsdp_s + self.cfg_s
-
-    @property
-    def total_s(self) -> float:
-        return self.compute_s + self.comm_s + self.overhead_s
 
 
 @dataclass(frozen=True)
@@ -87,7 +62,7 @@ class Prediction:
     service_s: float  # time a replica is busy per clip when requests queue
     load_s: float  # warm: a later load of the model on the same node (page cache)
     memory: MemoryBreakdown
-    step: StepBreakdown
+    step: Breakdown  # the word (tools/prediction.py): one definition of where a step's time goes
     clips_per_hour_per_replica: float
     clips_per_hour_per_node: float
     notes: list[str] = field(default_factory=list)
@@ -142,7 +117,7 @@ def cfg_gather_bytes(tokens: int) -> int:
     return tokens * LATENT_CHANNELS * BYTES_BF16
 
 
-def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> StepBreakdown:
+def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> Breakdown:
     """Per-step time of one replica, by component (the slowest GPU's view; all GPUs are symmetric)."""
     g = spec.generator
     branches = workload.cfg_branches
@@ -191,7 +166,7 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
     if plan.cfg > 1 and branches > 1:
         cfg_s = _collective_s(bus_bytes("allgather", cfg_gather_bytes(tokens), branches), "allgather", profile)
     scale = passes * g.layers
-    return StepBreakdown(
+    return Breakdown.model_construct(
         linear_s=linear_s * scale,
         attention_s=attention_s * scale,
         ulysses_s=ulysses_s * scale,

@@ -5,8 +5,6 @@ Plain typed functions with pydantic outputs; the CLI and the MCP server are thin
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import shipped_profile
 from worldtune.policies.uncertainty import uncertainty
@@ -101,7 +99,7 @@ def estimate_plan(
             "clips_per_hour_per_node": p.clips_per_hour_per_node,
             "usd_per_clip": offer.usd_per_clip(p.clips_per_hour_per_node) if offer else None,
             "offer": offer,
-            "breakdown": Breakdown(**asdict(p.step)),
+            "breakdown": p.step,
             "latency_sigma": spread.sigma,
             "latency_range_s": (spread.low_s, spread.high_s),
             "uncertainty_shares": spread.shares,

@@ -6,13 +6,16 @@ MCP tools.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.tools.offer import Offer
 
 
 class Breakdown(BaseModel):
-    """Where one denoising step's time goes (seconds per step)."""
+    """Where one denoising step's time goes on one GPU of a replica (seconds per step): the performance model's
+    own answer (policies/perf_model.step_breakdown), carried as it is in every Estimate."""
+
+    model_config = ConfigDict(frozen=True)
 
     linear_s: float
     attention_s: float
@@ -22,6 +25,18 @@ class Breakdown(BaseModel):
     hsdp_s: float
     cfg_s: float
     overhead_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.linear_s + self.attention_s
+
+    @property
+    def comm_s(self) -> float:
+        return self.ulysses_s + self.tp_s + self.ring_s + self.hsdp_s + self.cfg_s
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.comm_s + self.overhead_s
 
 
 class Estimate(BaseModel):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +66,7 @@ def comparison_rows(
             "model_per_step_s": step.total_s,
             "model_compute_comm_s": step.total_s - step.overhead_s,
             "model_comm_s": step.comm_s,
-            "model_breakdown": asdict(step),
+            "model_breakdown": step.model_dump(),
         }
 
     rows = []
