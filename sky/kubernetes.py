@@ -22,12 +22,10 @@ from worldtune.sky.k8s_manifests import (
 from worldtune.sky.render import (
     startup_allowance_s,
 )
-from worldtune.tools.bench_spec import BenchmarkSpec
-from worldtune.tools.deployment import API_KEY_ENV, Deployment, MeasureHere, Progress, benchmark_from_here
-from worldtune.tools.result import BenchmarkResult
+from worldtune.tools.deployment import API_KEY_ENV, BenchmarksFromHere, Deployment, Progress
 
 
-class KubernetesBackend:
+class KubernetesBackend(BenchmarksFromHere):
     """Applies a deployment's manifests to a cluster and deletes them, recording each in the ledger.
 
     The API objects can be injected (tests pass mocks); by default they come from the kubeconfig.
@@ -186,18 +184,6 @@ class KubernetesBackend:
     def recover(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
         """Apply the manifests again (what was removed comes back; what is there is left) and wait for ready."""
         return self.launch(deployment.model_copy(update={"state": "pending", "ready_at": None}), progress)
-
-    def benchmark(
-        self,
-        deployment: Deployment,
-        spec: BenchmarkSpec,
-        benchmark_id: str,
-        here: MeasureHere,
-        progress: Progress | None = None,
-    ) -> tuple[Deployment, BenchmarkResult]:
-        """Measured from this machine against the Services (tools/deployment.benchmark_from_here); a deployment
-        whose pods were reclaimed reads preempted and is applied again."""
-        return benchmark_from_here(self, deployment, spec, benchmark_id, here, progress)
 
     def replan(self, deployment: Deployment, plan: str, progress: Progress | None = None) -> Deployment:
         """Roll the pods under `plan` on the nodes they run on (sky/k8s_replan.py); the ledger row stays."""

@@ -13,7 +13,7 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -222,6 +222,21 @@ def benchmark_from_here(
         return here.cut_short(benchmark_id, attempt)
 
     return benchmark_with_recovery(backend, deployment, attempt_on, on_cut, progress)
+
+
+class BenchmarksFromHere:
+    """`Backend.benchmark` for a backend whose endpoints this machine reaches (local twins, Kubernetes Services):
+    every attempt is measured from here, under `benchmark_from_here`'s preemption recovery."""
+
+    def benchmark(
+        self,
+        deployment: Deployment,
+        spec: BenchmarkSpec,
+        benchmark_id: str,
+        here: MeasureHere,
+        progress: Progress | None = None,
+    ) -> tuple[Deployment, BenchmarkResult]:
+        return benchmark_from_here(cast(Backend, self), deployment, spec, benchmark_id, here, progress)
 
 
 def node_gpu_count(deployment: Deployment) -> int:

@@ -24,12 +24,10 @@ from typing import Any
 
 from worldtune.policies import perf_model
 from worldtune.tools import owners
-from worldtune.tools.bench_spec import BenchmarkSpec
 from worldtune.tools.deployment import (
+    BenchmarksFromHere,
     Deployment,
-    MeasureHere,
     Progress,
-    benchmark_from_here,
     replan_target,
     replanned,
 )
@@ -38,7 +36,6 @@ from worldtune.tools.estimate import resolve_profile
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
-from worldtune.tools.result import BenchmarkResult
 from worldtune.tools.store import Store
 from worldtune.tools.vllm_omni import PINNED
 
@@ -91,7 +88,7 @@ def _is_our_twin(pid: int) -> bool:
     return any(b"worldtune" in a for a in argv) and b"twin" in argv
 
 
-class LocalBackend:
+class LocalBackend(BenchmarksFromHere):
     """Runs the twin engine as local processes; the Backend for infra 'local'."""
 
     name = "local"
@@ -341,17 +338,6 @@ class LocalBackend:
         self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
         again = deployment.model_copy(update={"state": "pending", "endpoints": [], "ready_at": None})
         return self._start(again, cluster, progress)
-
-    def benchmark(
-        self,
-        deployment: Deployment,
-        spec: BenchmarkSpec,
-        benchmark_id: str,
-        here: MeasureHere,
-        progress: Progress | None = None,
-    ) -> tuple[Deployment, BenchmarkResult]:
-        """Measured from this machine, the twins' endpoints being local (tools/deployment.benchmark_from_here)."""
-        return benchmark_from_here(self, deployment, spec, benchmark_id, here, progress)
 
     # ---- teardown ----------------------------------------------------------------------------------
     def teardown(self, deployment: Deployment) -> Deployment:
