@@ -15,6 +15,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
+from worldtune.tools.db_path import default_db_path
+
 # A 120-s clip takes 120 / 300 = 0.4 s of wall time on the local twin: fast, yet well above the HTTP and
 # video-encoding overhead of one request, which the time scale would otherwise magnify into model seconds.
 LOCAL_TWIN_TIME_SCALE = 300.0
@@ -69,8 +71,6 @@ class TuneOptions(BaseModel):
 
     def checkpoint_path(self) -> Path:
         """LangGraph checkpoints live next to the results database, in their own file."""
-        from worldtune.tools.store import default_db_path
-
         db = Path(self.db_path) if self.db_path else default_db_path()
         return db.with_name(db.stem + "-checkpoints.sqlite")
 

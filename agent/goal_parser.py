@@ -25,10 +25,10 @@ from worldtune.agent.goal_reader import (
     Reader,
     first_line,
 )
-from worldtune.policies.calibration import PROFILES_DIR
 from worldtune.tools.goal import PERCENTILES, Goal
 from worldtune.tools.gpus import GPUS
 from worldtune.tools.offers import CATALOG_CLOUDS
+from worldtune.tools.profile_paths import SHIPPED_DIR
 from worldtune.tools.workload import SUPPORTED_SIZES, anchor_workload
 
 INFRAS: tuple[str, ...] = (*CATALOG_CLOUDS, "kubernetes", "local")
@@ -162,7 +162,7 @@ def _gpus(r: Reader) -> tuple[list[str] | None, list[str]]:
     allowed: list[str] = []
     excluded: list[str] = []
     known = {name.lower(): name for name in GPUS}
-    calibrated = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+    calibrated = sorted(p.stem for p in SHIPPED_DIR.glob("*.yaml"))  # the GPU types with a shipped profile
     gpu_word = r"([a-z]{1,2}\d{2,3}[a-z]?)"
     for m in r.take(rf"\b(?:no|not|without|except|excluding|avoid)\s+{gpu_word}s?\b"):
         if m.group(1) in known:

@@ -13,9 +13,10 @@ samples and locks (tools/store_benchmarks.py).
 
 from __future__ import annotations
 
+from worldtune.tools.db_path import default_db_path
 from worldtune.tools.store_benchmarks import BenchmarkRecords
 from worldtune.tools.store_deployments import DeploymentRecords
-from worldtune.tools.store_schema import ADDED_COLUMNS, SCHEMA, default_db_path
+from worldtune.tools.store_schema import ADDED_COLUMNS, SCHEMA
 
 __all__ = ["ADDED_COLUMNS", "SCHEMA", "Store", "default_db_path"]
 

@@ -8,12 +8,13 @@ goes through `_connect`, one short-lived connection that commits on success.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from worldtune.tools.db_path import default_db_path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -51,15 +52,6 @@ CREATE TABLE IF NOT EXISTS owners (
 """
 # Columns newer than a table's first version: (table, column, declaration), added to older databases on open.
 ADDED_COLUMNS = (("deployments", "owner_id", "TEXT"), ("ledger", "owner_id", "TEXT"))
-
-
-def default_db_path() -> Path:
-    """$WORLDTUNE_DB, else $XDG_DATA_HOME/worldtune/worldtune.db (~/.local/share/... by default)."""
-    override = os.environ.get("WORLDTUNE_DB")
-    if override:
-        return Path(override)
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "worldtune" / "worldtune.db"
 
 
 class Database:

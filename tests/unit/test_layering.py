@@ -46,8 +46,6 @@ KNOWN_EXCEPTIONS = {
     ("sky/preview.py", "worldtune.tools.offers"): "the dry run picks the offer itself (issue 16: one deploy path)",
     ("sky/render.py", "worldtune.tools.estimate"): "the start-up allowance and serverless QPS come from the "
     "model's prediction for the plan",
-    ("agent/goal_parser.py", "worldtune.policies.calibration"): "the parser lists the GPU types that have a "
-    "shipped profile",
     ("agent/report.py", "worldtune.policies.pareto"): "the report draws the Pareto frontier",
     ("agent/report.py", "worldtune.sky.render"): "the report renders the recommended SkyPilot task",
     ("agent/report_interactive.py", "worldtune.policies.pareto"): "the interactive plot marks the frontier",
@@ -126,7 +124,6 @@ def test_the_agent_imports_tools_and_the_search_policy() -> None:
 # Issue 16 item 5: the agent's graph reaches the world and the database only through the MCP tools. The
 # modules below still open the results database themselves; the list can only shrink.
 AGENT_DATABASE = {
-    "agent/configuration.py": "resolves the default database path ($WORLDTUNE_DB) the in-process tools open",
     "agent/runner.py": "the Tuner behind the MCP server's start_tuning/get_tuning runs in the server: it records "
     "a run before its thread starts and reads runs back for get_tuning; and the path the in-process tools open",
     "agent/detached.py": "a detached run's own process takes over the run before it connects its tools, and "
