@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from worldtune.policies import perf_model
-from worldtune.policies import search as ws
+from worldtune.policies.search import Candidate, candidates, initial_state, objective_value
 from worldtune.tools.goal import Goal
 from worldtune.tools.models import get_model
 from worldtune.tools.offer import Offer
@@ -48,28 +48,28 @@ class Twin:
         self.usd = 0.0
         self.gpu_hours = 0.0
 
-    def latency(self, cand: ws.Candidate, steps: int) -> float:
+    def latency(self, cand: Candidate, steps: int) -> float:
         profile = self.scenario.truth[cand.gpu]
         wl = anchor_workload("cosmos3-super", steps=steps)
         p = perf_model.predict(wl, Plan.parse(cand.plan), profile)
         per_step, fixed = perf_model.noisy_parts(p, profile.noise_cv, self.rng)
         return fixed + steps * per_step + p.guardrail_s
 
-    def bill(self, cand: ws.Candidate, seconds: float) -> tuple[float, float]:
+    def bill(self, cand: Candidate, seconds: float) -> tuple[float, float]:
         usd = cand.offer.usd_per_hour * seconds / 3600
         gpu_hours = cand.offer.gpu_count * seconds / 3600
         self.usd += usd
         self.gpu_hours += gpu_hours
         return usd, gpu_hours
 
-    def deploy_seconds(self, cand: ws.Candidate, node_held: bool = False) -> float:
+    def deploy_seconds(self, cand: Candidate, node_held: bool = False) -> float:
         """Seconds before the first request as the twin serves them: on a node already held (the plan changed in
         place) a warm load of the plan; on a new node the offer's provisioning and a cold load of the plan."""
         plan = Plan.parse(cand.plan)
         load_s = perf_model.load_time_s(get_model("cosmos3-super"), self.scenario.truth[cand.gpu], not node_held, plan)
         return load_s if node_held else cand.offer.provision_s + load_s
 
-    def full_latencies(self, cand: ws.Candidate, n: int) -> tuple[list[float], float]:
+    def full_latencies(self, cand: Candidate, n: int) -> tuple[list[float], float]:
         """n anchor clips spread over the replicas; wall seconds = rounds x the slowest clip of each round."""
         replicas = Plan.parse(cand.plan).replicas
         latencies = [self.latency(cand, 35) for _ in range(n)]
@@ -77,15 +77,15 @@ class Twin:
         return latencies, sum(max(r) for r in rounds)
 
 
-def truth_candidates(scenario: Scenario, goal: Goal) -> list[ws.Candidate]:
+def truth_candidates(scenario: Scenario, goal: Goal) -> list[Candidate]:
     """Every candidate as it truly is under the scenario's truth."""
-    state = ws.initial_state(goal, scenario.offers)
-    return ws.candidates(state.model_copy(update={"beliefs": dict(scenario.truth), "posteriors": {}}))
+    state = initial_state(goal, scenario.offers)
+    return candidates(state.model_copy(update={"beliefs": dict(scenario.truth), "posteriors": {}}))
 
 
 def truth_table(scenario: Scenario, goal: Goal) -> dict[str, tuple[float, bool]]:
     """Every candidate's true objective and feasibility under the scenario's truth."""
-    return {c.key: (ws.objective_value(goal, c), c.feasible) for c in truth_candidates(scenario, goal)}
+    return {c.key: (objective_value(goal, c), c.feasible) for c in truth_candidates(scenario, goal)}
 
 
 @dataclass

@@ -40,7 +40,7 @@ from _search_twin import NEAR, Outcome, Scenario, Twin, finish, is_near, truth_t
 from _search_twin import truth_candidates as truth_candidates  # rehearsal.py reads it here
 
 from worldtune.agent.graph import _reused_nodes  # the graph's rule, not a copy of it
-from worldtune.policies import search as ws
+from worldtune.policies import search
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.goal import Goal
 from worldtune.tools.offers import all_offers
@@ -98,15 +98,15 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
     truth = truth_table(scenario, goal)
     best = min((v for v, ok in truth.values() if ok), default=math.inf)
     twin = Twin(scenario, seed)
-    state = ws.initial_state(goal, scenario.offers)
+    state = search.initial_state(goal, scenario.offers)
     out = Outcome("worldtune", scenario.name)
     measured: set[str] = set()
     while True:
-        decision = ws.decide(state)
+        decision = search.decide(state)
         if decision.stop_reason:
             out.stop = decision.stop_kind or ""
             break
-        cands = {c.key: c for c in ws.candidates(state)}
+        cands = {c.key: c for c in search.candidates(state)}
         keep = {a.key for a in decision.actions if not a.redeploy}
         # agent/graph.decide's own rule: a node no longer needed as it is takes the next candidate on its offer
         spare = {k: k for k in state.deployed if k not in keep}
@@ -117,30 +117,30 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             held = action.key in moved
             seconds = twin.deploy_seconds(cand, held) if action.key not in state.deployed else 0.0
             if action.kind == "probe":
-                points = [(s, twin.latency(cand, s)) for s in ws.PROBE_STEPS for _ in range(ws.PROBE_REPEATS)]
+                points = [(s, twin.latency(cand, s)) for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)]
                 seconds += sum(lat for _, lat in points)
                 slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
-                m = ws.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
-                                   repeats=ws.PROBE_REPEATS)  # fmt: skip
+                m = search.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
+                                   repeats=search.PROBE_REPEATS)  # fmt: skip
             else:
-                n = action.requests or ws.full_requests(goal)
+                n = action.requests or search.full_requests(goal)
                 latencies, wall = twin.full_latencies(cand, n)
                 seconds += wall
-                m = ws.Measurement(key=cand.key, kind="full", latencies_s=latencies, requested=n)
+                m = search.Measurement(key=cand.key, kind="full", latencies_s=latencies, requested=n)
                 measured.add(cand.key)
             usd, gpu_hours = twin.bill(cand, seconds)
-            state = ws.record(state, m.model_copy(update={"usd": usd, "gpu_hours": gpu_hours}))
+            state = search.record(state, m.model_copy(update={"usd": usd, "gpu_hours": gpu_hours}))
             state = state.model_copy(update={"deployed": [*state.deployed, cand.key]})
             if action.kind == "full" and out.hit_usd is None and is_near(cand.key, truth, best):
                 out.hit_usd, out.hit_gpu_hours = twin.usd, twin.gpu_hours
     out.measured_candidates = len({m.key for m in state.measurements})
     out.extra = {"probes": sum(m.kind == "probe" for m in state.measurements), "full_runs": len(measured),
                  "stop_reason": decision.stop_reason}  # fmt: skip
-    rec = ws.recommendation(state)
+    rec = search.recommendation(state)
     return finish(out, twin, rec.key if rec else None, truth, best)
 
 
-def _measure_full(twin: Twin, cand: ws.Candidate, goal: Goal, node_held: bool = False) -> tuple[float, bool]:
+def _measure_full(twin: Twin, cand: search.Candidate, goal: Goal, node_held: bool = False) -> tuple[float, bool]:
     """A baseline's full run: deploy (on the node it holds when the last candidate was on the same offer),
     REPEATS anchor clips; (measured objective, meets the bound)."""
     latencies, wall = twin.full_latencies(cand, REPEATS)
@@ -152,7 +152,7 @@ def _measure_full(twin: Twin, cand: ws.Candidate, goal: Goal, node_held: bool = 
 
 
 def _baseline(
-    name: str, scenario: Scenario, goal: Goal, order: list[ws.Candidate], budget: float | None, seed: int,
+    name: str, scenario: Scenario, goal: Goal, order: list[search.Candidate], budget: float | None, seed: int,
     keep_nodes: bool = True,
 ) -> Outcome:  # fmt: skip
     truth = truth_table(scenario, goal)
@@ -163,7 +163,7 @@ def _baseline(
     last_offer = ""  # a sweep keeps its node while the next candidate is on the same offer
     for cand in order:
         held = keep_nodes and cand.offer.id == last_offer
-        _, cost = ws.action_cost(cand, "full", False, safety=1.0, node_held=held)
+        _, cost = search.action_cost(cand, "full", False, safety=1.0, node_held=held)
         if budget is not None and twin.usd + cost > budget:
             out.stop = "budget"
             break
@@ -181,14 +181,14 @@ def _baseline(
 def run_grid(scenario: Scenario, goal: Goal, seed: int, keep_nodes: bool = False) -> Outcome:
     """Every candidate, each on a fresh deployment (the exhaustive grid the issues measure against); with
     `keep_nodes`, a sweep that keeps its node through the plans of one offer (warm loads, one provisioning)."""
-    state = ws.initial_state(goal, scenario.offers)
-    order = sorted(ws.candidates(state), key=lambda c: c.key)  # the grid's own order, not the model's
+    state = search.initial_state(goal, scenario.offers)
+    order = sorted(search.candidates(state), key=lambda c: c.key)  # the grid's own order, not the model's
     return _baseline("grid" if not keep_nodes else "sweep", scenario, goal, order, None, seed, keep_nodes)
 
 
 def run_random(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
-    state = ws.initial_state(goal, scenario.offers)
-    order = sorted(ws.candidates(state), key=lambda c: c.key)
+    state = search.initial_state(goal, scenario.offers)
+    order = sorted(search.candidates(state), key=lambda c: c.key)
     random.Random(seed).shuffle(order)
     return _baseline("random", scenario, goal, order, goal.budget_usd, seed)
 
@@ -200,9 +200,9 @@ def run_tpe(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
     truth = truth_table(scenario, goal)
     best = min((v for v, ok in truth.values() if ok), default=math.inf)
     twin = Twin(scenario, seed)
-    state = ws.initial_state(goal, scenario.offers)
-    by_offer: dict[str, list[ws.Candidate]] = {}
-    for c in sorted(ws.candidates(state), key=lambda c: c.key):
+    state = search.initial_state(goal, scenario.offers)
+    by_offer: dict[str, list[search.Candidate]] = {}
+    for c in sorted(search.candidates(state), key=lambda c: c.key):
         by_offer.setdefault(c.offer.id, []).append(c)
     out = Outcome("optuna-tpe", scenario.name)
     found: list[tuple[float, str]] = []
@@ -219,7 +219,7 @@ def run_tpe(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             study.tell(trial, seen[cand.key])
             continue
         held = cand.offer.id == last_offer
-        _, cost = ws.action_cost(cand, "full", False, safety=1.0, node_held=held)
+        _, cost = search.action_cost(cand, "full", False, safety=1.0, node_held=held)
         if twin.usd + cost > goal.budget_usd:
             out.stop = "budget"
             break

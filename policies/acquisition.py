@@ -25,7 +25,23 @@ import math
 import numpy as np
 
 from worldtune.policies import belief
-from worldtune.policies import candidates as ws
+from worldtune.policies.candidates import (
+    FULL_REQUESTS,
+    STOP_LEVEL,
+    Action,
+    ActionKind,
+    Candidate,
+    Decision,
+    SearchState,
+    StopKind,
+    action_cost,
+    assess,
+    best_verified,
+    full_requests,
+    hardware_key,
+    held_offers,
+    objective_value,
+)
 from worldtune.policies.draws import DRAWS, Draws, draws, nearest_options
 from worldtune.tools.goal import Goal
 
@@ -48,39 +64,39 @@ def _values(d: Draws, goal: Goal, reference: np.ndarray, open_: np.ndarray) -> t
     return ei, value
 
 
-def decide(state: ws.SearchState, parallel: int = 1, margin: float = 0.03, max_iterations: int = 40) -> ws.Decision:
+def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iterations: int = 40) -> Decision:
     """The next actions (at most `parallel`, on distinct hardware), or the reason to stop."""
     goal = state.goal
-    assessed = ws.assess(state)
+    assessed = assess(state)
     ranked = [a.cand for a in assessed]
-    best = ws.best_verified(state, ranked)
+    best = best_verified(state, ranked)
     best_key = best.key if best else None
     d = draws(state, assessed)
     p_any = float(d.feasible.any(axis=0).mean())
     if state.iterations >= max_iterations:
-        return ws.Decision(stop_reason=f"iteration cap reached ({max_iterations} measurements): a last resort, "
+        return Decision(stop_reason=f"iteration cap reached ({max_iterations} measurements): a last resort, "
                            "not a verdict", stop_kind="iteration_cap", best=best_key, p_feasible=p_any)  # fmt: skip
     open_ = np.asarray([c.stage != "measured" and c.key not in state.failed for c in ranked])
-    if best is None and p_any < ws.STOP_LEVEL:
+    if best is None and p_any < STOP_LEVEL:
         nearest = nearest_options(state, d)
         near = "; ".join(f"{o.plan} on {o.gpu}: p{goal.latency_percentile} ~{o.latency_q_s:.1f} s, meets "
                          f"{o.would_meet_s:.1f} s at 95%, ${o.usd_per_clip:.3f}/clip" for o in nearest)  # fmt: skip
-        return ws.Decision(
-            stop_reason=f"infeasible: P(any candidate meets the constraints) = {p_any:.1%} < {ws.STOP_LEVEL:.0%} "
+        return Decision(
+            stop_reason=f"infeasible: P(any candidate meets the constraints) = {p_any:.1%} < {STOP_LEVEL:.0%} "
             f"under the posterior; nearest: {near}",
             stop_kind="infeasible", p_feasible=p_any, nearest=nearest,
         )  # fmt: skip
     if best is not None:
-        value_best = ws.objective_value(goal, best)
+        value_best = objective_value(goal, best)
         threshold = value_best - margin * abs(value_best)
         beats = d.feasible & (d.objective < threshold) & open_[:, None]
         p_beaten = float(beats.any(axis=0).mean())
-        if p_beaten < ws.STOP_LEVEL:
-            return ws.Decision(
+        if p_beaten < STOP_LEVEL:
+            return Decision(
                 stop_reason=f"converged: {best.plan} on {best.offer.id} meets the goal ({best.evidence}); "
                 f"P(an unverified candidate beats it by more than {margin:.0%}) = {p_beaten:.1%} < "
-                f"{ws.STOP_LEVEL:.0%} under the posterior ({DRAWS} draws): "
-                f"{1 - ws.STOP_LEVEL:.0%} confidence none does",
+                f"{STOP_LEVEL:.0%} under the posterior ({DRAWS} draws): "
+                f"{1 - STOP_LEVEL:.0%} confidence none does",
                 stop_kind="converged", best=best_key, p_beaten=p_beaten, p_feasible=1.0,
             )  # fmt: skip
         reference = np.full(d.objective.shape[1], threshold)
@@ -92,13 +108,13 @@ def decide(state: ws.SearchState, parallel: int = 1, margin: float = 0.03, max_i
     return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any, margin, lead)
 
 
-def _ready(state: ws.SearchState, cands: list[ws.Candidate]) -> set[str]:
+def _ready(state: SearchState, cands: list[Candidate]) -> set[str]:
     """Candidates whose next measurement is a full run: probed, or measured without a verdict."""
     return {c.key for c in cands if c.stage == "probed" or c.key in state.inconclusive}
 
 
 def _unverified_reference(
-    state: ws.SearchState, d: Draws, ranked: list[ws.Candidate], open_: np.ndarray, margin: float
+    state: SearchState, d: Draws, ranked: list[Candidate], open_: np.ndarray, margin: float
 ) -> tuple[tuple[int, float] | None, np.ndarray]:
     """Before anything is verified: the plan the search would verify now (the probed, likely feasible candidate
     whose verification most likely ends the search) with that chance, and what improvement is measured against:
@@ -115,7 +131,7 @@ def _unverified_reference(
     likely = [float(np.mean(d.objective[i])) for i in range(len(ranked)) if open_[i] and d.feasible[i].mean() >= 0.5]
     if likely:
         return None, np.full(n, min(likely))
-    means = np.asarray([ws.objective_value(state.goal, c) for c in ranked])
+    means = np.asarray([objective_value(state.goal, c) for c in ranked])
     return None, np.full(n, float(np.max(means[np.isfinite(means)])))
 
 
@@ -137,7 +153,7 @@ def p_stop_if_verified(d: Draws, open_: np.ndarray, indices: list[int], margin: 
 
 
 def _probe_first(
-    state: ws.SearchState, d: Draws, order: list[tuple[float, int, str]], full: int, ready: set[str],
+    state: SearchState, d: Draws, order: list[tuple[float, int, str]], full: int, ready: set[str],
     open_: np.ndarray, held: set[str], requests: int, margin: float,
 ) -> list[tuple[float, int, str]]:  # fmt: skip
     """Before a full run of `full` (many probes' worth): an unprobed open candidate whose probe costs less than
@@ -145,7 +161,7 @@ def _probe_first(
     run's cost, since that full run would then be spent on a plan the search does not end on."""
     cands = d.cands
     target = cands[full]
-    _, full_usd = ws.action_cost(target, "full", target.key in state.deployed, requests=requests,
+    _, full_usd = action_cost(target, "full", target.key in state.deployed, requests=requests,
                                  node_held=target.offer.id in held)  # fmt: skip
     own = d.objective[full]
     best_gain, pick = 0.0, None
@@ -155,7 +171,7 @@ def _probe_first(
         p = float((d.feasible[i] & (d.objective[i] < own - margin * np.abs(own))).mean())
         if p * full_usd <= 0.0:
             continue
-        _, probe_usd = ws.action_cost(c, "probe", c.key in state.deployed, node_held=c.offer.id in held)
+        _, probe_usd = action_cost(c, "probe", c.key in state.deployed, node_held=c.offer.id in held)
         gain = p * full_usd - probe_usd
         if gain > best_gain:
             best_gain, pick = gain, i
@@ -166,10 +182,10 @@ def _probe_first(
 
 
 def _choose(
-    state: ws.SearchState, d: Draws, ei: np.ndarray, value: np.ndarray, open_: np.ndarray,
-    best: ws.Candidate | None, parallel: int, p_beaten: float | None, p_any: float, margin: float = 0.03,
+    state: SearchState, d: Draws, ei: np.ndarray, value: np.ndarray, open_: np.ndarray,
+    best: Candidate | None, parallel: int, p_beaten: float | None, p_any: float, margin: float = 0.03,
     lead: tuple[int, float] | None = None,
-) -> ws.Decision:  # fmt: skip
+) -> Decision:  # fmt: skip
     """Retries first; then the full run that most likely lets the search stop (`lead`, before anything is
     verified), unless a probe is worth more first; then the best value per dollar."""
     goal = state.goal
@@ -178,38 +194,38 @@ def _choose(
     winner = np.argmin(masked, axis=0)
     p_best = np.bincount(winner[np.isfinite(masked.min(axis=0))], minlength=len(cands)) / d.objective.shape[1]
     ready = _ready(state, cands)
-    requests = ws.full_requests(goal)
-    held = ws.held_offers(state)  # nodes the search holds: a candidate there pays a warm load, no provisioning
+    requests = full_requests(goal)
+    held = held_offers(state)  # nodes the search holds: a candidate there pays a warm load, no provisioning
     order = _order(state, d, value, open_, best, lead, ready, p_best, held, requests, margin)
     p_stop = lead[1] if lead is not None else None  # decide gives a lead only while nothing is verified
     left = goal.budget_usd - state.spent_usd
-    actions: list[ws.Action] = []
+    actions: list[Action] = []
     used: set[str] = set()
     skipped = late = 0
     cheapest: dict[str, int] = {}  # the same measurement on the cheapest offer of that hardware
     for i, c in enumerate(cands):
-        hw = ws.hardware_key(c.key)
+        hw = hardware_key(c.key)
         if open_[i] and (hw not in cheapest or c.offer.usd_per_hour < cands[cheapest[hw]].offer.usd_per_hour):
             cheapest[hw] = i
     for _score, i0, why in order:
-        i = i0 if why == "retry" else cheapest.get(ws.hardware_key(cands[i0].key), i0)
+        i = i0 if why == "retry" else cheapest.get(hardware_key(cands[i0].key), i0)
         cand = cands[i]
         if len(actions) >= parallel:
             break
-        if ws.hardware_key(cand.key) in used:
+        if hardware_key(cand.key) in used:
             continue
         retry = why == "retry"
         rejected_full = any(r.key == cand.key and r.kind == "full" for r in state.rejected)
         full = cand.key in ready or cand.stage == "measured" or (retry and rejected_full)
-        kind: ws.ActionKind = "full" if full else "probe"
+        kind: ActionKind = "full" if full else "probe"
         deployed = cand.key in state.deployed and not retry
         on_node = not deployed and not retry and cand.offer.id in held
         n = requests
-        seconds, usd = ws.action_cost(cand, kind, deployed, requests=n, node_held=on_node)
+        seconds, usd = action_cost(cand, kind, deployed, requests=n, node_held=on_node)
         note = ""
         if kind == "full" and usd > left:
-            n = ws.FULL_REQUESTS  # the claim's count does not fit: a short run, and the claim will say so
-            seconds, usd = ws.action_cost(cand, kind, deployed, requests=n, node_held=on_node)
+            n = FULL_REQUESTS  # the claim's count does not fit: a short run, and the claim will say so
+            seconds, usd = action_cost(cand, kind, deployed, requests=n, node_held=on_node)
             note = f"; only {n} requests fit the budget, so p{goal.latency_percentile} will not be claimable"
         if usd > left:
             skipped += 1
@@ -218,10 +234,10 @@ def _choose(
             late += 1  # it would finish after the time the goal allows for an answer
             continue
         left -= usd
-        used.add(ws.hardware_key(cand.key))
+        used.add(hardware_key(cand.key))
         if on_node:
             held.discard(cand.offer.id)  # one node runs one plan at a time
-        actions.append(ws.Action(
+        actions.append(Action(
             key=cand.key, kind=kind, expected_usd=usd, expected_s=seconds, needs_deploy=not deployed,
             reason=_why(state, d, i, why, ei, value, p_best, best, kind, n, p_stop, margin) + note,
             requests=n if kind == "full" else 0,
@@ -229,11 +245,11 @@ def _choose(
         ))  # fmt: skip
     if not actions:
         return _nothing_fits(state, d, best, p_beaten, p_any, skipped, late, bool(order))
-    return ws.Decision(actions=actions, best=best.key if best else None, p_beaten=p_beaten, p_feasible=p_any)
+    return Decision(actions=actions, best=best.key if best else None, p_beaten=p_beaten, p_feasible=p_any)
 
 
 def _order(
-    state: ws.SearchState, d: Draws, value: np.ndarray, open_: np.ndarray, best: ws.Candidate | None,
+    state: SearchState, d: Draws, value: np.ndarray, open_: np.ndarray, best: Candidate | None,
     lead: tuple[int, float] | None, ready: set[str], p_best: np.ndarray, held: set[str], requests: int, margin: float,
 ) -> list[tuple[float, int, str]]:  # fmt: skip
     """What to measure, best first: retries; the likeliest optimum's full run (or a probe worth more before it);
@@ -263,7 +279,7 @@ def _order(
         order = _probe_first(state, d, order, full, ready, open_, held, requests, margin)
     for i, c in enumerate(cands):
         if open_[i] and value[i] > 0:
-            _, usd = ws.action_cost(
+            _, usd = action_cost(
                 c, "full" if c.key in ready else "probe", c.key in state.deployed, requests=requests,
                 node_held=c.offer.id in held,
             )  # fmt: skip
@@ -273,14 +289,14 @@ def _order(
 
 
 def _nothing_fits(
-    state: ws.SearchState, d: Draws, best: ws.Candidate | None, p_beaten: float | None, p_any: float,
+    state: SearchState, d: Draws, best: Candidate | None, p_beaten: float | None, p_any: float,
     skipped: int, late: int, ordered: bool,
-) -> ws.Decision:  # fmt: skip
+) -> Decision:  # fmt: skip
     """No measurement fits what is left of the budget (or of the time to answer): stop, and say which."""
     goal = state.goal
     reason = (f"budget reached: ${state.spent_usd:.2f} of ${goal.budget_usd:g} spent and the next of "
               f"{max(skipped, 1)} candidate measurement(s) would not fit in what is left")  # fmt: skip
-    stop: ws.StopKind = "budget"
+    stop: StopKind = "budget"
     if late and not skipped:
         stop = "deadline"
         reason = (f"time to answer reached: {state.elapsed_s / 3600:.2f} h of "
@@ -288,13 +304,13 @@ def _nothing_fits(
                   "would end after it")  # fmt: skip
     if not ordered:
         reason = "nothing left worth measuring, yet no candidate is verified"
-    return ws.Decision(stop_reason=reason, stop_kind=stop, best=best.key if best else None,
+    return Decision(stop_reason=reason, stop_kind=stop, best=best.key if best else None,
                        p_beaten=p_beaten, p_feasible=p_any, nearest=nearest_options(state, d))  # fmt: skip
 
 
 def _why(
-    state: ws.SearchState, d: Draws, i: int, why: str, ei: np.ndarray, value: np.ndarray, p_best: np.ndarray,
-    best: ws.Candidate | None, kind: str, requests: int, p_stop: float | None = None, margin: float = 0.03,
+    state: SearchState, d: Draws, i: int, why: str, ei: np.ndarray, value: np.ndarray, p_best: np.ndarray,
+    best: Candidate | None, kind: str, requests: int, p_stop: float | None = None, margin: float = 0.03,
 ) -> str:  # fmt: skip
     """What the event log says: the value, the chance it is the optimum, what it would teach and could change."""
     cand = d.cands[i]
@@ -326,7 +342,7 @@ def _why(
     return text
 
 
-def _fmt(goal: Goal, cand: ws.Candidate) -> str:
+def _fmt(goal: Goal, cand: Candidate) -> str:
     if goal.objective == "min_cost_per_clip":
         return f"${cand.usd_per_clip:.3f}/clip"
     if goal.objective == "min_latency":

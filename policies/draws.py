@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from worldtune.policies import candidates as ws
+from worldtune.policies.candidates import MAX_NODES, Assessed, Candidate, NearestOption, SearchState, hardware_key
 
 DRAWS = 512
 
@@ -21,17 +21,17 @@ DRAWS = 512
 class Draws:
     """Objective values and feasibility of every candidate in every posterior draw (candidates x draws)."""
 
-    assessed: list[ws.Assessed]
+    assessed: list[Assessed]
     objective: np.ndarray
     feasible: np.ndarray
     log_latency: np.ndarray  # the draw's deviation in log latency (for correlations)
 
     @property
-    def cands(self) -> list[ws.Candidate]:
+    def cands(self) -> list[Candidate]:
         return [a.cand for a in self.assessed]
 
 
-def draws(state: ws.SearchState, assessed: list[ws.Assessed], n: int = DRAWS) -> Draws:
+def draws(state: SearchState, assessed: list[Assessed], n: int = DRAWS) -> Draws:
     """Posterior draws of every candidate's objective and feasibility (seeded by the state: reproducible)."""
     goal = state.goal
     rng = np.random.default_rng(1000 + state.iterations)
@@ -52,7 +52,7 @@ def draws(state: ws.SearchState, assessed: list[ws.Assessed], n: int = DRAWS) ->
     c = len(assessed)
     d_lat, d_svc = np.zeros((c, n)), np.zeros((c, n))
     for i, a in enumerate(assessed):
-        hw = ws.hardware_key(a.cand.key)
+        hw = hardware_key(a.cand.key)
         if hw not in own:
             own[hw] = rng.standard_normal(n)
         eps = a.own_sigma * own[hw] if a.cand.stage != "measured" else np.zeros(n)
@@ -74,25 +74,25 @@ def draws(state: ws.SearchState, assessed: list[ws.Assessed], n: int = DRAWS) ->
     if goal.latency_bound_s is not None:
         feasible &= lat_q <= goal.latency_bound_s
     if goal.throughput_floor_clips_per_hour:
-        feasible &= cph * ws.MAX_NODES >= goal.throughput_floor_clips_per_hour
+        feasible &= cph * MAX_NODES >= goal.throughput_floor_clips_per_hour
     for i, a in enumerate(assessed):
         if a.cand.stage == "measured" or a.cand.key in state.failed:
             feasible[i] = a.cand.feasible and a.cand.key not in state.failed
     return Draws(assessed, objective, feasible, d_lat)
 
 
-def nearest_options(state: ws.SearchState, d: Draws, top: int = 3) -> list[ws.NearestOption]:
+def nearest_options(state: SearchState, d: Draws, top: int = 3) -> list[NearestOption]:
     """The fastest candidates at the goal's percentile: what they reach, the bound they would meet, their cost."""
     lat_q = np.asarray([a.cand.latency_q_s for a in d.assessed])[:, None] * np.exp(d.log_latency)
     order = np.argsort(np.median(lat_q, axis=1))
-    out: list[ws.NearestOption] = []
+    out: list[NearestOption] = []
     seen: set[str] = set()
     for i in order:
         cand = d.cands[i]
-        if cand.key in state.failed or ws.hardware_key(cand.key) in seen:
+        if cand.key in state.failed or hardware_key(cand.key) in seen:
             continue
-        seen.add(ws.hardware_key(cand.key))
-        out.append(ws.NearestOption(
+        seen.add(hardware_key(cand.key))
+        out.append(NearestOption(
             key=cand.key, gpu=cand.gpu, plan=cand.plan, stage=cand.stage,
             latency_q_s=round(float(np.median(lat_q[i])), 2),
             would_meet_s=round(float(np.quantile(lat_q[i], 0.95)), 2),

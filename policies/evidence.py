@@ -14,11 +14,20 @@ import math
 import numpy as np
 
 from worldtune.policies import belief_fit, perf_model
-from worldtune.policies import candidates as ws
+from worldtune.policies.candidates import (
+    PROBE_STEPS,
+    RETRIES,
+    Candidate,
+    Measurement,
+    Rejected,
+    SearchState,
+    candidate_for,
+    hardware_key,
+)
 from worldtune.tools.plan import Plan
 
 
-def problem(m: ws.Measurement) -> str:
+def problem(m: Measurement) -> str:
     """Why a measurement is not evidence ('' when it is)."""
     if m.engine_problem:
         return f"engine check: {m.engine_problem}"
@@ -35,14 +44,14 @@ def problem(m: ws.Measurement) -> str:
     return ""
 
 
-def record(state: ws.SearchState, measurement: ws.Measurement, recalibrate: bool = True) -> ws.SearchState:
+def record(state: SearchState, measurement: Measurement, recalibrate: bool = True) -> SearchState:
     """Add one measurement (and what it cost), note how far the belief was off, and refit that GPU's posterior."""
     bad = problem(measurement)
     if bad:
         return reject(state, measurement, bad)
     if measurement.kind == "probe" and not usable_probe(measurement):
         return record_inconclusive(state, measurement)
-    cand = ws.candidate_for(state, measurement.key)
+    cand = candidate_for(state, measurement.key)
     observed = _observed_latency(state, measurement)
     predicted = _predicted_latency(state, cand)
     surprises = dict(state.surprises)
@@ -62,10 +71,10 @@ def record(state: ws.SearchState, measurement: ws.Measurement, recalibrate: bool
     return recalibrated(new, cand.gpu) if recalibrate else new
 
 
-def reject(state: ws.SearchState, m: ws.Measurement, reason: str) -> ws.SearchState:
+def reject(state: SearchState, m: Measurement, reason: str) -> SearchState:
     """Bill a measurement that is not evidence; retry it once on a fresh deployment, then fail the candidate."""
     tries = sum(1 for r in state.rejected if r.key == m.key and r.kind == m.kind)
-    entry = ws.Rejected(key=m.key, kind=m.kind, benchmark_id=m.benchmark_id, reason=reason)
+    entry = Rejected(key=m.key, kind=m.kind, benchmark_id=m.benchmark_id, reason=reason)
     update: dict[str, object] = {
         "rejected": [*state.rejected, entry],
         "spent_usd": state.spent_usd + m.usd,
@@ -73,7 +82,7 @@ def reject(state: ws.SearchState, m: ws.Measurement, reason: str) -> ws.SearchSt
         "iterations": state.iterations + 1,
         "retry": [k for k in state.retry if k != m.key],
     }
-    if tries < ws.RETRIES:
+    if tries < RETRIES:
         update["retry"] = [*update["retry"], m.key]  # type: ignore[misc]
     else:
         update["failed"] = [*state.failed, m.key]
@@ -81,7 +90,7 @@ def reject(state: ws.SearchState, m: ws.Measurement, reason: str) -> ws.SearchSt
     return state.model_copy(update=update)
 
 
-def _observed_latency(state: ws.SearchState, m: ws.Measurement) -> float | None:
+def _observed_latency(state: SearchState, m: Measurement) -> float | None:
     if m.kind == "full" and m.latencies_s:
         return float(np.median(m.latencies_s))
     if m.per_step_s is not None and m.fixed_s is not None:
@@ -89,26 +98,26 @@ def _observed_latency(state: ws.SearchState, m: ws.Measurement) -> float | None:
     return None
 
 
-def _predicted_latency(state: ws.SearchState, cand: ws.Candidate) -> float:
+def _predicted_latency(state: SearchState, cand: Candidate) -> float:
     """What the belief (not earlier measurements) predicts for the candidate."""
     p = perf_model.predict(state.goal.workload, Plan.parse(cand.plan), state.beliefs[cand.gpu])
     return p.latency_s - p.guardrail_s
 
 
-def observations(state: ws.SearchState, gpu: str) -> list[belief_fit.Observation]:
+def observations(state: SearchState, gpu: str) -> list[belief_fit.Observation]:
     """The measurements on one GPU type as the posterior's observations, each with its own noise."""
     wl = state.goal.workload
     prior = state.prior(gpu)
     out: list[belief_fit.Observation] = []
     for m in state.measurements:
-        shape, plan_text = ws.hardware_key(m.key).split("|", 1)
+        shape, plan_text = hardware_key(m.key).split("|", 1)
         if shape.split(":")[0] != gpu:
             continue
         plan = str(Plan.parse(plan_text).single_replica())
         if m.kind == "probe" and m.per_step_s and m.fixed_s and m.per_step_s > 0 and m.fixed_s > 0:
             # the two-point fit's noise: the per-request noise over the step difference, and the intercept's
-            span = ws.PROBE_STEPS[-1] - ws.PROBE_STEPS[0]
-            hi = m.fixed_s + ws.PROBE_STEPS[-1] * m.per_step_s
+            span = PROBE_STEPS[-1] - PROBE_STEPS[0]
+            hi = m.fixed_s + PROBE_STEPS[-1] * m.per_step_s
             root = math.sqrt(m.repeats)
             step_sd = max(math.sqrt(2) * prior.noise_cv * hi / (span * m.per_step_s) / root, 0.0005)
             fixed_sd = max(math.sqrt(5) * prior.noise_cv * hi / m.fixed_s / root, 0.0005)
@@ -126,7 +135,7 @@ def observations(state: ws.SearchState, gpu: str) -> list[belief_fit.Observation
     return out
 
 
-def recalibrated(state: ws.SearchState, gpu: str) -> ws.SearchState:
+def recalibrated(state: SearchState, gpu: str) -> SearchState:
     """Refit one GPU type's posterior to everything measured on it; the MAP profile becomes the belief."""
     obs = observations(state, gpu)
     if not obs:
@@ -141,13 +150,13 @@ def recalibrated(state: ws.SearchState, gpu: str) -> ws.SearchState:
     )
 
 
-def usable_probe(m: ws.Measurement) -> bool:
+def usable_probe(m: Measurement) -> bool:
     """Probes fix latency = fixed + steps x per_step only when both come out positive (short clips on fast
     GPUs can drown the step difference in noise); otherwise the candidate goes straight to a full run."""
     return m.per_step_s is not None and m.fixed_s is not None and m.per_step_s > 0 and m.fixed_s >= 0
 
 
-def record_inconclusive(state: ws.SearchState, m: ws.Measurement) -> ws.SearchState:
+def record_inconclusive(state: SearchState, m: Measurement) -> SearchState:
     """Bill a probe that could not be read, and ask for a full run of that candidate next."""
     return state.model_copy(
         update={
@@ -159,7 +168,7 @@ def record_inconclusive(state: ws.SearchState, m: ws.Measurement) -> ws.SearchSt
     )
 
 
-def record_failure(state: ws.SearchState, key: str, usd: float, gpu_hours: float, reason: str = "") -> ws.SearchState:
+def record_failure(state: SearchState, key: str, usd: float, gpu_hours: float, reason: str = "") -> SearchState:
     """A candidate that could not be deployed or measured: bill what it used and never pick it again."""
     return state.model_copy(
         update={

@@ -16,7 +16,18 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from worldtune.policies import acquisition, belief, evidence, perf_model
-from worldtune.policies import candidates as ws
+from worldtune.policies.candidates import (
+    PROBE_REPEATS,
+    PROBE_STEPS,
+    Action,
+    Candidate,
+    Measurement,
+    SearchState,
+    candidates,
+    full_requests,
+    held_offers,
+    start_seconds,
+)
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 
@@ -53,7 +64,7 @@ def draw_truth(post: belief.Posterior, prior: Profile, rng: np.random.Generator)
     return post.profile(prior, np.clip(x, post.lower, post.upper))
 
 
-def _latency(truth: Profile, cand: ws.Candidate, steps: int, state: ws.SearchState, rng: np.random.Generator) -> float:
+def _latency(truth: Profile, cand: Candidate, steps: int, state: SearchState, rng: np.random.Generator) -> float:
     """One request's latency as the twin serves it under `truth` (perf_model.noisy_parts, plus the guardrail)."""
     p = perf_model.predict(state.goal.workload.with_changes(steps=steps), Plan.parse(cand.plan), truth)
     per_step, fixed = perf_model.noisy_parts(p, truth.noise_cv, rng)
@@ -61,23 +72,23 @@ def _latency(truth: Profile, cand: ws.Candidate, steps: int, state: ws.SearchSta
 
 
 def _measure(
-    truth: Profile, cand: ws.Candidate, action: ws.Action, state: ws.SearchState, rng: np.random.Generator
-) -> tuple[ws.Measurement, float]:
+    truth: Profile, cand: Candidate, action: Action, state: SearchState, rng: np.random.Generator
+) -> tuple[Measurement, float]:
     """The simulated measurement of `action` and its requests' wall seconds."""
     if action.kind == "probe":
-        points = [(s, _latency(truth, cand, s, state, rng)) for s in ws.PROBE_STEPS for _ in range(ws.PROBE_REPEATS)]
+        points = [(s, _latency(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
-        m = ws.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
-                           repeats=ws.PROBE_REPEATS)  # fmt: skip
+        m = Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
+                           repeats=PROBE_REPEATS)  # fmt: skip
         return m, sum(v for _, v in points)
-    n = action.requests or ws.full_requests(state.goal)
+    n = action.requests or full_requests(state.goal)
     latencies = [_latency(truth, cand, state.goal.workload.steps, state, rng) for _ in range(n)]
     replicas = Plan.parse(cand.plan).replicas
     wall = sum(max(latencies[i : i + replicas]) for i in range(0, n, replicas))
-    return ws.Measurement(key=cand.key, kind="full", latencies_s=latencies, requested=n), wall
+    return Measurement(key=cand.key, kind="full", latencies_s=latencies, requested=n), wall
 
 
-def simulate(state: ws.SearchState, parallel: int, rng: np.random.Generator) -> tuple[float, float, float, int, str]:
+def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tuple[float, float, float, int, str]:
     """One search against a truth drawn from `state`'s belief: (usd, gpu-hours, wall seconds, measurements, stop)."""
     truth = {gpu: draw_truth(state.posterior(gpu), state.beliefs[gpu], rng) for gpu in state.beliefs}
     s, usd, gpu_hours, wall, count = state, 0.0, 0.0, 0.0, 0
@@ -85,13 +96,13 @@ def simulate(state: ws.SearchState, parallel: int, rng: np.random.Generator) -> 
         decision = acquisition.decide(s, parallel=parallel)
         if decision.stop_reason:
             return usd, gpu_hours, wall, count, decision.stop_kind or "stopped"
-        by_key = {c.key: c for c in ws.candidates(s)}
-        held = ws.held_offers(s)
+        by_key = {c.key: c for c in candidates(s)}
+        held = held_offers(s)
         lanes = []
         for action in decision.actions:
             cand = by_key[action.key]
             deployed = action.key in s.deployed and not action.redeploy
-            start = ws.start_seconds(cand, deployed, node_held=not deployed and cand.offer.id in held)
+            start = start_seconds(cand, deployed, node_held=not deployed and cand.offer.id in held)
             m, requests_s = _measure(truth[cand.gpu], cand, action, s, rng)
             seconds = start + requests_s
             cost, hours = cand.offer.usd_per_hour * seconds / 3600.0, cand.offer.gpu_count * seconds / 3600.0
@@ -103,7 +114,7 @@ def simulate(state: ws.SearchState, parallel: int, rng: np.random.Generator) -> 
     return usd, gpu_hours, wall, count, "iteration_cap"
 
 
-def forecast(state: ws.SearchState, parallel: int = 1, runs: int = RUNS, seed: int = 0) -> Forecast:
+def forecast(state: SearchState, parallel: int = 1, runs: int = RUNS, seed: int = 0) -> Forecast:
     """The search's likely cost and time to a verified answer, from `runs` simulated searches (seeded)."""
     rng = np.random.default_rng(seed)
     outcomes = [simulate(state, parallel, rng) for _ in range(max(1, runs))]

@@ -19,7 +19,16 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from worldtune.policies import candidates as ws
+from worldtune.policies.candidates import (
+    Candidate,
+    SearchState,
+    action_cost,
+    candidates,
+    could_be_feasible,
+    full_requests,
+    objective_value,
+    optimistic_value,
+)
 
 NEAR = 8  # the near contenders the estimate probes (as before issue 18)
 FULL = 2  # of which the likeliest get a full run
@@ -65,21 +74,21 @@ def _lanes(seconds: list[float], parallel: int) -> float:
     return max(lanes)
 
 
-def near_contenders(state: ws.SearchState) -> list[ws.Candidate]:
+def near_contenders(state: SearchState) -> list[Candidate]:
     """The candidates within 20% of the best optimistic objective, at most NEAR, best first."""
     goal = state.goal
-    ranked = [c for c in ws.candidates(state) if ws.could_be_feasible(goal, c)]
+    ranked = [c for c in candidates(state) if could_be_feasible(goal, c)]
     if not ranked:
         return []
-    top = ws.objective_value(goal, ranked[0])
-    return [c for c in ranked if ws.optimistic_value(goal, c) <= top * 1.2][:NEAR]
+    top = objective_value(goal, ranked[0])
+    return [c for c in ranked if optimistic_value(goal, c) <= top * 1.2][:NEAR]
 
 
 def search_plan(
-    state: ws.SearchState,
+    state: SearchState,
     parallel: int = 1,
     reuse_nodes: bool = True,
-    loads: Callable[[ws.Candidate], ws.Candidate] | None = None,
+    loads: Callable[[Candidate], Candidate] | None = None,
 ) -> SearchPlan:
     """Probe every near contender, full-run the likeliest FULL; with `reuse_nodes`, one node per offer.
 
@@ -87,24 +96,24 @@ def search_plan(
     as it was counted before issue 18).
     """
     near = [loads(c) if loads else c for c in near_contenders(state)]
-    groups: dict[str, list[tuple[int, ws.Candidate]]] = {}
+    groups: dict[str, list[tuple[int, Candidate]]] = {}
     for i, cand in enumerate(near):
         groups.setdefault(cand.offer.id if reuse_nodes else cand.key, []).append((i, cand))
     if parallel > 1:  # N lanes rent up to N nodes of one offer (the graph deploys a new node for a second action)
-        split: dict[str, list[tuple[int, ws.Candidate]]] = {}
+        split: dict[str, list[tuple[int, Candidate]]] = {}
         for group, members in groups.items():
             k = min(parallel, len(members))
             for j, member in enumerate(members):
                 split.setdefault(f"{group}#{j % k}", []).append(member)
         groups = split
     used: list[NodeUse] = []
-    requests = ws.full_requests(state.goal)
+    requests = full_requests(state.goal)
     for members in groups.values():
         seconds = usd = 0.0
         for j, (i, cand) in enumerate(members):
-            s, u = ws.action_cost(cand, "probe", False, node_held=j > 0)
+            s, u = action_cost(cand, "probe", False, node_held=j > 0)
             if i < FULL:
-                s2, u2 = ws.action_cost(cand, "full", True, requests=requests)
+                s2, u2 = action_cost(cand, "full", True, requests=requests)
                 s, u = s + s2, u + u2
             seconds, usd = seconds + s, usd + u
         offer = members[0][1].offer
@@ -129,7 +138,7 @@ MAX_LANES = 4  # the most nodes a deadline may make the search rent at once
 
 
 def lanes_for_deadline(
-    state: ws.SearchState, parallel: int = 1, reuse_nodes: bool = True
+    state: SearchState, parallel: int = 1, reuse_nodes: bool = True
 ) -> tuple[SearchPlan, str | None]:
     """The search plan with the fewest lanes (from `parallel`, at most MAX_LANES) whose modelled time to a verified
     answer meets the goal's `answer within` and whose modelled spend fits the budget, and why it has that many;

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from worldtune.agent.steps import measurement_of
-from worldtune.policies import search as ws
+from worldtune.policies import search
 from worldtune.tools import deploy as deploying
 from worldtune.tools.benchmark import BenchmarkSpec, start_benchmark, wait_benchmark
 from worldtune.tools.goal import Goal
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 PLAN = "2xcfg2-u2-hsdp4"
 
 
-def _killed_run(store: Store, db: Path, cand: ws.Candidate, requests: int) -> ws.Measurement:
+def _killed_run(store: Store, db: Path, cand: search.Candidate, requests: int) -> search.Measurement:
     dep = deploying.deploy("H200", PLAN, time_scale=1000.0, store=store)
     pids = [int(p) for p in json.loads(dep.detail)["pids"]]
     try:
@@ -53,15 +53,15 @@ def test_engine_killed_during_a_full_run_is_retried_then_rejected(tmp_path: Path
     store = Store(db)
     goal = Goal(objective="min_cost_per_clip", workload=anchor_workload(), latency_bound_s=150, gpus=["H200"],
                 capacities=["on-demand"], budget_usd=300)  # fmt: skip
-    state = ws.initial_state(goal, all_offers("snapshot"))
-    cand = next(c for c in ws.candidates(state) if c.plan == PLAN)
+    state = search.initial_state(goal, all_offers("snapshot"))
+    cand = next(c for c in search.candidates(state) if c.plan == PLAN)
     first = _killed_run(store, db, cand, 20)
     assert first.requested == 20 and (first.failed_requests > 0 or len(first.latencies_s) < 20)
-    once = ws.record(state, first)
-    assert ws.recommendation(once) is None and cand.key in once.retry
+    once = search.record(state, first)
+    assert search.recommendation(once) is None and cand.key in once.retry
     assert once.rejected[-1].benchmark_id == first.benchmark_id and once.rejected[-1].reason
-    retry = next(a for a in ws.decide(once).actions if a.key == cand.key)
+    retry = next(a for a in search.decide(once).actions if a.key == cand.key)
     assert retry.redeploy and retry.needs_deploy and retry.kind == "full"
-    twice = ws.record(once, _killed_run(store, db, cand, 20))
-    assert ws.recommendation(twice) is None and cand.key in twice.failed
+    twice = search.record(once, _killed_run(store, db, cand, 20))
+    assert search.recommendation(twice) is None and cand.key in twice.failed
     assert "rejected 2 times" in twice.failures[cand.key]

@@ -8,8 +8,18 @@ from pathlib import Path
 import numpy as np
 
 from worldtune.policies import belief, belief_fit, perf_model
-from worldtune.policies import search as ws
 from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.search import (
+    STOP_LEVEL,
+    Measurement,
+    candidate_for,
+    candidates,
+    decide,
+    full_requests,
+    initial_state,
+    recommendation,
+    record,
+)
 from worldtune.tools import stats
 from worldtune.tools.goal import Goal
 from worldtune.tools.gpus import get_gpu
@@ -71,12 +81,12 @@ def test_bounds_hold_no_rate_above_the_datasheet_peak() -> None:
 
 def test_unmeasured_mechanism_candidate_keeps_prior_level_uncertainty() -> None:
     goal = _goal()
-    state = ws.initial_state(goal, all_offers("snapshot"))
-    key = next(c.key for c in ws.candidates(state) if c.plan == "u8")
-    cand = ws.candidate_for(state, key)
-    m = ws.Measurement(key=key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
-    state = ws.record(state, m)
-    after = {c.plan: c for c in ws.candidates(state)}
+    state = initial_state(goal, all_offers("snapshot"))
+    key = next(c.key for c in candidates(state) if c.plan == "u8")
+    cand = candidate_for(state, key)
+    m = Measurement(key=key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
+    state = record(state, m)
+    after = {c.plan: c for c in candidates(state)}
     assert after["u8"].stage == "probed" and after["u8"].sigma < 0.01
     post = state.posterior("H200")
     i = post.names.index("allreduce_gbps")
@@ -89,48 +99,48 @@ def test_unmeasured_mechanism_candidate_keeps_prior_level_uncertainty() -> None:
 
 def test_stopping_probability_on_a_constructed_case() -> None:
     goal = _goal()
-    state = ws.initial_state(goal, all_offers("snapshot"))
-    ranked = ws.candidates(state)
+    state = initial_state(goal, all_offers("snapshot"))
+    ranked = candidates(state)
     top = ranked[0]
     lat = top.latency_s
-    n = ws.full_requests(goal)
+    n = full_requests(goal)
     # the best predicted candidate measured fully, as predicted: nothing else is likely to beat it by 3%...
     rng = np.random.default_rng(0)
-    m = ws.Measurement(key=top.key, kind="full", latencies_s=list(lat * (1 + 0.002 * rng.standard_normal(n))),
+    m = Measurement(key=top.key, kind="full", latencies_s=list(lat * (1 + 0.002 * rng.standard_normal(n))),
                        requested=n)  # fmt: skip
-    done = ws.record(state, m)
-    d = ws.decide(done, margin=0.5)
-    assert d.stop_kind == "converged" and d.p_beaten is not None and d.p_beaten < ws.STOP_LEVEL
+    done = record(state, m)
+    d = decide(done, margin=0.5)
+    assert d.stop_kind == "converged" and d.p_beaten is not None and d.p_beaten < STOP_LEVEL
     # ...while with no margin at all the unmeasured near-equals keep the probability above the level: not converged
-    d0 = ws.decide(done, margin=0.0)
-    assert d0.stop_kind != "converged" and d0.p_beaten is not None and d0.p_beaten >= ws.STOP_LEVEL
+    d0 = decide(done, margin=0.0)
+    assert d0.stop_kind != "converged" and d0.p_beaten is not None and d0.p_beaten >= STOP_LEVEL
 
 
 def test_infeasible_goal_ends_infeasible_with_nearest_options() -> None:
-    state = ws.initial_state(_goal(latency_bound_s=20), all_offers("snapshot"))
-    d = ws.decide(state)
+    state = initial_state(_goal(latency_bound_s=20), all_offers("snapshot"))
+    d = decide(state)
     assert d.stop_kind == "infeasible" and not d.actions and d.p_feasible is not None and d.p_feasible < 0.05
     assert d.nearest and all(o.would_meet_s > 20 and o.usd_per_clip > 0 for o in d.nearest)
-    assert d.nearest[0].latency_q_s <= min(c.latency_q_s for c in ws.candidates(state)) * 1.05
+    assert d.nearest[0].latency_q_s <= min(c.latency_q_s for c in candidates(state)) * 1.05
     assert "nearest" in (d.stop_reason or "")
 
 
 def test_a_full_run_with_a_killed_engine_is_retried_then_rejected_not_verified() -> None:
     goal = _goal()
-    state = ws.initial_state(goal, all_offers("snapshot"))
-    top = ws.candidates(state)[0]
-    n = ws.full_requests(goal)
-    broken = ws.Measurement(key=top.key, kind="full", latencies_s=[top.latency_s], requested=n, failed_requests=n - 1,
+    state = initial_state(goal, all_offers("snapshot"))
+    top = candidates(state)[0]
+    n = full_requests(goal)
+    broken = Measurement(key=top.key, kind="full", latencies_s=[top.latency_s], requested=n, failed_requests=n - 1,
                             engine_problem="deployment d1 is failed")  # fmt: skip
-    once = ws.record(state, broken)
-    assert ws.recommendation(once) is None and top.key in once.retry and once.rejected
-    retry = ws.decide(once).actions[0]
+    once = record(state, broken)
+    assert recommendation(once) is None and top.key in once.retry and once.rejected
+    retry = decide(once).actions[0]
     assert retry.key == top.key and retry.redeploy and retry.needs_deploy and retry.kind == "full"
-    twice = ws.record(once, broken)
+    twice = record(once, broken)
     assert (
-        ws.recommendation(twice) is None and top.key in twice.failed and "rejected 2 times" in twice.failures[top.key]
+        recommendation(twice) is None and top.key in twice.failed and "rejected 2 times" in twice.failures[top.key]
     )
-    assert all(a.key != top.key for a in ws.decide(twice).actions)  # a failed candidate is never picked again
+    assert all(a.key != top.key for a in decide(twice).actions)  # a failed candidate is never picked again
 
 
 def test_statistics_module_matches_order_statistic_rules() -> None:

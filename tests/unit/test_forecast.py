@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldtune.policies import belief, forecast
-from worldtune.policies import search as ws
+from worldtune.policies import belief, forecast, search
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.goal import Goal
 from worldtune.tools.offers import all_offers
@@ -23,20 +22,22 @@ def _goal() -> Goal:
 def test_the_forecast_is_a_likely_search_not_the_bound() -> None:
     """The bound counts a probe for every near contender and two full runs; the search takes a few probes and one
     full run, and the forecast says so: below the bound, and a whole search (a probe and a full run at least)."""
-    state = ws.initial_state(_goal(), all_offers("snapshot"))
-    bound = ws.search_plan(state)
-    likely = ws.forecast(state, runs=2)
+    state = search.initial_state(_goal(), all_offers("snapshot"))
+    bound = search.search_plan(state)
+    likely = search.forecast(state, runs=2)
     assert likely.runs == 2 and likely.stops == {"converged": 2}
     assert likely.measurements_p50 >= 2
-    full_run = min(ws.full_seconds(c, ws.full_requests(state.goal)) for c in ws.candidates(state) if c.feasible)
+    full_run = min(
+        search.full_seconds(c, search.full_requests(state.goal)) for c in search.candidates(state) if c.feasible
+    )
     assert full_run < likely.answer_s_p50 < bound.answer_s
     assert 0 < likely.usd_p50 <= likely.usd_max < bound.usd
     assert "simulated" in likely.basis
 
 
 def test_the_forecast_is_seeded_and_its_truths_come_from_the_belief() -> None:
-    state = ws.initial_state(_goal(), all_offers("snapshot"))
-    assert ws.forecast(state, runs=1, seed=3) == ws.forecast(state, runs=1, seed=3)
+    state = search.initial_state(_goal(), all_offers("snapshot"))
+    assert search.forecast(state, runs=1, seed=3) == search.forecast(state, runs=1, seed=3)
     prior = shipped_profile("H200")
     post = belief.prior_posterior(prior)
     rng = np.random.default_rng(0)

@@ -5,8 +5,19 @@ from __future__ import annotations
 import numpy as np
 
 from worldtune.policies import perf_model
-from worldtune.policies import search as ws
 from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.search import (
+    Candidate,
+    Measurement,
+    SearchState,
+    candidates,
+    decide,
+    hardware_key,
+    initial_state,
+    recommendation,
+    record,
+    tolerance_bound,
+)
 from worldtune.tools.goal import Goal
 from worldtune.tools.offers import all_offers
 from worldtune.tools.plan import Plan
@@ -27,38 +38,38 @@ def _goal(**changes: object) -> Goal:
     return Goal.model_validate(base)
 
 
-def _simulate(state: ws.SearchState, truth: dict[str, Profile], seed: int = 0) -> ws.SearchState:
+def _simulate(state: SearchState, truth: dict[str, Profile], seed: int = 0) -> SearchState:
     """Drive the search to its stop against a profile 'truth' (the twin's timing model with its noise)."""
     rng = np.random.default_rng(seed)
     workload = state.goal.workload
     for _ in range(60):
-        decision = ws.decide(state)
+        decision = decide(state)
         if decision.stop_reason:
             return state
-        cands = {c.key: c for c in ws.candidates(state)}
+        cands = {c.key: c for c in candidates(state)}
         for action in decision.actions:
             cand = cands[action.key]
             plan = Plan.parse(cand.plan)
             cv = truth[cand.gpu].noise_cv
 
-            def latency(steps: int, cand: ws.Candidate = cand, plan: Plan = plan, cv: float = cv) -> float:
+            def latency(steps: int, cand: Candidate = cand, plan: Plan = plan, cv: float = cv) -> float:
                 p = perf_model.predict(workload.with_changes(steps=steps), plan, truth[cand.gpu])
                 return float(p.fixed_s * (1 + cv * rng.standard_normal()) + steps * p.per_step_s)
 
             if action.kind == "probe":
                 a, b = latency(4), latency(8)
-                m = ws.Measurement(key=cand.key, kind="probe", per_step_s=(b - a) / 4, fixed_s=a - 4 * (b - a) / 4)
+                m = Measurement(key=cand.key, kind="probe", per_step_s=(b - a) / 4, fixed_s=a - 4 * (b - a) / 4)
             else:
                 n = action.requests or 5
-                m = ws.Measurement(key=cand.key, kind="full", latencies_s=[latency(35) for _ in range(n)], requested=n)
+                m = Measurement(key=cand.key, kind="full", latencies_s=[latency(35) for _ in range(n)], requested=n)
             assert action.expected_usd <= state.goal.budget_usd - state.spent_usd
-            state = ws.record(state, m.model_copy(update={"usd": action.expected_usd / 1.25}))
+            state = record(state, m.model_copy(update={"usd": action.expected_usd / 1.25}))
     raise AssertionError("the search did not stop")
 
 
 def test_candidates_are_offers_times_valid_plans_ranked_under_the_goal() -> None:
-    state = ws.initial_state(_goal(), all_offers("snapshot"))
-    ranked = ws.candidates(state)
+    state = initial_state(_goal(), all_offers("snapshot"))
+    ranked = candidates(state)
     assert len({c.offer.id for c in ranked}) == len(state.offers) > 3
     assert all(c.feasible for c in ranked[:10])
     feasible = [c for c in ranked if c.feasible]
@@ -69,46 +80,46 @@ def test_candidates_are_offers_times_valid_plans_ranked_under_the_goal() -> None
 
 
 def test_throughput_floor_sets_the_number_of_nodes() -> None:
-    state = ws.initial_state(_goal(throughput_floor_clips_per_hour=500), all_offers("snapshot"))
-    top = ws.candidates(state)[0]
+    state = initial_state(_goal(throughput_floor_clips_per_hour=500), all_offers("snapshot"))
+    top = candidates(state)[0]
     assert top.nodes * top.clips_per_hour_per_node >= 500 > (top.nodes - 1) * top.clips_per_hour_per_node
 
 
 def test_first_actions_are_probes_then_a_full_run_for_a_contender() -> None:
-    state = ws.initial_state(_goal(), all_offers("snapshot"))
-    first = ws.decide(state, parallel=2)
+    state = initial_state(_goal(), all_offers("snapshot"))
+    first = decide(state, parallel=2)
     assert [a.kind for a in first.actions] == ["probe", "probe"] and all(a.needs_deploy for a in first.actions)
     key = first.actions[0].key
-    cand = next(c for c in ws.candidates(state) if c.key == key)
-    probe = ws.Measurement(key=key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
-    state = ws.record(state, probe).model_copy(update={"deployed": [key]})
-    nxt = ws.decide(state)
+    cand = next(c for c in candidates(state) if c.key == key)
+    probe = Measurement(key=key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
+    state = record(state, probe).model_copy(update={"deployed": [key]})
+    nxt = decide(state)
     # next: verify the probed contender on the node it holds, or measure a candidate predicted cheaper than it
     # (with the measured VAE tile terms a vae8 sibling can come out ahead once the probe pins the shared rates)
     action = nxt.actions[0]
     if action.key == key:
         assert action.kind == "full" and not action.needs_deploy
     else:
-        by_key = {c.key: c for c in ws.candidates(state)}
+        by_key = {c.key: c for c in candidates(state)}
         assert by_key[action.key].usd_per_clip < by_key[key].usd_per_clip
 
 
 def test_nothing_verified_a_full_run_goes_only_to_a_probe_that_would_let_the_search_stop() -> None:
     """A full run costs ~20 probes: a probed plan that other open plans likely beat by the margin is not run in
     full (the next probe goes elsewhere); the plan whose verification most likely ends the search is."""
-    state = ws.initial_state(_goal(), all_offers("snapshot"))
-    ranked = [c for c in ws.candidates(state) if c.feasible]
+    state = initial_state(_goal(), all_offers("snapshot"))
+    ranked = [c for c in candidates(state) if c.feasible]
     top = ranked[0]
     dear = next(c for c in ranked if c.offer.id == top.offer.id and c.usd_per_clip > top.usd_per_clip * 1.15)
 
-    def probed(state: ws.SearchState, cand: ws.Candidate) -> ws.SearchState:
-        m = ws.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
-        return ws.record(state, m)
+    def probed(state: SearchState, cand: Candidate) -> SearchState:
+        m = Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
+        return record(state, m)
 
-    after_dear = ws.decide(probed(state, dear))
+    after_dear = decide(probed(state, dear))
     assert not any(a.kind == "full" and a.key == dear.key for a in after_dear.actions)
     assert after_dear.actions and all(a.kind == "probe" for a in after_dear.actions)
-    after_top = ws.decide(probed(state, top))
+    after_top = decide(probed(state, top))
     full = [a for a in after_top.actions if a.kind == "full"]
     assert full and "most likely ends the search" in full[0].reason and "P(no open candidate beats it" in full[0].reason
 
@@ -117,33 +128,33 @@ def test_a_cheap_probe_that_could_displace_the_full_runs_plan_goes_before_it() -
     """A full run is ~20 probes' worth: with a near plan probed and the predicted best not yet, probing the best
     first is cheaper than the full run it would likely waste (its chance to beat the near plan by the margin x the
     full run's cost exceeds its probe's cost); once both are probed, the full run goes ahead."""
-    state = ws.initial_state(_goal(), all_offers("snapshot"))
-    ranked = [c for c in ws.candidates(state) if c.feasible]
+    state = initial_state(_goal(), all_offers("snapshot"))
+    ranked = [c for c in candidates(state) if c.feasible]
     top = ranked[0]
-    other = [c for c in ranked[1:] if c.offer.id == top.offer.id and ws.hardware_key(c.key) != ws.hardware_key(top.key)]
+    other = [c for c in ranked[1:] if c.offer.id == top.offer.id and hardware_key(c.key) != hardware_key(top.key)]
     # 1.5-2.5% dearer: within the 3% margin on its prediction, yet the best may well beat it by more
     near = next(c for c in other if top.usd_per_clip * 1.015 < c.usd_per_clip <= top.usd_per_clip * 1.025)
 
-    def probed(state: ws.SearchState, cand: ws.Candidate) -> ws.SearchState:
-        m = ws.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
-        return ws.record(state, m)
+    def probed(state: SearchState, cand: Candidate) -> SearchState:
+        m = Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
+        return record(state, m)
 
     one = probed(state, near)
-    first = ws.decide(one).actions[0]
+    first = decide(one).actions[0]
     assert first.kind == "probe" and first.key == top.key, first
     assert "probed before the likeliest optimum's full run" in first.reason
-    both = probed(one, next(c for c in ws.candidates(one) if c.key == first.key))
-    assert any(a.kind == "full" for a in ws.decide(both).actions)
+    both = probed(one, next(c for c in candidates(one) if c.key == first.key))
+    assert any(a.kind == "full" for a in decide(both).actions)
 
 
 def test_search_converges_on_the_truth_and_says_why() -> None:
     truth = {g: shipped_profile(g) for g in ("H200", "B200")}
-    state = _simulate(ws.initial_state(_goal(), all_offers("snapshot")), truth)
-    decision = ws.decide(state)
+    state = _simulate(initial_state(_goal(), all_offers("snapshot")), truth)
+    decision = decide(state)
     assert decision.stop_kind == "converged" and "confidence" in (decision.stop_reason or "")
-    best = ws.recommendation(state)
+    best = recommendation(state)
     assert best is not None and best.stage == "measured" and best.latency_q_s <= 150
-    optimum = ws.candidates(state.model_copy(update={"beliefs": truth, "measurements": []}))[0]
+    optimum = candidates(state.model_copy(update={"beliefs": truth, "measurements": []}))[0]
     assert best.usd_per_clip <= optimum.usd_per_clip * 1.05
     assert state.iterations < 20  # far fewer measurements than the hundreds of candidates
 
@@ -156,11 +167,11 @@ def test_many_near_equal_plans_do_not_keep_a_search_probing_without_ever_verifyi
     goal = _goal(workload=anchor_workload(width=832, height=480, num_frames=121), latency_bound_s=60, gpus=["H200"],
                  capacities=["on-demand"], budget_usd=100)  # fmt: skip
     truth = {"H200": shipped_profile("H200")}
-    state = _simulate(ws.initial_state(goal, all_offers("snapshot")), truth)
-    assert ws.decide(state).stop_kind == "converged"
-    best = ws.recommendation(state)
+    state = _simulate(initial_state(goal, all_offers("snapshot")), truth)
+    assert decide(state).stop_kind == "converged"
+    best = recommendation(state)
     assert best is not None and best.stage == "measured"
-    optimum = ws.candidates(state.model_copy(update={"beliefs": truth, "measurements": []}))[0]
+    optimum = candidates(state.model_copy(update={"beliefs": truth, "measurements": []}))[0]
     assert best.usd_per_clip <= optimum.usd_per_clip * 1.05
     assert state.iterations <= 10 and state.spent_usd < 60
 
@@ -170,7 +181,7 @@ def test_recalibration_learns_a_larger_fixed_cost() -> None:
     # the VAE share of the fixed part is ~40% since issue 13: x4 makes the whole fixed part ~2.2x larger
     truth = {"H200": shipped.with_changes(vae_decode_s=shipped.vae_decode_s * 4)}
     goal = _goal(gpus=["H200"], objective="min_latency", latency_bound_s=None)
-    state = _simulate(ws.initial_state(goal, all_offers("snapshot")), truth)
+    state = _simulate(initial_state(goal, all_offers("snapshot")), truth)
     learned = state.beliefs["H200"]
     assert learned.vae_decode_s + learned.text_encode_s + learned.mux_s > 1.4 * (
         shipped.vae_decode_s + shipped.text_encode_s + shipped.mux_s
@@ -179,27 +190,27 @@ def test_recalibration_learns_a_larger_fixed_cost() -> None:
 
 
 def test_impossible_goal_stops_as_infeasible() -> None:
-    state = ws.initial_state(_goal(latency_bound_s=5), all_offers("snapshot"))
-    decision = ws.decide(state)
+    state = initial_state(_goal(latency_bound_s=5), all_offers("snapshot"))
+    decision = decide(state)
     assert decision.stop_kind == "infeasible" and not decision.actions
 
 
 def test_budget_caps_the_search_and_is_never_exceeded() -> None:
     truth = {g: shipped_profile(g) for g in ("H200", "B200")}
-    state = _simulate(ws.initial_state(_goal(budget_usd=6), all_offers("snapshot")), truth)
-    decision = ws.decide(state)
+    state = _simulate(initial_state(_goal(budget_usd=6), all_offers("snapshot")), truth)
+    decision = decide(state)
     assert decision.stop_kind == "budget" and "budget" in (decision.stop_reason or "")
     assert state.spent_usd <= 6
 
 
 def test_iteration_cap_is_a_stop_reason() -> None:
-    state = ws.initial_state(_goal(), all_offers("snapshot")).model_copy(update={"iterations": 3})
-    assert ws.decide(state, max_iterations=3).stop_kind == "iteration_cap"  # was "iterations": named as the brief asks
+    state = initial_state(_goal(), all_offers("snapshot")).model_copy(update={"iterations": 3})
+    assert decide(state, max_iterations=3).stop_kind == "iteration_cap"  # was "iterations": named as the brief asks
 
 
 def test_tolerance_bound_is_conservative_and_tightens_with_samples() -> None:
     rng = np.random.default_rng(1)
     few = list(120 + rng.normal(0, 1, 5))
     many = list(120 + rng.normal(0, 1, 200))
-    assert ws.tolerance_bound(few, 95) > np.percentile(few, 95)
-    assert ws.tolerance_bound(few, 95) - 120 > ws.tolerance_bound(many, 95) - 120 > 1.2
+    assert tolerance_bound(few, 95) > np.percentile(few, 95)
+    assert tolerance_bound(few, 95) - 120 > tolerance_bound(many, 95) - 120 > 1.2
