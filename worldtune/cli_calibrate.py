@@ -235,7 +235,7 @@ def _calibrate(
     mechanisms: bool = False,
     from_mech: str | None = None,
 ) -> None:
-    from worldtune.policies import gpu_calibration as gc
+    from worldtune.policies import gpu_calibration
     from worldtune.policies.instruments.microbench import mechanisms_path
     from worldtune.policies.mech_terms import load_mech
 
@@ -248,22 +248,22 @@ def _calibrate(
         mech_path = mechanisms_path(scratch) if mechanisms else None
     else:
         raw_path = raw_from_file(Path(from_raw))
-    raw = gc.load_raw(raw_path)
-    stem = gc.profile_name(raw, gpu)
+    raw = gpu_calibration.load_raw(raw_path)
+    stem = gpu_calibration.profile_name(raw, gpu)
     profile_path = Path(out) if out else workdir / f"{stem}.yaml"
     kept_raw = profile_path.with_name(profile_path.stem + ".raw.json")
     if from_raw is None:
         shutil.move(raw_path, kept_raw)
-    profile = gc.measured_profile(raw, gpu, raw_name=kept_raw.name if from_raw is None else raw_path.name)
+    profile = gpu_calibration.measured_profile(raw, gpu, raw_name=kept_raw.name if from_raw is None else raw_path.name)
     if mech_path is not None:
         mech = load_mech(mech_path)
         if from_raw is None:  # keep the measurement beside the profile, as the raw file is
             kept_mech = profile_path.with_name(profile_path.stem + ".mech.json")
             shutil.move(mech_path, kept_mech)
             mech_path = kept_mech
-        profile = gc.with_mechanisms(profile, mech, mech_path.name)
+        profile = gpu_calibration.with_mechanisms(profile, mech, mech_path.name)
     profile.dump(profile_path)
-    summary = gc.comparison(profile, raw)
+    summary = gpu_calibration.comparison(profile, raw)
     summary["profile"] = str(profile_path)
     if as_json:
         emit_json(summary)
