@@ -30,84 +30,72 @@ from worldtune.agent.record import (
     open_record,
     write_record,
 )
-from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask
-from worldtune.agent.steps import emit, options_of, teardown
+from worldtune.agent.state import SpendEstimate, SpendForecast, TuneInput, TuneOutput, TuneState, VerifyTask
+from worldtune.agent.steps import emit, listed_offers, teardown
 from worldtune.agent.verify import verify
 from worldtune.policies import search as ws
 from worldtune.tools.goal import Goal
-from worldtune.tools.offer import Offer
 
 
 # ---- nodes -----------------------------------------------------------------------------------------
 async def read_goal(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """A run started with only the goal text (Studio, `langgraph dev`) reads it here as `tune` does; the runner
     has done this before the graph starts, and the node passes its state on untouched."""
+    # Studio's form sends JSON: the words are made here (the runner passes them made, and they pass untouched)
+    options = TuneOptions.model_validate(state.get("options") or {})
     if state.get("goal"):  # the runner read it; the record is opened here for every driver of the graph
-        await open_record(runtime.context.tools, state["run_id"], dict(state["goal"]))
-        return {}
+        goal = Goal.model_validate(state["goal"])
+        await open_record(runtime.context.tools, state["run_id"], goal.model_dump(mode="json"))
+        made = {"goal": goal, "options": options}
+        return {k: v for k, v in made.items() if v is not state.get(k)}
     from worldtune.tools.spend import needs_confirmation
 
-    raw = dict(state.get("options") or {})
-    options = TuneOptions.model_validate(raw)
-    if "yes" not in raw:  # as start_tuning does: a free run (the local twin) needs no approval, a paid one asks
+    if "yes" not in options.model_fields_set:  # as start_tuning does: a free run (the local twin) needs no
+        # approval, a paid one asks
         options = options.model_copy(update={"yes": not needs_confirmation(options.infra, options.engine)})
     thread = runtime.execution_info.thread_id if runtime.execution_info else None
     run_id = state.get("run_id") or str(thread or "")
     parsed = await asyncio.to_thread(goal_for, state.get("goal_text", ""), options)
     first = first_state(parsed, options, run_id or f"studio-{int(time.time())}")
-    await open_record(runtime.context.tools, first["run_id"], first["goal"])
+    await open_record(runtime.context.tools, first["run_id"], parsed.goal.model_dump(mode="json"))
     return {k: v for k, v in first.items() if k != "results"}
 
 
 async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Offers (MCP list_offers) x valid plans, ranked by the performance model under the goal; a spend estimate."""
-    goal = Goal.model_validate(state["goal"])
-    options = options_of(state)
-    listed = await runtime.context.tools.call("list_offers", capacity=None)
-    offers = [Offer.model_validate({k: v for k, v in o.items() if k in Offer.model_fields}) for o in listed["offers"]]
+    goal, options = state["goal"], state["options"]
+    offers = await listed_offers(runtime.context.tools)
     search = ws.initial_state(goal, offers).model_copy(update={"reuse_nodes": options.reuse_nodes})
     ranked = ws.candidates(search)
     feasible = [c for c in ranked if c.feasible]
     plan, lanes_why = ws.lanes_for_deadline(search, options.parallel, options.reuse_nodes)
-    usd, gpu_hours, keys = plan.usd, plan.gpu_hours, plan.keys
-    estimate = {
-        "parallel": plan.parallel,
-        "usd": round(usd, 2),
-        "gpu_hours": round(gpu_hours, 2),
-        "answer_hours": round(plan.answer_s / 3600.0, 2),
-        "deployments": plan.deployments,
-        "cold_loads": plan.cold_loads,
-        "warm_loads": plan.warm_loads,
-        "estimate_basis": plan.basis,
-        "budget_usd": goal.budget_usd,
-        "candidates": len(ranked),
-        "feasible": len(feasible),
-        "first_to_verify": keys[:5],
-        "engine": options.engine,
-        "infra": options.infra,
-        "priced_as": "the offers' prices for the modelled GPU time (twin rehearsal)" if options.twin else "the offers",
-    }
-    if lanes_why:  # a deadline bought lanes, or could not
-        estimate["parallel_why"] = lanes_why
-    # the bound above is what may be committed; the forecast is what the search will likely cost (simulated)
+    # the bound is what may be committed; the forecast is what the search will likely cost (simulated)
     likely = await asyncio.to_thread(ws.forecast, search, plan.parallel)
-    estimate["forecast"] = {
-        "usd": round(likely.usd_p50, 2), "usd_max": round(likely.usd_max, 2),
-        "gpu_hours": round(likely.gpu_hours_p50, 2), "answer_hours": round(likely.answer_s_p50 / 3600.0, 2),
-        "answer_hours_max": round(likely.answer_s_max / 3600.0, 2), "measurements": likely.measurements_p50,
-        "runs": likely.runs, "stops": likely.stops, "basis": likely.basis,
-    }  # fmt: skip
+    estimate = SpendEstimate(
+        parallel=plan.parallel, usd=round(plan.usd, 2), gpu_hours=round(plan.gpu_hours, 2),
+        answer_hours=round(plan.answer_s / 3600.0, 2), deployments=plan.deployments, cold_loads=plan.cold_loads,
+        warm_loads=plan.warm_loads, estimate_basis=plan.basis, budget_usd=goal.budget_usd, candidates=len(ranked),
+        feasible=len(feasible), first_to_verify=plan.keys[:5], engine=options.engine, infra=options.infra,
+        priced_as="the offers' prices for the modelled GPU time (twin rehearsal)" if options.twin else "the offers",
+        parallel_why=lanes_why or None,  # a deadline bought lanes, or could not
+        forecast=SpendForecast(
+            usd=round(likely.usd_p50, 2), usd_max=round(likely.usd_max, 2),
+            gpu_hours=round(likely.gpu_hours_p50, 2), answer_hours=round(likely.answer_s_p50 / 3600.0, 2),
+            answer_hours_max=round(likely.answer_s_max / 3600.0, 2), measurements=likely.measurements_p50,
+            runs=likely.runs, stops=likely.stops, basis=likely.basis,
+        ),
+    )  # fmt: skip
     top = [f"{c.plan} on {c.offer.id}: {c.usd_per_clip:.3f} $/clip, p50 {c.latency_s:.0f} s" for c in feasible[:3]]
-    emit(runtime, "candidates", count=len(ranked), feasible=len(feasible), top=top, estimate=estimate)
+    emit(runtime, "candidates", count=len(ranked), feasible=len(feasible), top=top, estimate=estimate.as_json())
     return {
-        "search": search.model_dump(mode="json"),
-        "initial_beliefs": {g: p.model_dump(mode="json") for g, p in search.beliefs.items()},
+        "search": search,
+        "initial_beliefs": dict(search.beliefs),
         "spend_estimate": estimate,
         "learned": 0,
         # a deadline may buy lanes: every node after this one (decide, the answer's time) runs with them
-        "options": {**dict(state.get("options") or {}), "parallel": plan.parallel},
+        "options": options.model_copy(update={"parallel": plan.parallel}),
         "events": [
-            f"{len(ranked)} candidates ({len(feasible)} predicted to meet the goal); at most ${usd:.2f}, "
+            f"{len(ranked)} candidates ({len(feasible)} predicted to meet the goal); at most ${plan.usd:.2f}, "
             f"likely ${likely.usd_p50:.2f} (simulated)"
         ]
         + ([lanes_why] if lanes_why else []),
@@ -116,18 +104,19 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
 
 async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Ask before spending (interrupt), unless the run was started with --yes."""
-    if options_of(state).yes:
+    if state["options"].yes:
         return {"approved": True, "events": ["spend approved by --yes"]}
 
     tools = runtime.context.tools
     # recorded here, so a run that Studio / `langgraph dev` drives says it waits, as one `tune` drives does (the
     # node runs again on resume: the record says waiting until the answer is in, then running again)
-    await mark_waiting(tools, state["run_id"], state["spend_estimate"])
+    estimate = state["spend_estimate"].as_json()
+    await mark_waiting(tools, state["run_id"], estimate)
     answer = interrupt(
         {
             "question": "Approve this spend?",
-            "goal": Goal.model_validate(state["goal"]).describe(),
-            "spend_estimate": state["spend_estimate"],
+            "goal": state["goal"].describe(),
+            "spend_estimate": estimate,
             "thread_id": state["run_id"],
         }
     )
@@ -145,9 +134,9 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
 
 async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """The search policy's next actions (at most --parallel), or why to stop; tear down what is not needed."""
-    options = options_of(state)
+    options = state["options"]
     live = dict(state.get("deployments") or {})
-    search = ws.SearchState.model_validate(state["search"]).model_copy(update={"deployed": list(live)})
+    search = state["search"].model_copy(update={"deployed": list(live)})
     decision = ws.decide(
         search, parallel=options.parallel, margin=options.margin, max_iterations=options.max_iterations
     )
@@ -162,7 +151,7 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
             removed[key] = ""
     for key, deployment_id in moved.items():
         emit(runtime, "keep_node", key=key, deployment=deployment_id)
-    update: dict[str, Any] = {"decision": decision.model_dump(mode="json"), "deployments": removed | moved}
+    update: dict[str, Any] = {"decision": decision, "deployments": removed | moved}
     if decision.stop_reason:
         emit(runtime, "stop", reason=decision.stop_reason, kind=decision.stop_kind)
         update |= {"stop_reason": decision.stop_reason, "stop_kind": decision.stop_kind or ""}
@@ -191,19 +180,19 @@ def _reused_nodes(actions: list[ws.Action], spare: dict[str, str]) -> dict[str, 
 
 async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Fold new measurements into the search and recalibrate the belief of each GPU type measured."""
-    search = ws.SearchState.model_validate(state["search"])
+    search = state["search"]
     results = state.get("results") or []
     done = state.get("learned", 0)
     fresh = results[done:]
     gpus: set[str] = set()
     events: list[str] = []
-    for raw in fresh:
-        m = ws.Measurement.model_validate({k: v for k, v in raw.items() if k in ws.Measurement.model_fields})
-        if raw.get("failed"):
-            search = ws.record_failure(search, m.key, m.usd, m.gpu_hours, str(raw.get("error") or "failed"))
-            events.append(f"{m.key}: {raw.get('error')}")
+    for outcome in fresh:
+        m = outcome.measurement
+        if outcome.failed:
+            search = ws.record_failure(search, m.key, m.usd, m.gpu_hours, outcome.error or "failed")
+            events.append(f"{m.key}: {outcome.error}")
             # people see why (a load that ran out of memory, every request failing), not only that money went
-            emit(runtime, "failed", key=m.key, error=str(raw.get("error"))[:600])
+            emit(runtime, "failed", key=m.key, error=outcome.error[:600])
             continue
         rejected = len(search.rejected)
         search = ws.record(search, m, recalibrate=False)
@@ -225,11 +214,11 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         events.append(note)
         emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))
     # time to a verified answer so far (modelled on the twin): the verifications' seconds, lanes overlapping
-    answer_s = sum(float(r.get("model_s", 0.0)) for r in results) / options_of(state).parallel
+    answer_s = sum(r.model_s for r in results) / state["options"].parallel
     search = search.model_copy(update={"elapsed_s": answer_s})  # what a goal's 'answer within' is held to
     emit(runtime, "elapsed", answer_hours=round(answer_s / 3600.0, 3), measurements=len(results))
-    live = {r["key"]: "" for r in fresh if r.get("removed")}
-    return {"search": search.model_dump(mode="json"), "learned": len(results), "events": events, "deployments": live}
+    live = {r.key: "" for r in fresh if r.removed}
+    return {"search": search, "learned": len(results), "events": events, "deployments": live}
 
 
 async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -259,17 +248,16 @@ def after_approval(state: TuneState) -> str:
 
 def next_actions(state: TuneState) -> list[Send] | str:
     """One `verify` branch per action (in parallel), or `finish` when the search stops."""
-    decision = ws.Decision.model_validate(state["decision"])
+    decision, search = state["decision"], state["search"]
     if decision.stop_reason or not decision.actions:
         return "finish"
-    search = ws.SearchState.model_validate(state["search"])
     cands = {c.key: c for c in ws.candidates(search)}
     left = search.goal.budget_usd - search.spent_usd
     slack = max(0.0, left - sum(a.expected_usd for a in decision.actions)) / len(decision.actions)
     live = state.get("deployments") or {}
     recorded = state.get("results") or []  # what verify may not measure again, and the deployments already billed
-    used = [str(r["benchmark_id"]) for r in recorded if r.get("benchmark_id")]
-    billed = [str(r["deployment_id"]) for r in recorded if r.get("deployment_id")]
+    used = [r.measurement.benchmark_id for r in recorded if r.measurement.benchmark_id]
+    billed = [r.deployment_id for r in recorded if r.deployment_id]
     return [
         Send(
             "verify",
@@ -277,8 +265,8 @@ def next_actions(state: TuneState) -> list[Send] | str:
                 run_id=state["run_id"],
                 goal=state["goal"],
                 options=state["options"],
-                action=a.model_dump(mode="json"),
-                candidate=cands[a.key].model_dump(mode="json"),
+                action=a,
+                candidate=cands[a.key],
                 deployment_id=live.get(a.key),
                 cap_usd=a.expected_usd + slack,
                 iteration=search.iterations,

@@ -15,10 +15,10 @@ from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.goal_parser import read_goal
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.provenance import provenance
+from worldtune.agent.state import Outcome, TuneState
 from worldtune.policies import search as ws
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.goal import Goal
-from worldtune.tools.profile import Profile
 
 
 class ToolsClient(Protocol):
@@ -80,18 +80,18 @@ async def write_record(tools: ToolsClient, run_id: str, summary: dict[str, Any])
     await tools.call("mark_run", run_id=run_id, status="completed", summary=summary)
 
 
-def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> dict[str, Any]:
+def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> TuneState:
     """A run's first state: what `tune` and the graph's read_goal start from (read_goal records it)."""
     check_options(options)
-    return {
-        "run_id": run_id,
-        "goal_text": parsed.text,
-        "goal": parsed.goal.model_dump(mode="json"),
-        "goal_source": parsed.source,
-        "options": options.model_dump(mode="json"),
-        "results": [],
-        "events": [f"goal: {parsed.goal.describe()} (read by the {parsed.source})"],
-    }
+    return TuneState(
+        run_id=run_id,
+        goal_text=parsed.text,
+        goal=parsed.goal,
+        goal_source=parsed.source,
+        options=options,
+        results=[],
+        events=[f"goal: {parsed.goal.describe()} (read by the {parsed.source})"],
+    )
 
 
 def _figures(goal: Goal, cand: ws.Candidate | None, latencies: list[float] | None = None) -> dict[str, Any]:
@@ -119,12 +119,13 @@ def _figures(goal: Goal, cand: ws.Candidate | None, latencies: list[float] | Non
     return out
 
 
-def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's record: goal, recommendation, measured vs predicted, spend, stop reason, every candidate."""
-    goal = Goal.model_validate(state["goal"])
-    options = TuneOptions.model_validate(state["options"])
-    search = ws.SearchState.model_validate(state["search"]) if state.get("search") else None
+def build_summary(state: TuneState, deployments: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's record (plain JSON): goal, recommendation, measured vs predicted, spend, stop reason, every
+    candidate."""
+    goal, options = state["goal"], state["options"]
+    search = state.get("search")
     results = list(state.get("results") or [])
+    estimate, decision = state.get("spend_estimate"), state.get("decision")
     summary: dict[str, Any] = {
         "run_id": state["run_id"],
         "thread_id": state["run_id"],
@@ -137,10 +138,10 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
         "measured": _figures(goal, None),
         "predicted": _figures(goal, None),
         "spend": _spend(search, goal, options, deployments, results),
-        "spend_estimate": state.get("spend_estimate"),
-        "decision": state.get("decision"),
+        "spend_estimate": estimate.as_json() if estimate else None,
+        "decision": decision.model_dump(mode="json") if decision else None,
         "events": list(state.get("events") or []),
-        "measurements": results,
+        "measurements": [r.as_json() for r in results],
         "candidates": [],
     }
     if search is None:
@@ -148,7 +149,7 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
         return summary
     summary["rejected"] = [r.model_dump(mode="json") for r in search.rejected]
     summary["failed"] = dict(search.failures)
-    summary["nearest"] = (state.get("decision") or {}).get("nearest") or []
+    summary["nearest"] = summary["decision"]["nearest"] if decision else []
     # what the run's measurements taught it, per GPU type: the fleet step plans a goal's traffic with these
     summary["learned_profiles"] = {g: search.beliefs[g].model_dump(mode="json") for g in search.posteriors}
     _add_candidates_and_recommendation(summary, state, search, goal)
@@ -157,17 +158,21 @@ def build_summary(state: Mapping[str, Any], deployments: Mapping[str, Any]) -> d
 
 
 def _spend(
-    search: ws.SearchState | None, goal: Goal, options: TuneOptions, deployments: Mapping[str, Any], results: list[Any]
+    search: ws.SearchState | None,
+    goal: Goal,
+    options: TuneOptions,
+    deployments: Mapping[str, Any],
+    results: list[Outcome],
 ) -> dict[str, Any]:
     """What the search spent: GPU-hours, dollars, deployments, plan changes in place, benchmarks, time to answer."""
-    model_s = sum(float(r.get("model_s", 0.0)) for r in results)
+    model_s = sum(r.model_s for r in results)
     return {
         "gpu_hours": round(search.spent_gpu_hours, 4) if search else 0.0,
         "usd": round(search.spent_usd, 4) if search else 0.0,
         "budget_usd": goal.budget_usd,
         "deployments": len(deployments.get("deployments", [])),
         "replans": sum(len(d.get("previous_plans") or []) for d in deployments.get("deployments", [])),
-        "benchmarks": sum(1 for r in results if r.get("benchmark_id")),
+        "benchmarks": sum(1 for r in results if r.measurement.benchmark_id),
         "model_seconds": round(model_s, 1),
         # time to a verified answer on real infra: provisioning, loads and requests; one after another with
         # --parallel 1, else the verifications of one round overlap (assumed: evenly over the lanes)
@@ -179,14 +184,13 @@ def _spend(
 
 
 def _add_candidates_and_recommendation(
-    summary: dict[str, Any], state: Mapping[str, Any], search: ws.SearchState, goal: Goal
+    summary: dict[str, Any], state: TuneState, search: ws.SearchState, goal: Goal
 ) -> None:
     """Every candidate as believed before measuring and now, and the recommendation with its measured and
     predicted figures."""
     initial = search.model_copy(
         update={
-            "beliefs": {g: Profile.model_validate(p) for g, p in (state.get("initial_beliefs") or {}).items()}
-            or search.beliefs,
+            "beliefs": dict(state.get("initial_beliefs") or {}) or search.beliefs,
             "posteriors": {},
             "measurements": [],
         }

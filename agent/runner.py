@@ -44,8 +44,7 @@ async def _drive(
 
     The run's record is written through the MCP tools (record_run / mark_run, in the graph's nodes and here), so
     it lives with the server the run drives."""
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
+    from worldtune.agent.checkpoints import async_sqlite_saver
     from worldtune.agent.graph import builder
     from worldtune.agent.tools_client import connect
 
@@ -59,7 +58,7 @@ async def _drive(
     caught = _catch_signals(loop, control)
     try:
         async with (
-            AsyncSqliteSaver.from_conn_string(str(options.checkpoint_path())) as saver,
+            async_sqlite_saver(options.checkpoint_path()) as saver,
             connect(str(store.path), options.mcp_url) as tools,
         ):
             graph = builder.compile(checkpointer=saver, name="worldtune")
@@ -157,19 +156,18 @@ def tune(
 
 def checkpointed_options(run_id: str, db_path: str | None = None) -> TuneOptions:
     """The options a run was started with, read from its checkpoint (resume needs nothing else)."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
+    from worldtune.agent.checkpoints import sqlite_saver
     from worldtune.agent.graph import builder
 
     probe = TuneOptions(db_path=db_path)
     path = probe.checkpoint_path()
     if not path.is_file():
         raise InvalidInput("thread_id", run_id, f"a run in {path}", "pass the --db the run used")
-    with SqliteSaver.from_conn_string(str(path)) as saver:
+    with sqlite_saver(path) as saver:
         snapshot = builder.compile(checkpointer=saver).get_state({"configurable": {"thread_id": run_id}})
     if not snapshot.values:
         raise InvalidInput("thread_id", run_id, f"the id of a run checkpointed in {path}")
-    options = TuneOptions.model_validate(snapshot.values["options"])
+    options: TuneOptions = snapshot.values["options"]
     return options.model_copy(update={"db_path": db_path or options.db_path})
 
 
@@ -291,22 +289,21 @@ def get_tuning(run_id: str, db_path: str | None = None) -> dict[str, Any]:
         status = "interrupted"  # its process is gone: gc tears down what it left, resume continues it
     out: dict[str, Any] = {"run_id": run_id, "status": status, "error": _ERRORS.get(run_id)}
     try:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
+        from worldtune.agent.checkpoints import sqlite_saver
         from worldtune.agent.graph import builder
 
         path = TuneOptions(db_path=db_path).checkpoint_path()
         if path.is_file():
-            with SqliteSaver.from_conn_string(str(path)) as saver:
+            with sqlite_saver(path) as saver:
                 snap = builder.compile(checkpointer=saver).get_state({"configurable": {"thread_id": run_id}})
             values = snap.values or {}
-            search = values.get("search") or {}
+            search, estimate = values.get("search"), values.get("spend_estimate")  # words (agent/state.py)
             out |= {
                 "events": (values.get("events") or [])[-20:],
-                "spent_usd": search.get("spent_usd", 0.0),
-                "measurements": len(search.get("measurements") or []),
+                "spent_usd": search.spent_usd if search else 0.0,
+                "measurements": len(search.measurements) if search else 0,
                 "stop_reason": values.get("stop_reason"),
-                "spend_estimate": values.get("spend_estimate"),
+                "spend_estimate": estimate.as_json() if estimate else None,
                 "waiting_for_approval": bool(snap.interrupts),
             }
     except Exception as exc:  # a checkpoint being written right now: report what the database says

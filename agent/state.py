@@ -1,8 +1,12 @@
 """The tuning run's state, as LangGraph checkpoints it after every step.
 
-Values are plain JSON data (pydantic models dumped with mode="json"): a checkpoint stays readable
-with any tool and resumes in a new process without registering types for the serializer. Nodes turn
-them back into the words (Goal, SearchState, Decision) with `model_validate`.
+Values are the words themselves (Goal, TuneOptions, SearchState, Decision, ...), so a node reads
+`state["goal"].workload` and mypy checks it. LangGraph's JsonPlusSerializer stores a pydantic model as its
+class and fields (msgpack) and rebuilds it on resume; it rebuilds only the classes it is told it may
+(CHECKPOINT_SERDE below, which every saver the agent opens uses: agent/checkpoints.py). What leaves the graph
+for people or other processes (the run's record, the approval question, MCP arguments) is JSON, dumped where it
+leaves; JSON that enters it (Studio's input form, MCP tool results) becomes words where it enters (read_goal,
+agent/steps.py).
 """
 
 from __future__ import annotations
@@ -10,9 +14,17 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any, NotRequired, Required
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+
 # typing_extensions' TypedDict, not typing's: on Python 3.11 pydantic (and so LangGraph's /schemas, which
 # Studio's forms are built from) cannot read typing.TypedDict and the input/output schemas come out null.
 from typing_extensions import TypedDict
+
+from worldtune.agent.configuration import TuneOptions
+from worldtune.policies.search import Action, Candidate, Decision, Measurement, SearchState
+from worldtune.tools.goal import Goal
+from worldtune.tools.profile import Profile
 
 
 def merge_deployments(current: dict[str, str], update: dict[str, str]) -> dict[str, str]:
@@ -26,35 +38,109 @@ def merge_deployments(current: dict[str, str], update: dict[str, str]) -> dict[s
     return merged
 
 
+class SpendForecast(BaseModel):
+    """What the search will likely cost and take: searches simulated against the belief (policies/forecast.py)."""
+
+    usd: float = Field(description="median spend, USD")
+    usd_max: float = Field(description="the dearest simulated search, USD")
+    gpu_hours: float
+    answer_hours: float = Field(description="median hours from approval to a verified answer")
+    answer_hours_max: float
+    measurements: float = Field(description="median measurements (probes + full runs)")
+    runs: int = Field(description="searches simulated")
+    stops: dict[str, int] = Field(description="how the simulated searches stopped")
+    basis: str
+
+
+class SpendEstimate(BaseModel):
+    """What the search may commit and will likely spend, shown before approval (prepare writes it).
+
+    Its JSON is what the run's record, the approval question and get_tuning have always carried (the MCP
+    result type tools/mcp_tuning.SpendEstimate reads it): `parallel_why` appears only when a deadline bought lanes.
+    """
+
+    parallel: int = Field(description="verification lanes (a deadline may buy more than --parallel)")
+    usd: float = Field(description="the bound: what the search may commit, USD (policies/nodes.py)")
+    gpu_hours: float
+    answer_hours: float = Field(description="modelled hours from approval to a verified answer")
+    deployments: int = Field(description="nodes provisioned")
+    cold_loads: int
+    warm_loads: int
+    estimate_basis: str
+    budget_usd: float | None = Field(description="the goal's hard budget")
+    candidates: int = Field(description="candidates ranked")
+    feasible: int = Field(description="candidates predicted to meet the goal")
+    first_to_verify: list[str] = Field(description="the candidates it would measure first")
+    engine: str
+    infra: str
+    priced_as: str
+    parallel_why: str | None = Field(default=None, description="why a deadline bought lanes, or could not")
+    forecast: SpendForecast
+
+    @model_serializer(mode="wrap")
+    def _without_empty_why(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("parallel_why") is None:
+            out.pop("parallel_why", None)
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        """The estimate as the record, the approval question and MCP carry it."""
+        return self.model_dump(mode="json")
+
+
+class Outcome(BaseModel):
+    """What one `verify` branch produced: the measurement (for a failed action: only its key, kind and spend),
+    the deployment it measured on and the GPU seconds charged, or why it failed."""
+
+    measurement: Measurement
+    deployment_id: str = Field(default="", description="the deployment measured on ('' for a failed action)")
+    model_s: float = Field(default=0.0, description="GPU seconds charged: the deployment's start and busy time")
+    failed: bool = False
+    error: str = Field(default="", description="why the action failed")
+    removed: bool = Field(default=False, description="the failed action tore its deployment down")
+
+    @property
+    def key(self) -> str:
+        return self.measurement.key
+
+    def as_json(self) -> dict[str, Any]:
+        """One entry of the record's `measurements`: the measurement's fields and the agent's, as always written."""
+        out = self.measurement.model_dump(mode="json")
+        if self.failed:
+            return out | {"failed": True, "error": self.error, "removed": self.removed}
+        return out | {"deployment_id": self.deployment_id, "model_s": self.model_s}
+
+
 class TuneState(TypedDict, total=False):
     """One tuning run. Each field says which node writes it."""
 
     run_id: str
-    """The run's id, also the checkpoint thread id (runner, at start)."""
+    """The run's id, also the checkpoint thread id (runner, or read_goal from the thread)."""
     goal_text: str
-    """The goal as the user wrote it (runner)."""
-    goal: dict[str, Any]
-    """The parsed Goal, confirmed by the user or by --yes (runner)."""
+    """The goal as the user wrote it (runner, Studio's input)."""
+    goal: Goal
+    """The parsed Goal, confirmed by the user or by --yes (runner, or read_goal)."""
     goal_source: str
-    """'parser' or 'llm:<model>' (runner)."""
-    options: dict[str, Any]
-    """TuneOptions: infra, engine, time scale, budget, parallelism (runner)."""
-    search: dict[str, Any]
-    """policies.search.SearchState: offers, beliefs, measurements, spend (prepare, learn)."""
-    initial_beliefs: dict[str, Any]
+    """'parser' or 'llm:<model>' (runner, or read_goal)."""
+    options: TuneOptions
+    """Infra, engine, time scale, budget, parallelism (runner or read_goal; prepare sets the lanes)."""
+    search: SearchState
+    """Everything the search knows: offers, beliefs, measurements, spend (prepare, learn)."""
+    initial_beliefs: dict[str, Profile]
     """GPU -> the profile the run started with, for 'predicted' figures (prepare)."""
-    spend_estimate: dict[str, Any]
+    spend_estimate: SpendEstimate
     """What the search expects to spend, shown before approval (prepare)."""
     approved: bool
     """Whether the spend was approved (approve)."""
-    decision: dict[str, Any]
-    """policies.search.Decision: the next actions or why to stop (decide)."""
+    decision: Decision
+    """The search's next actions or why to stop (decide)."""
     deployments: Annotated[dict[str, str], merge_deployments]
-    """Candidate key -> live deployment id (verify adds, decide removes)."""
-    results: Annotated[list[dict[str, Any]], operator.add]
-    """Measurements as verify produced them, in completion order (verify)."""
+    """Candidate key -> live deployment id (verify adds; decide, learn and finish remove)."""
+    results: Annotated[list[Outcome], operator.add]
+    """Measurements and failed actions as verify produced them, in completion order (verify)."""
     learned: int
-    """How many of `results` the search has folded in (learn)."""
+    """How many of `results` the search has folded in (prepare, learn)."""
     events: Annotated[list[str], operator.add]
     """A readable log of what the agent did and why (every node)."""
     stop_reason: str
@@ -62,23 +148,26 @@ class TuneState(TypedDict, total=False):
     stop_kind: str
     """converged | budget | iteration_cap | infeasible | declined (decide, approve)."""
     summary: dict[str, Any]
-    """The final record: recommendation, measured vs predicted, spend (finish)."""
+    """The final record as written to the database, plain JSON: recommendation, measured vs predicted, spend
+    (finish)."""
 
 
 class TuneInput(TypedDict):
-    """What starts a run: the goal in words (Studio's input form); the runner also passes the rest, parsed."""
+    """What starts a run: the goal in words (Studio's input form); the runner also passes the rest, parsed.
+
+    From Studio the values arrive as JSON; read_goal turns them into the words."""
 
     goal_text: Required[str]
     """The goal in plain words, e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip, H200, budget $100'."""
-    options: NotRequired[dict[str, Any]]
-    """TuneOptions fields (infra, engine, time_scale, budget_usd, ...); unset: the local twin, free, no approval."""
+    options: NotRequired[TuneOptions]
+    """Infra, engine, time_scale, budget_usd, ... (runner); unset: the local twin, free, no approval."""
     run_id: NotRequired[str]
     """The run's id (runner); unset: the thread id."""
-    goal: NotRequired[dict[str, Any]]
+    goal: NotRequired[Goal]
     """The parsed Goal (runner); unset: read_goal parses goal_text."""
     goal_source: NotRequired[str]
     """'parser' or 'llm:<model>' (runner)."""
-    results: NotRequired[list[dict[str, Any]]]
+    results: NotRequired[list[Outcome]]
     """Empty at the start (runner)."""
     events: NotRequired[list[str]]
     """The first event line (runner)."""
@@ -88,26 +177,50 @@ class TuneOutput(TypedDict, total=False):
     """What a finished run answers (Studio's output view): the record and the log."""
 
     run_id: str
+    """The run's id (runner, or read_goal)."""
     summary: dict[str, Any]
     """Recommendation, measured vs predicted figures with what is simulated and assumed, spend (finish)."""
     stop_reason: str
+    """Why the search stopped (decide, approve)."""
     stop_kind: str
-    spend_estimate: dict[str, Any]
+    """converged | budget | iteration_cap | infeasible | declined (decide, approve)."""
+    spend_estimate: SpendEstimate
+    """What the search expected to spend (prepare)."""
     events: list[str]
+    """What the agent did and why (every node)."""
 
 
 class VerifyTask(TypedDict):
-    """What one `verify` branch gets through Send: one action on one candidate."""
+    """What one `verify` branch gets through Send: one action on one candidate (next_actions writes it)."""
 
     run_id: str
-    goal: dict[str, Any]
-    options: dict[str, Any]
-    action: dict[str, Any]
-    candidate: dict[str, Any]
+    """The run's id."""
+    goal: Goal
+    """The run's goal: the workload to measure."""
+    options: TuneOptions
+    """The run's options: infra, engine, time scale, lease."""
+    action: Action
+    """What the search asks for: a probe or a full run, its expected cost."""
+    candidate: Candidate
+    """The candidate to verify: offer, plan, predictions."""
     deployment_id: str | None
+    """The candidate's live deployment (or a held node on its offer to replan), if any."""
     cap_usd: float
+    """This action's share of the budget, USD."""
     iteration: int
+    """The search's iteration."""
     used_benchmarks: NotRequired[list[str]]
-    """Benchmarks the run's results already hold: never reused as a new measurement (next_actions)."""
+    """Benchmarks the run's results already hold: never reused as a new measurement."""
     billed_deployments: NotRequired[list[str]]
-    """Deployments whose start a recorded result already billed (next_actions)."""
+    """Deployments whose start a recorded result already billed."""
+
+
+CHECKPOINT_WORDS: tuple[type[BaseModel], ...] = (
+    Goal, TuneOptions, SearchState, Decision, Action, Candidate, Profile, SpendEstimate, Outcome,
+)  # fmt: skip
+"""Every model that is a state value, an element of one, or a value of a VerifyTask (nested models are stored
+as their fields, rebuilt by the outer model's validation)."""
+
+CHECKPOINT_SERDE = JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_WORDS)
+"""The checkpoints' serializer: rebuilds exactly these words (no 'unregistered type' warning, nothing else
+revived); every saver the agent opens uses it (agent/checkpoints.py)."""

@@ -1,6 +1,7 @@
-"""What the tuning graph's nodes share: progress events, the run's options, and the MCP calls and readings
-that a verification is made of (deploy with the rehearsal profile, tear down, find a live deployment or a
-finished benchmark to reuse, turn a benchmark record into a measurement, bill it)."""
+"""What the tuning graph's nodes share: progress events, and the MCP calls and readings that a verification is
+made of (list the offers, deploy with the rehearsal profile, tear down, find a live deployment or a finished
+benchmark to reuse, turn a benchmark record into a measurement, bill it). The tools answer JSON; it becomes words
+(Offer, Measurement, Outcome) here."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from typing import Any
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
 
-from worldtune.agent.configuration import Context, TuneOptions
-from worldtune.agent.state import TuneState, VerifyTask
+from worldtune.agent.configuration import Context
+from worldtune.agent.state import Outcome
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies import search as ws
+from worldtune.tools.offer import Offer
 
 
 def emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
@@ -24,8 +26,10 @@ def emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
     runtime.context.progress(event, data)
 
 
-def options_of(state: TuneState | VerifyTask) -> TuneOptions:
-    return TuneOptions.model_validate(state["options"])
+async def listed_offers(tools: Any) -> list[Offer]:
+    """Every offer the tools list (MCP list_offers), as the word (the tool's extra keys, e.g. notes, dropped)."""
+    listed = await tools.call("list_offers", capacity=None)
+    return [Offer.model_validate({k: v for k, v in o.items() if k in Offer.model_fields}) for o in listed["offers"]]
 
 
 async def deploy_with_profile(
@@ -186,11 +190,11 @@ def bill(cand: ws.Candidate, seconds: float) -> tuple[float, float]:
 
 
 def failed_update(
-    task: VerifyTask, cand: ws.Candidate, error: str, spent: tuple[float, float], removed: bool = False
+    action: ws.Action, cand: ws.Candidate, error: str, spent: tuple[float, float], removed: bool = False
 ) -> dict[str, Any]:
-    kind = ws.Action.model_validate(task["action"]).kind
-    m = ws.Measurement(key=cand.key, kind=kind, usd=spent[0], gpu_hours=spent[1])
+    """verify's update for a failed action: its spend, why, and whether its deployment was torn down."""
+    m = ws.Measurement(key=cand.key, kind=action.kind, usd=spent[0], gpu_hours=spent[1])
     return {
-        "results": [{**m.model_dump(mode="json"), "failed": True, "error": error, "removed": removed}],
-        "events": [f"{kind} {cand.key} failed: {error}"],
+        "results": [Outcome(measurement=m, failed=True, error=error, removed=removed)],
+        "events": [f"{action.kind} {cand.key} failed: {error}"],
     }

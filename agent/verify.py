@@ -12,7 +12,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from worldtune.agent.configuration import Context, TuneOptions
-from worldtune.agent.state import VerifyTask
+from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
     bill,
     busy_model_s,
@@ -25,12 +25,10 @@ from worldtune.agent.steps import (
     live_deployment,
     measured_figures,
     measurement_of,
-    options_of,
     teardown,
 )
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies import search as ws
-from worldtune.tools.goal import Goal
 from worldtune.tools.plan import Plan
 from worldtune.tools.workload import anchor_changes
 
@@ -41,9 +39,7 @@ ENGINE_CHECK_S = 2.0  # how often its deployment is asked whether the engine sti
 async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     """One action on one candidate through MCP: deploy (or reuse), benchmark (or reuse a finished one), bill it."""
     tools = runtime.context.tools
-    options = options_of(task)
-    action = ws.Action.model_validate(task["action"])
-    cand = ws.Candidate.model_validate(task["candidate"])
+    options, action, cand = task["options"], task["action"], task["candidate"]
     price = cand.offer.usd_per_hour
     cap_s = task["cap_usd"] / price * 3600 if price > 0 else math.inf  # this action's share of the budget
 
@@ -82,7 +78,7 @@ async def _started(
             "infra": options.infra,
             "engine": options.engine,
             "capacity": cand.capacity,
-            "model": Goal.model_validate(task["goal"]).workload.model,
+            "model": task["goal"].workload.model,
             "twin_profile": None,
             "time_scale": options.time_scale if options.twin else None,
             "hours": lease_hours(action, options, cap_s),
@@ -94,13 +90,13 @@ async def _started(
             outcome = await deploy_with_profile(runtime, cand, arguments, options.twin_profiles(), timeout)
         except (ToolCallFailed, TimeoutError) as exc:
             spent_s = min(cap_s, (time.time() - started) * scale)
-            return failed_update(task, cand, f"deploy failed: {exc}", bill(cand, spent_s))
+            return failed_update(action, cand, f"deploy failed: {exc}", bill(cand, spent_s))
         deployment = outcome["deployment"]
         charged_s += start_s(deployment, cand, options)
     if charged_s >= cap_s:
         await teardown(runtime, str(deployment["id"]))
         why = "stopped: starting it used this action's share of the budget"
-        return failed_update(task, cand, why, bill(cand, cap_s), removed=True)
+        return failed_update(action, cand, why, bill(cand, cap_s), removed=True)
     return {"deployment": deployment, "charged_s": charged_s}
 
 
@@ -110,7 +106,7 @@ async def _benchmarked(
 ) -> dict[str, Any]:  # fmt: skip
     """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update."""
     tools = runtime.context.tools
-    goal = Goal.model_validate(task["goal"])
+    goal = task["goal"]
     scale = options.time_scale if options.twin else 1.0
     deployment_id = str(deployment["id"])
     kind = action.kind
@@ -134,30 +130,30 @@ async def _benchmarked(
         # Real GPUs bill wall time: stop the moment this action's share is used up.
         if not options.twin and charged_s + time.time() - bench_started >= cap_s:
             await teardown(runtime, deployment_id)
-            return failed_update(task, cand, over, bill(cand, cap_s), removed=True)
+            return failed_update(action, cand, over, bill(cand, cap_s), removed=True)
         if time.time() - looked >= ENGINE_CHECK_S:  # an engine that died mid-benchmark never answers again
             looked = time.time()
             engine = await tools.call("get_deployment", deployment_id=deployment_id)
             if engine.get("state") not in ("ready", "loading"):
                 spent_s = min(cap_s, charged_s + (time.time() - bench_started) * scale)
                 why = f"deployment {deployment_id} is {engine.get('state')} during benchmark {bench_id}"
-                return failed_update(task, cand, why, bill(cand, spent_s), removed=True)
+                return failed_update(action, cand, why, bill(cand, spent_s), removed=True)
         status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S)
     wall_s = time.time() - bench_started
     if status.get("status") != "completed":
         spent_s = min(cap_s, charged_s + wall_s * scale)
         why = f"benchmark {bench_id} {status.get('status')}: {status.get('error')}"
-        return failed_update(task, cand, why, bill(cand, spent_s))
+        return failed_update(action, cand, why, bill(cand, spent_s))
     record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
     # The twin's GPU time is its modelled busy time (the slowest replica's sum of server times); the
     # HTTP and video-encoding overhead between requests, magnified by the time scale, is not.
     charged_s += busy_model_s(record) if options.twin else wall_s
     if charged_s >= cap_s:  # a watchdog in model time would have stopped it here
         await teardown(runtime, deployment_id)
-        return failed_update(task, cand, over, bill(cand, cap_s), removed=True)
+        return failed_update(action, cand, over, bill(cand, cap_s), removed=True)
     failure = every_request_failed(kind, record)
     if failure:  # e.g. the engine ran out of memory at the first request: a failed action with its reason
-        return failed_update(task, cand, f"benchmark {bench_id}: {failure}", bill(cand, charged_s))
+        return failed_update(action, cand, f"benchmark {bench_id}: {failure}", bill(cand, charged_s))
     return await _measured(runtime, cand, kind, bench_id, record, charged_s, deployment_id, live=True)
 
 
@@ -188,7 +184,7 @@ async def _measured(
         **measured_figures(measurement),
     )
     return {
-        "results": [{**measurement.model_dump(mode="json"), "deployment_id": deployment_id, "model_s": charged_s}],
+        "results": [Outcome(measurement=measurement, deployment_id=deployment_id, model_s=charged_s)],
         "deployments": {cand.key: deployment_id} if live else {},
         "events": [f"{kind} {cand.key}: {measured_figures(measurement)} (${usd:.2f}, {charged_s:.0f} model-s)"],
     }
@@ -203,7 +199,7 @@ async def _recorded(
     used that deployment (and so billed it).
     """
     tools = runtime.context.tools
-    options = options_of(task)
+    options = task["options"]
     emit(runtime, "reuse", key=cand.key, benchmark=bench_id, deployment=deployment_id)
     record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
     deployment = await tools.call("get_deployment", deployment_id=deployment_id)
@@ -213,8 +209,7 @@ async def _recorded(
     if deployment_id not in task.get("billed_deployments", []):
         charged_s += start_s(deployment, cand, options)
     live = deployment.get("state") == "ready"
-    return await _measured(runtime, cand, ws.Action.model_validate(task["action"]).kind, bench_id, record, charged_s,
-                     deployment_id, live)  # fmt: skip
+    return await _measured(runtime, cand, task["action"].kind, bench_id, record, charged_s, deployment_id, live)
 
 
 def start_s(deployment: dict[str, Any], cand: ws.Candidate, options: TuneOptions) -> float:

@@ -29,9 +29,8 @@ from worldtune.tools.workload import anchor_workload
 RUN = "tune-killed"
 
 
-def full_action(cand: ws.Candidate) -> dict[str, Any]:
-    action = ws.Action(key=cand.key, kind="full", expected_usd=5.0, expected_s=100.0, needs_deploy=True, reason="")
-    return action.model_dump(mode="json")
+def full_action(cand: ws.Candidate) -> ws.Action:
+    return ws.Action(key=cand.key, kind="full", expected_usd=5.0, expected_s=100.0, needs_deploy=True, reason="")
 
 
 def killed_run_left(db: Path, cand: ws.Candidate) -> None:
@@ -63,9 +62,8 @@ def test_a_full_run_finished_before_the_kill_is_used_not_repeated(tmp_path: Path
     killed_run_left(db, cand)
     options = TuneOptions(db_path=str(db), yes=True)
     task = VerifyTask(
-        run_id=RUN, goal=goal.model_dump(mode="json"), options=options.model_dump(mode="json"),
-        action=full_action(cand),
-        candidate=cand.model_dump(mode="json"), deployment_id=None, cap_usd=50.0, iteration=3,
+        run_id=RUN, goal=goal, options=options, action=full_action(cand), candidate=cand, deployment_id=None,
+        cap_usd=50.0, iteration=3,
         used_benchmarks=[], billed_deployments=[],
     )  # fmt: skip
     seen: list[str] = []
@@ -82,14 +80,15 @@ def test_a_full_run_finished_before_the_kill_is_used_not_repeated(tmp_path: Path
         return update, tools.calls, (again, stored)
 
     update, calls, (again, stored) = asyncio.run(main())
-    (measured,) = update["results"]
-    assert measured["benchmark_id"] == "bm-done" and not measured.get("failed")
-    assert measured["latencies_s"] == [99.0, 100.0, 101.0, 102.0, 103.0]  # every sample, the server's own times
+    (outcome,) = update["results"]
+    measured = outcome.measurement
+    assert measured.benchmark_id == "bm-done" and not outcome.failed
+    assert measured.latencies_s == [99.0, 100.0, 101.0, 102.0, 103.0]  # every sample, the server's own times
     assert "deploy" not in calls and "start_benchmark" not in calls  # nothing started again
     assert "reuse" in seen and update["deployments"] == {}  # it is gone: not handed on as live
     # billed once: the deployment's start (no recorded result billed it) plus the busy time of its requests
     expected_s = start_s(stored, cand, options) + sum(99.0 + i for i in range(5))
-    assert abs(measured["model_s"] - expected_s) < 1e-6 and measured["usd"] == bill(cand, expected_s)[0] > 0
+    assert abs(outcome.model_s - expected_s) < 1e-6 and measured.usd == bill(cand, expected_s)[0] > 0
     assert again is None  # once the run's record holds it, it is never taken for a second measurement
 
 
@@ -100,9 +99,8 @@ def test_a_deployment_already_billed_by_a_recorded_result_is_not_billed_again(tm
     killed_run_left(db, cand)
     options = TuneOptions(db_path=str(db), yes=True)
     task = VerifyTask(
-        run_id=RUN, goal=goal.model_dump(mode="json"), options=options.model_dump(mode="json"),
-        action=full_action(cand),
-        candidate=cand.model_dump(mode="json"), deployment_id=None, cap_usd=50.0, iteration=3,
+        run_id=RUN, goal=goal, options=options, action=full_action(cand), candidate=cand, deployment_id=None,
+        cap_usd=50.0, iteration=3,
         used_benchmarks=["bm-probe-of-it"], billed_deployments=["wt-old"],  # its probe was recorded and billed it
     )  # fmt: skip
 
@@ -113,5 +111,5 @@ def test_a_deployment_already_billed_by_a_recorded_result_is_not_billed_again(tm
             runtime = Runtime(context=Context(tools=ToolsClient(client)))
             return await verify(task, runtime)
 
-    (measured,) = asyncio.run(main())["results"]
-    assert abs(measured["model_s"] - sum(99.0 + i for i in range(5))) < 1e-6
+    (outcome,) = asyncio.run(main())["results"]
+    assert abs(outcome.model_s - sum(99.0 + i for i in range(5))) < 1e-6

@@ -68,13 +68,15 @@ def test_read_goal_parses_the_text_and_records_the_run(tmp_path: Path) -> None:
 
     state = {"goal_text": "p95 under 150 s, cheapest per clip, H200, budget $50", "options": {"db_path": str(db)}}
     update = asyncio.run(read_goal(state, node("thread-1")))  # type: ignore[arg-type]
-    assert update["run_id"] == "thread-1" and update["goal"]["latency_bound_s"] == 150.0
-    assert update["goal"]["budget_usd"] == 50.0 and update["options"]["infra"] == "local"
-    assert update["options"]["yes"] is True  # the local twin is free: no approval question
+    assert update["run_id"] == "thread-1" and update["goal"].latency_bound_s == 150.0
+    assert update["goal"].budget_usd == 50.0 and update["options"].infra == "local"
+    assert update["options"].yes is True  # the local twin is free: no approval question
     paid = asyncio.run(read_goal({**state, "options": {"db_path": str(db), "infra": "nebius", "engine": "vllm-omni"}},
                                  node("thread-2")))  # type: ignore[arg-type]  # fmt: skip
-    assert paid["options"]["yes"] is False  # a paid run stops at the spend estimate
+    assert paid["options"].yes is False  # a paid run stops at the spend estimate
     assert Store(db).get_run("thread-1") is not None
-    assert (
-        asyncio.run(read_goal({**state, "goal": update["goal"], "run_id": "thread-1"}, node(None))) == {}
-    )  # the runner's path: untouched
+    runner_state = {**state, "goal": update["goal"], "options": update["options"], "run_id": "thread-1"}
+    assert asyncio.run(read_goal(runner_state, node(None))) == {}  # type: ignore[arg-type]  # the runner's path: untouched
+    # a goal given as JSON (Studio's form) becomes the word, as the options do
+    given = asyncio.run(read_goal({**state, "goal": update["goal"].model_dump(mode="json"), "run_id": "t"}, node(None)))  # type: ignore[arg-type]
+    assert given["goal"] == update["goal"] and given["options"].db_path == str(db)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.record import build_summary
-from worldtune.agent.state import merge_deployments
+from worldtune.agent.state import Outcome, TuneState, merge_deployments
 from worldtune.cli_tune import _output
 from worldtune.policies import search as ws
 from worldtune.tools.goal import Goal
@@ -44,14 +44,14 @@ def test_summary_and_json_output_carry_the_issue_keys() -> None:
     probe = ws.Measurement(key=best.key, kind="probe", per_step_s=best.per_step_s, fixed_s=best.fixed_s, usd=2.0)
     full = ws.Measurement(key=best.key, kind="full", latencies_s=[best.latency_s * f for f in (0.999, 1.0, 1.001)])
     state = ws.record(ws.record(state, probe), full.model_copy(update={"usd": 1.0, "benchmark_id": "b1"}))
-    graph_state = {
-        "run_id": "tune-x",
-        "goal": goal.model_dump(mode="json"),
-        "options": TuneOptions().model_dump(mode="json"),
-        "search": state.model_dump(mode="json"),
-        "results": [full.model_dump(mode="json") | {"model_s": 500.0, "benchmark_id": "b1"}],
-        "stop_reason": "converged: test",
-    }
+    graph_state = TuneState(
+        run_id="tune-x",
+        goal=goal,
+        options=TuneOptions(),
+        search=state,
+        results=[Outcome(measurement=full.model_copy(update={"benchmark_id": "b1"}), model_s=500.0)],
+        stop_reason="converged: test",
+    )
     summary = build_summary(graph_state, {"deployments": [{"id": "wt-1", "previous_plans": ["tp8", "cfg2-u4-hsdp8"]}]})
     out = _output({"status": "completed", "thread_id": "tune-x", "run_id": "tune-x", "summary": summary})
     assert out.keys() >= {"goal", "recommendation", "measured", "predicted", "spend", "stop_reason"}
