@@ -45,6 +45,7 @@ def load_record(run_id: str, db_path: str | None = None) -> dict[str, Any]:
 def deployment_artifacts(record: dict[str, Any]) -> dict[str, str]:
     """SkyPilot service and task YAML and the serve commands of the recommended deployment."""
     from worldtune.sky import render
+    from worldtune.tools.deploy_preview import render_options
 
     rec = record.get("recommendation")
     if not rec:
@@ -62,9 +63,10 @@ def deployment_artifacts(record: dict[str, Any]) -> dict[str, str]:
         offer=offer,
         usd_per_hour=offer.usd_per_hour,
     )
+    options = render_options(deployment)  # the model's numbers: the start-up allowance, SkyServe's target
     return {
-        "skypilot_service_yaml": render.to_yaml(render.render_service(deployment)),
-        "skypilot_task_yaml": render.to_yaml(render.render_task(deployment)),
+        "skypilot_service_yaml": render.to_yaml(render.render_service(deployment, options)),
+        "skypilot_task_yaml": render.to_yaml(render.render_task(deployment, options)),
         "serve_commands": "\n".join(render.serve_commands(deployment)),
     }
 

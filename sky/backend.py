@@ -43,14 +43,15 @@ from worldtune.sky.render import (
     HF_TOKEN,
     RenderOptions,
     cluster_name,
+    cold_load_s,
     render_task,
     replica_slices,
+    startup_allowance_s,
 )
 from worldtune.tools.bench_spec import BenchmarkSpec
-from worldtune.tools.deployment import API_KEY_ENV, Deployment, MeasureHere, Progress, benchmark_with_recovery
+from worldtune.tools.deployment import API_KEY_ENV, Deployment, MeasureHere, Progress, Records, benchmark_with_recovery
 from worldtune.tools.plan import Plan
 from worldtune.tools.result import BenchmarkResult
-from worldtune.tools.store import Store
 
 AUTODOWN_IDLE_MINUTES = 10
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
@@ -91,13 +92,15 @@ class SkyPilotBackend:
 
     def __init__(
         self,
-        store: Store,
+        store: Records,
         options: RenderOptions | None = None,
         poll_s: float = 2.0,
         autodown: bool = True,
+        predicted: Callable[[Deployment, RenderOptions], RenderOptions] | None = None,
     ) -> None:
         self.store = store
         self.options = options
+        self.predicted = predicted  # fills the model's numbers in (tools/deploy_preview.render_options)
         self.poll_s = poll_s
         self.autodown = autodown
         self.sky = home.import_skypilot(home.chosen_home(dry_run=False))
@@ -152,7 +155,16 @@ class SkyPilotBackend:
         return box["value"]
 
     def _options(self, deployment: Deployment) -> RenderOptions:
-        return self.options or render_options_for(deployment)
+        """The render options for `deployment` (the infra's unless given), with the model's numbers filled in."""
+        options = self.options or render_options_for(deployment)
+        return self.predicted(deployment, options) if self.predicted else options
+
+    def allowance_s(self, deployment: Deployment) -> int:
+        """The start-up allowance of `deployment`'s servers: from the given options' cold load, else the model's."""
+        given = self.options.cold_load_s if self.options else None
+        if given is None and self.predicted is not None:
+            given = self.predicted(deployment, RenderOptions()).cold_load_s
+        return startup_allowance_s(deployment, cold_load_s(given))
 
     def _job_log(self, cluster: str, job_id: int) -> str:
         import io
@@ -189,7 +201,7 @@ class SkyPilotBackend:
 
         return {
             "down": True,
-            "idle_minutes_to_autostop": hard_down_minutes(deployment),
+            "idle_minutes_to_autostop": hard_down_minutes(deployment, self.allowance_s(deployment)),
             "wait_for": AutostopWaitFor.NONE,
         }
 
@@ -245,9 +257,9 @@ class SkyPilotBackend:
 
     def _wait_ready(self, cluster: str, job_id: int, deployment: Deployment, say: Progress, local: list[str]) -> None:
         """Until the run script reports every replica ready; servers on loopback (local Slurm) are asked directly."""
-        from worldtune.sky.render import PROBE_PATH, startup_allowance_s
+        from worldtune.sky.render import PROBE_PATH
 
-        deadline = time.time() + startup_allowance_s(deployment) + 120
+        deadline = time.time() + self.allowance_s(deployment) + 120
         while time.time() < deadline:
             if local and all(_answers(url + PROBE_PATH) for url in local):
                 return

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.tools.gpus import GPUS, get_gpu
-from worldtune.tools.offers import SNAPSHOT_FILE
 
 CATALOG_VERSION = "v8"
 # Cloud names as SkyPilot's catalog spells them in accelerators.csv, per folder name.
@@ -36,8 +35,8 @@ def catalog_root(home: Path) -> Path:
     return home / ".sky" / "catalogs" / CATALOG_VERSION
 
 
-def _snapshot() -> list[dict[str, Any]]:
-    return list(json.loads(SNAPSHOT_FILE.read_text())["offers"])
+def _snapshot(path: Path) -> list[dict[str, Any]]:
+    return list(json.loads(path.read_text())["offers"])
 
 
 def _gpu_info(gpu: str, count: int) -> str:
@@ -91,12 +90,13 @@ def vms_csv(rows: Iterable[dict[str, Any]], cloud: str) -> str:
     return out.getvalue()
 
 
-def write_catalog(home: Path, overwrite: bool = False) -> list[Path]:
-    """Write the catalog files into `home`'s SkyPilot catalog folder; returns the files written.
+def write_catalog(home: Path, snapshot: Path, overwrite: bool = False) -> list[Path]:
+    """Write the catalog files into `home`'s SkyPilot catalog folder from the offers snapshot file `snapshot`
+    (tools/offers.py SNAPSHOT_FILE); returns the files written.
 
     Existing files are kept unless `overwrite` (a user's own, fresher catalog wins).
     """
-    rows = _snapshot()
+    rows = _snapshot(snapshot)
     root = catalog_root(home)
     files = {root / "common" / "accelerators.csv": accelerators_csv(rows)}
     for cloud in VMS_CLOUDS:

@@ -28,12 +28,18 @@ from worldtune.tools.plan import Plan
 def render_fleet_service(
     fleet: Fleet, model: str = "cosmos3-super", engine: str = "vllm-omni", options: RenderOptions | None = None
 ) -> dict[str, Any]:
-    """A SkyServe service config (validate with sky/dryrun.validate_task) for `fleet`."""
+    """A SkyServe service config (validate with sky/dryrun.validate_task) for `fleet`.
+
+    `options` must carry the model's cold load (the readiness probe's delay; tools/capacity.py fills it in); the
+    replica policy is the fleet's, so the service time defaults to the fleet's own."""
     servers = fleet.servers_per_node
     plan = Plan.parse(fleet.plan).single_replica().model_copy(update={"replicas": servers})
     deployment = Deployment(gpu=fleet.gpu, plan=str(plan), model=model, engine=engine,
                             capacity="serverless", infra=fleet.offer_id.split("/")[0] or "nebius")  # fmt: skip
-    task = render_service(deployment, options)
+    opts = options or RenderOptions()
+    if opts.service_time_s is None:
+        opts = opts.model_copy(update={"service_time_s": fleet.service_s})
+    task = render_service(deployment, opts)
     auto = fleet.autoscaler
     policy: dict[str, Any] = {
         "min_replicas": auto.min_replicas * servers,

@@ -20,6 +20,7 @@ from worldtune.sky.render import (
     PROBE_PATH,
     RenderOptions,
     ReplicaSlice,
+    cold_load_s,
     serve_argv,
     server_envs,
     startup_allowance_s,
@@ -55,6 +56,12 @@ class K8sOptions(BaseModel):
     hf_cache_host_path: str = Field(
         default="", description="weights cache on the node's disk (hostPath), so a pod rolled on that node loads warm"
     )
+    cold_load_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="the model's load from disk on the deployment's GPU type (the startup probe allows twice it); "
+        "the deploy capability fills it from the calibrated profile (tools/deploy_preview.k8s_options)",
+    )
 
 
 def resource_name(deployment: Deployment, replica: int) -> str:
@@ -68,7 +75,7 @@ def pod_labels(deployment: Deployment, replica: int) -> dict[str, str]:
 
 def _container(deployment: Deployment, options: K8sOptions, argv: list[str], gpus: int) -> dict[str, Any]:
     image = _image(deployment, options)
-    allowance = startup_allowance_s(deployment)
+    allowance = startup_allowance_s(deployment, cold_load_s(options.cold_load_s))
     # vLLM-Omni's /v1 routes need the API key; /health is outside the guard (and listens only once loaded)
     probe = {"httpGet": {"path": HEALTH_PATH if deployment.engine == "vllm-omni" else PROBE_PATH, "port": options.port}}
     health = {"httpGet": {"path": HEALTH_PATH, "port": options.port}}

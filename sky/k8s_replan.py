@@ -91,12 +91,13 @@ def _nodes(backend: KubernetesBackend, deployment: Deployment) -> list[str]:
 
 def replan(backend: KubernetesBackend, deployment: Deployment, plan: str, progress: Progress | None) -> Deployment:
     """Apply the replan's manifests, delete the stale ones, wait until ready (TimeoutError: the caller tears down)."""
-    from worldtune.sky.render import startup_allowance_s
+    from worldtune.sky.render import cold_load_s, startup_allowance_s
 
     cluster = deployment.cluster or f"k8s/{backend.options.namespace}/worldtune-{deployment.id}"
     if not backend.store.ledger_open(cluster):
         raise InvalidInput("deployment_id", deployment.id, "a deployment whose manifests are still applied", cluster)
-    rolled = render_replan(deployment, plan, backend.options, _nodes(backend, deployment))
+    options = backend.options_for(deployment)  # the model's numbers filled in (same GPU type and model)
+    rolled = render_replan(deployment, plan, options, _nodes(backend, deployment))
     backend.store.ledger_update(cluster, "replanning", f"{deployment.plan} -> {rolled.deployment.plan}")
     for obj in rolled.apply:
         backend._apply(obj)
@@ -105,7 +106,7 @@ def replan(backend: KubernetesBackend, deployment: Deployment, plan: str, progre
     for obj in rolled.delete:
         backend._delete(obj)
     dep = rolled.deployment.model_copy(update={"cluster": cluster})
-    deadline = time.time() + startup_allowance_s(dep) + 600
+    deadline = time.time() + startup_allowance_s(dep, cold_load_s(options.cold_load_s)) + 600
     while True:
         dep = backend.status(dep.model_copy(update={"state": "loading"}))
         if dep.state == "ready" or time.time() > deadline:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from worldtune.sky import k8s_replan
@@ -19,10 +20,8 @@ from worldtune.sky.k8s_manifests import (
     render_manifests,
     service_url,
 )
-from worldtune.sky.render import (
-    startup_allowance_s,
-)
-from worldtune.tools.deployment import API_KEY_ENV, BenchmarksFromHere, Deployment, Progress
+from worldtune.sky.render import cold_load_s, startup_allowance_s
+from worldtune.tools.deployment import API_KEY_ENV, BenchmarksFromHere, Deployment, Progress, Records
 
 
 class KubernetesBackend(BenchmarksFromHere):
@@ -37,15 +36,17 @@ class KubernetesBackend(BenchmarksFromHere):
 
     def __init__(
         self,
-        store: Any,
+        store: Records,
         options: K8sOptions | None = None,
         apps: Any = None,
         core: Any = None,
         custom: Any = None,
         poll_s: float = 5.0,
+        predicted: Callable[[Deployment, K8sOptions], K8sOptions] | None = None,
     ) -> None:
         self.store = store
         self.options = options or K8sOptions()
+        self.predicted = predicted
         self.poll_s = poll_s
         if apps is None or core is None or custom is None:
             from kubernetes import client, config
@@ -53,6 +54,14 @@ class KubernetesBackend(BenchmarksFromHere):
             config.load_kube_config()
             apps, core, custom = client.AppsV1Api(), client.CoreV1Api(), client.CustomObjectsApi()
         self.apps, self.core, self.custom = apps, core, custom
+
+    def options_for(self, deployment: Deployment) -> K8sOptions:
+        """The options with the model's numbers for `deployment` filled in by `predicted` (the deploy capability's
+        tools/deploy_preview.k8s_options); without it the options must carry them."""
+        return self.predicted(deployment, self.options) if self.predicted else self.options
+
+    def _manifests(self, deployment: Deployment) -> list[dict[str, Any]]:
+        return render_manifests(deployment, self.options_for(deployment))
 
     # ---- apply / delete -------------------------------------------------------------------------
     def _apply(self, obj: dict[str, Any]) -> None:
@@ -121,7 +130,8 @@ class KubernetesBackend(BenchmarksFromHere):
 
     # ---- the Backend protocol -------------------------------------------------------------------
     def launch(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
-        objects = render_manifests(deployment, self.options)
+        options = self.options_for(deployment)
+        objects = render_manifests(deployment, options)
         cluster = f"k8s/{self.options.namespace}/worldtune-{deployment.id}"
         self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
         dep = deployment.model_copy(update={"cluster": cluster, "state": "provisioning"})
@@ -131,7 +141,8 @@ class KubernetesBackend(BenchmarksFromHere):
             if progress:
                 progress(f"applied {obj['kind']} {obj['metadata']['name']}", None)
         self.store.ledger_update(cluster, "loading")
-        deadline = time.time() + startup_allowance_s(deployment) + 600  # + scheduling and image pull
+        allowance = startup_allowance_s(deployment, cold_load_s(options.cold_load_s))
+        deadline = time.time() + allowance + 600  # + scheduling and image pull
         while True:
             dep = self.status(dep.model_copy(update={"state": "loading"}))
             if dep.state == "ready" or time.time() > deadline:
@@ -147,7 +158,7 @@ class KubernetesBackend(BenchmarksFromHere):
         return dep
 
     def endpoints(self, deployment: Deployment) -> list[str]:
-        return [service_url(o) for o in render_manifests(deployment, self.options) if o["kind"] == "Service"]
+        return [service_url(o) for o in self._manifests(deployment) if o["kind"] == "Service"]
 
     def status(self, deployment: Deployment) -> Deployment:
         from kubernetes.client.exceptions import ApiException
@@ -155,7 +166,7 @@ class KubernetesBackend(BenchmarksFromHere):
         if deployment.state == "terminated":
             return deployment
         ready, missing = 0, []
-        workloads = [o for o in render_manifests(deployment, self.options) if o["kind"] != "Service"]
+        workloads = [o for o in self._manifests(deployment) if o["kind"] != "Service"]
         for obj in workloads:
             ns, name = self.options.namespace, obj["metadata"]["name"]
             try:
@@ -190,7 +201,7 @@ class KubernetesBackend(BenchmarksFromHere):
         return k8s_replan.replan(self, deployment, plan, progress)
 
     def teardown(self, deployment: Deployment) -> Deployment:
-        for obj in reversed(render_manifests(deployment, self.options)):
+        for obj in reversed(self._manifests(deployment)):
             self._delete(obj)
         if deployment.engine == "vllm-omni":
             self._delete({"kind": "Secret", "metadata": {"name": api_key_secret(deployment)}})

@@ -39,12 +39,11 @@ def launch_timeout_s() -> float:
     return value
 
 
-def hard_down_minutes(deployment: Deployment) -> int:
-    """Minutes after the serve job starts at which SkyPilot downs the cluster: load allowance + hours asked."""
-    from worldtune.sky.render import startup_allowance_s
-
+def hard_down_minutes(deployment: Deployment, allowance_s: int) -> int:
+    """Minutes after the serve job starts at which SkyPilot downs the cluster: the start-up allowance `allowance_s`
+    (SkyPilotBackend.allowance_s) + hours asked."""
     hours = deployment.hold_hours or 0.0
-    return max(1, math.ceil(startup_allowance_s(deployment) / 60.0 + hours * 60.0))
+    return max(1, math.ceil(allowance_s / 60.0 + hours * 60.0))
 
 
 def field_of(record: Any, name: str) -> Any:

@@ -1,10 +1,11 @@
 """What a deploy would do, without spending: the Deployment, its offer, what it renders, SkyPilot's verdict.
 
 `preview_deploy` is the typed core of `worldtune deploy --dry-run` (and of the first half of a real
-deploy): it checks the plan against vLLM-Omni's rules, picks the offer, renders the SkyPilot task
-(or the SkyServe service, or the Kubernetes manifests), has SkyPilot validate the task, and, where
-the infra can be priced offline, asks SkyPilot's optimizer which node it would rent and its price.
-`write_preview` writes what would be applied into a folder.
+deploy): given a checked Deployment (the deploy capability checks the plan and picks the offer:
+tools/deploy_preview.py, which also fills in the model's numbers the rendering needs), it renders the
+SkyPilot task (or the SkyServe service, or the Kubernetes manifests), has SkyPilot validate the task,
+and, where the infra can be priced offline, asks SkyPilot's optimizer which node it would rent and its
+price. `write_preview` writes what would be applied into a folder.
 """
 
 from __future__ import annotations
@@ -17,16 +18,10 @@ from pydantic import BaseModel, Field
 
 from worldtune.sky import render
 from worldtune.sky.dryrun import OFFLINE_CLOUDS, OptimizerChoice
-from worldtune.tools.deployment import ENGINES, Deployment
-from worldtune.tools.errors import InvalidInput, one_of
-from worldtune.tools.estimate import estimate_plan, resolve_profile
-from worldtune.tools.gpus import get_gpu
+from worldtune.tools.deployment import Deployment
 from worldtune.tools.infra import Infra
-from worldtune.tools.models import get_model
-from worldtune.tools.offer import CAPACITIES, Offer
-from worldtune.tools.offers import cheapest_fitting_offer
+from worldtune.tools.offer import Offer
 from worldtune.tools.plan import Plan
-from worldtune.tools.workload import anchor_workload
 
 
 class DeployPreview(BaseModel):
@@ -50,80 +45,27 @@ def is_skypilot_infra(infra: str) -> bool:
     return Infra.parse(infra).kind in ("slurm", "cloud")
 
 
-def pick_offer(gpu: str, plan: Plan, capacity: str, infra: str) -> Offer | None:
-    """The cheapest node big enough for the plan on that cloud (and region), for serverless one replica's node."""
-    where = Infra.parse(infra)
-    if where.kind != "cloud":
-        return None
-    need = plan.world_size if capacity == "serverless" else plan.gpus
-    offer = cheapest_fitting_offer(gpu, need, capacity=[capacity], infra=[str(where)])
-    if offer is None:
-        raise InvalidInput(
-            "infra", infra, f"an infra that rents {need}x{gpu} at capacity {capacity}", "see `worldtune plans`"
-        )
-    return offer
-
-
-def build_deployment(
-    gpu: str,
-    plan: str,
-    model: str = "cosmos3-super",
-    infra: str = "nebius",
-    engine: str = "vllm-omni",
-    capacity: str = "on-demand",
-    time_scale: float = 1.0,
-    twin_profile: str | None = None,
-    run_id: str | None = None,
-) -> Deployment:
-    """A pending Deployment after checking every input (the plan against vLLM-Omni's rules and memory)."""
-    spec = get_gpu(gpu)
-    get_model(model)
-    if engine not in ENGINES:
-        raise one_of("engine", engine, ENGINES)
-    if capacity not in CAPACITIES:
-        raise one_of("capacity", capacity, CAPACITIES)
-    if not isinstance(infra, str) or infra != infra.strip() or " " in infra:
-        raise InvalidInput("infra", infra, "local, slurm/NAME, kubernetes or a SkyPilot cloud such as nebius")
-    where = Infra.parse(infra)
-    infra = str(where)
-    if where.kind == "slurm" and capacity != "on-demand":
-        raise InvalidInput("capacity", capacity, "on-demand on Slurm (SkyPilot has no spot or SkyServe there)")
-    if where.kind in ("local", "kubernetes") and capacity == "serverless":
-        raise InvalidInput("capacity", capacity, f"on-demand or spot on {infra} (serverless is SkyServe)")
-    parsed = Plan.parse(plan)
-    verdict = estimate_plan(anchor_workload(model), spec.name, parsed, resolve_profile(spec.name))
-    if not verdict.valid:
-        raise InvalidInput("plan", plan, f"a plan vLLM-Omni accepts on {spec.name}", verdict.reason)
-    offer = pick_offer(spec.name, parsed, capacity, infra)
-    return Deployment(
-        run_id=run_id,
-        model=get_model(model).key,
-        gpu=spec.name,
-        plan=str(parsed),
-        infra=infra,
-        engine=engine,  # checked against ENGINES above
-        capacity=capacity,
-        offer=offer,
-        usd_per_hour=offer.usd_per_hour if offer else 0.0,
-        time_scale=time_scale,
-        twin_profile=twin_profile,
-    )
-
-
 def preview_deploy(
     deployment: Deployment,
     options: render.RenderOptions | None = None,
     k8s_options: Any = None,
     optimize: bool = True,
+    reference_offer: Offer | None = None,
 ) -> DeployPreview:
-    """Render and check what `deployment` would apply. SkyPilot must already be importable (sky/home.py)."""
+    """Render and check what `deployment` would apply. SkyPilot must already be importable (sky/home.py).
+
+    `options` must carry the model's cold load (and, for serverless, the service time): tools/deploy_preview.py
+    fills them in. On Kubernetes `reference_offer` is the rented node the price is quoted from (None: no such
+    offer), and `k8s_options` must carry the cold load too."""
     opts = options or render.RenderOptions()
-    allowance = render.startup_allowance_s(deployment)
+    cold_load = render.cold_load_s(opts.cold_load_s)
+    allowance = render.startup_allowance_s(deployment, cold_load)
     kind = Infra.parse(deployment.infra).kind
     if kind == "kubernetes":
         from worldtune.sky.k8s_manifests import K8sOptions
 
-        return _preview_kubernetes(deployment, opts, k8s_options or K8sOptions(), allowance)
+        kube = k8s_options or K8sOptions(cold_load_s=cold_load)
+        return _preview_kubernetes(deployment, opts, kube, allowance, reference_offer)
     if kind == "local":
         return DeployPreview(
             deployment=deployment,
@@ -163,12 +105,12 @@ def preview_deploy(
         optimizer_note=note,
         usd_per_hour=price,
         startup_allowance_s=allowance,
-        cold_start_s=render.cold_start_s(deployment) if serverless else None,
+        cold_start_s=render.cold_start_s(deployment, cold_load) if serverless else None,
     )
 
 
 def _preview_kubernetes(
-    deployment: Deployment, opts: render.RenderOptions, k8s_options: Any, allowance: int
+    deployment: Deployment, opts: render.RenderOptions, k8s_options: Any, allowance: int, reference: Offer | None
 ) -> DeployPreview:
     """Your own cluster: the manifests (validated offline), the same plan as a SkyPilot task for SkyPilot's
     Kubernetes support (task.yaml), and a reference price, since a cluster you run has no rental price."""
@@ -188,7 +130,6 @@ def _preview_kubernetes(
     commands = [" ".join(c["command"]) for m in manifests if m["kind"] == "Deployment"
                 for c in m["spec"]["template"]["spec"]["containers"]]  # fmt: skip
     plan = Plan.parse(deployment.plan)
-    reference = cheapest_fitting_offer(deployment.gpu, plan.gpus, capacity=[deployment.capacity])
     note = (
         f"your own cluster has no rental price; the same {plan.gpus}x{deployment.gpu} rent for "
         f"${reference.usd_per_hour:.2f}/h on {reference.id} ({reference.source}, as of {reference.as_of})"

@@ -90,22 +90,26 @@ __all__ = [
 HF_TOKEN = "HF_TOKEN"
 
 
-def cold_load_s(deployment: Deployment) -> float:
-    """The model's load from disk on the deployment's GPU type, as its calibrated profile predicts."""
-    from worldtune.tools.estimate import resolve_profile
+def cold_load_s(given: float | None) -> float:
+    """The model's load from disk on the deployment's GPU type (RenderOptions.cold_load_s, K8sOptions.cold_load_s):
+    the deploy capability predicts it from the calibrated profile (tools/deploy_preview.py); rendering refuses
+    without it."""
+    if given is None:
+        raise InvalidInput(
+            "cold_load_s", None, "the model's predicted cold load in seconds",
+            "render through tools/deploy_preview.render_options, which fills it from the calibrated profile",
+        )  # fmt: skip
+    return given
 
-    return resolve_profile(deployment.gpu).load_time_s(get_model(deployment.model).weights_gib_bf16, cold=True)
 
-
-def startup_allowance_s(deployment: Deployment) -> int:
-    """Seconds a replica may take to answer /v1/models: twice the cold load time, at least 5 minutes.
+def startup_allowance_s(deployment: Deployment, cold_load: float) -> int:
+    """Seconds a replica may take to answer /v1/models: twice the cold load time `cold_load`, at least 5 minutes.
 
     The twin loads in its profile's time divided by the time scale, so its allowance shrinks with it.
     """
-    load = cold_load_s(deployment)
     if deployment.engine == "twin":
-        return max(30, math.ceil(2 * load / deployment.time_scale))
-    return max(300, math.ceil(2 * load))
+        return max(30, math.ceil(2 * cold_load / deployment.time_scale))
+    return max(300, math.ceil(2 * cold_load))
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +154,7 @@ def _setup(deployment: Deployment, options: RenderOptions) -> str:
 
 def _run(deployment: Deployment, options: RenderOptions) -> str:
     """Start every replica, wait for /v1/models on each, report, then exit when any replica exits."""
-    return run_script(deployment, options, startup_allowance_s(deployment))
+    return run_script(deployment, options, startup_allowance_s(deployment, cold_load_s(options.cold_load_s)))
 
 
 def _resources(deployment: Deployment, options: RenderOptions, accelerators: str) -> dict[str, Any]:
@@ -226,14 +230,14 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
             "readiness_probe": {
                 # vLLM's /health is outside --api-key's guard; while loading the port refuses connections
                 "path": "/health" if deployment.engine == "vllm-omni" else PROBE_PATH,
-                "initial_delay_seconds": startup_allowance_s(deployment),
+                "initial_delay_seconds": startup_allowance_s(deployment, cold_load_s(opts.cold_load_s)),
                 "timeout_seconds": 15,
             },
             "replica_policy": {
                 "min_replicas": 0,
                 "max_replicas": plan.replicas,
                 # One server answers one request at a time, so it saturates at 1 / service time: aim there.
-                "target_qps_per_replica": target_qps_per_replica(deployment, opts.service_time_s),
+                "target_qps_per_replica": target_qps_per_replica(deployment, opts),
                 "upscale_delay_seconds": 30,
                 "downscale_delay_seconds": 900,
             },
@@ -250,34 +254,29 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
     return task
 
 
-def service_time_s(deployment: Deployment, measured_s: float | None = None) -> float:
-    """Seconds one replica spends per request on the anchor workload: measured when given, else predicted."""
-    if measured_s is not None:
-        return measured_s
-    from worldtune.tools.estimate import estimate_plan, resolve_profile
-    from worldtune.tools.workload import anchor_workload
-
-    plan = Plan.parse(deployment.plan).single_replica()
-    found = estimate_plan(anchor_workload(deployment.model), deployment.gpu, plan, resolve_profile(deployment.gpu))
-    if not found.valid or not found.latency_s:
+def service_time_s(deployment: Deployment, options: RenderOptions) -> float:
+    """Seconds one replica spends per request on the anchor workload (RenderOptions.service_time_s): measured, else
+    the model's prediction, which the deploy capability fills in (tools/deploy_preview.render_options)."""
+    if options.service_time_s is None:
         raise InvalidInput(
-            "plan", deployment.plan, f"a plan with a predicted latency on {deployment.gpu}", found.reason
-        )
-    return float(found.latency_s)
+            "service_time_s", None, f"one replica's seconds per request of {deployment.plan} (measured or predicted)",
+            "render through tools/deploy_preview.render_options, which predicts it",
+        )  # fmt: skip
+    return options.service_time_s
 
 
-def target_qps_per_replica(deployment: Deployment, measured_s: float | None = None) -> float:
+def target_qps_per_replica(deployment: Deployment, options: RenderOptions) -> float:
     """SkyServe's per-replica target: what one server sustains (1 / service time), so a queue adds a replica.
 
     A fixed 0.01 (36 requests/hour) against a replica that serves 4.4 clips/hour only scales at ~8x overload.
     """
-    return float(f"{1.0 / service_time_s(deployment, measured_s):.3g}")
+    return float(f"{1.0 / service_time_s(deployment, options):.3g}")
 
 
-def cold_start_s(deployment: Deployment) -> float:
-    """What the first request after scale-to-zero waits: provisioning plus a cold model load."""
+def cold_start_s(deployment: Deployment, cold_load: float) -> float:
+    """What the first request after scale-to-zero waits: provisioning plus a cold model load (`cold_load`)."""
     provision = deployment.offer.provision_s if deployment.offer else 300.0
-    return provision + cold_load_s(deployment)
+    return provision + cold_load
 
 
 def cluster_name(deployment: Deployment) -> str:

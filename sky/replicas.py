@@ -55,7 +55,16 @@ class RenderOptions(BaseModel):
         default=False, description="sync this checkout as workdir and install it in ~/.worldtune-venv (bench jobs)"
     )
     service_time_s: float | None = Field(
-        default=None, gt=0, description="measured seconds per request of one replica (SkyServe target); else predicted"
+        default=None,
+        gt=0,
+        description="seconds per request of one replica (SkyServe's target): measured, else the model's prediction, "
+        "which the deploy capability fills in (tools/deploy_preview.render_options)",
+    )
+    cold_load_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="the model's load from disk on the deployment's GPU type (the start-up allowance is twice it); "
+        "the deploy capability fills it from the calibrated profile (tools/deploy_preview.render_options)",
     )
 
 

@@ -102,7 +102,7 @@ def _reset_autodown(backend: SkyPilotBackend, cluster: str, target: Deployment, 
         return
     from sky.skylet.autostop_lib import AutostopWaitFor
 
-    minutes = hard_down_minutes(target)
+    minutes = hard_down_minutes(target, backend.allowance_s(target))
     try:
         backend._get(backend.sky.autostop(cluster, minutes, wait_for=AutostopWaitFor.NONE, down=True))
     except Exception as exc:  # the earlier, shorter timer still bounds the spend

@@ -244,5 +244,8 @@ def skyserve_service_yaml(fleet: Fleet, model: str = "cosmos3-super") -> str:
     import yaml
 
     from worldtune.sky.fleet_service import render_fleet_service
+    from worldtune.sky.replicas import RenderOptions
+    from worldtune.tools.deploy_preview import predicted_cold_load_s
 
-    return yaml.safe_dump(render_fleet_service(fleet, model=model), sort_keys=False)
+    options = RenderOptions(cold_load_s=predicted_cold_load_s(fleet.gpu, model))  # the readiness probe's delay
+    return yaml.safe_dump(render_fleet_service(fleet, model=model, options=options), sort_keys=False)

@@ -10,7 +10,7 @@ Public API (plain, typed, pydantic out; the MCP server and the agent call these)
     get_deployment(deployment_id, store=None, refresh=True) -> Deployment
     list_deployments(run_id=None, alive_only=False, store=None) -> list[Deployment]
     teardown(deployment_id, store=None) -> Deployment
-    backend_for(infra, store) -> Backend
+    backend_for(infra, store, options=None) -> Backend
     deploy_for_caller(caller_gone, **deploy_arguments) -> Deployment   # torn down if the caller went away
 
 The backend is chosen by infra: "local" -> LocalBackend (twin processes here); "slurm/<name>" and SkyPilot
@@ -52,8 +52,12 @@ def infra_kind(infra: str) -> str:
     return Infra.parse(infra).kind
 
 
-def backend_for(infra: str, store: Store) -> Backend:
-    """The Backend that hosts deployments on `infra` (SkyPilot and Kubernetes imported lazily)."""
+def backend_for(infra: str, store: Store, options: Any = None) -> Backend:
+    """The Backend that hosts deployments on `infra` (SkyPilot and Kubernetes imported lazily).
+
+    `options`: how SkyPilot or Kubernetes renders (sky's RenderOptions or K8sOptions; None: the infra's defaults).
+    Either way the backend renders with the model's numbers for each deployment (the start-up allowance from the
+    predicted cold load, SkyServe's target from the predicted service time): tools/deploy_preview.py."""
     kind = infra_kind(infra)
     if kind == "local":
         from worldtune.tools.local_backend import LocalBackend
@@ -68,8 +72,11 @@ def backend_for(infra: str, store: Store) -> Backend:
             "infra", infra, f"an infra whose backend ({module_name}.{class_name}) is installed",
             f"it could not be imported: {exc}; infra local runs the twin engine without it",
         ) from exc  # fmt: skip
+    from worldtune.tools import deploy_preview
+
+    predicted = deploy_preview.k8s_options if kind == "kubernetes" else deploy_preview.render_options
     try:
-        backend: Backend = backend_class(store)
+        backend: Backend = backend_class(store, options, predicted=predicted)
     except Exception as exc:  # e.g. no kubeconfig, no SkyPilot home: say which infra and why, start nothing
         raise InvalidInput("infra", infra, f"an infra {class_name} can reach", f"{type(exc).__name__}: {exc}") from exc
     return backend

@@ -125,6 +125,45 @@ class MeasureHere(Protocol):
         ...
 
 
+class Records(Protocol):
+    """What a backend writes into the results database: its deployments, the cluster ledger and the rows of the
+    benchmarks it runs next to the server. tools/store.Store satisfies it; backends are typed against this, so
+    they stand on the words and never import the database."""
+
+    path: Path
+
+    def save_deployment(self, deployment: Deployment, if_alive: bool = False) -> None: ...
+
+    def get_deployment(self, deployment_id: str) -> Deployment | None: ...
+
+    def ledger_launch(
+        self, cluster: str, backend: str, deployment_id: str | None = None, run_id: str | None = None
+    ) -> None: ...
+
+    def ledger_update(self, cluster: str, state: str, detail: str = "") -> None: ...
+
+    def ledger_open(self, cluster: str) -> bool: ...
+
+    def ledger_gone(self, cluster: str, detail: str = "") -> None: ...
+
+    def create_benchmark(
+        self, benchmark_id: str, config: dict[str, Any], deployment_id: str | None = None, run_id: str | None = None
+    ) -> None: ...
+
+    def update_benchmark(
+        self,
+        benchmark_id: str,
+        *,
+        status: str | None = None,
+        progress: float | None = None,
+        message: str | None = None,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None: ...
+
+    def get_benchmark(self, benchmark_id: str) -> dict[str, Any] | None: ...
+
+
 class Backend(Protocol):
     """What an infra must do to host deployments."""
 

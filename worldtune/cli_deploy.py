@@ -49,7 +49,9 @@ def deploy(
     from worldtune.sky.backend import render_options_for
     from worldtune.sky.catalog import write_catalog
     from worldtune.sky.k8s_manifests import K8sOptions
-    from worldtune.sky.preview import build_deployment, is_skypilot_infra, preview_deploy, write_preview
+    from worldtune.sky.preview import is_skypilot_infra, write_preview
+    from worldtune.tools.deploy_preview import build_deployment, preview
+    from worldtune.tools.offers import SNAPSHOT_FILE
     from worldtune.tools.store import Store
 
     try:
@@ -66,19 +68,19 @@ def deploy(
             require_extra(f"worldtune deploy --infra {infra}", "sky", "sky")  # before the catalog is written
             sky_home = home.chosen_home(dry_run)
             if sky_home is not None:
-                write_catalog(sky_home)
+                write_catalog(sky_home, SNAPSHOT_FILE)
             home.import_skypilot(sky_home)
         k8s = K8sOptions(namespace=namespace, **({"image": image} if image else {}))
-        preview = preview_deploy(deployment, options, k8s_options=k8s)
+        shown = preview(deployment, options, k8s)
     except (WorldtuneError, ValueError) as exc:
         raise fail(exc, as_json, {"gpu": gpu, "plan": plan, "infra": infra}) from exc
 
-    files = [str(p) for p in write_preview(preview, Path(out))] if out else []
+    files = [str(p) for p in write_preview(shown, Path(out))] if out else []
     if as_json and dry_run:
-        emit_json({"dry_run": True, **preview.model_dump(mode="json"), "files": files})
+        emit_json({"dry_run": True, **shown.model_dump(mode="json"), "files": files})
         return
     if not as_json:
-        _print_preview(preview, files)
+        _print_preview(shown, files)
     if dry_run:
         return
     assert store is not None
@@ -114,13 +116,13 @@ def _launch(
             raise fail(f"launching costs {ask}: pass --yes to approve", as_json)
         if not typer.confirm(f"Launch at {ask}?"):
             raise typer.Exit(1)
-    backend = backend_for()
 
     def progress(message: str, fraction: float | None) -> None:
         if not as_json:
             err_console.print(f"[dim]{message}[/]")
 
     try:
+        backend = backend_for()
         with contextlib.redirect_stdout(sys.stderr):  # SkyPilot prints to stdout; keep it for our output
             ready = deploying.deploy(**guarded, time_scale=time_scale, twin_profile=twin_profile, progress=progress,
                                      backend=backend)  # fmt: skip
@@ -134,20 +136,12 @@ def _launch(
 
 
 def _backend(infra: str, store: Any, k8s: Any, options: Any) -> Any:
+    """The deploy capability's backend for `infra`, rendering with this command's options."""
+    from worldtune.tools.deploy import backend_for
     from worldtune.tools.infra import Infra
 
     kind = Infra.parse(infra).kind
-    if kind == "kubernetes":
-        from worldtune.sky.kubernetes import KubernetesBackend
-
-        return KubernetesBackend(store, k8s)
-    if kind == "local":
-        from worldtune.tools.deploy import backend_for
-
-        return backend_for(infra, store)
-    from worldtune.sky.backend import SkyPilotBackend
-
-    return SkyPilotBackend(store, options=options)
+    return backend_for(infra, store, k8s if kind == "kubernetes" else None if kind == "local" else options)
 
 
 def _print_preview(preview: Any, files: list[str]) -> None:
@@ -193,8 +187,8 @@ def gc(
 ) -> None:
     """Tear down everything whose owner (a run, or the command that deployed it) no longer heartbeats, and every
     deployment whose paid hours (`--hours`, MCP `hours`) have run out (tools/lease.py)."""
-    from worldtune.sky.garbage import collect_garbage, dead_runs, garbage
     from worldtune.tools import lease
+    from worldtune.tools.garbage import collect_garbage, dead_runs, garbage
     from worldtune.tools.store import Store
 
     store = Store(db)

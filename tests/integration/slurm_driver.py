@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.sky import catalog, home
-from worldtune.sky.preview import build_deployment
 from worldtune.tools.benchmark import BenchmarkSpec, Here
+from worldtune.tools.deploy_preview import build_deployment, render_options
 from worldtune.tools.deployment import Deployment
+from worldtune.tools.offers import SNAPSHOT_FILE
 from worldtune.tools.store import Store
 
 
@@ -102,14 +103,14 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     sky_home = Path(os.environ["WORLDTUNE_SKY_HOME"])
-    catalog.write_catalog(sky_home)  # GPU requests need common/accelerators.csv, even on Slurm
+    catalog.write_catalog(sky_home, SNAPSHOT_FILE)  # GPU requests need common/accelerators.csv, even on Slurm
     home.import_skypilot(sky_home)
     from worldtune.sky.backend import SkyPilotBackend
 
     store = Store(args.db)
     infra = os.environ.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
     dep = build_deployment("H200", "cfg2-u4-hsdp8", infra=infra, engine="twin", time_scale=args.time_scale)
-    backend = SkyPilotBackend(store, poll_s=1.0)
+    backend = SkyPilotBackend(store, poll_s=1.0, predicted=render_options)  # as tools/deploy.backend_for makes it
     counting = CountingSky(backend.sky)
     backend.sky = counting
     started = time.time()

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from worldtune.sky import render
-from worldtune.sky.preview import build_deployment
+from worldtune.tools.deploy_preview import build_deployment, render_options
 from worldtune.tools.deployment import API_KEY_ENV
 
 pytestmark = pytest.mark.integration
@@ -98,7 +98,7 @@ def _setup(task: dict[str, Any], cwd: Path, env: dict[str, str]) -> subprocess.C
 
 def test_service_setup_runs_on_a_replica_without_a_workdir(tmp_path: Path) -> None:
     deployment = build_deployment("H200", "2xtp4", infra="nebius", capacity="serverless")
-    service = render.render_service(deployment, render.RenderOptions(ship_worldtune=True))
+    service = render.render_service(deployment, render_options(deployment, render.RenderOptions(ship_worldtune=True)))
     assert "workdir" not in service and "pip install --quiet ." not in service["setup"]
     _, cwd, env = _node(tmp_path, service)
     done = _setup(service, cwd, env)
@@ -109,7 +109,7 @@ def test_task_rendered_from_a_wheel_install_sets_up(tmp_path: Path, monkeypatch:
     # a wheel install has no checkout to ship: setup installs the released package of this version instead
     monkeypatch.setattr(render, "shipped_checkout", lambda: None)
     deployment = build_deployment("H200", "cfg2-u4-hsdp8", infra="nebius")
-    task = render.render_task(deployment, render.RenderOptions(ship_worldtune=True))
+    task = render.render_task(deployment, render_options(deployment, render.RenderOptions(ship_worldtune=True)))
     assert "workdir" not in task
     _, cwd, env = _node(tmp_path, task)
     wheel = [str(VENV_BIN / "pip"), "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "wheels")]
@@ -124,7 +124,9 @@ def test_task_rendered_from_a_wheel_install_sets_up(tmp_path: Path, monkeypatch:
 def test_run_script_starts_servers_that_the_api_key_guards(tmp_path: Path) -> None:
     deployment = build_deployment("H200", "2xtp4", infra="nebius")
     port = free_port()
-    task = render.render_task(deployment, render.RenderOptions(ship_worldtune=True, base_port=port))
+    task = render.render_task(
+        deployment, render_options(deployment, render.RenderOptions(ship_worldtune=True, base_port=port))
+    )
     assert f'--api-key "${API_KEY_ENV}"' in task["run"] and API_KEY_ENV in task["secrets"]
     assert KEY not in task["run"] + task["setup"]  # files carry the secret's name only
     _, cwd, env = _node(tmp_path, task)

@@ -20,6 +20,7 @@ from test_twin_http import twin
 from worldtune.agent.steps import every_request_failed
 from worldtune.sky import render
 from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
+from worldtune.tools.deploy_preview import render_options
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.estimate import resolve_profile
 from worldtune.tools.local_backend import DeploymentFailed, LocalBackend, free_port
@@ -79,7 +80,7 @@ def _run_script(
     options = render.RenderOptions(worldtune=f"{sys.executable} -m worldtune.cli", base_port=free_port(),
                                    host="127.0.0.1", open_ports=False)  # fmt: skip
     script = tmp_path / "run.sh"
-    script.write_text(render.render_task(dep, options)["run"])
+    script.write_text(render.render_task(dep, render_options(dep, options))["run"])
     env = {**os.environ, "SKYPILOT_TASK_ID": f"t-{dep.id}", "HOME": str(tmp_path)}
     env.pop("WORLDTUNE_API_KEY", None)
     if api_key is not None:  # the secret SkyPilot passes to the task (sky/backend.with_secrets)

@@ -14,7 +14,10 @@ from worldtune.sky import home
 home.import_skypilot(Path(os.environ['WORLDTUNE_SKY_HOME']))
 from worldtune.sky.dryrun import validate_task
 from worldtune.sky.fleet_service import render_fleet_service
+from worldtune.sky.replicas import RenderOptions
+from worldtune.tools.deploy_preview import predicted_cold_load_s
 from worldtune.tools.fleet import Autoscaler, Fleet
+options = RenderOptions(cold_load_s=predicted_cold_load_s('H200', 'cosmos3-super'))
 out = []
 for auto, cap in ((Autoscaler(policy='fixed', min_replicas=2, max_replicas=2), 'spot'),
                   (Autoscaler(policy='queue', min_replicas=0, max_replicas=3, target_queue_per_server=1,
@@ -23,7 +26,7 @@ for auto, cap in ((Autoscaler(policy='fixed', min_replicas=2, max_replicas=2), '
     fleet = Fleet(plan='cfg2-fp8', gpu='H200', offer_id='nebius/eu-north1/H200:8/' + cap, capacity=cap,
                   servers_per_node=4, service_s=346.0, usd_per_node_hour=11.6, autoscaler=auto,
                   base_ondemand_fallback=1 if cap == 'spot' else 0)
-    task = render_fleet_service(fleet)
+    task = render_fleet_service(fleet, options=options)
     out.append({'policy': task['service']['replica_policy'], 'spot': task['resources'].get('use_spot'),
                 'validated': type(validate_task(task)).__name__})
 print(json.dumps(out))

@@ -198,12 +198,13 @@ def test_the_skypilot_launch_downs_the_cluster_at_the_end_of_the_hours(tmp_path:
         "from worldtune.sky.backend import SkyPilotBackend, hard_down_minutes\n"
         "from worldtune.tools.deployment import Deployment\n"
         "backend = object.__new__(SkyPilotBackend)\n"
-        "backend.autodown = True\n"
+        "from worldtune.tools.deploy_preview import render_options\n"
+        "backend.autodown, backend.options, backend.predicted = True, None, render_options\n"
         "dep = Deployment(gpu='H200', plan='cfg2-u4-hsdp8', infra='nebius', engine='vllm-omni', hold_hours=2.0)\n"
         "held = backend.autodown_arguments(dep)\n"
         "idle = backend.autodown_arguments(dep.model_copy(update={'hold_hours': None}))\n"
         "print(json.dumps({'held': {**held, 'wait_for': held['wait_for'].value}, 'idle': idle,\n"
-        "                  'minutes': hard_down_minutes(dep)}))\n"
+        "                  'minutes': hard_down_minutes(dep, backend.allowance_s(dep))}))\n"
     )
     env = {**os.environ, "WORLDTUNE_SKY_HOME": str(tmp_path / "sky-home"), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

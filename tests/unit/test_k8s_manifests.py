@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from worldtune.sky.k8s_manifests import GPU_RESOURCE, K8sOptions, render_manifests
 from worldtune.sky.kubernetes import KubernetesBackend
 from worldtune.sky.render import startup_allowance_s
+from worldtune.tools.deploy_preview import deployment_cold_load_s, k8s_options
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.store import Store
@@ -51,7 +52,7 @@ def validate(obj: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("gpu", "plan"), [("H200", "cfg2-u4-hsdp8"), ("B200", "tp8"), ("B200", "8x1gpu")])
 def test_deployment_and_service_per_replica_validate_strictly(gpu: str, plan: str) -> None:
     dep = _dep(plan, gpu)
-    objects = render_manifests(dep)
+    objects = render_manifests(dep, k8s_options(dep))
     for obj in objects:
         validate(obj)
     kinds = [o["kind"] for o in objects]
@@ -67,7 +68,9 @@ def test_deployment_and_service_per_replica_validate_strictly(gpu: str, plan: st
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # /v1 needs the API key; /health does not
         assert server[probe]["httpGet"]["path"] == "/health"  # (vLLM-Omni listens only once loaded; 503 when dead)
     startup = server["startupProbe"]
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= startup_allowance_s(dep)
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= startup_allowance_s(
+        dep, deployment_cold_load_s(dep)
+    )
     token = next(e for e in server["env"] if e["name"] == "HF_TOKEN")
     assert token == {
         "name": "HF_TOKEN",
@@ -84,14 +87,16 @@ def test_deployment_and_service_per_replica_validate_strictly(gpu: str, plan: st
 
 
 def test_strict_validation_can_fail() -> None:
-    obj = render_manifests(_dep("tp8"))[0]
+    tp8 = _dep("tp8")
+    obj = render_manifests(tp8, k8s_options(tp8))[0]
     obj["spec"]["template"]["spec"]["containers"][0]["gpuCount"] = 8  # not a Container field
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(obj)
 
 
 def test_a_replica_wider_than_a_node_becomes_a_leader_worker_set() -> None:
-    objects = render_manifests(_dep("cfg2-u4-hsdp8"), K8sOptions(gpus_per_node=4))
+    wide = _dep("cfg2-u4-hsdp8")
+    objects = render_manifests(wide, k8s_options(wide, K8sOptions(gpus_per_node=4)))
     assert [o["kind"] for o in objects] == ["LeaderWorkerSet", "Service"]
     for obj in objects:
         validate(obj)
@@ -106,15 +111,15 @@ def test_a_replica_wider_than_a_node_becomes_a_leader_worker_set() -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, LWS_SCHEMA)
     with pytest.raises(InvalidInput):
-        render_manifests(_dep("cfg2-u4-hsdp8"), K8sOptions(gpus_per_node=3))
+        render_manifests(wide, k8s_options(wide, K8sOptions(gpus_per_node=3)))
 
 
 def test_twin_on_kubernetes_needs_an_image_with_worldtune() -> None:
     dep = Deployment(gpu="H200", plan="cfg2-u4-hsdp8", infra="kubernetes", engine="twin", time_scale=20)
     with pytest.raises(InvalidInput) as err:
-        render_manifests(dep)
+        render_manifests(dep, k8s_options(dep))
     assert err.value.field == "twin_image"
-    objects = render_manifests(dep, K8sOptions(twin_image="registry.example/worldtune:0.1.0"))
+    objects = render_manifests(dep, k8s_options(dep, K8sOptions(twin_image="registry.example/worldtune:0.1.0")))
     for obj in objects:
         validate(obj)
     server = objects[0]["spec"]["template"]["spec"]["containers"][0]
@@ -153,7 +158,9 @@ def test_backend_apply_wait_and_delete_mocked_k8s_api(tmp_path: Path, monkeypatc
         return _ready_status(0 if polls[name] == 1 else 1)
 
     apps.read_namespaced_deployment_status.side_effect = read_status
-    backend = KubernetesBackend(store, K8sOptions(namespace="gpu"), apps=apps, core=core, custom=custom, poll_s=0)
+    backend = KubernetesBackend(
+        store, K8sOptions(namespace="gpu"), apps=apps, core=core, custom=custom, poll_s=0, predicted=k8s_options
+    )
     dep = _dep("2xtp4")
     seen: list[str] = []
     ready = backend.launch(dep, lambda m, f: seen.append(m))
@@ -181,7 +188,7 @@ def test_backend_replaces_existing_objects_and_sees_preemption_mocked_k8s_api(tm
     apps, core, custom = mock.Mock(), mock.Mock(), mock.Mock()
     apps.create_namespaced_deployment.side_effect = ApiException(status=409)
     apps.read_namespaced_deployment_status.return_value = _ready_status(1)
-    backend = KubernetesBackend(store, apps=apps, core=core, custom=custom, poll_s=0)
+    backend = KubernetesBackend(store, apps=apps, core=core, custom=custom, poll_s=0, predicted=k8s_options)
     ready = backend.launch(_dep("tp8"))
     assert apps.replace_namespaced_deployment.call_count == 1
     apps.read_namespaced_deployment_status.return_value = _ready_status(0)
@@ -199,7 +206,7 @@ def test_paid_hours_run_out_on_kubernetes_mocked_k8s_api(tmp_path: Path) -> None
     store = Store(tmp_path / "wt.db")
     apps, core, custom = mock.Mock(), mock.Mock(), mock.Mock()
     apps.read_namespaced_deployment_status.return_value = _ready_status(1)
-    backend = KubernetesBackend(store, apps=apps, core=core, custom=custom, poll_s=0)
+    backend = KubernetesBackend(store, apps=apps, core=core, custom=custom, poll_s=0, predicted=k8s_options)
     ready = backend.launch(_dep("tp8").model_copy(update={"hold_hours": 2.0}))
     store.save_deployment(ready)
     assert ready.ready_at is not None and store.ledger(open_only=True)

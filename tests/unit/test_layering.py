@@ -35,17 +35,6 @@ SEARCH_POLICY = {"worldtune.policies", "worldtune.policies.search"}
 KNOWN_EXCEPTIONS = {
     ("tools/plan_rules.py", "worldtune.policies.perf_model"): "the memory rule asks the model for bytes per GPU; "
     "the byte formulas are to move into the words (issue 16 item 1)",
-    ("sky/backend.py", "worldtune.tools.store"): "the SkyPilot backend writes its ledger and its benchmark's row "
-    "into the results database itself (the samples it copies back go through MeasureHere.keep)",
-    ("sky/catalog.py", "worldtune.tools.offers"): "the offline catalog is written from the offers snapshot loader",
-    ("sky/garbage.py", "worldtune.tools.deploy"): "gc tears down through the deploy capability, which loads sky "
-    "back by import_module string (a cycle; issue 16 item 4)",
-    ("sky/garbage.py", "worldtune.tools.store"): "gc reads the ledger and owners from the results database",
-    ("sky/preview.py", "worldtune.tools.estimate"): "the dry run repeats deploy's plan checks (issue 16: one deploy "
-    "path)",
-    ("sky/preview.py", "worldtune.tools.offers"): "the dry run picks the offer itself (issue 16: one deploy path)",
-    ("sky/render.py", "worldtune.tools.estimate"): "the start-up allowance and serverless QPS come from the "
-    "model's prediction for the plan",
     ("agent/report.py", "worldtune.policies.pareto"): "the report draws the Pareto frontier",
     ("agent/report.py", "worldtune.sky.render"): "the report renders the recommended SkyPilot task",
     ("agent/report_interactive.py", "worldtune.policies.pareto"): "the interactive plot marks the frontier",

@@ -18,6 +18,7 @@ from worldtune.sky.k8s_manifests import K8sOptions
 from worldtune.sky.k8s_replan import HOSTNAME_LABEL, PLAN_ANNOTATION, render_replan
 from worldtune.sky.kubernetes import KubernetesBackend
 from worldtune.sky.render import ALL_READY_MARKER
+from worldtune.tools.deploy_preview import k8s_options, render_options
 from worldtune.tools.deployment import Deployment, replan_target
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.estimate import resolve_profile
@@ -140,6 +141,7 @@ def test_skypilot_replan_is_a_new_job_on_the_same_cluster(tmp_path: Path) -> Non
     backend = object.__new__(SkyPilotBackend)  # no SkyPilot home: the fake client stands in
     store = Store(tmp_path / "r.db")
     backend.store, backend.options, backend.poll_s, backend.autodown = store, None, 0.0, True
+    backend.predicted = render_options  # the model's numbers, as tools/deploy.backend_for gives them
     backend.sky, backend._serve_jobs = FakeSky(), {}
     dep = _node_dep(infra="nebius", cluster="worldtune-wt-a", detail="serve job 7", loads=1)
     store.save_deployment(dep)
@@ -181,6 +183,7 @@ def test_a_replan_with_new_hours_is_bound_by_the_guardrails_and_resets_skypilots
     backend = object.__new__(SkyPilotBackend)  # no SkyPilot home: the fake client stands in
     store = Store(tmp_path / "r.db")
     backend.store, backend.options, backend.poll_s, backend.autodown = store, None, 0.0, True
+    backend.predicted = render_options  # the model's numbers, as tools/deploy.backend_for gives them
     backend.sky, backend._serve_jobs = AutostopSky(refuse), {}
     dep = _node_dep(infra="nebius", cluster="worldtune-wt-b", detail="serve job 7", loads=1, hold_hours=0.25,
                     usd_per_hour=30.0, committed_usd=20.0)  # fmt: skip
@@ -196,7 +199,12 @@ def test_a_replan_with_new_hours_is_bound_by_the_guardrails_and_resets_skypilots
                               progress=lambda m, f: said.append(m))  # fmt: skip
     assert [c[0] for c in backend.sky.calls] == ["cancel", "exec", "autostop"]
     cluster, minutes, wait_for, down = backend.sky.calls[2][1]
-    assert cluster == "worldtune-wt-b" and minutes == hard_down_minutes(ready) and down and "NONE" in wait_for
+    assert (
+        cluster == "worldtune-wt-b"
+        and minutes == hard_down_minutes(ready, backend.allowance_s(ready))
+        and down
+        and "NONE" in wait_for
+    )
     assert ready.hold_hours == 2.0 and ready.committed_usd == pytest.approx(check.committed_usd, abs=0.01)
     stored = store.get_deployment(dep.id)
     assert stored is not None and stored.hold_hours == 2.0 and stored.state == "ready"
@@ -208,7 +216,9 @@ def test_a_replan_with_new_hours_is_bound_by_the_guardrails_and_resets_skypilots
 
 def test_kubernetes_replan_rolls_the_pods_on_the_same_nodes(tmp_path: Path) -> None:
     dep = _node_dep("2xcfg2-u2-hsdp4", infra="kubernetes", engine="vllm-omni")
-    rolled = render_replan(dep, "tp8", K8sOptions(hf_cache_host_path="/var/cache/worldtune"), ["node-a"])
+    rolled = render_replan(
+        dep, "tp8", k8s_options(dep, K8sOptions(hf_cache_host_path="/var/cache/worldtune")), ["node-a"]
+    )
     (workload,) = [o for o in rolled.apply if o["kind"] == "Deployment"]
     template = workload["spec"]["template"]
     assert workload["metadata"]["name"] == f"worldtune-{dep.id}-r0"
@@ -222,7 +232,7 @@ def test_kubernetes_replan_rolls_the_pods_on_the_same_nodes(tmp_path: Path) -> N
         template["spec"]["volumes"]
     )
     assert sorted(o["metadata"]["name"] for o in rolled.delete) == [f"worldtune-{dep.id}-r1"] * 2  # Deployment+Service
-    assert rolled.warm and not render_replan(dep, "tp8", K8sOptions(), []).warm
+    assert rolled.warm and not render_replan(dep, "tp8", k8s_options(dep), []).warm
 
     store = Store(tmp_path / "k.db")
     apps, core, custom = mock.Mock(), mock.Mock(), mock.Mock()
@@ -230,7 +240,7 @@ def test_kubernetes_replan_rolls_the_pods_on_the_same_nodes(tmp_path: Path) -> N
     pod = mock.Mock()
     pod.spec.node_name = "node-a"
     core.list_namespaced_pod.return_value = mock.Mock(items=[pod])
-    backend = KubernetesBackend(store, apps=apps, core=core, custom=custom, poll_s=0)
+    backend = KubernetesBackend(store, apps=apps, core=core, custom=custom, poll_s=0, predicted=k8s_options)
     live = backend.launch(dep)
     apps.create_namespaced_deployment.reset_mock()
     ready = backend.replan(live, "tp8")

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.sky import backend, bench_remote, garbage, launch, local_cluster
-from worldtune.sky.preview import build_deployment
+from worldtune.sky import backend, bench_remote, launch, local_cluster
+from worldtune.tools import garbage
+from worldtune.tools.deploy_preview import build_deployment
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.store import Store
 

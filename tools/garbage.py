@@ -8,6 +8,10 @@ clean up, a manual `worldtune deploy` whose command has exited. A deployment rec
 open ledger row (its owner died before or after launching) is garbage too: it is marked terminated.
 SkyPilot clusters are brought down by name; Kubernetes objects are re-rendered from the stored
 Deployment and deleted; local twin processes are stopped by pid once their start time matches.
+
+A capability: it reads the ledger and the owners from the results database and tears down through the
+backends (sky/backend.py's `down` for a SkyPilot cluster by name, else the deploy capability's backend for the
+stored Deployment's infra).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from worldtune.tools import deploy
 from worldtune.tools.store import Store
 
 RECORD_ONLY = "record"  # a garbage row with nothing launched: only the stored deployment to settle
@@ -86,8 +91,6 @@ def _settle_record(store: Store, row: dict[str, Any]) -> str:
     lost a race with a teardown may have started a process after its ledger row closed); then terminated."""
     deployment = store.get_deployment(row["deployment_id"])
     if deployment is not None and deployment.infra == "local":
-        from worldtune.tools import deploy
-
         store.save_deployment(deploy.backend_for("local", store).teardown(deployment))
         return "stopped its recorded processes; terminated"
     _mark_terminated(store, row)
@@ -105,14 +108,7 @@ def _teardown_stored(store: Store, row: dict[str, Any]) -> str:
     deployment = store.get_deployment(row["deployment_id"]) if row.get("deployment_id") else None
     if deployment is None:
         raise LookupError(f"no stored deployment for {row['cluster']}: tear it down by hand")
-    if row["backend"] == "kubernetes":
-        from worldtune.sky.kubernetes import KubernetesBackend
-
-        gone = KubernetesBackend(store).teardown(deployment)
-    else:
-        from worldtune.tools import deploy
-
-        gone = deploy.backend_for(deployment.infra, store).teardown(deployment)
+    gone = deploy.backend_for(deployment.infra, store).teardown(deployment)  # Kubernetes objects, local pids
     store.save_deployment(gone)
     store.ledger_gone(row["cluster"], "gc")
     return "down"
