@@ -69,9 +69,13 @@ class TuneOptions(BaseModel):
     def twin(self) -> bool:
         return self.engine == "twin"
 
+    def db_file(self) -> Path:
+        """The results database the run's in-process tools open (db_path, else $WORLDTUNE_DB or the default)."""
+        return Path(self.db_path) if self.db_path else default_db_path()
+
     def checkpoint_path(self) -> Path:
         """LangGraph checkpoints live next to the results database, in their own file."""
-        db = Path(self.db_path) if self.db_path else default_db_path()
+        db = self.db_file()
         return db.with_name(db.stem + "-checkpoints.sqlite")
 
 

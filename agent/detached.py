@@ -3,30 +3,41 @@ server and its session (an IDE closing its stdio server escalates to SIGTERM and
 
     python -m worldtune.agent.detached RUN_ID OPTIONS_JSON GOAL_TEXT
 
-The process owns the run (it heartbeats it); SIGTERM, SIGHUP and SIGINT stop it like Ctrl-C (torn down,
-recorded interrupted); if it dies otherwise, `worldtune gc` tears down what it left.
+The run was recorded before this process started (tools/tuning_jobs.py). The process takes it over (MCP
+mark_run running: it owns and heartbeats the run from now on) before the graph starts; SIGTERM, SIGHUP and
+SIGINT stop it like Ctrl-C (torn down, recorded interrupted); an error is recorded failed (MCP mark_run), where
+get_tuning reads it; if it dies otherwise, `worldtune gc` tears down what it left.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from typing import Any
 
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.runner import tune
 from worldtune.agent.stopping import RunStopped
-from worldtune.tools.store import Store
+
+
+async def _mark(options: TuneOptions, run_id: str, status: str, summary: dict[str, Any] | None = None) -> None:
+    """Mark the run through the MCP tools the run itself uses (in-process over its database, or its server)."""
+    from worldtune.agent.tools_client import connect
+
+    async with connect(str(options.db_file()), options.mcp_url) as tools:
+        await tools.call("mark_run", run_id=run_id, status=status, summary=summary)
 
 
 def main(argv: list[str]) -> int:
     run_id, options_json, goal_text = argv
     options = TuneOptions.model_validate_json(options_json)
-    Store(options.db_path).restart_run(run_id)  # this process owns the run from now on
+    asyncio.run(_mark(options, run_id, "running"))  # this process owns the run from now on
     try:
         tune(goal_text, options, run_id=run_id)
     except RunStopped as exc:
         return 128 + (exc.signum or 2)
     except Exception as exc:  # recorded where get_tuning reads it
-        Store(options.db_path).finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        asyncio.run(_mark(options, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"}))
         return 1
     return 0
 

@@ -1,7 +1,9 @@
 """Running the graph: start a tuning run, resume it, ask how it goes; with SQLite checkpoints and cleanup.
 
-`tune()` blocks (the CLI); `start_tuning()` returns a run id at once and runs in a thread, and
-`get_tuning()` reports on any run from the database and the checkpoints (the MCP server's job pattern).
+`tune()` blocks (the CLI); for the MCP server's job pattern (tools/tuning_jobs.py records each run and asks
+agent/tuner.py), `prepare()` reads a goal, `run_in_thread()` / `spawn_detached()` run a recorded run, and
+`progress_of()` says what a run's checkpoint holds. The runner reaches the results database only through the
+MCP tools (record_run / mark_run in the graph's nodes, list_deployments / teardown in the cleanup).
 The run id is the checkpoint thread id. Whatever stops a run early (an error, Ctrl-C, SIGTERM, SIGHUP,
 its MCP session ending) tears down every deployment it started before the exception leaves; what a
 SIGKILL leaves is found by `worldtune gc` through the run's heartbeat (the run is owned by the process
@@ -21,9 +23,8 @@ from worldtune.agent.configuration import Context, Progress, TuneOptions
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.record import check_options, first_state, goal_for
 from worldtune.agent.stopping import _CONTROLS, RunStopped, _catch_signals, _Control, stop_tuning
-from worldtune.tools import owners
 from worldtune.tools.errors import InvalidInput
-from worldtune.tools.store import Store
+from worldtune.tools.tuning import Failed
 
 RECURSION_LIMIT = 1000  # the search's own iteration cap stops long before this
 
@@ -48,7 +49,7 @@ async def _drive(
     from worldtune.agent.graph import builder
     from worldtune.agent.tools_client import connect
 
-    store = Store(options.db_path)
+    options.checkpoint_path().parent.mkdir(parents=True, exist_ok=True)  # the database's folder, made on first use
     config: Any = {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
     error: BaseException | None = None
     loop = asyncio.get_running_loop()
@@ -59,7 +60,7 @@ async def _drive(
     try:
         async with (
             async_sqlite_saver(options.checkpoint_path()) as saver,
-            connect(str(store.path), options.mcp_url) as tools,
+            connect(str(options.db_file()), options.mcp_url) as tools,
         ):
             graph = builder.compile(checkpointer=saver, name="worldtune")
             context = Context(tools=tools, progress=progress)
@@ -183,13 +184,13 @@ def resume(
     return asyncio.run(_drive(run_id, graph_input, options, progress, resuming=True))
 
 
-# ---- the job pattern for the MCP server -----------------------------------------------------------
+# ---- the job pattern for the MCP server (tools/tuning_jobs.py records the runs) ------------------------
 _THREADS: dict[str, threading.Thread] = {}
 _ERRORS: dict[str, str] = {}
 
 
-def _in_thread(run_id: str, db_path: str | None, body: Any) -> None:
-    """Run `body()` on a background thread named for the run; its failure is recorded, a stop is not one."""
+def _in_thread(run_id: str, body: Any, failed: Failed) -> None:
+    """Run `body()` on a background thread named for the run; its failure is recorded (`failed`), a stop is not."""
 
     def work() -> None:
         try:
@@ -198,42 +199,33 @@ def _in_thread(run_id: str, db_path: str | None, body: Any) -> None:
             pass  # recorded as interrupted by the run itself, after its teardown
         except Exception as exc:
             _ERRORS[run_id] = f"{type(exc).__name__}: {exc}"
-            Store(db_path).finish_run(run_id, "failed", {"error": _ERRORS[run_id]})
+            failed(_ERRORS[run_id])
 
     thread = threading.Thread(target=work, name=f"worldtune-{run_id}", daemon=True)
     _THREADS[run_id] = thread
     thread.start()
 
 
-def start_tuning(goal_text: str, options: TuneOptions | None = None, detach: bool = False) -> str:
-    """Start a tuning run in a background thread; returns its run id (= thread id) at once.
-
-    The goal is parsed first, so an ambiguous goal raises GoalQuestion here, before anything starts.
-    Without options.yes the run stops at the approval question: answer it with resume_tuning.
-    A run in a thread ends with the MCP session that started it (stop_session_runs); `detach` starts it
-    in a process of its own instead (agent/detached.py), which outlives the session and the server.
-    """
-    options = options or TuneOptions()
+def prepare(goal_text: str, options: TuneOptions) -> tuple[str, ParsedGoal]:
+    """A new run's id and its goal, read and checked: an ambiguous goal raises GoalQuestion here, before the
+    run is recorded or anything starts."""
     check_options(options)
-    parsed = goal_for(goal_text, options)
-    run_id = new_run_id()
-    store = Store(options.db_path)
-    store.add_run(run_id, "tune", parsed.goal.model_dump(mode="json"), detach=detach)
-    if detach:
-        _spawn_detached(run_id, goal_text, options.model_copy(update={"db_path": str(store.path)}))
-        owners.HEARTBEAT.drop(store.path, run_id)  # the spawned process owns and heartbeats it now
-        return run_id
-    _in_thread(run_id, options.db_path, lambda: tune(parsed, options, run_id=run_id))
-    return run_id
+    return new_run_id(), goal_for(goal_text, options)
 
 
-def _spawn_detached(run_id: str, goal_text: str, options: TuneOptions) -> None:
-    """The run in its own session and process; its output goes to logs/RUN_ID.log next to the database."""
+def run_in_thread(run_id: str, parsed: ParsedGoal, options: TuneOptions, failed: Failed) -> None:
+    """Run a recorded run in a background thread of this process. Without options.yes it stops at the approval
+    question (answer it with resume_tuning). It ends with the MCP session that started it (stop_session_runs)."""
+    _in_thread(run_id, lambda: tune(parsed, options, run_id=run_id), failed)
+
+
+def spawn_detached(run_id: str, goal_text: str, options: TuneOptions) -> None:
+    """A recorded run in its own session and process (agent/detached.py), which outlives the MCP session and the
+    server; its output goes to logs/RUN_ID.log next to the database."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    logs = Path(str(options.db_path)).parent / "logs"
+    logs = options.db_file().parent / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"{run_id}.log", "ab") as log:
         subprocess.Popen(
@@ -242,9 +234,9 @@ def _spawn_detached(run_id: str, goal_text: str, options: TuneOptions) -> None:
         )  # fmt: skip
 
 
-def resume_tuning(run_id: str, approve: bool | None = None, db_path: str | None = None) -> str:
+def resume_tuning(run_id: str, approve: bool | None, db_path: str | None, failed: Failed) -> str:
     """Resume a run in a background thread (answering the approval question when `approve` is given)."""
-    _in_thread(run_id, db_path, lambda: resume(run_id, db_path, approve))
+    _in_thread(run_id, lambda: resume(run_id, db_path, approve), failed)
     return run_id
 
 
@@ -274,20 +266,11 @@ def _join(run_id: str, thread: threading.Thread, deadline: float) -> None:
             stop_tuning(run_id, "signal while the MCP session ended")
 
 
-def get_tuning(run_id: str, db_path: str | None = None) -> dict[str, Any]:
-    """Where a run stands: status, what it did so far, spend, and its record once finished."""
-    store = Store(db_path)
-    row = store.get_run(run_id)
-    if row is None:
-        known = [r["id"] for r in store.list_runs(10) if r["kind"] == "tune"]
-        raise InvalidInput("run_id", run_id, "the id start_tuning returned", f"recent: {', '.join(known) or 'none'}")
+def progress_of(run_id: str, db_path: str | None = None) -> dict[str, Any]:
+    """What this process knows of a run beyond its record (tools/tuning.Tuner.progress): whether a thread of it
+    drives the run, the error that ended it, and what its last checkpoint holds."""
     thread = _THREADS.get(run_id)
-    status = str(row["status"])
-    if thread is not None and thread.is_alive():
-        status = "running"
-    elif status == "running" and not store.owner_alive(run_id):
-        status = "interrupted"  # its process is gone: gc tears down what it left, resume continues it
-    out: dict[str, Any] = {"run_id": run_id, "status": status, "error": _ERRORS.get(run_id)}
+    out: dict[str, Any] = {"alive": thread is not None and thread.is_alive(), "error": _ERRORS.get(run_id)}
     try:
         from worldtune.agent.checkpoints import sqlite_saver
         from worldtune.agent.graph import builder
@@ -306,11 +289,6 @@ def get_tuning(run_id: str, db_path: str | None = None) -> dict[str, Any]:
                 "spend_estimate": estimate.as_json() if estimate else None,
                 "waiting_for_approval": bool(snap.interrupts),
             }
-    except Exception as exc:  # a checkpoint being written right now: report what the database says
+    except Exception as exc:  # a checkpoint being written right now: report what the record says
         out["note"] = f"checkpoint not readable now: {exc}"
-    if isinstance(row.get("summary"), dict) and status == "completed":
-        out["summary"] = row["summary"]
     return out
-
-
-# ---- the record ------------------------------------------------------------------------------------

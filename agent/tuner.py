@@ -1,11 +1,19 @@
-"""The agent as the MCP server's Tuner (tools/tuning.py): cheap to import, the graph loads on first use."""
+"""The agent as the MCP server's Tuner (tools/tuning.py): cheap to import, the graph loads on first use.
+
+tools/tuning_jobs.py records each run (before it starts, and its failure) and asks this Tuner to read the goal,
+run the graph and say what the run's checkpoint holds; the agent opens no database of its own.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worldtune.tools.errors import require_extra
-from worldtune.tools.tuning import TuningRequest
+from worldtune.tools.tuning import Failed, TuningJob, TuningRequest
+
+if TYPE_CHECKING:
+    from worldtune.agent.configuration import TuneOptions
+    from worldtune.agent.goal_reader import ParsedGoal
 
 # The agent's own imports (LangGraph, its SQLite checkpointer) come with the 'agent' extra. Checked before a run
 # is recorded or a thread started, so a bare install answers with what to install instead of a run that dies.
@@ -13,29 +21,46 @@ AGENT_MODULES = ("langgraph", "langgraph.checkpoint.sqlite")
 
 
 class AgentTuner:
-    """Runs tuning jobs in this process with agent.runner (one background thread per run)."""
+    """Runs tuning jobs in this process with agent.runner (one background thread per run), or detached."""
 
-    def start(self, goal: str, request: TuningRequest) -> str:
+    def __init__(self) -> None:
+        self._prepared: dict[str, tuple[str, ParsedGoal]] = {}  # run id -> (goal text, goal read), until launched
+
+    def prepare(self, goal: str, request: TuningRequest) -> TuningJob:
         for module in AGENT_MODULES:
             require_extra("start_tuning (the tuning agent)", module, "agent")
         from worldtune.agent import runner
-        from worldtune.agent.configuration import TuneOptions
 
-        fields = request.model_dump()
-        detach = bool(fields.pop("detach"))
-        return runner.start_tuning(goal, TuneOptions(**fields), detach=detach)
+        run_id, parsed = runner.prepare(goal, _options(request))
+        self._prepared[run_id] = (goal, parsed)
+        return TuningJob(run_id=run_id, goal=parsed.goal.model_dump(mode="json"))
 
-    def status(self, run_id: str, db_path: str | None) -> dict[str, Any]:
+    def launch(self, job: TuningJob, request: TuningRequest, failed: Failed) -> None:
         from worldtune.agent import runner
 
-        return runner.get_tuning(run_id, db_path)
+        text, parsed = self._prepared.pop(job.run_id)
+        if request.detach:
+            runner.spawn_detached(job.run_id, text, _options(request))
+        else:
+            runner.run_in_thread(job.run_id, parsed, _options(request), failed)
 
-    def resume(self, run_id: str, approve: bool, db_path: str | None) -> None:
+    def progress(self, run_id: str, db_path: str) -> dict[str, Any]:
         from worldtune.agent import runner
 
-        runner.resume_tuning(run_id, approve=approve, db_path=db_path)
+        return runner.progress_of(run_id, db_path)
+
+    def resume(self, run_id: str, approve: bool, db_path: str | None, failed: Failed) -> None:
+        from worldtune.agent import runner
+
+        runner.resume_tuning(run_id, approve, db_path, failed)
 
     def session_ended(self) -> list[str]:
         from worldtune.agent import runner
 
         return runner.stop_session_runs()
+
+
+def _options(request: TuningRequest) -> TuneOptions:
+    from worldtune.agent.configuration import TuneOptions
+
+    return TuneOptions(**request.model_dump(exclude={"detach"}))

@@ -1,7 +1,7 @@
 """The MCP tools over tuning runs: start_tuning, get_tuning, approve_tuning.
 
-The server runs them on the Tuner it is built with (build_server(tuner=AgentTuner())), so tools/ never
-imports the agent.
+Thin wrappers over the tuning-jobs capability (tools/tuning_jobs.py), which records each run and runs it on
+the Tuner the server is built with (build_server(tuner=AgentTuner())), so tools/ never imports the agent.
 """
 
 from __future__ import annotations
@@ -80,9 +80,12 @@ def tuner(session: Session) -> Tuner:
 
 
 def tuning_status(session: Session, run_id: str) -> TuningStatus:
-    """A run's status as its Tuner reports it, typed."""
+    """A run's status from its record and its Tuner, typed."""
+    from worldtune.tools import tuning_jobs
+
     with refusals():
-        return TuningStatus.model_validate(tuner(session).status(run_id, session.db_path))
+        driver = tuner(session)  # refused before the database is opened on a server built without the agent
+        return TuningStatus.model_validate(tuning_jobs.tuning_status(session.store, driver, run_id))
 
 
 def start_tuning(
@@ -123,6 +126,7 @@ def start_tuning(
     ambiguous goal is refused with the questions to answer. Poll get_tuning for progress and the result.
     The run ends with this MCP session (stopped, everything it started torn down) unless detach=true.
     """
+    from worldtune.tools import tuning_jobs
     from worldtune.tools.spend import needs_confirmation
     from worldtune.tools.traffic import goal_traces
     from worldtune.tools.tuning import TuningRequest
@@ -140,7 +144,8 @@ def start_tuning(
             infra=infra, engine=engine, twin_profile=twin_profile, time_scale=time_scale, budget_usd=budget_usd,
             max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path, detach=detach,
         )  # fmt: skip
-        run_id = tuner(session).start(goal, request)
+        driver = tuner(session)
+        run_id = tuning_jobs.start_tuning(session.store, driver, goal, request)
     return tuning_status(session, run_id)
 
 
@@ -173,8 +178,10 @@ def approve_tuning(
     current = tuning_status(session, run_id)
     if not current.waiting_for_approval:
         raise ToolError(f"run_id={run_id!r} is not valid: it is {current.status}, not waiting for approval")
+    from worldtune.tools import tuning_jobs
+
     with refusals():
-        tuner(session).resume(run_id, approve, session.db_path)
+        tuning_jobs.resume_tuning(session.store, tuner(session), run_id, approve, session.db_path)
     return tuning_status(session, run_id)
 
 

@@ -2,7 +2,9 @@
 
 Dependencies point one way (agent -> tools), yet the server offers start_tuning, get_tuning and
 approve_tuning. Whoever builds the server and knows the agent (`worldtune mcp`, the agent's own
-in-process client) passes a Tuner; a server built without one refuses those three tools.
+in-process client) passes a Tuner; a server built without one refuses those three tools. The record of a
+run (opened before it starts, its failure, where it stands) is kept by the tuning-jobs capability
+(tools/tuning_jobs.py): the Tuner only parses goals, runs the graph and says what its checkpoints hold.
 
 A run started over MCP belongs to the session that started it: when the session ends, the server calls
 `session_ended` and the run stops and tears down what it started, unless it was started with
@@ -12,6 +14,7 @@ tears down what it left (the run's heartbeat stops).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,18 +36,37 @@ class TuningRequest(BaseModel):
     detach: bool = Field(default=False, description="the run outlives the MCP session that started it")
 
 
+class TuningJob(BaseModel):
+    """A run the Tuner has prepared (its goal read and checked) and not started yet: what is recorded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(description="the run's id (its checkpoint thread id)")
+    goal: dict[str, Any] = Field(description="the goal the run works to, as the Goal model writes it")
+
+
+Failed = Callable[[str], None]  # records the error that ended a run driven in this process
+
+
 class Tuner(Protocol):
-    """Starts, follows and resumes tuning runs recorded in the results database."""
+    """Prepares, runs, follows and resumes tuning runs; tools/tuning_jobs.py records them."""
 
-    def start(self, goal: str, request: TuningRequest) -> str:
-        """Parse the goal (an ambiguous one raises before anything starts), start the run, return its id."""
+    def prepare(self, goal: str, request: TuningRequest) -> TuningJob:
+        """Read the goal (an ambiguous one raises) and check the request; nothing is recorded or started."""
         ...
 
-    def status(self, run_id: str, db_path: str | None) -> dict[str, Any]:
-        """Where the run stands, in TuningStatus's fields."""
+    def launch(self, job: TuningJob, request: TuningRequest, failed: Failed) -> None:
+        """Start the prepared run: in this process (`failed` records an error that ends it), or with
+        request.detach in a process of its own, which takes the run over and records its own failure."""
         ...
 
-    def resume(self, run_id: str, approve: bool, db_path: str | None) -> None:
+    def progress(self, run_id: str, db_path: str) -> dict[str, Any]:
+        """What the run's driver knows beyond its record: `alive` (a thread of this process drives it), `error`,
+        and from its checkpoint the events, spend, measurements, stop reason, spend estimate and whether it
+        waits for approval (TuningStatus's fields); `note` when the checkpoint cannot be read now."""
+        ...
+
+    def resume(self, run_id: str, approve: bool, db_path: str | None, failed: Failed) -> None:
         """Answer a run's approval question; it continues (approve) or stops."""
         ...
 

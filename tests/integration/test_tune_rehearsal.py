@@ -1,5 +1,5 @@
 """Rehearsals that differ from the agent's belief, verification in parallel (Send), and the job API the MCP
-server uses (start_tuning / get_tuning): real twin processes, real MCP tools, real SQLite."""
+server uses (tools/tuning_jobs.py over the agent's Tuner): real twin processes, real MCP tools, real SQLite."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.goal_parser import GoalQuestion
-from worldtune.agent.runner import get_tuning, start_tuning
+from worldtune.agent.tuner import AgentTuner
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.store import Store
+from worldtune.tools.tuning import TuningRequest
+from worldtune.tools.tuning_jobs import start_tuning, tuning_status
 
 pytestmark = pytest.mark.integration
 
@@ -60,18 +61,22 @@ def test_parallel_verification_uses_several_deployments_at_once(tmp_path: Path) 
 
 
 def test_start_tuning_returns_at_once_and_get_tuning_follows_it(tmp_path: Path) -> None:
-    options = TuneOptions(db_path=str(tmp_path / "wt.db"), yes=True)
+    """The tuning-jobs capability (tools/tuning_jobs.py) over the agent's Tuner, as the MCP tools call it."""
+    store, tuner = Store(tmp_path / "wt.db"), AgentTuner()
+    request = TuningRequest(infra="local", engine="twin", twin_profile=None, time_scale=300.0, budget_usd=None,
+                            max_iterations=30, yes=True, db_path=str(store.path))  # fmt: skip
     with pytest.raises(GoalQuestion):
-        start_tuning("latency under 150 s", options)
+        start_tuning(store, tuner, "latency under 150 s", request)
+    assert store.list_runs() == []  # refused before anything was recorded
     started = time.time()
-    run_id = start_tuning("cheapest per clip, p95 under 150 s, spot ok", options)
+    run_id = start_tuning(store, tuner, "cheapest per clip, p95 under 150 s, spot ok", request)
     assert time.time() - started < 5
-    status = get_tuning(run_id, options.db_path)
+    status = tuning_status(store, tuner, run_id)
     assert status["status"] in ("running", "completed")
     deadline = time.time() + 300
     while status["status"] == "running" and time.time() < deadline:
         time.sleep(0.5)
-        status = get_tuning(run_id, options.db_path)
+        status = tuning_status(store, tuner, run_id)
     assert status["status"] == "completed", status
     assert status["summary"]["recommendation"]["plan"]
     assert status["stop_reason"].startswith("converged") and status["measurements"] >= 2

@@ -113,10 +113,6 @@ def test_the_agent_imports_tools_and_the_search_policy() -> None:
 # Issue 16 item 5: the agent's graph reaches the world and the database only through the MCP tools. The
 # modules below still open the results database themselves; the list can only shrink.
 AGENT_DATABASE = {
-    "agent/runner.py": "the Tuner behind the MCP server's start_tuning/get_tuning runs in the server: it records "
-    "a run before its thread starts and reads runs back for get_tuning; and the path the in-process tools open",
-    "agent/detached.py": "a detached run's own process takes over the run before it connects its tools, and "
-    "records a failure that happens before they are up",
     "agent/fleet_step.py": "the fleet rehearsal's twins and samples are written to the run's database directly",
     "agent/report.py": "`worldtune report` reads the run's record and samples from the database it is given",
 }
