@@ -7,7 +7,8 @@ all-to-all and its head packing, TP all-reduce, ring K/V passing with its chunke
 merge and per-hop sync, HSDP weight all-gather, CFG gather) over effective bus bandwidth, hidden behind
 compute where the scheme allows. The fixed part's VAE decode follows vLLM-Omni's tiled decode when
 patch parallel is on (tiles spread over the ranks, each with a fixed and an area cost, then gathered).
-The numbers come from a Profile; nothing here is specific to one GPU type.
+The numbers come from a Profile; nothing here is specific to one GPU type. The memory of a plan is the word
+tools/memory.py (the plan rules' memory fit reads the same definition), re-exported here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from worldtune.tools.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, ModelSpec, TowerShape, get_model
+from worldtune.tools import memory
+from worldtune.tools.memory import ANCHOR_PIXELS_X_FRAMES as ANCHOR_PIXELS_X_FRAMES  # the memory word's, re-exported
+from worldtune.tools.memory import MemoryBreakdown as MemoryBreakdown
+from worldtune.tools.memory import memory_breakdown as memory_breakdown
+from worldtune.tools.models import ANCHOR_FRAMES, ModelSpec, TowerShape, get_model
 from worldtune.tools.plan import Plan
 from worldtune.tools.prediction import Breakdown
 from worldtune.tools.profile import Profile
@@ -25,30 +30,13 @@ from worldtune.tools.workload import Workload
 if TYPE_CHECKING:
     import numpy as np
 
-BYTES_BF16 = 2
-ANCHOR_PIXELS_X_FRAMES = ANCHOR_WIDTH * ANCHOR_HEIGHT * ANCHOR_FRAMES
 ANCHOR_PROMPT_TOKENS = 4096
 SUPER_REASONER_B = 31.2
 LATENT_CHANNELS = 64  # 16 VAE channels x 2 x 2 patch: what the CFG gather moves per token
 VAE_SPATIAL = 16  # Cosmos3's Wan-family VAE: 16x per spatial side
 # vLLM-Omni turns tiling on with patch parallel: diffusers' Wan tiles of 256 px every 192 px, in latent pixels
 VAE_TILE_LATENT, VAE_TILE_STRIDE = 256 // VAE_SPATIAL, 192 // VAE_SPATIAL
-RGB_BYTES = 3 * BYTES_BF16  # what the decoded tiles gathered to rank 0 carry per pixel and frame
-
-
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Peak memory of one GPU while serving (GiB)."""
-
-    weights_gib: float
-    hsdp_buffers_gib: float
-    activations_gib: float
-    vae_gib: float
-    runtime_gib: float
-
-    @property
-    def total_gib(self) -> float:
-        return self.weights_gib + self.hsdp_buffers_gib + self.activations_gib + self.vae_gib + self.runtime_gib
+RGB_BYTES = 3 * memory.BYTES_BF16  # what the decoded tiles gathered to rank 0 carry per pixel and frame
 
 
 @dataclass(frozen=True)
@@ -99,22 +87,22 @@ def ulysses_bytes(tower: TowerShape, tokens_per_gpu: int) -> tuple[int, int]:
     """One layer's Ulysses all-to-all buffers on a GPU: q/k/v scattered to head groups, the output gathered back
     (BF16; a TP rank moves 1/tp of each)."""
     q_dim, kv_dim = tower.q_heads * tower.head_dim, tower.kv_heads * tower.head_dim
-    return tokens_per_gpu * (q_dim + 2 * kv_dim) * BYTES_BF16, tokens_per_gpu * q_dim * BYTES_BF16
+    return tokens_per_gpu * (q_dim + 2 * kv_dim) * memory.BYTES_BF16, tokens_per_gpu * q_dim * memory.BYTES_BF16
 
 
 def tp_allreduce_bytes(tower: TowerShape, tokens_per_gpu: int) -> int:
     """The hidden state each of TP's two all-reduces per layer sums (a GPU's tokens x hidden, BF16)."""
-    return tokens_per_gpu * tower.hidden * BYTES_BF16
+    return tokens_per_gpu * tower.hidden * memory.BYTES_BF16
 
 
 def hsdp_gather_bytes(tower: TowerShape, fp8: bool = False) -> int:
     """One layer's weights, all-gathered from the HSDP shards before the layer runs."""
-    return tower.params_per_layer * (1 if fp8 else BYTES_BF16)
+    return tower.params_per_layer * (1 if fp8 else memory.BYTES_BF16)
 
 
 def cfg_gather_bytes(tokens: int) -> int:
     """Both CFG branches' predictions, all-gathered once per step (each GPU receives the other branch's half)."""
-    return tokens * LATENT_CHANNELS * BYTES_BF16
+    return tokens * LATENT_CHANNELS * memory.BYTES_BF16
 
 
 def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> Breakdown:
@@ -152,7 +140,7 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
         size = tp_allreduce_bytes(g, tokens_per_gpu)
         tp_s = _collective_s(2 * bus_bytes("allreduce", size, plan.tp), "allreduce", profile, calls=2)
     if plan.ring > 1:
-        chunk = (tokens / sp) * 2 * kv_dim / plan.tp * BYTES_BF16
+        chunk = (tokens / sp) * 2 * kv_dim / plan.tp * memory.BYTES_BF16
         ring = _collective_s(chunk * (plan.ring - 1), "a2a", profile, calls=plan.ring - 1)
         ring_s = max(ring * (1 - profile.ring_overlap), ring - attention_s)
         # each extra hop merges a partial output by log-sum-exp (fp32, memory-bound) and waits for its chunk
@@ -257,31 +245,6 @@ def guardrail_time_s(workload: Workload, profile: Profile) -> float:
     if not workload.guardrails:
         return 0.0
     return profile.guardrail_base_s + profile.guardrail_per_word_s * workload.prompt_words
-
-
-def memory_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> MemoryBreakdown:
-    """Peak memory per GPU: weight shards, HSDP buffers, activations, VAE decode workspace, runtime."""
-    bytes_per_param = 1 if plan.fp8 else BYTES_BF16
-    tower_gib = (spec.generator_params_b + spec.reasoner_params_b) * 1e9 * bytes_per_param / 2**30
-    other_gib = spec.other_params_b * 1e9 * BYTES_BF16 / 2**30
-    if plan.hsdp:
-        weights = tower_gib / plan.hsdp + other_gib
-        layer_gib = spec.generator.params_per_layer * bytes_per_param / 2**30
-        # two gathered layers in flight plus FSDP2's buffers, which grow with the shard count
-        buffers = 2 * layer_gib + profile.hsdp_buffer_gib * (1 - 1 / plan.hsdp)
-    else:
-        weights = tower_gib / plan.tp + other_gib
-        buffers = 0.0
-    tokens_per_gpu = workload.video_tokens / plan.sequence_parallel
-    activations = profile.activation_gib_per_ktoken * tokens_per_gpu / 1000 / max(1, plan.tp // 2)
-    vae = profile.vae_decode_gib * (workload.pixels_x_frames / ANCHOR_PIXELS_X_FRAMES) / plan.vae
-    return MemoryBreakdown(
-        weights_gib=weights,
-        hsdp_buffers_gib=buffers,
-        activations_gib=activations,
-        vae_gib=vae,
-        runtime_gib=profile.runtime_gib,
-    )
 
 
 def load_time_s(spec: ModelSpec, profile: Profile, cold: bool = False, plan: Plan | None = None) -> float:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from worldtune.policies import perf_model
 from worldtune.tools.gpus import GpuSpec
+from worldtune.tools.memory import memory_breakdown
 from worldtune.tools.models import ModelSpec, get_model
 from worldtune.tools.plan import ATTN_BACKENDS, Plan
 from worldtune.tools.profile import Profile
@@ -165,7 +165,7 @@ def check(
     node = node_gpus or gpu.max_gpus_per_node
     verdict = _structural(plan, spec, workload, gpu, node)
     if verdict is None:
-        memory = perf_model.memory_breakdown(spec, workload, plan, profile).total_gib
+        memory = memory_breakdown(spec, workload, plan, profile).total_gib
         if memory > gpu.memory_gib:
             verdict = Verdict(
                 False,

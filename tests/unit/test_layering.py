@@ -27,14 +27,13 @@ WORDS = {
     for name in (
         "__init__", "errors", "offer", "infra", "deployment", "models", "gpus", "workload", "plan", "vllm_omni",
         "profile", "goal", "stats", "result", "tuning", "plan_rules", "traffic", "fleet", "bench_spec", "prediction",
+        "memory",
     )
 }  # fmt: skip
 SEARCH_POLICY = {"worldtune.policies", "worldtune.policies.search"}
 
 # (importing file, imported module) -> why it is still there. Remove an entry when its import is gone.
 KNOWN_EXCEPTIONS = {
-    ("tools/plan_rules.py", "worldtune.policies.perf_model"): "the memory rule asks the model for bytes per GPU; "
-    "the byte formulas are to move into the words (issue 16 item 1)",
     ("agent/report.py", "worldtune.policies.pareto"): "the report draws the Pareto frontier",
     ("agent/report.py", "worldtune.sky.render"): "the report renders the recommended SkyPilot task",
     ("agent/report_interactive.py", "worldtune.policies.pareto"): "the interactive plot marks the frontier",

@@ -19,7 +19,8 @@ import yaml
 
 from worldtune.policies import perf_model
 from worldtune.policies.instruments import LOCAL_ONLY, device_files, devkit, microbench, model_sizes, shapes, step_plan
-from worldtune.tools import benchmark, deployment, models
+from worldtune.tools import benchmark, deployment, memory, models, plan_rules
+from worldtune.tools.estimate import resolve_profile
 from worldtune.tools.plan import Plan
 from worldtune.tools.workload import Workload, anchor_workload
 
@@ -35,6 +36,28 @@ def test_the_anchor_clip_is_written_once() -> None:
     anchor = anchor_workload("cosmos3-super")
     assert (anchor.width, anchor.height, anchor.num_frames) == clip
     assert perf_model.ANCHOR_PIXELS_X_FRAMES == 1280 * 720 * 189
+
+
+def test_the_memory_of_a_plan_is_defined_once_for_the_rules_and_the_model() -> None:
+    """tools/memory.py (a word) holds the bytes a plan holds per GPU; the plan rules' memory fit and the performance
+    model read that one definition (the rules no longer import the model)."""
+    assert perf_model.memory_breakdown is memory.memory_breakdown is plan_rules.memory_breakdown
+    assert perf_model.MemoryBreakdown is memory.MemoryBreakdown
+    assert perf_model.ANCHOR_PIXELS_X_FRAMES is memory.ANCHOR_PIXELS_X_FRAMES
+    assigned = sorted(
+        f"{path.relative_to(ROOT)}: {target.id}"
+        for room in ("tools", "policies", "sky", "agent")
+        for path in (ROOT / room).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id in {"BYTES_BF16", "ANCHOR_PIXELS_X_FRAMES"}
+    )
+    assert assigned == ["tools/memory.py: ANCHOR_PIXELS_X_FRAMES", "tools/memory.py: BYTES_BF16"], assigned
+    wl, plan = anchor_workload(), Plan.parse("cfg2-u4-hsdp8")
+    spec, profile = models.get_model(wl.model), resolve_profile("H200")
+    predicted = perf_model.predict(wl, plan, profile).memory
+    assert predicted == memory.memory_breakdown(spec, wl, plan, profile) and predicted.total_gib > 0
 
 
 def test_multicast_off_is_defined_once_and_the_task_template_matches_it() -> None:
@@ -103,7 +126,7 @@ def test_the_instruments_run_at_the_models_shapes_and_bytes() -> None:
 def test_the_sizes_follow_the_model_when_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Read from the model, not copied: change a definition there and the instruments' numbers change with it."""
     before = model_sizes.variant("full")
-    monkeypatch.setattr(perf_model, "BYTES_BF16", 1)
+    monkeypatch.setattr(memory, "BYTES_BF16", 1)  # the word's definition, which the model's byte formulas read
     monkeypatch.setattr(perf_model, "LATENT_CHANNELS", 32)
     after = model_sizes.variant("full")
     cases = {c["name"]: c["buffer_bytes"] for c in before["cases"]}
