@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from worldtune.tools.bench_spec import TIME_SCALE_HEADER, BenchmarkSpec
+from worldtune.tools.bench_spec import DONE_AT_HEADER, TIME_SCALE_HEADER, BenchmarkSpec
 from worldtune.tools.deployment import Progress
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.result import AffineFit, BenchmarkResult, fit_affine
@@ -216,6 +216,7 @@ class Runner:
             sample["detail"] = _error_message(content)
             return None
         sample["server_time_s"] = _float_or_none(job.get("inference_time_s"))
+        _engine_clock(sample, content.headers)
         sample["peak_memory_mb"] = _float_or_none(job.get("peak_memory_mb"))
         sample["stage_durations"] = job.get("stage_durations") or {}
         sample["ok"] = True
@@ -226,6 +227,7 @@ class Runner:
         sample["server_time_s"] = _float_or_none(headers.get("X-Inference-Time-S"))
         sample["peak_memory_mb"] = _float_or_none(headers.get("X-Peak-Memory-MB"))
         sample["stage_durations"] = _json_or_empty(headers.get("X-Stage-Durations"))
+        _engine_clock(sample, headers)
         sample["ok"] = True
 
     async def _record(self, sample: dict[str, Any], body: bytes | None, workload: Workload) -> None:
@@ -351,6 +353,13 @@ def _slowest_plausible_latency(workload: Workload) -> float:
     from worldtune.tools.plan import Plan
 
     return perf_model.predict(workload, Plan.parse("1gpu"), resolve_profile("H200")).latency_s
+
+
+def _engine_clock(sample: dict[str, Any], headers: Any) -> None:
+    """The twin's engine clock when the answer was done (model s; a real server sends no such header)."""
+    done_at = _float_or_none(headers.get(DONE_AT_HEADER))
+    if done_at is not None:
+        sample["server_done_at_s"] = done_at
 
 
 def _float_or_none(raw: Any) -> float | None:

@@ -13,7 +13,10 @@ from worldtune.tools.errors import InvalidInput
 from worldtune.tools.result import BenchmarkResult
 from worldtune.tools.workload import Workload, anchor_workload
 
-TIME_SCALE_HEADER = "X-Twin-Time-Scale"
+TIME_SCALE_HEADER = "X-Twin-Time-Scale"  # the twin's K: its wall times are model seconds / K (every response)
+# The twin's engine clock (model seconds) when an answer was done: its simulated stage times while busy, so a loaded
+# machine does not stretch it. Twin-only, like the time scale: a real vLLM-Omni server sends neither.
+DONE_AT_HEADER = "X-Twin-Done-At"
 READY_TIMEOUT_S = 1800.0  # wall seconds to wait for /health (vLLM-Omni's --init-timeout for Super)
 
 

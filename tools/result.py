@@ -102,7 +102,10 @@ class LevelResult(BaseModel):
     failed: int
     duration: float = Field(description="first send to last answer, model seconds")
     throughput_qps: float = Field(description="completed / duration (vLLM-Omni's definition)")
-    clips_per_hour: float = Field(description="steady rate: answers per hour between the first and last answer")
+    clips_per_hour: float = Field(
+        description="steady rate: answers per hour between the first and last answer, on the server's clock where "
+        "it reports one (the twin's engine clock, simulated), else the client's (wall time x time_scale)"
+    )
     video_seconds_per_wall_second: float
     latency: LatencySummary
     server_time: LatencySummary

@@ -44,19 +44,34 @@ def fit_time(sample: dict[str, Any]) -> float | None:
     return float(value) if value is not None else sample.get("latency_s")
 
 
-def steady_rate(ok: list[dict[str, Any]], duration: float) -> float:
+ENGINE_CLOCK_NOTE = (
+    "closed-loop clips_per_hour from the twin's engine clock (its simulated stage times, model s), not from client "
+    "wall time x time_scale: a simulation of the profile, timed as the server reports it"
+)
+
+
+def engine_clocked(ok: list[dict[str, Any]]) -> bool:
+    """Whether every answer carries the twin's engine clock (a real vLLM-Omni server sends none)."""
+    return bool(ok) and all(s.get("server_done_at_s") is not None for s in ok)
+
+
+def steady_rate(ok: list[dict[str, Any]], duration: float, engine_clock: bool = True) -> float:
     """Answers per second once the start-up transient is over, summed over endpoints.
 
     Per endpoint: answers after its first one over the time from its first to its last answer (the
     first request's full latency is start-up, not throughput). Replicas answer in step, so pooling them
-    would count a pair of simultaneous answers as one interval.
+    would count a pair of simultaneous answers as one interval. With `engine_clock` (closed loops), an answer's
+    time is the server's own where every answer of the endpoint reports one (the twin's engine clock: a loaded
+    client machine cannot stretch it), else the client's (wall time x the time scale): a real server's rate is
+    measured in client wall time, and so is an open loop's, whose arrivals the client times.
     """
-    by_endpoint: dict[str, list[float]] = {}
+    by_endpoint: dict[str, list[dict[str, Any]]] = {}
     for s in ok:
-        by_endpoint.setdefault(str(s.get("endpoint", "")), []).append(float(s["done_at_model"]))
+        by_endpoint.setdefault(str(s.get("endpoint", "")), []).append(s)
     rate = 0.0
-    for ends in by_endpoint.values():
-        ends.sort()
+    for answers in by_endpoint.values():
+        key = "server_done_at_s" if engine_clock and engine_clocked(answers) else "done_at_model"
+        ends = sorted(float(s[key]) for s in answers)
         if len(ends) >= 2 and ends[-1] > ends[0]:
             rate += (len(ends) - 1) / (ends[-1] - ends[0])
         elif duration > 0:
@@ -96,7 +111,7 @@ def level_result(samples: list[dict[str, Any]], phase: str, concurrency: int, ra
     starts = [float(s["sent_at_model"]) for s in samples]
     ends = sorted(float(s["done_at_model"]) for s in samples if s.get("done_at_model") is not None)
     duration = (max(ends) - min(starts)) if ends and starts else 0.0
-    rate_per_s = steady_rate(ok, duration)
+    rate_per_s = steady_rate(ok, duration, engine_clock=phase == "full")
     video_s = sum(float(s.get("video_seconds", 0.0)) for s in ok)
     return LevelResult(
         phase=phase,
@@ -143,6 +158,8 @@ def compute_result(
     duration = sum(lv.duration for lv in full_levels)
     measured_all = [s for s in samples if s.get("phase") in ("probe", "full", "poisson")]
     failures = Counter(str(s.get("error_kind") or "unknown") for s in measured_all if not s.get("ok"))
+    if engine_clocked(full_ok):
+        notes.append(ENGINE_CLOCK_NOTE)
     claims = {}
     for name, claim in latency.percentiles.items():
         claims[name] = f"{claim.value:.3f}" if claim.value is not None else (claim.note or "not claimable")

@@ -28,6 +28,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from worldtune.tools.bench_spec import DONE_AT_HEADER
+from worldtune.tools.bench_spec import TIME_SCALE_HEADER as TIME_SCALE_HEADER  # re-exported (tools/twin.py)
 from worldtune.tools.profile import Profile
 from worldtune.tools.twin_engine import (
     ENGINE_DEAD_MESSAGE,
@@ -49,8 +51,6 @@ from worldtune.tools.twin_form import (
     resolve,
 )
 
-TIME_SCALE_HEADER = "X-Twin-Time-Scale"
-
 
 @dataclass
 class Job:
@@ -60,6 +60,7 @@ class Job:
     task: asyncio.Task[None] | None = None
     video: bytes | None = None
     created: float = field(default_factory=time.time)
+    done_at: dict[str, str] = field(default_factory=dict)  # the twin's engine clock header for the clip's download
 
 
 class _TimeScaleHeader:
@@ -167,6 +168,7 @@ class TwinApi:
             "X-Inference-Time-S": f"{done.inference_time_s:.3f}",
             "X-Stage-Durations": json.dumps(done.stage_durations, separators=(",", ":")),
             "X-Peak-Memory-MB": f"{done.peak_memory_mb:.3f}",
+            **_done_at(done),
         }
         return Response(done.video, media_type="video/mp4", headers=headers)
 
@@ -239,7 +241,7 @@ class TwinApi:
             return error_body(422, "Video generation failed. Check job status for error details.")
         if job.video is None:
             return error_body(404, "Generation is still in-progress")
-        headers = {"Content-Disposition": f'attachment; filename="{job.record["file_name"]}"'}
+        headers = {"Content-Disposition": f'attachment; filename="{job.record["file_name"]}"', **job.done_at}
         return Response(job.video, media_type="video/mp4", headers=headers)
 
     @staticmethod
@@ -291,6 +293,10 @@ def create_app(
     return _TimeScaleHeader(app, config.time_scale), engine
 
 
+def _done_at(done: Generated) -> dict[str, str]:
+    return {} if done.done_at_model_s is None else {DONE_AT_HEADER: f"{done.done_at_model_s:.3f}"}
+
+
 async def _run_job(
     engine: TwinEngine, job: Job, request: TwinRequest, stage_metrics: bool, engine_died: Callable[[], None]
 ) -> None:
@@ -317,6 +323,7 @@ async def _run_job(
     except Exception as exc:  # helpers.py: any other failure is the job's, with code 500 (never a job left hanging)
         return failed(500, str(exc))
     job.video = done.video
+    job.done_at = _done_at(done)
     record.update(
         status="completed",
         progress=100,

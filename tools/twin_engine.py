@@ -37,6 +37,7 @@ from worldtune.tools.gpus import get_gpu
 from worldtune.tools.models import get_model
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
+from worldtune.tools.twin_clock import EngineClock
 from worldtune.tools.video import make_mp4, served_frames, served_size
 from worldtune.tools.workload import Workload
 
@@ -136,6 +137,7 @@ class Generated:
     peak_memory_mb: float
     num_frames: int
     fps: float
+    done_at_model_s: float | None = None  # on the engine's model clock (tools/twin_clock.py): twin-only
 
 
 def cuda_oom_message(needed_gib: float, capacity_gib: float, used_gib: float) -> str:
@@ -177,6 +179,7 @@ class TwinEngine:
         self.lock = asyncio.Lock()  # FIFO: asyncio.Lock wakes waiters in arrival order
         self.died = asyncio.Event()
         self.load_s = config.load_time_s if config.load_time_s is not None else self._profile_load_s()
+        self.clock = EngineClock(config.time_scale)  # when each answer is done, in model seconds (X-Twin-Done-At)
 
     def _profile_load_s(self) -> float:
         load = perf_model.load_time_s(self.spec, self.prof, cold=self.config.cold_load, plan=self.plan)
@@ -282,7 +285,7 @@ class TwinEngine:
         try:
             running = self._run(request, workload, on_started, timeout_s)
             wall_timeout = None if timeout_s is None else 2.0 * timeout_s / self.scale + 1.0
-            timing, queued_s = await asyncio.wait_for(running, timeout=wall_timeout)
+            timing, queued_s, done_at = await asyncio.wait_for(running, timeout=wall_timeout)
             try:
                 video = await encoded
             except InvalidInput as exc:  # a clip the twin's encoder cannot write (a side above its limit)
@@ -297,54 +300,85 @@ class TwinEngine:
             peak_memory_mb=timing.prediction.memory_gib_per_gpu * 1024.0,
             num_frames=workload.num_frames,
             fps=float(workload.fps),
+            done_at_model_s=done_at,
         )
 
     async def _run(
         self, request: TwinRequest, workload: Workload, on_started: Any, budget_s: float | None = None
-    ) -> tuple[_Timing, float]:
-        """Run one request; its timing and the model seconds it waited in the queue. Past `budget_s` model
+    ) -> tuple[_Timing, float, float]:
+        """Run one request: its timing, queue wait (model s) and engine clock when done. Past `budget_s` model
         seconds (queue included) it raises TimeoutError at that point of the model clock."""
         timing = self._timing(workload)
-        memory = timing.prediction.memory
-        static = memory.weights_gib + memory.hsdp_buffers_gib + memory.runtime_gib
-        capacity = self.gpu.memory_gib
         # the tail that overlaps the next queued request (decode/mux), never the denoising itself
         tail = min(self.prof.pipelined_s, timing.vae + timing.mux)
         arrived = time.monotonic()
-        async with self.lock:
-            # queue time is the wait for the lock only (a free lock is taken at once: no loop jitter counted)
-            queued_s = (time.monotonic() - arrived) * self.scale
-            used = queued_s
+        queued = self.clock.arrive()
+        try:
+            async with self.lock:
+                start, held = self.clock.start(queued), [0.0]
+                try:
+                    queued_s = await self._hold(request, workload, timing, tail, arrived, on_started, budget_s, held)
+                finally:  # before the next request takes the engine (no await in between)
+                    self.clock.release(start + held[0])
+        finally:
+            self.clock.leave()
+        done_at = start + held[0] + tail
+        self.clock.tail(done=False)
+        try:
+            await self.sleep(tail)
+        finally:
+            self.clock.tail(done=True, at=done_at)
+        return timing, queued_s, done_at
 
-            async def sleep(model_s: float) -> None:
-                nonlocal used
-                if budget_s is not None and used + model_s > budget_s:
-                    await self.sleep(max(0.0, budget_s - used))
-                    raise TimeoutError
-                used += model_s
-                await self.sleep(model_s)
+    async def _hold(
+        self,
+        request: TwinRequest,
+        workload: Workload,
+        timing: _Timing,
+        tail: float,
+        arrived: float,
+        on_started: Any,
+        budget_s: float | None,
+        held: list[float],
+    ) -> float:
+        """The part of a request that holds the engine: its queue wait (model s); `held` sums its stage times."""
+        memory = timing.prediction.memory
+        static = memory.weights_gib + memory.hsdp_buffers_gib + memory.runtime_gib
+        capacity = self.gpu.memory_gib
+        # queue time is the wait for the lock only (a free lock is taken at once: no loop jitter counted)
+        queued_s = (time.monotonic() - arrived) * self.scale
+        used = queued_s
 
-            await sleep(0.0)  # a queue wait past the budget times out at once
-            if on_started is not None:
-                await on_started()
-            if self.spec.distilled and request.image is None:
-                raise PipelineFailure(
-                    "Cosmos3 distilled checkpoints support only text-to-image and image-to-video generation; "
-                    "text-to-video requests are unsupported."
-                )
-            if workload.guardrails:
-                await sleep(timing.guard)
-                if _blocked(request.prompt):
-                    raise GuardrailViolation("Input was blocked by Cosmos3 guardrails.")
-            await sleep(timing.text + timing.encode)
-            if static + memory.activations_gib > capacity:
-                raise PipelineFailure(cuda_oom_message(memory.activations_gib, capacity, static))
-            await sleep(timing.diffuse)
-            if static + memory.activations_gib + memory.vae_gib > capacity:
-                raise PipelineFailure(cuda_oom_message(memory.vae_gib, capacity, static + memory.activations_gib))
-            await sleep(timing.vae + timing.mux - tail)
-        await self.sleep(tail)
-        return timing, queued_s
+        async def sleep(model_s: float) -> None:
+            nonlocal used
+            if budget_s is not None and used + model_s > budget_s:
+                held[0] += max(0.0, budget_s - used)
+                await self.sleep(max(0.0, budget_s - used))
+                raise TimeoutError
+            used += model_s
+            held[0] += model_s
+            await self.sleep(model_s)
+
+        await sleep(0.0)  # a queue wait past the budget times out at once
+        if on_started is not None:
+            await on_started()
+        if self.spec.distilled and request.image is None:
+            raise PipelineFailure(
+                "Cosmos3 distilled checkpoints support only text-to-image and image-to-video generation; "
+                "text-to-video requests are unsupported."
+            )
+        if workload.guardrails:
+            await sleep(timing.guard)
+            if _blocked(request.prompt):
+                raise GuardrailViolation("Input was blocked by Cosmos3 guardrails.")
+        await sleep(timing.text + timing.encode)
+        if static + memory.activations_gib > capacity:
+            raise PipelineFailure(cuda_oom_message(memory.activations_gib, capacity, static))
+        await sleep(timing.diffuse)
+        if static + memory.activations_gib + memory.vae_gib > capacity:
+            raise PipelineFailure(cuda_oom_message(memory.vae_gib, capacity, static + memory.activations_gib))
+        await sleep(timing.vae + timing.mux - tail)
+        return queued_s
 
     def _stages(self, timing: _Timing) -> dict[str, float]:
         """What the pipeline profiler reports, and only when it is on ({} otherwise, as vLLM-Omni sends)."""

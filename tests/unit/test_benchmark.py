@@ -131,3 +131,41 @@ def test_an_endpoint_that_never_answers_fails_clearly_and_is_recorded(tmp_path: 
         run_benchmark(spec(endpoints=[f"http://127.0.0.1:{port}"], ready_timeout_s=0.5), store=store)
     (row,) = store.list_benchmarks()
     assert row["status"] == "failed" and "InvalidInput" in row["error"]
+
+
+def test_the_twin_engine_clock_is_not_stretched_by_a_loaded_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every wake-up of the twin comes 20 ms late (a loaded 2-core machine: 20 model s at K=1000): the engine clock
+    (X-Twin-Done-At) still spaces queued answers by the simulated service time, and an idle engine's gap counts
+    unscaled (the client's turnaround is not K times longer)."""
+    import asyncio
+    import time
+
+    from worldtune.tools.estimate import resolve_profile
+    from worldtune.tools.twin_engine import TwinConfig, TwinEngine, TwinRequest
+
+    engine = TwinEngine(TwinConfig(time_scale=1000.0, load_time_s=0.0, guardrails=False),
+                        resolve_profile("H200").with_changes(noise_cv=0.0))  # fmt: skip
+    on_time = engine.sleep
+
+    async def late(model_s: float) -> None:
+        await on_time(model_s)
+        await asyncio.sleep(0.02)
+
+    monkeypatch.setattr(engine, "sleep", late)
+    request = TwinRequest(prompt="a cat", width=64, height=64, num_frames=5, fps=24.0, steps=4, guidance_scale=7.0,
+                          flow_shift=5.0, seed=0, negative_prompt="", max_sequence_length=512,
+                          guardrails=False)  # fmt: skip
+    timing = engine._timing(engine.workload_for(request))
+    service = timing.latency - min(engine.prof.pipelined_s, timing.vae + timing.mux)
+
+    async def main() -> tuple[list[float], float]:
+        queued = await asyncio.gather(*(engine.generate(request) for _ in range(3)))
+        started = time.monotonic()
+        alone = await engine.generate(request)
+        wall = time.monotonic() - started
+        return [float(g.done_at_model_s or 0.0) for g in queued] + [float(alone.done_at_model_s or 0.0)], wall
+
+    done, wall = asyncio.run(main())
+    assert done[1] - done[0] == pytest.approx(service) and done[2] - done[1] == pytest.approx(service)
+    assert wall * engine.scale > timing.latency + 20.0  # the wall clock x K is stretched by the late wake-ups
+    assert timing.latency <= done[3] - done[2] < timing.latency + 5.0  # the engine clock is not

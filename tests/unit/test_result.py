@@ -129,3 +129,26 @@ def test_a_request_overtaken_at_the_server_is_not_taken_for_a_service_time() -> 
     r = compute_result(samples, steps=35)
     assert r.measured_full_server_time_s == pytest.approx(120.0)
     assert r.prediction_error_rel == pytest.approx((118.0 - 120.0) / 120.0)
+
+
+def test_throughput_is_timed_on_the_engine_clock_where_the_server_reports_one() -> None:
+    # a loaded client machine stretched its own clock (answers seen 110, 130, 125 s apart); the twin's engine
+    # clock says 110 s between answers, its simulated service time: the rate is the engine's, and the result says so
+    ends = [430.0, 540.0, 670.0, 795.0]
+    engine = [420.0, 530.0, 640.0, 750.0]
+    samples = [
+        _sample(i, "full", 35, 2, end - 200.0, end, endpoint="a", server_done_at_s=at)
+        for i, (end, at) in enumerate(zip(ends, engine, strict=True))
+    ]
+    r = compute_result(samples, steps=35)
+    assert r.levels[0].clips_per_hour == pytest.approx(3600 / 110.0)
+    assert any("twin's engine clock" in note for note in r.notes)
+    # a real server sends no engine clock: the client's clock (wall x scale) is the measure, and no note claims more
+    for s in samples:
+        del s["server_done_at_s"]
+    r = compute_result(samples, steps=35)
+    assert r.levels[0].clips_per_hour == pytest.approx(3 * 3600 / (795.0 - 430.0))
+    assert not any("engine clock" in note for note in r.notes)
+    # one answer without it (mixed endpoints or servers): the client's clock for that endpoint, never a mix
+    samples[0]["server_done_at_s"] = 420.0
+    assert compute_result(samples, steps=35).levels[0].clips_per_hour == pytest.approx(3 * 3600 / (795.0 - 430.0))
