@@ -2,12 +2,14 @@
 
 Kept out of the tuning graph: the graph finds and verifies one replica's plan; this step sizes a fleet of
 plans for the goal's traffic (tools/capacity.py) and, on infra local with the twin, runs the chosen fleet's
-warm nodes as twins under open-loop arrivals (tools/fleet_rehearsal.py), so `worldtune tune` ends with the
-fleet, its predicted and measured percentile and its daily cost side by side.
+warm nodes as twins under open-loop arrivals (the MCP tool rehearse_fleet over tools/fleet_rehearsal.py, in-process
+over the run's database), so `worldtune tune` ends with the fleet, its predicted and measured percentile and its
+daily cost side by side.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import tempfile
 from collections.abc import Callable, Iterator
@@ -15,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.tools.capacity import FleetChoice, plan_capacity, skyserve_service_yaml
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.fleet_rehearsal import FleetRehearsal, rehearse_fleet
+from worldtune.tools.fleet_rehearsal import FleetRehearsal
 from worldtune.tools.goal import Goal
 from worldtune.tools.profile import Profile
-from worldtune.tools.store import Store
 
 REHEARSAL_REQUESTS = 40
 
@@ -88,17 +88,18 @@ def _written(learned_profiles: dict[str, dict[str, Any]] | None) -> Iterator[dic
 def _rehearsed(
     goal: Goal, chosen: FleetChoice, time_scale: float, db_path: str | None, twin_profiles: list[str] | None
 ) -> FleetRehearsal:
-    """The chosen fleet rehearsed on twins serving the first twin profile the deploy takes for its GPU type."""
-    assert goal.traffic is not None
-    for path in [*(twin_profiles or []), None]:
-        try:
-            return rehearse_fleet(chosen.fleet, goal.traffic, goal.workload, chosen.daily_cost_usd,
-                                  requests=REHEARSAL_REQUESTS, time_scale=time_scale, store=Store(db_path),
-                                  twin_profile=path)  # fmt: skip
-        except InvalidInput as exc:  # a profile for another GPU type: refused before anything started
-            if path is None or exc.field != "twin_profile":
-                raise
-    raise AssertionError("unreachable: the shipped profile (None) either rehearses or raises")
+    """The chosen fleet rehearsed on twins serving the first twin profile the deploy takes for its GPU type, through
+    the MCP tool rehearse_fleet (its twins and samples are written to the run's database by the tools)."""
+    from worldtune.agent.tools_client import connect
+
+    async def call() -> dict[str, Any]:
+        async with connect(db_path) as tools:
+            return await tools.call("rehearse_fleet", goal=goal.model_dump(mode="json"),
+                                    fleet=chosen.fleet.model_dump(mode="json"),
+                                    predicted_daily_cost_usd=chosen.daily_cost_usd, twin_profiles=twin_profiles or None,
+                                    requests=REHEARSAL_REQUESTS, time_scale=time_scale)  # fmt: skip
+
+    return FleetRehearsal.model_validate(asyncio.run(call()))
 
 
 def _shape(fleet: Any) -> tuple[Any, ...]:

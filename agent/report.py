@@ -4,9 +4,9 @@ The page opens with what is simulated (a twin run), measured (real engines) and 
 how far the latency claim goes with the samples taken, and the prices' snapshot date (agent/provenance.py).
 Plots (matplotlib, Agg): latency vs clips/hour per node and cost per clip vs latency for every candidate;
 colour is the GPU type, marker the capacity, size and edge how it is known (predicted, probed, full runs,
-drawn in that order so runs stay on top); the Pareto frontier labelled by plan; the chosen point. The
-SkyPilot service/task YAML and the serve commands come from sky/render.py, so they are exactly what
-`worldtune deploy` would launch.
+drawn in that order so runs stay on top); the Pareto frontier labelled by plan; the chosen point. The record,
+the frontiers and the SkyPilot service/task YAML and serve commands (sky/render.py, exactly what `worldtune deploy`
+would launch) come from the report-data capability (tools/report_data.py): this module draws and writes.
 """
 
 from __future__ import annotations
@@ -17,58 +17,14 @@ import json
 import re
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worldtune.agent.provenance import labels, provenance
 from worldtune.agent.report_fleet import fleet_html, write_fleet_day
 from worldtune.agent.report_interactive import write_interactive
-from worldtune.policies.pareto import Direction, pareto_frontier
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.offer import Offer
-from worldtune.tools.store import Store
 
-
-def load_record(run_id: str, db_path: str | None = None) -> dict[str, Any]:
-    """The finished run's record from the results database; a clear error for unknown or unfinished runs."""
-    store = Store(db_path)
-    row = store.get_run(run_id)
-    if row is None:
-        known = [r["id"] for r in store.list_runs(20) if r["kind"] == "tune"][:5]
-        raise InvalidInput("run_id", run_id, f"a tuning run in {store.path}", f"recent: {', '.join(known) or 'none'}")
-    if row["status"] != "completed" or not isinstance(row.get("summary"), dict):
-        raise InvalidInput("run_id", run_id, "a completed run", f"it is {row['status']}: worldtune resume {run_id}")
-    summary: dict[str, Any] = row["summary"]
-    return summary
-
-
-def deployment_artifacts(record: dict[str, Any]) -> dict[str, str]:
-    """SkyPilot service and task YAML and the serve commands of the recommended deployment."""
-    from worldtune.sky import render
-    from worldtune.tools.deploy_preview import render_options
-
-    rec = record.get("recommendation")
-    if not rec:
-        return {}
-    offer = Offer.model_validate(rec["offer_detail"])
-    deployment = Deployment(
-        id=f"wt-{record['run_id'][-6:]}",
-        run_id=record["run_id"],
-        model=record["goal"]["workload"]["model"],
-        gpu=rec["gpu"],
-        plan=rec["plan"],
-        infra=offer.infra,
-        engine="vllm-omni",
-        capacity=rec["capacity"],
-        offer=offer,
-        usd_per_hour=offer.usd_per_hour,
-    )
-    options = render_options(deployment)  # the model's numbers: the start-up allowance, SkyServe's target
-    return {
-        "skypilot_service_yaml": render.to_yaml(render.render_service(deployment, options)),
-        "skypilot_task_yaml": render.to_yaml(render.render_task(deployment, options)),
-        "serve_commands": "\n".join(render.serve_commands(deployment)),
-    }
+if TYPE_CHECKING:
+    from worldtune.tools.report_data import ReportData
 
 
 GPU_COLOURS = {"H200": "#1f77b4", "B200": "#d62728", "H100": "#2ca02c", "B300": "#9467bd"}
@@ -89,8 +45,11 @@ def _readable_log_axis(axis: Any) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _plot(record: dict[str, Any], x_key: str, y_key: str, x_label: str, y_label: str, path: Path) -> None:
-    """One scatter of every candidate: colour = GPU type, marker = capacity, size/edge = how it is known."""
+def _plot(
+    record: dict[str, Any], x_key: str, y_key: str, x_label: str, y_label: str, path: Path, front: list[dict[str, Any]]
+) -> None:
+    """One scatter of every candidate: colour = GPU type, marker = capacity, size/edge = how it is known; `front`:
+    the candidates on its Pareto frontier, in order of x (tools/report_data.py)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -105,8 +64,6 @@ def _plot(record: dict[str, Any], x_key: str, y_key: str, x_label: str, y_label:
         for (gpu, capacity), group in _groups([c for c in cands if c["stage"] == stage]).items():
             ax.scatter([c[x_key] for c in group], [c[y_key] for c in group], c=GPU_COLOURS.get(gpu, "#7f7f7f"),
                        marker=CAPACITY_MARKERS.get(capacity, "D"), edgecolors="black", **style)  # fmt: skip
-    directions: dict[str, Direction] = {"latency_s": "min", "usd_per_clip": "min", "clips_per_hour_per_node": "max"}
-    front = sorted(pareto_frontier(cands, {x_key: directions[x_key], y_key: directions[y_key]}), key=lambda c: c[x_key])
     if front:
         ax.plot([c[x_key] for c in front], [c[y_key] for c in front], "-", c="#444444", lw=1, zorder=3)
         for c in front[:10]:  # the frontier's plans by name: the choices a person weighs
@@ -289,10 +246,11 @@ def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, s
     return "\n".join(parts)
 
 
-def write_report(run_id: str, out_dir: str | Path | None = None, db_path: str | None = None) -> dict[str, str]:
-    """Write report.html, two PNG plots, record.json and the deployment's YAML; returns name -> path."""
-    record = load_record(run_id, db_path)
-    folder = Path(out_dir) if out_dir else Store(db_path).path.parent / "reports" / run_id
+def write_report(data: ReportData, out_dir: str | Path | None = None) -> dict[str, str]:
+    """Write report.html, two PNG plots, record.json and the deployment's YAML of the run `data` holds
+    (tools/report_data.report_data reads it from the results database); returns name -> path."""
+    record = data.record
+    folder = Path(out_dir) if out_dir else Path(data.folder)
     folder.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
     images = {
@@ -306,14 +264,18 @@ def write_report(run_id: str, out_dir: str | Path | None = None, db_path: str | 
         "latency per clip (s)",
         "clips per hour per node",
         images["latency_vs_throughput_png"],
+        data.frontier("latency_s", "clips_per_hour_per_node"),
     )
-    _plot(record, "latency_s", "usd_per_clip", "latency per clip (s)", "USD per clip", images["cost_per_clip_png"])
+    cost_front = data.frontier("latency_s", "usd_per_clip")
+    _plot(record, "latency_s", "usd_per_clip", "latency per clip (s)", "USD per clip", images["cost_per_clip_png"],
+          cost_front)  # fmt: skip
     if write_fleet_day(record, folder / "fleet_day.png"):  # a goal with traffic: its fleet's simulated day
         images["fleet_day_png"] = folder / "fleet_day.png"
     interactive = folder / "candidates.html"
-    if write_interactive(record, interactive):  # plotly: hover shows each candidate (the 'agent' extra has it)
+    # plotly: hover shows each candidate (the 'agent' extra has it)
+    if write_interactive(record, interactive, cost_front):
         written["interactive_html"] = str(interactive)
-    artifacts = deployment_artifacts(record)
+    artifacts = dict(data.artifacts)
     if (record.get("fleet") or {}).get("skyserve_service_yaml"):  # the fleet's SkyServe service, autoscaling filled
         artifacts["fleet_service_yaml"] = str(record["fleet"]["skyserve_service_yaml"]).rstrip()
     for name, text in artifacts.items():

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.agent.provenance import provenance
-from worldtune.policies.pareto import pareto_frontier
 
 SYMBOLS = {"on-demand": "circle", "spot": "triangle-up", "serverless": "square"}
 COLOURS = {"H200": "#1f77b4", "B200": "#d62728", "H100": "#2ca02c", "B300": "#9467bd"}
@@ -46,8 +45,9 @@ def _num(value: Any, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def write_interactive(record: dict[str, Any], path: Path) -> bool:
-    """Write the page; False (and nothing written) when plotly is not installed."""
+def write_interactive(record: dict[str, Any], path: Path, front: list[dict[str, Any]]) -> bool:
+    """Write the page; False (and nothing written) when plotly is not installed. `front`: the candidates on the
+    latency / cost-per-clip Pareto frontier, in order of latency (tools/report_data.py)."""
     try:
         import plotly.graph_objects as go
     except ImportError:
@@ -70,7 +70,6 @@ def write_interactive(record: dict[str, Any], path: Path) -> bool:
                             "line": {"width": 0 if stage == "predicted" else 1.5, "color": "black"}},
                     text=[_hover(c, word) for c in group], hoverinfo="text",
                 ))  # fmt: skip
-    front = sorted(pareto_frontier(cands, {"latency_s": "min", "usd_per_clip": "min"}), key=lambda c: c["latency_s"])
     fig.add_trace(go.Scatter(x=[c["latency_s"] for c in front], y=[c["usd_per_clip"] for c in front],
                              mode="lines+text", text=[c["plan"] for c in front], textposition="top right",
                              name="Pareto frontier", line={"color": "#444444"}, hoverinfo="skip"))  # fmt: skip

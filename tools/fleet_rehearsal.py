@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from worldtune.policies.fleet_sim import simulate_day
 from worldtune.tools.benchmark import BenchmarkSpec, new_benchmark_id, run_benchmark
 from worldtune.tools.deploy import deploy, teardown
+from worldtune.tools.errors import InvalidInput
 from worldtune.tools.fleet import Autoscaler, Fleet
 from worldtune.tools.plan import Plan
 from worldtune.tools.store import Store
@@ -112,6 +113,29 @@ def rehearse_fleet(
         for dep_id in started:
             teardown(dep_id, store)
     return _compare(fleet, traffic, nodes, requests, time_scale, samples, loads, predicted_daily_cost_usd, started)
+
+
+def rehearse_on_first_profile(
+    fleet: Fleet,
+    traffic: Traffic,
+    workload: Workload,
+    predicted_daily_cost_usd: float,
+    twin_profiles: list[str] | None = None,
+    requests: int = 40,
+    time_scale: float = 300.0,
+    store: Store | None = None,
+) -> FleetRehearsal:
+    """The fleet rehearsed on twins serving the first of `twin_profiles` the deploy takes for its GPU type (as a
+    tuning run's deployments do), else the shipped profile; a profile for another GPU type is refused before
+    anything starts, so the next one is tried."""
+    for path in [*(twin_profiles or []), None]:
+        try:
+            return rehearse_fleet(fleet, traffic, workload, predicted_daily_cost_usd, requests=requests,
+                                  time_scale=time_scale, store=store, twin_profile=path)  # fmt: skip
+        except InvalidInput as exc:
+            if path is None or exc.field != "twin_profile":
+                raise
+    raise AssertionError("unreachable: the shipped profile (None) either rehearses or raises")
 
 
 def _compare(fleet: Fleet, traffic: Traffic, nodes: int, requests: int, scale: float, samples: list[dict[str, object]],

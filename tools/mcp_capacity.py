@@ -1,19 +1,24 @@
-"""MCP tool plan_capacity: a short wrapper over tools/capacity.py (arguments -> capability -> result)."""
+"""MCP tools plan_capacity and rehearse_fleet: short wrappers over tools/capacity.py and tools/fleet_rehearsal.py
+(arguments -> capability -> result)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
 from worldtune.tools import capacity
 from worldtune.tools.capacity import DEFAULT_PREEMPTIONS_PER_NODE_HOUR, CapacityPlan
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.errors import InvalidInput, describe
+from worldtune.tools.fleet import Fleet
+from worldtune.tools.fleet_rehearsal import FleetRehearsal
 from worldtune.tools.goal import Goal
-from worldtune.tools.mcp_common import READ_ONLY, ModelArg, ToolSpec, add_tools, refusals
+from worldtune.tools.mcp_common import READ_ONLY, STARTS, ModelArg, ToolSpec, add_tools, allowed_profile, refusals
 from worldtune.tools.traffic import Shape, Traffic, read_trace
 from worldtune.tools.workload import anchor_workload
+
+M = TypeVar("M", bound=BaseModel)
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
@@ -68,9 +73,60 @@ async def plan_capacity(
         )
 
 
-TOOLS: tuple[ToolSpec, ...] = ((plan_capacity, "Plan a fleet for traffic", READ_ONLY),)
+def _read(model: type[M], data: dict[str, Any], field: str) -> M:
+    """`data` as `model` reads it; a clear refusal naming the field otherwise."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInput(field, "(given)", f"a {model.__name__} as its model reads it", describe(exc)) from exc
+
+
+async def rehearse_fleet(
+    session: Session,
+    goal: Annotated[
+        dict[str, Any], Field(description="the goal with traffic the fleet serves, as the Goal model reads it")
+    ],
+    fleet: Annotated[dict[str, Any], Field(description="the fleet to rehearse: plan_capacity's chosen fleet")],
+    predicted_daily_cost_usd: Annotated[
+        float, Field(ge=0, allow_inf_nan=False, description="the simulated day's cost, shown beside the billed one")
+    ],
+    twin_profiles: Annotated[
+        list[str] | None,
+        Field(
+            description="profile files the twins may serve: the first one for the fleet's GPU type is used, "
+            "else the shipped profile"
+        ),
+    ] = None,
+    requests: Annotated[int, Field(ge=1, le=1000, description="open-loop arrivals sent")] = 40,
+    time_scale: Annotated[float, Field(gt=0, le=100000, description="the twins divide their sleeps by this")] = 300.0,
+) -> FleetRehearsal:
+    """Rehearse a fleet on local twins: its warm nodes start as twin processes on this machine, the traffic's
+    peak rate arrives open loop, then they are torn down. Free (twins only): the measured end-to-end percentile,
+    queue wait, latency per request and billed daily cost beside the model's prediction for the same fleet."""
+    from worldtune.tools.fleet_rehearsal import rehearse_on_first_profile
+
+    with refusals():
+        wanted, shape = _read(Goal, goal, "goal"), _read(Fleet, fleet, "fleet")
+        traffic = wanted.traffic
+        if traffic is None:
+            raise InvalidInput("goal", "(given)", "a goal with traffic: its arrivals are what is rehearsed")
+        paths = [p for p in (allowed_profile(session, x, "twin_profiles") for x in twin_profiles or []) if p]
+
+    def run() -> FleetRehearsal:
+        return rehearse_on_first_profile(shape, traffic, wanted.workload, predicted_daily_cost_usd, paths,
+                                         requests=requests, time_scale=time_scale, store=session.store)  # fmt: skip
+
+    with refusals():
+        return await anyio.to_thread.run_sync(run)
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    (plan_capacity, "Plan a fleet for traffic", READ_ONLY),
+    (rehearse_fleet, "Rehearse a fleet on local twins", STARTS),
+)
 
 
 def register(server: MCPServer, session: Session) -> None:
-    """Add plan_capacity to `server`; a trace file is checked against `session`'s client (tools/traffic.py)."""
+    """Add plan_capacity and rehearse_fleet to `server`; a trace or profile file is checked against `session`'s
+    client (tools/traffic.py, tools/profile_paths.py)."""
     add_tools(server, session, TOOLS)

@@ -251,9 +251,10 @@ def report(
     """Write the run's report: an HTML page, PNG plots, the JSON record and the deployment's YAML."""
     need_extra("worldtune report", "matplotlib", "agent", as_json)
     from worldtune.agent.report import write_report
+    from worldtune.tools.report_data import report_data
 
     try:
-        written = write_report(run_id, out, db)
+        written = write_report(report_data(run_id, db), out)
     except (WorldtuneError, ValueError) as exc:
         raise fail(exc, as_json) from exc
     if as_json:

@@ -19,6 +19,7 @@ import pytest
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.report import write_report
 from worldtune.agent.runner import tune
+from worldtune.tools.report_data import report_data
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ def test_report_page_says_what_is_simulated_and_assumed(tmp_path: Path) -> None:
     db = tmp_path / "results.db"
     outcome = tune(GOAL, TuneOptions(db_path=str(db), yes=True))
     assert outcome["status"] == "completed" and outcome["summary"]["recommendation"], outcome.get("summary")
-    written = write_report(outcome["run_id"], tmp_path / "report", str(db))
+    written = write_report(report_data(outcome["run_id"], str(db)), tmp_path / "report")
     page = Path(written["html"])
     probe = page.with_name("probe.html")
     probe.write_text(page.read_text().replace("</body>", PROBE + "</body>"))

@@ -140,9 +140,11 @@ def test_a_rehearsal_disagrees_only_past_the_tolerance_and_its_noise() -> None:
 
 
 def test_the_fleet_step_feeds_a_disagreeing_rehearsal_back_and_tries_each_twin_profile(
-    planned: Any, monkeypatch: pytest.MonkeyPatch
+    planned: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """The rehearsal goes through the MCP tool rehearse_fleet (in-process), which tries each twin profile."""
     from worldtune.agent import fleet_step
+    from worldtune.tools import fleet_rehearsal
 
     calls: list[Any] = []
 
@@ -156,18 +158,21 @@ def test_the_fleet_step_feeds_a_disagreeing_rehearsal_back_and_tries_each_twin_p
     tried: list[str | None] = []
 
     def rehearse(*args: Any, twin_profile: str | None = None, **kwargs: Any) -> Any:
-        tried.append(twin_profile)
-        if twin_profile == "b200.yaml":
+        tried.append(None if twin_profile is None else Path(twin_profile).name)
+        if twin_profile is not None and Path(twin_profile).name == "b200.yaml":
             raise InvalidInput("twin_profile", twin_profile, "a profile for H200", "it is for B200")
         return _rehearsal(planned.chosen.fleet.latency_s * 1.2, 0.5, planned.chosen.fleet.latency_s)
 
     monkeypatch.setattr(fleet_step, "plan_capacity", plan)
-    monkeypatch.setattr(fleet_step, "rehearse_fleet", rehearse)
+    monkeypatch.setattr(fleet_rehearsal, "rehearse_fleet", rehearse)
     notes: list[str] = []
     goal = Goal(gpus=["H200"], traffic=TRAFFIC)
-    profiles = ["b200.yaml", "h200.yaml"]
+    profiles = [str(tmp_path / "b200.yaml"), str(tmp_path / "h200.yaml")]  # files: the tool checks each path
+    for path in profiles:
+        shipped_profile("H200").dump(path)
     taught = {"H200": shipped_profile("H200").with_changes(attn_tflops=500.0).model_dump(mode="json")}
-    out = fleet_step.fleet_for(goal, "local", "twin", 300.0, None, lambda k, d: notes.append(d["note"]), profiles,
+    db = str(tmp_path / "wt.db")
+    out = fleet_step.fleet_for(goal, "local", "twin", 300.0, db, lambda k, d: notes.append(d["note"]), profiles,
                                learned_profiles=taught)  # fmt: skip
     assert learned == [500.0, 500.0] and "recalibrated H200" in notes[0]
     assert out is not None and tried == ["b200.yaml", "h200.yaml"]
@@ -178,6 +183,28 @@ def test_the_fleet_step_feeds_a_disagreeing_rehearsal_back_and_tries_each_twin_p
         "re-planned with the measured latency: the same fleet still meets" in line
         for line in fleet_step.fleet_lines(out)
     )
+
+
+def test_rehearse_fleet_refuses_a_goal_without_traffic_a_bad_fleet_and_an_unreadable_profile(
+    planned: Any, tmp_path: Path
+) -> None:
+    from mcp_cases import refused
+
+    from worldtune.tools.mcp_server import build_server
+
+    fleet = planned.chosen.fleet.model_dump(mode="json")
+    goal = Goal(gpus=["H200"], traffic=TRAFFIC).model_dump(mode="json")
+
+    async def main() -> None:
+        async with Client(build_server(str(tmp_path / "wt.db"))) as client:
+            base = {"goal": goal, "fleet": fleet, "predicted_daily_cost_usd": 10.0}
+            no_traffic = Goal(gpus=["H200"]).model_dump(mode="json")
+            await refused(client, "rehearse_fleet", base | {"goal": no_traffic}, "goal", "traffic")
+            await refused(client, "rehearse_fleet", base | {"fleet": {"plan": "tp8"}}, "fleet=", "Fleet")
+            missing = str(tmp_path / "none.yaml")
+            await refused(client, "rehearse_fleet", base | {"twin_profiles": [missing]}, "twin_profiles=", missing)
+
+    anyio.run(main)
 
 
 def test_the_report_draws_the_chosen_fleets_simulated_day(planned: Any, tmp_path: Path) -> None:

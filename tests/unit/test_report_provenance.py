@@ -8,6 +8,7 @@ from typing import Any
 
 from worldtune.agent.provenance import assumed_terms, labels, provenance
 from worldtune.agent.report import _plot, _readable_log_axis, readable_event
+from worldtune.tools.report_data import frontier
 
 
 def _record(engine: str = "twin", plan: str = "cfg2-r4-vae8", samples: int = 5) -> dict[str, Any]:
@@ -112,7 +113,9 @@ def test_plot_draws_every_stage_with_gpu_colours(tmp_path: Path) -> None:
         {**base, "key": "k1", "stage": "measured", "latency_s": 120.0, "usd_per_clip": 0.4, "gpu": "B200"},
     ]
     out = tmp_path / "cost.png"
-    _plot(copy.deepcopy(record), "latency_s", "usd_per_clip", "latency (s)", "USD per clip", out)
+    front = [record["candidates"][i] for i in frontier(record["candidates"], "latency_s", "usd_per_clip")]
+    assert [c["key"] for c in front] == ["a", "b", "k1"]  # each is cheaper but slower than the one before
+    _plot(copy.deepcopy(record), "latency_s", "usd_per_clip", "latency (s)", "USD per clip", out, front)
     assert out.is_file() and out.stat().st_size > 5_000
 
 
@@ -139,7 +142,7 @@ def test_interactive_page_names_each_candidate_and_says_simulated(tmp_path: Path
         {**base, "key": "k2", "plan": "tp8", "stage": "predicted", "latency_s": 95.0, "usd_per_clip": 0.5},
     ]
     out = tmp_path / "candidates.html"
-    assert write_interactive(record, out)
+    assert write_interactive(record, out, [record["candidates"][1], record["candidates"][0]])
     text = out.read_text()
     assert "cfg2-r4-vae8" in text and "simulated on the twin" in text and "SIMULATED" in text
     assert _ticks([40.0, 700.0])["ticktext"] == ["50", "100", "200", "500"]
