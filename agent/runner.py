@@ -168,7 +168,10 @@ def checkpointed_options(run_id: str, db_path: str | None = None) -> TuneOptions
         snapshot = builder.compile(checkpointer=saver).get_state({"configurable": {"thread_id": run_id}})
     if not snapshot.values:
         raise InvalidInput("thread_id", run_id, f"the id of a run checkpointed in {path}")
-    options: TuneOptions = snapshot.values["options"]
+    options = snapshot.values["options"]
+    if not isinstance(options, TuneOptions):  # plain JSON: checkpointed before the state carried the words
+        why = "its checkpoint predates the typed state: start the goal again with worldtune tune"
+        raise InvalidInput("thread_id", run_id, "a run checkpointed by this version of worldtune", why)
     return options.model_copy(update={"db_path": db_path or options.db_path})
 
 

@@ -148,3 +148,22 @@ def test_the_record_json_of_an_outcome_is_the_one_written_before() -> None:
     assert Outcome(measurement=m, failed=True, error="why").as_json() == {
         **m.model_dump(mode="json"), "failed": True, "error": "why", "removed": False,
     }  # fmt: skip
+
+
+def test_resuming_a_checkpoint_of_plain_json_is_refused_clearly(tmp_path: Path) -> None:
+    """A run checkpointed before the state carried the words (its values plain JSON) is refused by name, not
+    with a traceback from deep in a node."""
+    from worldtune.agent.runner import checkpointed_options
+    from worldtune.tools.errors import InvalidInput
+
+    db = tmp_path / "wt.db"
+    state = typed_state()
+    old: Any = {"run_id": "tune-old", "goal": state["goal"].model_dump(mode="json"),
+                "options": state["options"].model_dump(mode="json")}  # fmt: skip
+    with sqlite_saver(TuneOptions(db_path=str(db)).checkpoint_path()) as saver:
+        _write(saver, old)
+    with pytest.raises(InvalidInput, match="predates the typed state"):
+        checkpointed_options("tune-old", str(db))
+    with sqlite_saver(TuneOptions(db_path=str(db)).checkpoint_path()) as saver:
+        _write(saver, typed_state())
+    assert checkpointed_options("tune-typed", str(db)).budget_usd == 40.0
