@@ -8,7 +8,7 @@ Deployment it is given with the numbers it is given and imports only the words.
     predicted_cold_load_s(gpu, model) -> float                                        # the calibrated profile's
     deployment_cold_load_s(deployment) -> float
     predicted_service_s(deployment) -> float                                          # one replica, anchor clip
-    render_options(deployment, options=None) -> RenderOptions                         # with those numbers filled in
+    render_options(deployment, options=None, as_service=None) -> RenderOptions        # with those numbers filled in
     k8s_options(deployment, options=None) -> K8sOptions
     preview(deployment, options=None, k8s=None, optimize=True) -> DeployPreview       # sky/preview.py, filled in
 """
@@ -124,14 +124,18 @@ def predicted_service_s(deployment: Deployment) -> float:
     return float(found.latency_s)
 
 
-def render_options(deployment: Deployment, options: RenderOptions | None = None) -> RenderOptions:
+def render_options(
+    deployment: Deployment, options: RenderOptions | None = None, as_service: bool | None = None
+) -> RenderOptions:
     """`options` (default: RenderOptions()) with the model's numbers where they are not given: the cold load (the
-    start-up allowance) and one replica's service time (SkyServe's target, when rendered as a service)."""
+    start-up allowance) and, when it is rendered as a SkyServe service (`as_service`; default: when the deployment is
+    serverless), one replica's service time (the service's target)."""
     opts = options or RenderOptions()
     update: dict[str, float] = {}
     if opts.cold_load_s is None:
         update["cold_load_s"] = deployment_cold_load_s(deployment)
-    if opts.service_time_s is None:  # SkyServe's target, whenever the deployment is rendered as a service
+    service = deployment.capacity == "serverless" if as_service is None else as_service
+    if opts.service_time_s is None and service:
         update["service_time_s"] = predicted_service_s(deployment)
     return opts.model_copy(update=update) if update else opts
 

@@ -84,7 +84,7 @@ def deployment_artifacts(record: dict[str, Any]) -> dict[str, str]:
         offer=offer,
         usd_per_hour=offer.usd_per_hour,
     )
-    options = render_options(deployment)  # the model's numbers: the start-up allowance, SkyServe's target
+    options = render_options(deployment, as_service=True)  # the model's numbers: start-up allowance, SkyServe target
     return {
         "skypilot_service_yaml": render.to_yaml(render.render_service(deployment, options)),
         "skypilot_task_yaml": render.to_yaml(render.render_task(deployment, options)),

@@ -185,6 +185,9 @@ def test_the_model_s_numbers_come_from_the_deploy_capability_and_rendering_refus
     filled = render_options(dep)
     assert filled.cold_load_s == pytest.approx(load) and deployment_cold_load_s(dep) == pytest.approx(load)
     assert filled.service_time_s is not None and filled.service_time_s > 0
+    task = build_deployment("H200", "tp8", infra="nebius")  # a task needs no service time, unless shown as a service
+    assert render_options(task).service_time_s is None and render_options(task, as_service=True).service_time_s
+    assert render.render_service(task, render_options(task, as_service=True))["service"]["replica_policy"]
     given = render_options(dep, render.RenderOptions(cold_load_s=7.0, service_time_s=100.0))
     assert (given.cold_load_s, given.service_time_s) == (7.0, 100.0)  # what the caller gives wins
     for options, field in (
