@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,47 @@ SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM, "SIGINT": signa
 
 
 # ---- the scenarios ----------------------------------------------------------------------------------
+OUTPUT: dict[int, tuple[Any, Any]] = {}  # a spawned child's pid -> its stdout and stderr files
+
+
 def _spawn(args: list[str]) -> subprocess.Popen[str]:
-    # its own process group, so the signal goes to the group as a terminal or `timeout` would send it
-    return subprocess.Popen(
-        [WORLDTUNE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-        env=ENV, start_new_session=True,
+    """`worldtune ARGS` in its own process group (the signal goes to the group as a terminal or `timeout` would
+    send it), its output in files: a pipe nobody reads while the scenario waits for database events would stop
+    the child at its 64 KiB-th byte of progress, and the wait would then be for events that never come."""
+    out, err = (tempfile.TemporaryFile("w+") for _ in range(2))  # noqa: SIM115 (closed by _finish)
+    child = subprocess.Popen(
+        [WORLDTUNE, *args], stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True, env=ENV,
+        start_new_session=True,
     )  # fmt: skip
+    OUTPUT[child.pid] = (out, err)
+    return child
+
+
+def _output(child: subprocess.Popen[str]) -> tuple[str, str]:
+    """What a spawned child wrote so far (stdout, stderr)."""
+    texts = []
+    for f in OUTPUT[child.pid]:
+        f.flush()
+        f.seek(0)
+        texts.append(f.read())
+    return texts[0], texts[1]
+
+
+def _finish(child: subprocess.Popen[str]) -> tuple[str, str]:
+    """Wait for a spawned child to end; its stdout and stderr."""
+    child.wait(timeout=RUN_S)
+    texts = _output(child)
+    for f in OUTPUT.pop(child.pid):
+        f.close()
+    return texts
+
+
+def _wait_for(child: subprocess.Popen[str], done: Callable[[], bool], what: str) -> None:
+    """wait_until `done` or the child's end; a wait that times out says what the child was last writing."""
+    try:
+        wait_until(lambda: done() or child.poll() is not None, what)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}; the child's last output: {_output(child)[1][-1500:]}") from None
 
 
 def signal_faults(db: Path, rng: random.Random, kills: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -88,11 +124,11 @@ def signal_faults(db: Path, rng: random.Random, kills: int) -> tuple[list[dict[s
             if run_id is None
             else ["resume", run_id, "--json", "--db", str(db)]
         )
-        wait_until(lambda: events(db) >= base + k or child.poll() is not None, f"{k} events")  # noqa: B023
+        _wait_for(child, lambda: events(db) >= base + k, f"{k} events")  # noqa: B023
         finished_first = child.poll() is not None
         if not finished_first:
             os.killpg(child.pid, SIGNALS[name])
-        _, stderr = child.communicate(timeout=RUN_S)
+        _, stderr = _finish(child)
         run_id = run_id or run_ids(db)[-1]
         status = query(db, "SELECT status FROM runs WHERE id = ?", (run_id,))[0][0]
         left_by_run = leftovers(db)
@@ -119,12 +155,11 @@ def engine_fault(db: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """SIGKILL one twin process of a ready deployment mid-run: the tune goes on and cleans up after itself."""
     child = _spawn(["tune", GOAL, "--yes", "--json", "--db", str(db), "--time-scale", TIME_SCALE])
     benchmarking = "SELECT id FROM benchmarks WHERE status = 'running'"
-    wait_until(lambda: (bool(live_twins(db)) and bool(query(db, benchmarking))) or child.poll() is not None,
-               "a benchmark on a live twin")  # fmt: skip
+    _wait_for(child, lambda: bool(live_twins(db)) and bool(query(db, benchmarking)), "a benchmark on a live twin")
     victims = live_twins(db)[:1]
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
-    stdout, stderr = child.communicate(timeout=RUN_S)
+    stdout, stderr = _finish(child)
     run_id = run_ids(db)[-1]
     left_by_run = leftovers(db)
     torn = gc(db)
