@@ -66,9 +66,9 @@ def start_twin(scale: float) -> tuple[subprocess.Popen[bytes], str]:
 def overhead(url: str, scale: float, requests: int, store: Store) -> dict[str, Any]:
     spec = BenchmarkSpec(endpoints=[url], repeats=requests, concurrency=[1], probe_steps=[], warmup=3)
     result = run_benchmark(spec, store=store)
-    samples = [s for s in store.samples(result.benchmark_id) if s["phase"] == "full" and s["ok"]]
-    extra_ms = np.array([(s["wall_latency_s"] - s["server_time_s"] / scale) * 1000 for s in samples])
-    sleep_ms = np.array([s["server_time_s"] / scale * 1000 for s in samples])
+    samples = [s for s in store.samples(result.benchmark_id) if s.phase == "full" and s.ok]
+    extra_ms = np.array([((s.wall_latency_s or 0.0) - (s.server_time_s or 0.0) / scale) * 1000 for s in samples])
+    sleep_ms = np.array([(s.server_time_s or 0.0) / scale * 1000 for s in samples])
     return {
         "requests": len(samples),
         "twin_sleep_ms_mean": float(sleep_ms.mean()),

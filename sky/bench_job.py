@@ -6,7 +6,7 @@ benchmark stores in FILE as one `WORLDTUNE_SAMPLE <json>` line, then the result 
 `WORLDTUNE_RESULT <json>` line. The machine that launched the cluster reads the job's log and copies
 each sample into its own results database as it appears (sky/backend.py), so a benchmark cut short
 by a preemption still keeps every sample measured before it. Only the standard library and the
-worldtune CLI are needed on the cluster.
+worldtune CLI (with its words: each sample is read as a tools.sample.Sample) are needed on the cluster.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ import sys
 import time
 from pathlib import Path
 
+from worldtune.tools.sample import Sample
+
 SAMPLE_MARKER = "WORLDTUNE_SAMPLE"
 RESULT_MARKER = "WORLDTUNE_RESULT"
 ERROR_MARKER = "WORLDTUNE_BENCH_ERROR"
 
 
-def new_samples(db: Path, after_id: int) -> list[tuple[int, dict[str, object]]]:
+def new_samples(db: Path, after_id: int) -> list[tuple[int, Sample]]:
     """Samples stored after row `after_id` (row id, sample with its benchmark seq); [] before the file exists."""
     if not db.exists():
         return []
@@ -36,7 +38,7 @@ def new_samples(db: Path, after_id: int) -> list[tuple[int, dict[str, object]]]:
             con.close()
     except sqlite3.OperationalError:  # schema not created yet, or a write lock: try again next poll
         return []
-    return [(int(row_id), {**json.loads(body), "seq": int(seq)}) for row_id, seq, body in rows]
+    return [(int(row_id), Sample.from_json(body, seq=int(seq))) for row_id, seq, body in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     def flush() -> None:
         nonlocal last
         for row_id, sample in new_samples(db, last):
-            print(f"{SAMPLE_MARKER} {json.dumps(sample, default=str)}", flush=True)
+            print(f"{SAMPLE_MARKER} {json.dumps(sample.record(), default=str)}", flush=True)
             last = row_id
 
     while proc.poll() is None:

@@ -19,6 +19,7 @@ from worldtune.sky.local_cluster import cluster_python
 from worldtune.sky.render import cluster_name
 from worldtune.tools.bench_spec import BenchmarkSpec
 from worldtune.tools.deployment import API_KEY_ENV, Deployment, MeasureHere, Progress
+from worldtune.tools.sample import Sample
 
 if TYPE_CHECKING:
     from worldtune.sky.backend import SkyPilotBackend
@@ -138,13 +139,15 @@ class _BenchLog:
         for line in lines:
             self.tail = (self.tail + line + "\n")[-3000:]
             if SAMPLE_MARKER in line:  # SkyPilot prefixes each job line with "(task, pid=...) "
-                sample = json.loads(_after(line, SAMPLE_MARKER))
-                seq = int(sample["seq"])
+                sample = Sample.from_json(_after(line, SAMPLE_MARKER))
+                seq = sample.seq
                 if seq not in self.seen:
                     self.seen.add(seq)
-                    body = {**sample, "seq": self.offset + seq, "attempt": self.attempt, "cluster": self.cluster}
+                    here = {"seq": self.offset + seq, "attempt": self.attempt, "cluster": self.cluster}
                     message = f"{len(self.seen)} samples (attempt {self.attempt})"
-                    self.here.keep(self.benchmark_id, {**body, "remote_seq": seq}, message)
+                    self.here.keep(
+                        self.benchmark_id, Sample.of({**sample.record(), **here, "remote_seq": seq}), message
+                    )
             elif RESULT_MARKER in line:
                 return "completed", json.loads(_after(line, RESULT_MARKER))
             elif ERROR_MARKER in line:

@@ -19,6 +19,7 @@ from worldtune.tools.deployment import Progress
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.result import AffineFit, BenchmarkResult, fit_affine
 from worldtune.tools.result_compute import compute_result, fit_time
+from worldtune.tools.sample import Sample
 from worldtune.tools.store import Store
 from worldtune.tools.workload import Workload
 
@@ -42,7 +43,7 @@ class Runner:
         self.seq = first_seq  # a later attempt of a benchmark cut short numbers its samples after the earlier ones
         self.attempt = attempt
         self.done = 0
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[Sample] = []
         self.scale = 1.0
         self.t0 = time.monotonic()
         self.in_flight = dict.fromkeys(spec.endpoints, 0)
@@ -128,13 +129,12 @@ class Runner:
         ahead = self.in_flight[endpoint]
         timeout = self.timeout_s(steps, ahead)
         self.in_flight[endpoint] += 1
-        sample: dict[str, Any] = {
-            "seq": seq, "phase": phase, "steps": steps, "concurrency": concurrency, "endpoint": endpoint,
-            "sent_at": time.time(), "sent_at_model": self.model_now(), "client_timeout_s": timeout * self.scale,
-            "queue_ahead": ahead, "ok": False, "error_kind": None, "status_code": None,
-            **({"attempt": self.attempt} if self.attempt is not None else {}),
-            "video_seconds": workload.video_seconds, **(extra or {}),
-        }  # fmt: skip
+        sample = Sample(
+            seq=seq, phase=phase, steps=steps, concurrency=concurrency, endpoint=endpoint, sent_at=time.time(),
+            sent_at_model=self.model_now(), client_timeout_s=timeout * self.scale, queue_ahead=ahead, ok=False,
+            error_kind=None, status_code=None, **({"attempt": self.attempt} if self.attempt is not None else {}),
+            video_seconds=workload.video_seconds, **(extra or {}),
+        )  # fmt: skip
         body: bytes | None = None
         started = time.monotonic()
         try:
@@ -144,50 +144,50 @@ class Runner:
             else:
                 answer = await client.post(f"{endpoint}/v1/videos/sync", files=form, timeout=timeout)
                 wall = time.monotonic() - started
-                sample["status_code"] = answer.status_code
+                sample.status_code = answer.status_code
                 if answer.status_code == 200:
                     body = answer.content
                     self._accept_headers(sample, answer.headers)
                 else:
-                    sample["error_kind"] = _error_kind(answer.status_code, answer.text)
-                    sample["detail"] = _error_message(answer)
+                    sample.error_kind = _error_kind(answer.status_code, answer.text)
+                    sample.detail = _error_message(answer)
         except httpx.TimeoutException:
             wall = time.monotonic() - started
-            sample["error_kind"] = "client_timeout"
-            sample["detail"] = f"no answer within {timeout * self.scale:.0f} model s ({ahead} queued ahead)"
+            sample.error_kind = "client_timeout"
+            sample.detail = f"no answer within {timeout * self.scale:.0f} model s ({ahead} queued ahead)"
         except httpx.TransportError as exc:
             wall = time.monotonic() - started
-            sample["error_kind"] = "connection"
-            sample["detail"] = f"{type(exc).__name__}: {exc}"
+            sample.error_kind = "connection"
+            sample.detail = f"{type(exc).__name__}: {exc}"
         except (ValueError, KeyError) as exc:  # a job answer that is not the JSON vLLM-Omni sends
             wall = time.monotonic() - started
-            sample["error_kind"] = "bad_response"
-            sample["detail"] = f"{type(exc).__name__}: {exc}"
+            sample.error_kind = "bad_response"
+            sample.detail = f"{type(exc).__name__}: {exc}"
         finally:
             self.in_flight[endpoint] -= 1
-        sample["wall_latency_s"] = wall
-        sample["latency_s"] = wall * self.scale
-        sample["done_at_model"] = self.model_now()
-        if sample["ok"] and phase in ("warmup", "probe"):
-            self.seen.setdefault(steps, []).append(float(fit_time(sample) or sample["latency_s"]))
+        sample.wall_latency_s = wall
+        sample.latency_s = wall * self.scale
+        sample.done_at_model = self.model_now()
+        if sample.ok and phase in ("warmup", "probe"):
+            self.seen.setdefault(steps, []).append(float(fit_time(sample) or wall * self.scale))
         task = asyncio.create_task(self._record(sample, body, workload))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
     async def _job(self, client: Any, endpoint: str, form: Any, timeout: float, steps: int,
-                   sample: dict[str, Any]) -> bytes | None:  # fmt: skip
+                   sample: Sample) -> bytes | None:  # fmt: skip
         """The async API: create a job, poll it, download the clip, delete the job (no sync timeout applies)."""
         import httpx
 
         deadline = time.monotonic() + timeout
         created = await client.post(f"{endpoint}/v1/videos", files=form, timeout=timeout)
-        sample["status_code"] = created.status_code
+        sample.status_code = created.status_code
         if created.status_code != 200:
-            sample["error_kind"] = _error_kind(created.status_code, created.text)
-            sample["detail"] = _error_message(created)
+            sample.error_kind = _error_kind(created.status_code, created.text)
+            sample.detail = _error_message(created)
             return None
         video_id = created.json()["id"]
-        sample["request_id"] = video_id
+        sample.request_id = video_id
         # poll often enough that the answer is seen within ~1% of a clip's time (wall)
         interval = min(5.0, max(0.01, self.expected_latency(steps) / 100 / self.scale))
         try:
@@ -200,9 +200,9 @@ class Runner:
                 if polled.status_code != 200 or job.get("status") == "failed":
                     error = job.get("error") or {}
                     code = int(error.get("code") or polled.status_code)
-                    sample["status_code"] = code
-                    sample["error_kind"] = _error_kind(code, str(error.get("message", "")))
-                    sample["detail"] = str(error.get("message") or polled.text)[:500]
+                    sample.status_code = code
+                    sample.error_kind = _error_kind(code, str(error.get("message", "")))
+                    sample.detail = str(error.get("message") or polled.text)[:500]
                     return None
                 if job.get("status") == "completed":
                     break
@@ -210,27 +210,27 @@ class Runner:
         finally:
             with contextlib.suppress(httpx.HTTPError):  # leave nothing queued or stored on the server
                 await client.delete(f"{endpoint}/v1/videos/{video_id}", timeout=10.0)
-        sample["status_code"] = content.status_code
+        sample.status_code = content.status_code
         if content.status_code != 200:
-            sample["error_kind"] = _error_kind(content.status_code, content.text)
-            sample["detail"] = _error_message(content)
+            sample.error_kind = _error_kind(content.status_code, content.text)
+            sample.detail = _error_message(content)
             return None
-        sample["server_time_s"] = _float_or_none(job.get("inference_time_s"))
+        sample.server_time_s = _float_or_none(job.get("inference_time_s"))
         _engine_clock(sample, content.headers)
-        sample["peak_memory_mb"] = _float_or_none(job.get("peak_memory_mb"))
-        sample["stage_durations"] = job.get("stage_durations") or {}
-        sample["ok"] = True
+        sample.peak_memory_mb = _float_or_none(job.get("peak_memory_mb"))
+        sample.stage_durations = job.get("stage_durations") or {}
+        sample.ok = True
         return bytes(content.content)
 
-    def _accept_headers(self, sample: dict[str, Any], headers: Any) -> None:
-        sample["request_id"] = headers.get("X-Request-Id")
-        sample["server_time_s"] = _float_or_none(headers.get("X-Inference-Time-S"))
-        sample["peak_memory_mb"] = _float_or_none(headers.get("X-Peak-Memory-MB"))
-        sample["stage_durations"] = _json_or_empty(headers.get("X-Stage-Durations"))
+    def _accept_headers(self, sample: Sample, headers: Any) -> None:
+        sample.request_id = headers.get("X-Request-Id")
+        sample.server_time_s = _float_or_none(headers.get("X-Inference-Time-S"))
+        sample.peak_memory_mb = _float_or_none(headers.get("X-Peak-Memory-MB"))
+        sample.stage_durations = _json_or_empty(headers.get("X-Stage-Durations"))
         _engine_clock(sample, headers)
-        sample["ok"] = True
+        sample.ok = True
 
-    async def _record(self, sample: dict[str, Any], body: bytes | None, workload: Workload) -> None:
+    async def _record(self, sample: Sample, body: bytes | None, workload: Workload) -> None:
         """Check the clip, then write the sample to the Store (a sample counts once it is written)."""
         if body is not None and self.spec.check_video:
             from worldtune.tools.video import check_mp4, served_frames, served_size
@@ -238,17 +238,17 @@ class Runner:
             try:
                 info = await asyncio.to_thread(check_mp4, body)
             except InvalidInput as exc:
-                sample.update(ok=False, error_kind="bad_video", detail=str(exc))
+                sample.ok, sample.error_kind, sample.detail = False, "bad_video", str(exc)
             else:
-                sample.update(video_frames=info.frames, video_width=info.width, video_height=info.height,
-                              video_fps=info.fps, video_bytes=info.bytes)  # fmt: skip
+                sample.video_frames, sample.video_width, sample.video_height = info.frames, info.width, info.height
+                sample.video_fps, sample.video_bytes = info.fps, info.bytes
                 # the Cosmos 3 pipeline rounds frames up to 4k + 1 and sides down to multiples of 16
                 width, height = served_size(workload.width, workload.height)
                 wrong = info.mismatches(served_frames(workload.num_frames), width, height, workload.fps)
                 if wrong:
-                    sample.update(ok=False, error_kind="bad_video", detail="; ".join(wrong))
-        state = "ok" if sample["ok"] else sample["error_kind"]
-        message = f"{sample['phase']} {sample['steps']} steps c={sample['concurrency']}: {state}"
+                    sample.ok, sample.error_kind, sample.detail = False, "bad_video", "; ".join(wrong)
+        state = "ok" if sample.ok else sample.error_kind
+        message = f"{sample.phase} {sample.steps} steps c={sample.concurrency}: {state}"
         fraction = min(1.0, (self.done + 1) / max(1, self.spec.planned_requests))
         await asyncio.to_thread(self._store_sample, sample, fraction, message)  # off the loop: SQLite commits
         self.samples.append(sample)
@@ -256,8 +256,8 @@ class Runner:
         if self.progress:
             self.progress(message, fraction)
 
-    def _store_sample(self, sample: dict[str, Any], fraction: float, message: str) -> None:
-        self.store.add_sample(self.id, int(sample["seq"]), sample)
+    def _store_sample(self, sample: Sample, fraction: float, message: str) -> None:
+        self.store.add_sample(self.id, sample.seq, sample)
         self.store.update_benchmark(self.id, progress=fraction, message=message)
 
     async def drain(self) -> None:
@@ -286,8 +286,8 @@ class Runner:
                 for _ in range(spec.repeats):
                     await self.request(client, "probe", steps, 1)
             await self.drain()
-            probe = [s for s in self.samples if s["phase"] == "probe" and s["ok"]]
-            self.fit = fit_affine([(int(s["steps"]), float(fit_time(s) or 0.0)) for s in probe]) or self.fit
+            probe = [s for s in self.samples if s.phase == "probe" and s.ok]
+            self.fit = fit_affine([(s.steps, float(fit_time(s) or 0.0)) for s in probe]) or self.fit
             if spec.full:
                 for c in spec.concurrency:
                     await asyncio.gather(*(self._closed_loop_client(client, c) for _ in range(c)))
@@ -355,11 +355,11 @@ def _slowest_plausible_latency(workload: Workload) -> float:
     return perf_model.predict(workload, Plan.parse("1gpu"), resolve_profile("H200")).latency_s
 
 
-def _engine_clock(sample: dict[str, Any], headers: Any) -> None:
+def _engine_clock(sample: Sample, headers: Any) -> None:
     """The twin's engine clock when the answer was done (model s; a real server sends no such header)."""
     done_at = _float_or_none(headers.get(DONE_AT_HEADER))
     if done_at is not None:
-        sample["server_done_at_s"] = done_at
+        sample.server_done_at_s = done_at
 
 
 def _float_or_none(raw: Any) -> float | None:

@@ -30,6 +30,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from worldtune.tools import benchmark_lock, owners
@@ -39,6 +40,7 @@ from worldtune.tools.deployment import Backend, Deployment, Progress
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.result import BenchmarkResult
 from worldtune.tools.result_compute import compute_result
+from worldtune.tools.sample import Sample
 from worldtune.tools.store import Store
 
 __all__ = [
@@ -145,19 +147,21 @@ class Here:
         return run_benchmark(spec, self.store, benchmark_id, self.progress, wait=True, attempt=attempt)
 
     def cut_short(self, benchmark_id: str, attempt: int) -> str:
-        cut = [s for s in self.store.samples(benchmark_id) if s.get("attempt") == attempt]
+        cut = [s for s in self.store.samples(benchmark_id) if s.attempt == attempt]
         for sample in cut:  # kept: what was measured before the node went away still counts as evidence
-            self.store.add_sample(benchmark_id, int(sample["seq"]), {**sample, "interrupted": True})
+            sample.interrupted = True
+            self.store.add_sample(benchmark_id, sample.seq, sample)
         kept = len(self.store.samples(benchmark_id))
         message = f"{len(cut)} samples of attempt {attempt} marked interrupted, {kept} kept in all"
         self.store.update_benchmark(benchmark_id, status="running", message=message)
         return message
 
     def next_seq(self, benchmark_id: str) -> int:
-        return max((int(s.get("seq", -1)) for s in self.store.samples(benchmark_id)), default=-1) + 1
+        return max((s.seq for s in self.store.samples(benchmark_id)), default=-1) + 1
 
-    def keep(self, benchmark_id: str, sample: dict[str, Any], message: str) -> None:
-        self.store.add_sample(benchmark_id, int(sample["seq"]), sample)
+    def keep(self, benchmark_id: str, sample: Sample | Mapping[str, Any], message: str) -> None:
+        kept = Sample.of(sample)
+        self.store.add_sample(benchmark_id, kept.seq, kept)
         self.store.update_benchmark(benchmark_id, message=message)
 
 
@@ -271,11 +275,10 @@ def get_benchmark(benchmark_id: str, store_path: str | None = None) -> Benchmark
     )
 
 
-def _scale_of(samples: list[dict[str, Any]]) -> float:
+def _scale_of(samples: list[Sample]) -> float:
     for s in samples:
-        wall, model = s.get("wall_latency_s"), s.get("latency_s")
-        if wall and model:
-            return float(model) / float(wall)
+        if s.wall_latency_s and s.latency_s:
+            return s.latency_s / s.wall_latency_s
     return 1.0
 
 

@@ -24,6 +24,7 @@ from worldtune.tools.plan import Plan
 if TYPE_CHECKING:
     from worldtune.tools.bench_spec import BenchmarkSpec
     from worldtune.tools.result import BenchmarkResult
+    from worldtune.tools.sample import Sample
 
 Engine = Literal["twin", "vllm-omni"]
 ENGINES: tuple[str, ...] = ("twin", "vllm-omni")
@@ -120,7 +121,7 @@ class MeasureHere(Protocol):
         """The number the next sample of `benchmark_id` gets (after every one kept so far)."""
         ...
 
-    def keep(self, benchmark_id: str, sample: dict[str, Any], message: str) -> None:
+    def keep(self, benchmark_id: str, sample: Sample, message: str) -> None:
         """Store one sample measured elsewhere (idempotent on its `seq`) and say where the benchmark stands."""
         ...
 

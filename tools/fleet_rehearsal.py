@@ -108,7 +108,7 @@ def rehearse_fleet(
                              run_id=run_id, label="fleet rehearsal")  # fmt: skip
         bid = new_benchmark_id()
         run_benchmark(spec, store=store, benchmark_id=bid)
-        samples = [s for s in store.samples(bid) if s.get("phase") == "poisson"]
+        samples = [s.record() for s in store.samples(bid) if s.phase == "poisson"]
     finally:
         for dep_id in started:
             teardown(dep_id, store)

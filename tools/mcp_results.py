@@ -53,7 +53,7 @@ def get_result(
     return ResultRecord(
         benchmark=status,
         config=row.get("config") or {},
-        samples=samples if include_samples else None,
+        samples=[s.record() for s in samples] if include_samples else None,  # as stored: the fields measured
         sample_count=len(samples),
     )
 

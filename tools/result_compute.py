@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,16 +20,17 @@ from worldtune.tools.result import (
     fit_affine,
     summarize,
 )
+from worldtune.tools.sample import Sample
 
 
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
-def _stage_stats(samples: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+def _stage_stats(samples: list[Sample]) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     per_stage: dict[str, list[float]] = {}
     for s in samples:
-        for stage, value in (s.get("stage_durations") or {}).items():
+        for stage, value in s.stage_durations.items():
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                 per_stage.setdefault(str(stage), []).append(float(value))
     mean = {k: float(np.mean(v)) for k, v in per_stage.items()}
@@ -38,10 +39,9 @@ def _stage_stats(samples: list[dict[str, Any]]) -> tuple[dict[str, float], dict[
     return mean, p50, p99
 
 
-def fit_time(sample: dict[str, Any]) -> float | None:
+def fit_time(sample: Sample) -> float | None:
     """The time the affine fit uses: the server's inference time when it reports one, else client latency."""
-    value = sample.get("server_time_s")
-    return float(value) if value is not None else sample.get("latency_s")
+    return sample.server_time_s if sample.server_time_s is not None else sample.latency_s
 
 
 ENGINE_CLOCK_NOTE = (
@@ -50,12 +50,12 @@ ENGINE_CLOCK_NOTE = (
 )
 
 
-def engine_clocked(ok: list[dict[str, Any]]) -> bool:
+def engine_clocked(ok: list[Sample]) -> bool:
     """Whether every answer carries the twin's engine clock (a real vLLM-Omni server sends none)."""
-    return bool(ok) and all(s.get("server_done_at_s") is not None for s in ok)
+    return bool(ok) and all(s.server_done_at_s is not None for s in ok)
 
 
-def steady_rate(ok: list[dict[str, Any]], duration: float, engine_clock: bool = True) -> float:
+def steady_rate(ok: list[Sample], duration: float, engine_clock: bool = True) -> float:
     """Answers per second once the start-up transient is over, summed over endpoints.
 
     Per endpoint: answers after its first one over the time from its first to its last answer (the
@@ -65,13 +65,13 @@ def steady_rate(ok: list[dict[str, Any]], duration: float, engine_clock: bool = 
     client machine cannot stretch it), else the client's (wall time x the time scale): a real server's rate is
     measured in client wall time, and so is an open loop's, whose arrivals the client times.
     """
-    by_endpoint: dict[str, list[dict[str, Any]]] = {}
+    by_endpoint: dict[str, list[Sample]] = {}
     for s in ok:
-        by_endpoint.setdefault(str(s.get("endpoint", "")), []).append(s)
+        by_endpoint.setdefault(s.endpoint, []).append(s)
     rate = 0.0
     for answers in by_endpoint.values():
-        key = "server_done_at_s" if engine_clock and engine_clocked(answers) else "done_at_model"
-        ends = sorted(float(s[key]) for s in answers)
+        server = engine_clock and engine_clocked(answers)
+        ends = sorted(float((s.server_done_at_s if server else s.done_at_model) or 0.0) for s in answers)
         if len(ends) >= 2 and ends[-1] > ends[0]:
             rate += (len(ends) - 1) / (ends[-1] - ends[0])
         elif duration > 0:
@@ -79,45 +79,44 @@ def steady_rate(ok: list[dict[str, Any]], duration: float, engine_clock: bool = 
     return rate
 
 
-def _unqueued(sample: dict[str, Any]) -> bool:
-    ahead = sample.get("queue_ahead")
-    return int(ahead) == 0 if ahead is not None else int(sample.get("concurrency", 1)) == 1
+def _unqueued(sample: Sample) -> bool:
+    return sample.queue_ahead == 0 if sample.queue_ahead is not None else sample.concurrency == 1
 
 
-def _alone(full: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _alone(full: list[Sample]) -> list[Sample]:
     """Full runs that had the server to themselves: nothing of ours ahead when sent, and no other request to
     the same endpoint sent while they were in flight. The second condition matters: two requests sent in one
     instant reach the server in either order, so the one sent first (nothing ahead, by the client's count)
     may still have waited a whole clip behind the other, and its server time is then not a service time."""
-    sends: dict[Any, list[float]] = {}
+    sends: dict[str, list[float]] = {}
     for o in full:
-        sends.setdefault(o.get("endpoint"), []).append(float(o["sent_at_model"]))
+        sends.setdefault(o.endpoint, []).append(o.sent_at_model)
     for times in sends.values():
         times.sort()
     alone = []
     for s in full:
-        if not (s.get("ok") and _unqueued(s)):
+        if not (s.ok and _unqueued(s)):
             continue
-        times, sent, done = sends[s.get("endpoint")], float(s["sent_at_model"]), float(s["done_at_model"])
+        times, sent, done = sends[s.endpoint], s.sent_at_model, float(s.done_at_model or 0.0)
         # requests to its endpoint sent in [sent, done): itself, and any that could have overtaken it
         if bisect.bisect_left(times, done) - bisect.bisect_left(times, sent) <= 1:
             alone.append(s)
     return alone
 
 
-def level_result(samples: list[dict[str, Any]], phase: str, concurrency: int, rate: float | None) -> LevelResult:
+def level_result(samples: list[Sample], phase: str, concurrency: int, rate: float | None) -> LevelResult:
     """Throughput and latency of one load level from its samples (model seconds)."""
-    ok = [s for s in samples if s.get("ok")]
-    starts = [float(s["sent_at_model"]) for s in samples]
-    ends = sorted(float(s["done_at_model"]) for s in samples if s.get("done_at_model") is not None)
+    ok = [s for s in samples if s.ok]
+    starts = [s.sent_at_model for s in samples]
+    ends = sorted(s.done_at_model for s in samples if s.done_at_model is not None)
     duration = (max(ends) - min(starts)) if ends and starts else 0.0
     rate_per_s = steady_rate(ok, duration, engine_clock=phase == "full")
-    video_s = sum(float(s.get("video_seconds", 0.0)) for s in ok)
+    video_s = sum(s.video_seconds for s in ok)
     return LevelResult(
         phase=phase,
         concurrency=concurrency,
         rate_per_hour=rate,
-        steps=int(samples[0]["steps"]) if samples else 0,
+        steps=samples[0].steps if samples else 0,
         requests=len(samples),
         completed=len(ok),
         failed=len(samples) - len(ok),
@@ -125,13 +124,13 @@ def level_result(samples: list[dict[str, Any]], phase: str, concurrency: int, ra
         throughput_qps=len(ok) / duration if duration > 0 else 0.0,
         clips_per_hour=rate_per_s * 3600.0,
         video_seconds_per_wall_second=video_s / duration if duration > 0 else 0.0,
-        latency=summarize([float(s["latency_s"]) for s in ok]),
+        latency=summarize([float(s.latency_s or 0.0) for s in ok]),
         server_time=summarize([t for s in ok if (t := fit_time(s)) is not None]),
     )
 
 
 def compute_result(
-    samples: list[dict[str, Any]],
+    stored: Sequence[Sample | Mapping[str, Any]],
     *,
     benchmark_id: str = "",
     endpoints: Sequence[str] = (),
@@ -141,23 +140,24 @@ def compute_result(
     wall_duration: float = 0.0,
 ) -> BenchmarkResult:
     """Build the Result from stored samples (works on a partial set after a crash, too)."""
-    by_phase: dict[str, list[dict[str, Any]]] = {}
+    samples = [Sample.of(s) for s in stored]
+    by_phase: dict[str, list[Sample]] = {}
     for s in samples:
-        by_phase.setdefault(str(s.get("phase", "full")), []).append(s)
+        by_phase.setdefault(s.phase, []).append(s)
     notes: list[str] = []
 
     full = [s for s in by_phase.get("full", [])]
-    full_ok = [s for s in full if s.get("ok")]
+    full_ok = [s for s in full if s.ok]
     fit, probes, predicted, measured, error = _probe_fit(by_phase.get("probe", []), full, steps, notes)
     levels = _levels(full, by_phase.get("poisson", []))
-    latency = summarize([float(s["latency_s"]) for s in full_ok])
+    latency = summarize([float(s.latency_s or 0.0) for s in full_ok])
     server = summarize([t for s in full_ok if (t := fit_time(s)) is not None])
-    memory = [float(s["peak_memory_mb"]) for s in full_ok if s.get("peak_memory_mb") is not None]
+    memory = [s.peak_memory_mb for s in full_ok if s.peak_memory_mb is not None]
     stage_mean, stage_p50, stage_p99 = _stage_stats(full_ok)
     full_levels = [lv for lv in levels if lv.phase == "full"]
     duration = sum(lv.duration for lv in full_levels)
-    measured_all = [s for s in samples if s.get("phase") in ("probe", "full", "poisson")]
-    failures = Counter(str(s.get("error_kind") or "unknown") for s in measured_all if not s.get("ok"))
+    measured_all = [s for s in samples if s.phase in ("probe", "full", "poisson")]
+    failures = Counter(s.error_kind or "unknown" for s in measured_all if not s.ok)
     if engine_clocked(full_ok):
         notes.append(ENGINE_CLOCK_NOTE)
     claims = {}
@@ -208,15 +208,15 @@ def compute_result(
 
 
 def _probe_fit(
-    probe: list[dict[str, Any]], full: list[dict[str, Any]], steps: int, notes: list[str]
+    probe: list[Sample], full: list[Sample], steps: int, notes: list[str]
 ) -> tuple[AffineFit | None, dict[str, Any], float | None, float | None, float | None]:
     """The affine fit from the short-step probes, checked against the full-step runs that had the server to
     themselves (server time = service time: what the fit should predict): fit, probes, predicted, measured, error."""
-    probe_ok = [s for s in probe if s.get("ok") and fit_time(s) is not None]
-    fit = fit_affine([(int(s["steps"]), float(fit_time(s) or 0.0)) for s in probe_ok])
+    probe_ok = [s for s in probe if s.ok and fit_time(s) is not None]
+    fit = fit_affine([(s.steps, float(fit_time(s) or 0.0)) for s in probe_ok])
     probes = {
-        str(k): summarize([float(fit_time(s) or 0.0) for s in probe_ok if int(s["steps"]) == k])
-        for k in sorted({int(s["steps"]) for s in probe_ok})
+        str(k): summarize([float(fit_time(s) or 0.0) for s in probe_ok if s.steps == k])
+        for k in sorted({s.steps for s in probe_ok})
     }
     alone = [t for s in _alone(full) if (t := fit_time(s)) is not None]
     predicted = fit.predict(steps) if fit and steps else None
@@ -227,13 +227,12 @@ def _probe_fit(
     return fit, probes, predicted, measured, error
 
 
-def _levels(full: list[dict[str, Any]], poisson: list[dict[str, Any]]) -> list[LevelResult]:
+def _levels(full: list[Sample], poisson: list[Sample]) -> list[LevelResult]:
     """One result per closed-loop concurrency of the full runs, and one for the open-loop Poisson run."""
     levels = [
-        level_result([s for s in full if int(s.get("concurrency", 1)) == c], "full", c, None)
-        for c in sorted({int(s.get("concurrency", 1)) for s in full})
+        level_result([s for s in full if s.concurrency == c], "full", c, None)
+        for c in sorted({s.concurrency for s in full})
     ]
     if poisson:
-        rate = poisson[0].get("rate_per_hour")
-        levels.append(level_result(poisson, "poisson", int(poisson[0].get("concurrency", 0)), rate))
+        levels.append(level_result(poisson, "poisson", poisson[0].concurrency, poisson[0].rate_per_hour))
     return levels

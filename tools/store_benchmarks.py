@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from worldtune.tools import owners
+from worldtune.tools.sample import Sample
 from worldtune.tools.store_schema import Database, decode_row
 
 
@@ -91,8 +93,9 @@ class BenchmarkRecords(Database):
             rows = db.execute(query + " ORDER BY started_at DESC LIMIT ?", (*args, limit)).fetchall()
         return [self._settled(decode_row(r, ("config", "result"))) for r in rows]
 
-    def add_sample(self, benchmark_id: str, seq: int, sample: dict[str, Any]) -> None:
-        """Write one measured request at once (idempotent on (benchmark, seq))."""
+    def add_sample(self, benchmark_id: str, seq: int, sample: Sample | Mapping[str, Any]) -> None:
+        """Write one measured request at once (idempotent on (benchmark, seq)); a mapping is read as a Sample."""
+        s = Sample.of(sample)
         with self._connect() as db:
             db.execute(
                 "INSERT OR REPLACE INTO samples (benchmark_id, seq, phase, steps, concurrency, endpoint, sent_at, "
@@ -101,26 +104,27 @@ class BenchmarkRecords(Database):
                 (
                     benchmark_id,
                     seq,
-                    sample.get("phase", "full"),
-                    int(sample.get("steps", 0)),
-                    int(sample.get("concurrency", 1)),
-                    str(sample.get("endpoint", "")),
-                    float(sample.get("sent_at", time.time())),
-                    sample.get("latency_s"),
-                    sample.get("server_time_s"),
-                    1 if sample.get("ok") else 0,
-                    sample.get("error_kind"),
-                    sample.get("status_code"),
-                    json.dumps(sample, default=str),
+                    s.phase,
+                    s.steps,
+                    s.concurrency,
+                    s.endpoint,
+                    s.sent_at if s.sent_at is not None else time.time(),
+                    s.latency_s,
+                    s.server_time_s,
+                    1 if s.ok else 0,
+                    s.error_kind,
+                    s.status_code,
+                    json.dumps(s.record(), default=str),
                 ),
             )
 
-    def samples(self, benchmark_id: str) -> list[dict[str, Any]]:
+    def samples(self, benchmark_id: str) -> list[Sample]:
+        """Every stored sample of a benchmark, in seq order."""
         with self._connect() as db:
             rows = db.execute(
                 "SELECT body FROM samples WHERE benchmark_id = ? ORDER BY seq", (benchmark_id,)
             ).fetchall()
-        return [json.loads(r["body"]) for r in rows]
+        return [Sample.from_json(r["body"]) for r in rows]
 
     # ---- one benchmark per deployment ----------------------------------------------------------------
     def lock_holder(self, target: str) -> dict[str, Any] | None:

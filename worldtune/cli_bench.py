@@ -337,7 +337,7 @@ def results_export(
     row = store.get_benchmark(benchmark_id)
     if row is None:
         raise fail(f"benchmark={benchmark_id!r} is not valid: no such benchmark in {store.path}")
-    samples = store.samples(benchmark_id)
+    samples = [s.record() for s in store.samples(benchmark_id)]  # as stored: the fields the loop measured
     if fmt == "json":
         data = finite_json({"benchmark": row, "samples": samples})
         text = json.dumps(data, indent=2, default=str, allow_nan=False) + "\n"

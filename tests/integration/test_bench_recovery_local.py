@@ -67,12 +67,12 @@ def test_a_benchmark_cut_by_a_reclaimed_node_is_relaunched_and_completes(tmp_pat
     try:
         final, result = benchmark_deployment(backend, dep, spec, store, "bm-reclaimed", progress)
         samples = store.samples("bm-reclaimed")
-        first = [s for s in samples if s.get("attempt") == 1]
-        second = [s for s in samples if s.get("attempt") == 2]
+        first = [s for s in samples if s.attempt == 1]
+        second = [s for s in samples if s.attempt == 2]
         # what the first attempt measured before the cut is kept and marked; the second ran whole
-        assert len([s for s in first if s["ok"]]) == 2 and all(s.get("interrupted") for s in first)
-        assert len(second) == 6 and all(s["ok"] for s in second) and not any(s.get("interrupted") for s in second)
-        assert min(s["seq"] for s in second) > max(s["seq"] for s in first)
+        assert len([s for s in first if s.ok]) == 2 and all(s.interrupted for s in first)
+        assert len(second) == 6 and all(s.ok for s in second) and not any(s.interrupted for s in second)
+        assert min(s.seq for s in second) > max(s.seq for s in first)
         # the result is the completed attempt's: every request of it answered, on the relaunched endpoint
         assert result.benchmark_id == "bm-reclaimed" and result.completed_requests == 6 and result.failed_requests == 0
         assert result.endpoints == final.endpoints
@@ -109,7 +109,7 @@ def test_a_live_server_that_fails_is_not_relaunched(tmp_path: Path) -> None:
         backend.teardown(store.get_deployment(dep.id) or dep)
     # the run ends with its failed requests as its result; nothing is relaunched or run again
     assert result.completed_requests == 1 and result.failed_requests == 3
-    assert {s.get("attempt") for s in store.samples("bm-dead")} == {1}
-    assert not any(s.get("interrupted") for s in store.samples("bm-dead"))
+    assert {s.attempt for s in store.samples("bm-dead")} == {1}
+    assert not any(s.interrupted for s in store.samples("bm-dead"))
     current = store.get_deployment(dep.id)
     assert current is not None and current.state == "failed"

@@ -98,9 +98,9 @@ def test_bench_recovers_the_profile_and_throughput(tmp_path: Path) -> None:
     # everything is in the database: warm-up 2 + probes 2x3 + levels 21
     store = Store(db)
     samples = store.samples(str(result["benchmark_id"]))
-    assert len(samples) == 2 + 6 + 21 and all(s["ok"] for s in samples)
-    assert all(s["server_done_at_s"] is not None for s in samples)
-    assert all(s["video_frames"] == 189 and s["video_width"] == 1280 for s in samples if s["phase"] == "full")
+    assert len(samples) == 2 + 6 + 21 and all(s.ok for s in samples)
+    assert all(s.server_done_at_s is not None for s in samples)
+    assert all(s.video_frames == 189 and s.video_width == 1280 for s in samples if s.phase == "full")
     listed = subprocess.run([*WORLDTUNE, "results", "list", "--db", str(db), "--json"], capture_output=True,
                             text=True, check=True)  # fmt: skip
     assert [b["id"] for b in json.loads(listed.stdout)] == [result["benchmark_id"]]
@@ -116,7 +116,7 @@ def test_bench_spreads_over_replicas(tmp_path: Path) -> None:
     (level,) = result["levels"]  # type: ignore[misc]
     # two replicas with two queued clients each: twice one replica's queued throughput
     assert level["clips_per_hour"] == pytest.approx(2 * truth().clips_per_hour_per_replica, rel=0.07)
-    used = {s["endpoint"] for s in Store(tmp_path / "r.db").samples(str(result["benchmark_id"]))}
+    used = {s.endpoint for s in Store(tmp_path / "r.db").samples(str(result["benchmark_id"]))}
     assert used == set(urls)
 
 
@@ -148,7 +148,7 @@ def test_killed_benchmark_keeps_every_finished_sample(tmp_path: Path) -> None:
     (row,) = store.list_benchmarks()
     samples = store.samples(row["id"])
     assert len(reported) >= 4 and len(samples) >= len(reported) and len(samples) < 30
-    assert all(s["ok"] and s["latency_s"] > 100 for s in samples)
+    assert all(s.ok and s.latency_s > 100 for s in samples)
     status = get_benchmark(row["id"], str(db))
     assert status.status == "failed" and "gone" in status.message
     assert status.result is not None and status.result.completed_requests == len(samples)
@@ -164,7 +164,7 @@ def test_poisson_arrivals_follow_the_seed(tmp_path: Path) -> None:
     # 20 clips/h is below the replica's ~33 clips/h: the queue stays short and every request is answered
     assert level["phase"] == "poisson" and level["rate_per_hour"] == 20 and level["completed"] == 8
     samples = Store(tmp_path / "p.db").samples(str(result["benchmark_id"]))
-    sent = np.array(sorted(s["sent_at_model"] for s in samples))
+    sent = np.array(sorted(s.sent_at_model for s in samples))
     # the arrivals are the seeded exponential gaps (mean 180 model s), give or take the wall clock's jitter x 200
     expected = np.cumsum(np.random.default_rng(5).exponential(3600 / 20, size=8))
     offset = np.median(sent - expected)  # the phase starts after the benchmark's clock does

@@ -34,12 +34,15 @@ def _killed_run(store: Store, db: Path, cand: search.Candidate, requests: int) -
                              repeats=requests // 2, probe_steps=[], warmup=0, deployment_id=dep.id)  # fmt: skip
         bench = start_benchmark(spec, str(db))
         deadline = time.monotonic() + 60
-        while not [s for s in store.samples(bench.id) if s.get("ok")] and time.monotonic() < deadline:
+        while not [s for s in store.samples(bench.id) if s.ok] and time.monotonic() < deadline:
             time.sleep(0.05)  # waiting on an event: the first answer stored
         os.kill(pids[0], signal.SIGKILL)  # one engine dies mid-run
         status = wait_benchmark(bench.id, 120, str(db))
         assert status.status != "running"
-        record = {"config": store.get_benchmark(bench.id)["config"], "samples": store.samples(bench.id)}
+        record = {
+            "config": store.get_benchmark(bench.id)["config"],
+            "samples": [s.record() for s in store.samples(bench.id)],
+        }
         m = measurement_of(cand, "full", bench.id, record)
         state = deploying.get_deployment(dep.id, store=store).state
         return m.model_copy(update={"engine_problem": "" if state == "ready" else f"deployment {dep.id} is {state}"})

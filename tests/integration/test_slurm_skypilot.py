@@ -128,8 +128,8 @@ def test_launch_benchmark_next_to_the_twin_and_tear_down(slurm_env: dict[str, st
     done = next(s for s in steps if s["step"] == "benchmarked")
     store = Store(db)
     samples = store.samples(done["benchmark_id"])
-    assert len(samples) == 3 and all(s["ok"] and s["attempt"] == 1 for s in samples)
-    assert all(s["endpoint"].startswith("http://127.0.0.1:") for s in samples)
+    assert len(samples) == 3 and all(s.ok and s.attempt == 1 for s in samples)
+    assert all(s.endpoint.startswith("http://127.0.0.1:") for s in samples)
     bench = store.get_benchmark(done["benchmark_id"])
     assert bench is not None and bench["status"] == "completed" and bench["result"] == done["result"]
     down = next(s for s in steps if s["step"] == "down")
@@ -150,11 +150,11 @@ def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
     done = next(s for s in steps if s["step"] == "benchmarked")
     store = Store(db)
     samples = store.samples(done["benchmark_id"])
-    first = [s for s in samples if s["attempt"] == 1]
-    second = [s for s in samples if s["attempt"] == 2]
-    assert len(first) >= cancel["samples_at_cancel"] and all(s.get("interrupted") for s in first)
-    assert len(second) == 16 and all(s["ok"] for s in second)
-    assert [s["seq"] for s in samples] == sorted({s["seq"] for s in samples})  # nothing overwritten
+    first = [s for s in samples if s.attempt == 1]
+    second = [s for s in samples if s.attempt == 2]
+    assert len(first) >= cancel["samples_at_cancel"] and all(s.interrupted for s in first)
+    assert len(second) == 16 and all(s.ok for s in second)
+    assert [s.seq for s in samples] == sorted({s.seq for s in samples})  # nothing overwritten
     assert "completed on attempt 2" in (store.get_benchmark(done["benchmark_id"]) or {}).get("message", "")
     down = next(s for s in steps if s["step"] == "down")
     assert down["ledger_open"] == [] and {r["state"] for r in down["ledger"]} == {"gone"}

@@ -208,7 +208,7 @@ def test_tune_a_non_anchor_workload_measures_that_workload(tmp_path: Path) -> No
     rows = [r for r in benchmark_rows(db) if r["status"] == "completed"]
     assert rows and all(r["config"]["workload"] == workload for r in rows)
     for row in rows:  # the twin answered 480p 121-frame clips, as the benchmark decoded them
-        ok = [s for s in Store(db).samples(row["id"]) if s.get("ok")]
-        shapes = {(s["video_frames"], s["video_width"], s["video_height"]) for s in ok}
+        ok = [s for s in Store(db).samples(row["id"]) if s.ok]
+        shapes = {(s.video_frames, s.video_width, s.video_height) for s in ok}
         assert shapes == {(121, 832, 480)}, (row["id"], shapes)
     nothing_left_running(db)

@@ -44,9 +44,9 @@ def test_the_benchmark_waits_through_refusals_and_takes_rounded_frames_without_s
                              probe_steps=[4, 8], warmup=0, full=False, ready_timeout_s=120)  # fmt: skip
         result = run_benchmark(spec, store=Store(tmp_path / "w.db"))
     samples = Store(tmp_path / "w.db").samples(result.benchmark_id)
-    assert len(samples) == 2 and all(s["ok"] for s in samples), samples
-    assert {s["video_frames"] for s in samples} == {121}  # 120 asked, the pipeline's 4k + 1 served
-    assert all(s["stage_durations"] == {} for s in samples)
+    assert len(samples) == 2 and all(s.ok for s in samples), samples
+    assert {s.video_frames for s in samples} == {121}  # 120 asked, the pipeline's 4k + 1 served
+    assert all(s.stage_durations == {} for s in samples)
     assert result.fit is not None and result.fit.per_step_s > 0  # the fit needs no stage durations
 
 
@@ -56,9 +56,9 @@ def test_a_request_peak_that_does_not_fit_fails_every_request_with_the_reason(tm
         spec = BenchmarkSpec(endpoints=[url], steps=4, repeats=1, probe_steps=[4], warmup=0, full=False)
         result = run_benchmark(spec, store=Store(tmp_path / "w.db"))
     samples = Store(tmp_path / "w.db").samples(result.benchmark_id)
-    assert samples and not any(s["ok"] for s in samples)
-    assert {s["error_kind"] for s in samples} == {"out_of_memory"}
-    reason = every_request_failed("probe", {"samples": samples})
+    assert samples and not any(s.ok for s in samples)
+    assert {s.error_kind for s in samples} == {"out_of_memory"}
+    reason = every_request_failed("probe", {"samples": [s.record() for s in samples]})
     assert reason is not None and "out_of_memory" in reason and "CUDA out of memory" in reason
 
 

@@ -100,8 +100,8 @@ def test_a_preempted_benchmark_is_relaunched_measured_again_and_keeps_the_cut_sa
     assert here.seen == [(["http://127.0.0.1:18100"], 1), (["http://127.0.0.1:18101"], 2)]
     assert final.endpoints == ["http://127.0.0.1:18101"] and final.id == dep.id
     samples = store.samples("bm-rec")
-    assert [s["seq"] for s in samples] == [0, 1, 2, 3]  # the later attempt numbers after the earlier one
-    assert [bool(s.get("interrupted")) for s in samples] == [True, True, False, False]
+    assert [s.seq for s in samples] == [0, 1, 2, 3]  # the later attempt numbers after the earlier one
+    assert [s.interrupted for s in samples] == [True, True, False, False]
     assert result.benchmark_id == "bm-rec"
 
 

@@ -27,7 +27,7 @@ WORDS = {
     for name in (
         "__init__", "errors", "offer", "infra", "deployment", "models", "gpus", "workload", "plan", "vllm_omni",
         "profile", "goal", "stats", "result", "tuning", "plan_rules", "traffic", "fleet", "bench_spec", "prediction",
-        "memory",
+        "memory", "sample",
     )
 }  # fmt: skip
 SEARCH_POLICY = {"worldtune.policies", "worldtune.policies.search"}

@@ -184,5 +184,5 @@ def test_the_benchmark_sends_a_deployments_generated_api_key(tmp_path: Path, mon
         spec = BenchmarkSpec(endpoints=[url], steps=35, repeats=2, concurrency=[1], probe_steps=[], warmup=0,
                              deployment_id=dep.id, ready_timeout_s=30)  # fmt: skip
         result = run_benchmark(spec, store)
-        full = [s for s in store.samples(result.benchmark_id) if s["phase"] == "full"]
-        assert len(full) == 2 and all(s["ok"] for s in full), full
+        full = [s for s in store.samples(result.benchmark_id) if s.phase == "full"]
+        assert len(full) == 2 and all(s.ok for s in full), full

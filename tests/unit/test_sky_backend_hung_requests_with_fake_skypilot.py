@@ -102,7 +102,7 @@ def test_a_finished_job_whose_stream_stays_silent_is_read_in_one_piece(
     finally:
         sky.release.set()
     assert (outcome, result) == ("completed", RESULT)
-    assert [s["seq"] for s in store.samples("bm-x")] == [0, 1]  # the streamed sample is not stored twice
+    assert [s.seq for s in store.samples("bm-x")] == [0, 1]  # the streamed sample is not stored twice
 
 
 @pytest.mark.parametrize("raw", ["soon", "0", "-5", "inf", "nan"])

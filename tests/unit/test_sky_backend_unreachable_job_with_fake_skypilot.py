@@ -64,7 +64,7 @@ def test_a_cut_cluster_seen_late_is_preempted_not_failed(tmp_path: Path, monkeyp
     outcome, store, calls = attempt(tmp_path, refreshes_until_gone=3)
     assert outcome == "preempted" and calls == 4
     (kept,) = store.samples("bm-x")
-    assert kept["interrupted"] is True and kept["attempt"] == 1  # the sample measured before the cut is kept
+    assert kept.interrupted is True and kept.attempt == 1  # the sample measured before the cut is kept
 
 
 def test_an_unreachable_job_on_an_up_cluster_fails_after_the_grace(

@@ -167,11 +167,11 @@ def test_bench_job_reads_new_samples_from_the_benchmark_database(tmp_path: Path)
     store.add_sample("b1", 0, {"ok": True, "latency_s": 1.5, "steps": 4})
     store.add_sample("b1", 1, {"ok": False, "error_kind": "timeout", "steps": 4})
     first = new_samples(db, 0)
-    assert [s["seq"] for _, s in first] == [0, 1] and first[0][1]["latency_s"] == 1.5
+    assert [s.seq for _, s in first] == [0, 1] and first[0][1].latency_s == 1.5
     assert new_samples(db, first[-1][0]) == []
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 2
-    assert json.dumps(first[1][1])
+    assert json.dumps(first[1][1].record())
 
 
 def test_the_model_s_numbers_come_from_the_deploy_capability_and_rendering_refuses_without_them() -> None:

@@ -20,7 +20,7 @@ def test_samples_are_committed_one_by_one(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "w.db") as db:
         assert db.execute("SELECT count(*) FROM samples WHERE benchmark_id='b1'").fetchone()[0] == 3
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert [s["latency_s"] for s in store.samples("b1")] == [1.0, 2.0, 3.0]
+    assert [s.latency_s for s in store.samples("b1")] == [1.0, 2.0, 3.0]
     store.add_sample("b1", 1, {"phase": "full", "steps": 4, "ok": False, "error_kind": "timeout"})
     assert len(store.samples("b1")) == 3  # same seq replaces, never duplicates
 
@@ -172,3 +172,38 @@ def test_a_benchmark_whose_process_is_gone_reads_failed_everywhere(tmp_path: Pat
     assert row is not None and row["status"] == "failed" and "is gone" in row["message"]
     with sqlite3.connect(db) as conn:  # written back: every reader, in any process, sees the same status
         assert conn.execute("SELECT status FROM benchmarks WHERE id = 'b-dead'").fetchone()[0] == "failed"
+
+
+def test_a_sample_is_stored_as_the_loop_wrote_it_and_read_back_typed(tmp_path: Path) -> None:
+    """The database format does not change with the Sample word: the body holds the keys that were set (and any
+    unknown key), nothing more; samples() reads them back as Samples, by attribute."""
+    import json
+
+    from worldtune.tools.sample import Sample
+
+    store = Store(tmp_path / "w.db")
+    store.create_benchmark("b1", {})
+    written = {
+        "seq": 0,
+        "phase": "probe",
+        "steps": 4,
+        "concurrency": 1,
+        "endpoint": "http://e",
+        "ok": True,
+        "error_kind": None,
+        "latency_s": 26.5,
+        "server_time_s": 25.0,
+        "stage_durations": {},
+        "a_new_key": [1],
+    }
+    store.add_sample("b1", 0, written)
+    store.add_sample("b1", 1, Sample(seq=1, phase="full", steps=35, ok=False, error_kind="client_timeout"))
+    with sqlite3.connect(tmp_path / "w.db") as db:
+        bodies = [json.loads(b) for (b,) in db.execute("SELECT body FROM samples ORDER BY seq")]
+        columns = db.execute("SELECT phase, steps, concurrency, endpoint, ok, error_kind FROM samples").fetchall()
+    assert bodies == [written, {"seq": 1, "phase": "full", "steps": 35, "ok": False, "error_kind": "client_timeout"}]
+    assert columns == [("probe", 4, 1, "http://e", 1, None), ("full", 35, 1, "", 0, "client_timeout")]
+    probe, full = store.samples("b1")
+    assert probe.latency_s == 26.5 and probe.server_time_s == 25.0 and probe.queue_ahead is None
+    assert full.error_kind == "client_timeout" and full.record() == bodies[1]
+    assert probe.record() == written  # unknown keys survive a round trip
