@@ -1,7 +1,7 @@
 """What the tuning graph's nodes share: progress events, and the MCP calls and readings that a verification is
 made of (list the offers, deploy with the rehearsal profile, tear down, find a live deployment or a finished
 benchmark to reuse, turn a benchmark record into a measurement, bill it). The tools answer JSON; it becomes words
-(Offer, Measurement, Outcome) here."""
+(Offer, Deployment, Measurement, Outcome) here."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from worldtune.agent.configuration import Context
 from worldtune.agent.state import Outcome
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies import search as ws
+from worldtune.tools.deployment import Deployment
 from worldtune.tools.offer import Offer
 
 
@@ -32,20 +33,32 @@ async def listed_offers(tools: Any) -> list[Offer]:
     return [Offer.model_validate({k: v for k, v in o.items() if k in Offer.model_fields}) for o in listed["offers"]]
 
 
+def deployment_word(raw: dict[str, Any]) -> Deployment:
+    """A deployment as the tools answer it (JSON), as the word (keys a newer server adds dropped)."""
+    return Deployment.model_validate({k: v for k, v in raw.items() if k in Deployment.model_fields})
+
+
+async def get_deployment(tools: Any, deployment_id: str) -> Deployment:
+    """MCP get_deployment, as the word."""
+    return deployment_word(await tools.call("get_deployment", deployment_id=deployment_id))
+
+
 async def deploy_with_profile(
     runtime: Runtime[Context], cand: ws.Candidate, arguments: dict[str, Any], profiles: list[str], timeout: float | None
-) -> dict[str, Any]:
+) -> Deployment:
     """Deploy with the rehearsal profile for this GPU type: each given file in turn until the deploy tool accepts
     one (it refuses a profile for another GPU type; the agent never opens the files); none fits: the shipped one."""
     tools = runtime.context.tools
     for path in profiles:
         try:
-            return dict(await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": path}), timeout))
+            outcome = await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": path}), timeout)
+            return deployment_word(outcome["deployment"])
         except ToolCallFailed as exc:
             if "twin_profile" not in str(exc):
                 raise
             emit(runtime, "deploy", key=cand.key, note=f"twin profile {path} not for {cand.gpu}: {exc}")
-    return dict(await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": None}), timeout))
+    outcome = await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": None}), timeout)
+    return deployment_word(outcome["deployment"])
 
 
 async def teardown(runtime: Runtime[Context], deployment_id: str) -> None:
@@ -56,7 +69,7 @@ async def teardown(runtime: Runtime[Context], deployment_id: str) -> None:
         emit(runtime, "teardown", deployment=deployment_id, note=str(exc))
 
 
-async def live_deployment(tools: Any, known: str | None, cand: ws.Candidate, run_id: str) -> dict[str, Any] | None:
+async def live_deployment(tools: Any, known: str | None, cand: ws.Candidate, run_id: str) -> Deployment | None:
     """A ready deployment of this candidate: the one the state names, or one a crashed attempt left running."""
     ids = [known] if known else []
     listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
@@ -67,11 +80,11 @@ async def live_deployment(tools: Any, known: str | None, cand: ws.Candidate, run
     ]
     for deployment_id in ids:
         try:
-            current = await tools.call("get_deployment", deployment_id=deployment_id)
+            current = await get_deployment(tools, deployment_id)
         except ToolCallFailed:
             continue
-        if current.get("state") == "ready" and current.get("plan") == cand.plan:  # a held node of another plan:
-            return dict(current)  # not this candidate's until replanned
+        if current.state == "ready" and current.plan == cand.plan:  # a held node of another plan:
+            return current  # not this candidate's until replanned
     return None
 
 
@@ -150,11 +163,10 @@ def waited_behind_others(sample: dict[str, Any]) -> bool:
 async def engine_check(tools: Any, deployment_id: str) -> str:
     """After a run with failed or missing answers: what the deployment says about itself ('' if it looks ready)."""
     try:
-        current = await tools.call("get_deployment", deployment_id=deployment_id)
+        current = await get_deployment(tools, deployment_id)
     except ToolCallFailed as exc:
         return f"deployment {deployment_id} unreadable: {exc}"
-    state = current.get("state")
-    return "" if state == "ready" else f"deployment {deployment_id} is {state}"
+    return "" if current.state == "ready" else f"deployment {deployment_id} is {current.state}"
 
 
 def every_request_failed(kind: str, record: dict[str, Any]) -> str | None:

@@ -17,11 +17,13 @@ from worldtune.agent.steps import (
     bill,
     busy_model_s,
     deploy_with_profile,
+    deployment_word,
     emit,
     engine_check,
     every_request_failed,
     failed_update,
     finished_benchmark,
+    get_deployment,
     live_deployment,
     measured_figures,
     measurement_of,
@@ -29,6 +31,7 @@ from worldtune.agent.steps import (
 )
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies import search as ws
+from worldtune.tools.deployment import Deployment
 from worldtune.tools.plan import Plan
 from worldtune.tools.workload import anchor_changes
 
@@ -87,14 +90,13 @@ async def _started(
         }
         timeout = None if math.isinf(cap_s) else cap_s / scale + 30
         try:
-            outcome = await deploy_with_profile(runtime, cand, arguments, options.twin_profiles(), timeout)
+            deployment = await deploy_with_profile(runtime, cand, arguments, options.twin_profiles(), timeout)
         except (ToolCallFailed, TimeoutError) as exc:
             spent_s = min(cap_s, (time.time() - started) * scale)
             return failed_update(action, cand, f"deploy failed: {exc}", bill(cand, spent_s))
-        deployment = outcome["deployment"]
         charged_s += start_s(deployment, cand, options)
     if charged_s >= cap_s:
-        await teardown(runtime, str(deployment["id"]))
+        await teardown(runtime, deployment.id)
         why = "stopped: starting it used this action's share of the budget"
         return failed_update(action, cand, why, bill(cand, cap_s), removed=True)
     return {"deployment": deployment, "charged_s": charged_s}
@@ -102,13 +104,13 @@ async def _started(
 
 async def _benchmarked(
     task: VerifyTask, runtime: Runtime[Context], cand: ws.Candidate, action: ws.Action, options: TuneOptions,
-    cap_s: float, deployment: dict[str, Any], charged_s: float,
+    cap_s: float, deployment: Deployment, charged_s: float,
 ) -> dict[str, Any]:  # fmt: skip
     """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update."""
     tools = runtime.context.tools
     goal = task["goal"]
     scale = options.time_scale if options.twin else 1.0
-    deployment_id = str(deployment["id"])
+    deployment_id = deployment.id
     kind = action.kind
     replicas = Plan.parse(cand.plan).replicas
     if kind == "probe":
@@ -133,10 +135,10 @@ async def _benchmarked(
             return failed_update(action, cand, over, bill(cand, cap_s), removed=True)
         if time.time() - looked >= ENGINE_CHECK_S:  # an engine that died mid-benchmark never answers again
             looked = time.time()
-            engine = await tools.call("get_deployment", deployment_id=deployment_id)
-            if engine.get("state") not in ("ready", "loading"):
+            engine = await get_deployment(tools, deployment_id)
+            if engine.state not in ("ready", "loading"):
                 spent_s = min(cap_s, charged_s + (time.time() - bench_started) * scale)
-                why = f"deployment {deployment_id} is {engine.get('state')} during benchmark {bench_id}"
+                why = f"deployment {deployment_id} is {engine.state} during benchmark {bench_id}"
                 return failed_update(action, cand, why, bill(cand, spent_s), removed=True)
         status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S)
     wall_s = time.time() - bench_started
@@ -202,24 +204,24 @@ async def _recorded(
     options = task["options"]
     emit(runtime, "reuse", key=cand.key, benchmark=bench_id, deployment=deployment_id)
     record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
-    deployment = await tools.call("get_deployment", deployment_id=deployment_id)
+    deployment = await get_deployment(tools, deployment_id)
     bench = record.get("benchmark") or {}
     wall_s = float(bench.get("finished_at") or bench.get("started_at") or 0.0) - float(bench.get("started_at") or 0.0)
     charged_s = busy_model_s(record) if options.twin else wall_s
     if deployment_id not in task.get("billed_deployments", []):
         charged_s += start_s(deployment, cand, options)
-    live = deployment.get("state") == "ready"
+    live = deployment.state == "ready"
     return await _measured(runtime, cand, task["action"].kind, bench_id, record, charged_s, deployment_id, live)
 
 
-def start_s(deployment: dict[str, Any], cand: ws.Candidate, options: TuneOptions) -> float:
+def start_s(deployment: Deployment, cand: ws.Candidate, options: TuneOptions) -> float:
     """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load.
 
     A replanned deployment (same node, new plan) pays only its warm load, from the restart on."""
     scale = options.time_scale if options.twin else 1.0
-    replanned = deployment.get("replanned_at")
-    began = replanned or deployment["created_at"]
-    load_s = ((deployment.get("ready_at") or time.time()) - began) * scale
+    replanned = deployment.replanned_at
+    began = replanned or deployment.created_at
+    load_s = ((deployment.ready_at or time.time()) - began) * scale
     if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
         load_s = min(load_s, 2 * (cand.load_s if replanned else cand.cold_load_s or cand.load_s))
     provision_s = cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
@@ -238,19 +240,17 @@ def lease_hours(action: ws.Action, options: TuneOptions, cap_s: float) -> float:
     return round(hours, 4)
 
 
-async def _replan(
-    runtime: Runtime[Context], deployment_id: str, cand: ws.Candidate, hours: float
-) -> dict[str, Any] | None:
+async def _replan(runtime: Runtime[Context], deployment_id: str, cand: ws.Candidate, hours: float) -> Deployment | None:
     """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
     None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
     tools = runtime.context.tools
     try:
-        current = await tools.call("get_deployment", deployment_id=deployment_id)
+        current = await get_deployment(tools, deployment_id)
     except ToolCallFailed:
         return None
-    if current.get("state") != "ready" or current.get("gpu") != cand.gpu:
+    if current.state != "ready" or current.gpu != cand.gpu:
         return None
-    emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.get("plan"))
+    emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.plan)
     try:
         outcome = await tools.call(
             "replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True, hours=hours
@@ -258,4 +258,4 @@ async def _replan(
     except ToolCallFailed as exc:
         emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
         return None
-    return dict(outcome["deployment"])
+    return deployment_word(outcome["deployment"])
