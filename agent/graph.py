@@ -50,8 +50,8 @@ async def read_goal(state: TuneState, runtime: Runtime[Context]) -> dict[str, An
         return {k: v for k, v in made.items() if v is not state.get(k)}
     from worldtune.tools.spend import needs_confirmation
 
-    if "yes" not in options.model_fields_set:  # as start_tuning does: a free run (the local twin) needs no
-        # approval, a paid one asks
+    # as start_tuning does: a free run (the local twin) needs no approval, a paid one asks
+    if "yes" not in options.model_fields_set:
         options = options.model_copy(update={"yes": not needs_confirmation(options.infra, options.engine)})
     thread = runtime.execution_info.thread_id if runtime.execution_info else None
     run_id = state.get("run_id") or str(thread or "")
