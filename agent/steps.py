@@ -18,6 +18,7 @@ from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies import search as ws
 from worldtune.tools.deployment import Deployment
 from worldtune.tools.offer import Offer
+from worldtune.tools.sample import Sample
 
 
 def emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
@@ -127,13 +128,9 @@ def measurement_of(cand: ws.Candidate, kind: str, bench_id: str, record: dict[st
             benchmark_id=bench_id,
             repeats=max(1, int((record.get("config") or {}).get("repeats") or 1)),
         )
-    samples = [s for s in record.get("samples") or [] if s.get("phase") == "full"]
+    samples = [s for s in samples_of(record) if s.phase == "full"]
     # The server's own time when it reports one (the stage time published figures use), else the client's.
-    latencies = [
-        float(s["server_time_s"] if s.get("server_time_s") is not None else s["latency_s"])
-        for s in samples
-        if s.get("ok")
-    ]
+    latencies = [float(s.server_time_s if s.server_time_s is not None else s.latency_s or 0.0) for s in samples if s.ok]
     config = record.get("config") or {}
     # the benchmark sends `repeats` full requests per client at every concurrency level
     requested = sum(int(c) * int(config.get("repeats") or 0) for c in config.get("concurrency") or [])
@@ -143,18 +140,24 @@ def measurement_of(cand: ws.Candidate, kind: str, bench_id: str, record: dict[st
         latencies_s=latencies,
         benchmark_id=bench_id,
         requested=max(requested, len(samples)),
-        failed_requests=sum(1 for s in samples if not s.get("ok")),
+        failed_requests=sum(1 for s in samples if not s.ok),
         contaminated=sum(1 for s in samples if waited_behind_others(s)),
     )
 
 
-def waited_behind_others(sample: dict[str, Any]) -> bool:
+def samples_of(record: dict[str, Any]) -> list[Sample]:
+    """The samples of a get_result record (the stored JSON the MCP tool returns), as Samples."""
+    return [Sample.of(s) for s in record.get("samples") or []]
+
+
+def waited_behind_others(stored: Sample | dict[str, Any]) -> bool:
     """An answer sent with nothing of ours ahead on its endpoint whose server time exceeds its own forward pass
     (the stage durations the server reports) by more than half a clip: it queued at the server behind load
     that was not this benchmark's. The client's latency is not used: on a busy machine, or through a twin's
     time scale, the client's own overhead would read as queueing."""
-    server, stages = sample.get("server_time_s"), sample.get("stage_durations") or {}
-    if not sample.get("ok") or server is None or int(sample.get("queue_ahead") or 0) > 0:
+    sample = Sample.of(stored)
+    server, stages = sample.server_time_s, sample.stage_durations
+    if not sample.ok or server is None or (sample.queue_ahead or 0) > 0:
         return False
     forward = max((float(v) for k, v in stages.items() if str(k).endswith(".forward")), default=None)
     return forward is not None and forward > 0 and float(server) - forward > 0.5 * forward
@@ -172,20 +175,20 @@ async def engine_check(tools: Any, deployment_id: str) -> str:
 def every_request_failed(kind: str, record: dict[str, Any]) -> str | None:
     """Why no request of the measured phase succeeded (an OOM, a dead engine, a refusal), or None if one did."""
     phase = "probe" if kind == "probe" else "full"
-    samples = [s for s in record.get("samples") or [] if s.get("phase") == phase]
-    if not samples or any(s.get("ok") for s in samples):
+    samples = [s for s in samples_of(record) if s.phase == phase]
+    if not samples or any(s.ok for s in samples):
         return None
     first = samples[0]
-    detail = str(first.get("detail") or "")[:300]
-    return f"every {phase} request failed ({len(samples)}): {first.get('error_kind')}: {detail}"
+    detail = (first.detail or "")[:300]
+    return f"every {phase} request failed ({len(samples)}): {first.error_kind}: {detail}"
 
 
 def busy_model_s(record: dict[str, Any]) -> float:
     """Model seconds the node was busy: per replica, the sum of its requests' server times; the slowest replica."""
     busy: dict[str, float] = {}
-    for s in record.get("samples") or []:
-        t = s.get("server_time_s") if s.get("server_time_s") is not None else s.get("latency_s")
-        busy[str(s.get("endpoint"))] = busy.get(str(s.get("endpoint")), 0.0) + float(t or 0.0)
+    for s in samples_of(record):
+        t = s.server_time_s if s.server_time_s is not None else s.latency_s
+        busy[s.endpoint] = busy.get(s.endpoint, 0.0) + float(t or 0.0)
     return max(busy.values(), default=0.0)
 
 
