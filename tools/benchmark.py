@@ -19,7 +19,9 @@ api="async", to POST /v1/videos, polled, downloaded and deleted: no server sync 
 MP4 is checked (frames, size, fps) and every sample is written to the Store as it arrives, so a killed
 benchmark keeps everything it finished. Client timeouts are derived from the expected queue ahead of
 the request (expected latency x (requests ahead + 1) x factor + margin), never a fixed number.
-Against a twin, the X-Twin-Time-Scale header gives K and wall times are reported x K (model seconds).
+Against a twin, the X-Twin-Time-Scale header gives K and wall times are reported x K (model seconds); a closed
+loop's throughput is then timed on the twin's engine clock (X-Twin-Done-At: its simulated stage times, which a
+loaded machine cannot stretch), and the result's notes say so. Each request is one tools.sample.Sample.
 """
 
 from __future__ import annotations
