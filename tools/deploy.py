@@ -3,7 +3,8 @@
 Public API (plain, typed, pydantic out; the MCP server and the agent call these):
 
     quote_deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
-                 hours=1.0, run_id=None, usd_per_hour=None, store=None) -> SpendQuote   # checks, starts nothing
+                 hours=1.0, run_id=None, usd_per_hour=None, store=None, action="deploy", time_scale=1.0,
+                 twin_profile=None) -> SpendQuote   # checks, starts nothing
     deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
            twin_profile=None, time_scale=1.0, run_id=None, store=None, progress=None, hours=1.0,
            usd_per_hour=None, profile_origin="cli") -> Deployment
@@ -15,9 +16,10 @@ Public API (plain, typed, pydantic out; the MCP server and the agent call these)
 
 The backend is chosen by infra: "local" -> LocalBackend (twin processes here); "slurm/<name>" and SkyPilot
 clouds -> worldtune.sky.backend.SkyPilotBackend; "kubernetes" -> worldtune.sky.kubernetes.KubernetesBackend
-(both imported only when used). Input is checked before anything starts: the plan must be valid for the
-GPU and model (vLLM-Omni's rules and memory), vllm-omni cannot run on infra local (no GPU here), and the
-commitment must fit the budget guardrails (tools/spend.py), whoever calls: CLI, MCP, agent or Python.
+(both imported only when used). Input is checked before anything starts, by the one set of deploy checks
+(tools/deploy_checks.py, which `worldtune deploy --dry-run` uses too: the plan valid for the GPU and model by
+vLLM-Omni's rules and memory, what the infra cannot do such as vllm-omni on infra local), and the commitment
+must fit the budget guardrails (tools/spend.py), whoever calls: CLI, MCP, agent or Python.
 """
 
 from __future__ import annotations
@@ -28,20 +30,17 @@ import threading
 import time
 from typing import Any
 
-from worldtune.tools.deployment import ENGINES, Backend, Deployment, Progress, new_deployment_id
-from worldtune.tools.errors import InvalidInput, WorldtuneError, one_of
-from worldtune.tools.estimate import estimate_plan, resolve_profile
-from worldtune.tools.gpus import get_gpu
+from worldtune.tools.deploy_checks import check_deploy_inputs
+from worldtune.tools.deployment import Backend, Deployment, Progress, new_deployment_id
+from worldtune.tools.errors import InvalidInput, WorldtuneError
 from worldtune.tools.infra import Infra
-from worldtune.tools.models import get_model
-from worldtune.tools.offer import CAPACITIES, Offer
+from worldtune.tools.offer import Offer
 from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.plan import Plan
 from worldtune.tools.profile import Profile
 from worldtune.tools.profile_paths import allowed_profile_path
-from worldtune.tools.spend import SpendQuote, check_commitment, finite, quote
+from worldtune.tools.spend import SpendQuote, check_commitment, node_gpus, quote
 from worldtune.tools.store import Store
-from worldtune.tools.workload import anchor_workload
 
 SKY_BACKEND = ("worldtune.sky.backend", "SkyPilotBackend")
 K8S_BACKEND = ("worldtune.sky.kubernetes", "KubernetesBackend")
@@ -82,10 +81,9 @@ def backend_for(infra: str, store: Store, options: Any = None) -> Backend:
     return backend
 
 
-def _offer_for(gpu: str, plan: Plan, infra: Infra, capacity: str) -> Offer | None:
-    """The cheapest node big enough for the plan (on that infra, unless local, which is priced as anywhere)."""
-    infras = None if infra.kind != "cloud" else [str(infra)]
-    return cheapest_fitting_offer(gpu, plan.gpus, capacity=[capacity], infra=infras)
+def _offer_for(gpu: str, plan: Plan, capacity: str) -> Offer | None:
+    """The cheapest node big enough for the plan anywhere (what a deployment on local or own hardware would rent)."""
+    return cheapest_fitting_offer(gpu, node_gpus(plan, capacity), capacity=[capacity])
 
 
 def quote_deploy(
@@ -100,33 +98,20 @@ def quote_deploy(
     usd_per_hour: float | None = None,
     store: Store | None = None,
     action: str = "deploy",
+    time_scale: float = 1.0,
+    twin_profile: str | None = None,
 ) -> SpendQuote:
     """What `deploy` with these arguments would commit, refused now if a guardrail would refuse it then.
 
-    Checks every input deploy checks (the plan against vLLM-Omni's rules and memory, engine, capacity,
-    infra) and the commitment against the guardrails, counting every live deployment in the Store.
+    Checks every input deploy checks (tools/deploy_checks.py, the same checks as `worldtune deploy --dry-run`'s
+    build_deployment: engine, capacity and infra, what the infra cannot do, the plan against vLLM-Omni's rules and
+    memory) and the commitment against the guardrails, counting every live deployment in the Store.
     """
     store = store or Store()
-    where = Infra.parse(infra)
-    spec = get_gpu(gpu)
-    model_spec = get_model(model)
-    parsed = Plan.parse(plan)
-    if engine not in ENGINES:
-        raise one_of("engine", engine, ENGINES)
-    if capacity not in CAPACITIES:
-        raise one_of("capacity", capacity, CAPACITIES)
-    if where.is_local and engine == "vllm-omni":
-        raise InvalidInput(
-            "engine", engine, "twin on infra local: this machine has no GPU",
-            "use --infra slurm/NAME, kubernetes or a cloud for vllm-omni, or engine twin to rehearse here",
-        )  # fmt: skip
-    verdict = estimate_plan(anchor_workload(model_spec.key), spec.name, parsed, resolve_profile(spec.name))
-    if not verdict.valid:
-        hint = f"try {verdict.alternative}" if verdict.alternative else None
-        raise InvalidInput("plan", plan, verdict.reason or "a plan vLLM-Omni accepts", hint)
+    inputs = check_deploy_inputs(gpu, plan, infra, engine, capacity, model, time_scale, twin_profile)
     spend = quote(
-        action, spec.name, str(parsed), infra=str(where), capacity=capacity, model=model_spec.key, hours=hours,
-        usd_per_hour=usd_per_hour,
+        action, inputs.gpu.name, str(inputs.plan), infra=str(inputs.infra), capacity=capacity,
+        model=inputs.model.key, hours=hours, usd_per_hour=usd_per_hour,
     )  # fmt: skip
     check_commitment(spend, store.list_deployments(), run_id)
     return spend
@@ -160,20 +145,18 @@ def deploy(
     one the caller configured (the CLI's render options); else the infra's default.
     """
     store = store or Store()
-    where = Infra.parse(infra)
-    scale = finite("time_scale", time_scale, "a positive number (sleeps are divided by it)")
-    if not scale > 0:
-        raise InvalidInput("time_scale", time_scale, "a positive number (sleeps are divided by it)")
-    if engine == "vllm-omni" and (twin_profile or time_scale != 1.0):
-        raise InvalidInput("twin_profile/time_scale", twin_profile or time_scale, "only with engine twin")
-    spend = quote_deploy(gpu, plan, str(where), engine, capacity, model, hours, run_id, usd_per_hour, store)
+    spend = quote_deploy(
+        gpu, plan, infra, engine, capacity, model, hours, run_id, usd_per_hour, store,
+        time_scale=time_scale, twin_profile=twin_profile,
+    )  # fmt: skip
+    where = Infra.parse(spend.infra)
     truth_path = None
     if twin_profile:
         truth_path = allowed_profile_path(twin_profile, profile_origin, "twin_profile")
         truth = Profile.load(truth_path, field="twin_profile")
         if truth.gpu.lower() != spend.gpu.lower():
             raise InvalidInput("twin_profile", twin_profile, f"a profile for {spend.gpu}", f"it is for {truth.gpu}")
-    offer = spend.offer or _offer_for(spend.gpu, Plan.parse(spend.plan), where, capacity)
+    offer = spend.offer or _offer_for(spend.gpu, Plan.parse(spend.plan), capacity)
     deployment = Deployment(
         id=deployment_id or new_deployment_id(),
         run_id=run_id,
@@ -188,7 +171,7 @@ def deploy(
         hold_hours=spend.hold_hours,
         committed_usd=spend.expected_usd,
         twin_profile=str(truth_path) if truth_path else None,
-        time_scale=scale,
+        time_scale=float(time_scale),
         state="pending",
     )
     host = backend or backend_for(str(where), store)

@@ -1,10 +1,11 @@
-"""The deploy capability's first half: check the inputs, pick the offer, and render what a deploy would apply with the
-model's numbers (the start-up allowance from the predicted cold load, SkyServe's target from the predicted service
-time). `worldtune deploy` (dry run or not), the MCP tools and the tests all come through here; sky/ renders a
-Deployment it is given with the numbers it is given and imports only the words.
+"""The deploy capability's first half: check the inputs (tools/deploy_checks.py, the same checks a real deploy's
+quote makes), pick the offer the quote prices, and render what a deploy would apply with the model's numbers (the
+start-up allowance from the predicted cold load, SkyServe's target from the predicted service time). `worldtune
+deploy` (dry run or not), the MCP tools and the tests all come through here; sky/ renders a Deployment it is given
+with the numbers it is given and imports only the words.
 
     build_deployment(gpu, plan, model, infra, engine, capacity, ...) -> Deployment    # checked, pending
-    pick_offer(gpu, plan, capacity, infra) -> Offer | None                            # cheapest node on that cloud
+    pick_offer(gpu, plan, capacity, infra) -> Offer | None                            # the node the quote prices
     predicted_cold_load_s(gpu, model) -> float                                        # the calibrated profile's
     deployment_cold_load_s(deployment) -> float
     predicted_service_s(deployment) -> float                                          # one replica, anchor clip
@@ -18,15 +19,16 @@ from __future__ import annotations
 from worldtune.sky.k8s_manifests import K8sOptions
 from worldtune.sky.preview import DeployPreview, preview_deploy
 from worldtune.sky.replicas import RenderOptions
-from worldtune.tools.deployment import ENGINES, Deployment
-from worldtune.tools.errors import InvalidInput, one_of
+from worldtune.tools.deploy_checks import check_deploy_inputs
+from worldtune.tools.deployment import Deployment
+from worldtune.tools.errors import InvalidInput
 from worldtune.tools.estimate import estimate_plan, resolve_profile
-from worldtune.tools.gpus import get_gpu
 from worldtune.tools.infra import Infra
 from worldtune.tools.models import get_model
-from worldtune.tools.offer import CAPACITIES, Offer
+from worldtune.tools.offer import Offer
 from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.plan import Plan
+from worldtune.tools.spend import nodes_at_most, rented_offer
 from worldtune.tools.workload import anchor_workload
 
 __all__ = [
@@ -43,17 +45,9 @@ __all__ = [
 
 
 def pick_offer(gpu: str, plan: Plan, capacity: str, infra: str) -> Offer | None:
-    """The cheapest node big enough for the plan on that cloud (and region), for serverless one replica's node."""
-    where = Infra.parse(infra)
-    if where.kind != "cloud":
-        return None
-    need = plan.world_size if capacity == "serverless" else plan.gpus
-    offer = cheapest_fitting_offer(gpu, need, capacity=[capacity], infra=[str(where)])
-    if offer is None:
-        raise InvalidInput(
-            "infra", infra, f"an infra that rents {need}x{gpu} at capacity {capacity}", "see `worldtune plans`"
-        )
-    return offer
+    """The node a deployment on that cloud (and region) rents; for serverless one SkyServe replica's node
+    (tools/spend.py rented_offer: the quote prices the same node); None off a cloud."""
+    return rented_offer(gpu, plan, capacity, Infra.parse(infra))
 
 
 def build_deployment(
@@ -67,37 +61,21 @@ def build_deployment(
     twin_profile: str | None = None,
     run_id: str | None = None,
 ) -> Deployment:
-    """A pending Deployment after checking every input (the plan against vLLM-Omni's rules and memory)."""
-    spec = get_gpu(gpu)
-    get_model(model)
-    if engine not in ENGINES:
-        raise one_of("engine", engine, ENGINES)
-    if capacity not in CAPACITIES:
-        raise one_of("capacity", capacity, CAPACITIES)
-    if not isinstance(infra, str) or infra != infra.strip() or " " in infra:
-        raise InvalidInput("infra", infra, "local, slurm/NAME, kubernetes or a SkyPilot cloud such as nebius")
-    where = Infra.parse(infra)
-    infra = str(where)
-    if where.kind == "slurm" and capacity != "on-demand":
-        raise InvalidInput("capacity", capacity, "on-demand on Slurm (SkyPilot has no spot or SkyServe there)")
-    if where.kind in ("local", "kubernetes") and capacity == "serverless":
-        raise InvalidInput("capacity", capacity, f"on-demand or spot on {infra} (serverless is SkyServe)")
-    parsed = Plan.parse(plan)
-    verdict = estimate_plan(anchor_workload(model), spec.name, parsed, resolve_profile(spec.name))
-    if not verdict.valid:
-        raise InvalidInput("plan", plan, f"a plan vLLM-Omni accepts on {spec.name}", verdict.reason)
-    offer = pick_offer(spec.name, parsed, capacity, infra)
+    """A pending Deployment after the deploy capability's checks (tools/deploy_checks.py, the same as a real
+    deploy's), on the offer the spend quote prices: at its peak for serverless (every replica's node up)."""
+    inputs = check_deploy_inputs(gpu, plan, infra, engine, capacity, model, time_scale, twin_profile)
+    offer = pick_offer(inputs.gpu.name, inputs.plan, capacity, str(inputs.infra))
     return Deployment(
         run_id=run_id,
-        model=get_model(model).key,
-        gpu=spec.name,
-        plan=str(parsed),
-        infra=infra,
-        engine=engine,  # checked against ENGINES above
+        model=inputs.model.key,
+        gpu=inputs.gpu.name,
+        plan=str(inputs.plan),
+        infra=str(inputs.infra),
+        engine="twin" if inputs.engine == "twin" else "vllm-omni",
         capacity=capacity,
         offer=offer,
-        usd_per_hour=offer.usd_per_hour if offer else 0.0,
-        time_scale=time_scale,
+        usd_per_hour=offer.usd_per_hour * nodes_at_most(inputs.plan, capacity) if offer else 0.0,
+        time_scale=inputs.time_scale,
         twin_profile=twin_profile,
     )
 

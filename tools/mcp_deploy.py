@@ -121,7 +121,7 @@ async def deploy(
 
     spend = quote_or_refuse(
         session, "deploy", gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
-        hours=hours, run_id=run_id, usd_per_hour=usd_per_hour,
+        hours=hours, run_id=run_id, usd_per_hour=usd_per_hour, time_scale=time_scale, twin_profile=twin_profile,
     )  # fmt: skip
     if needs_confirmation(infra, engine) and not confirm:
         return DeployOutcome(done=False, needs_confirmation=True, message=would(spend, f"deploy {engine}"), quote=spend)

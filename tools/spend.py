@@ -20,6 +20,7 @@ from worldtune.tools.deployment import ALIVE_STATES, Deployment
 from worldtune.tools.errors import InvalidInput
 from worldtune.tools.infra import Infra
 from worldtune.tools.offer import CAPACITIES, Offer
+from worldtune.tools.plan import Plan
 
 GUARDRAILS_FILE = Path(__file__).resolve().parent.parent / "policies" / "guardrails.yaml"
 GUARDRAILS_ENV = "WORLDTUNE_GUARDRAILS"
@@ -109,19 +110,48 @@ def needs_confirmation(infra: str, engine: str) -> bool:
     return not (Infra.parse(infra).is_local and engine == "twin")
 
 
-def _price(
-    where: Infra, gpu: str, gpus: int, capacity: str, usd_per_hour: float | None
-) -> tuple[Offer | None, float, str]:
-    """The offer (if one is rented), its price per hour and where the price comes from; refused if unknown."""
+def node_gpus(plan: Plan, capacity: str) -> int:
+    """GPUs of the node one deployment rents: the whole plan's; serverless: one SkyServe replica's (world_size).
+
+    SkyServe runs each replica of a serverless plan as its own server on its own node (sky/render.py's
+    render_service: `accelerators: GPU:world_size`, up to `plan.replicas` of them), so that is the node priced."""
+    return plan.world_size if capacity == "serverless" else plan.gpus
+
+
+def nodes_at_most(plan: Plan, capacity: str) -> int:
+    """How many such nodes can be up at once: serverless scales out to max_replicas = plan.replicas; else one."""
+    return plan.replicas if capacity == "serverless" else 1
+
+
+def rented_offer(gpu: str, plan: Plan, capacity: str, where: Infra) -> Offer | None:
+    """The node a deployment on a cloud rents (None elsewhere): the cheapest on that cloud (and region) with
+    node_gpus GPUs; refused, naming the infra, when the cloud rents no such node at that capacity."""
     from worldtune.tools.offers import cheapest_fitting_offer
 
-    if where.kind == "cloud":
-        offer = cheapest_fitting_offer(gpu, gpus, capacity=[capacity], infra=[str(where)])
-        if offer is None:
-            raise InvalidInput(
-                "infra", str(where), f"an infra that rents {gpus}x{gpu} at {capacity}", "list_offers shows which do"
-            )
-        return offer, offer.usd_per_hour, f"offer {offer.id} ({offer.source})"
+    if where.kind != "cloud":
+        return None
+    need = node_gpus(plan, capacity)
+    offer = cheapest_fitting_offer(gpu, need, capacity=[capacity], infra=[str(where)])
+    if offer is None:
+        raise InvalidInput(
+            "infra", str(where), f"an infra that rents {need}x{gpu} at capacity {capacity}",
+            "list_offers (`worldtune plans`) shows which do",
+        )  # fmt: skip
+    return offer
+
+
+def _price(
+    where: Infra, gpu: str, plan: Plan, capacity: str, usd_per_hour: float | None
+) -> tuple[Offer | None, float, str]:
+    """The offer (if one is rented), the most it bills per hour and where the price comes from; refused if unknown.
+
+    Serverless is priced at its peak: max_replicas nodes up at once (it bills less while scaled in, nothing at
+    zero), so the guardrails bound the most it can spend."""
+    offer = rented_offer(gpu, plan, capacity, where)
+    if offer is not None:
+        nodes = nodes_at_most(plan, capacity)
+        scaled = f", up to {nodes} SkyServe replica nodes" if nodes > 1 else ""
+        return offer, offer.usd_per_hour * nodes, f"offer {offer.id} ({offer.source}){scaled}"
     if usd_per_hour is not None:
         return None, finite("usd_per_hour", usd_per_hour, "zero or more USD per node-hour"), "stated by the caller"
     if where.is_local:
@@ -157,6 +187,8 @@ def quote(
 ) -> SpendQuote:
     """Quote an action: the cheapest offer on `infra` big enough for the plan, and the hours it would bill.
 
+    Serverless rents one SkyServe replica's node (rented_offer) and is priced at max_replicas of them (_price).
+
     Clouds are priced by their offers; `local` is free; Slurm and Kubernetes need `usd_per_hour` or the
     guardrails' own_usd_per_hour (refused without one).
     """
@@ -164,7 +196,6 @@ def quote(
     from worldtune.tools.estimate import resolve_profile
     from worldtune.tools.gpus import get_gpu
     from worldtune.tools.models import get_model
-    from worldtune.tools.plan import Plan
 
     where = Infra.parse(infra)
     if capacity not in CAPACITIES:
@@ -173,7 +204,7 @@ def quote(
     spec = get_gpu(gpu)
     parsed = Plan.parse(plan)
     load_s = load_time_s(get_model(model), resolve_profile(spec.name))
-    offer, price, source = _price(where, spec.name, parsed.gpus, capacity, usd_per_hour)
+    offer, price, source = _price(where, spec.name, parsed, capacity, usd_per_hour)
     provision_s = offer.provision_s if offer else 0.0
     expected_hours = (provision_s + load_s) / 3600.0 + hold
     return SpendQuote(
