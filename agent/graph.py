@@ -64,7 +64,7 @@ async def read_goal(state: TuneState, runtime: Runtime[Context]) -> dict[str, An
 async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Offers (MCP list_offers) x valid plans, ranked by the performance model under the goal; a spend estimate."""
     goal, options = state["goal"], state["options"]
-    offers = await listed_offers(runtime.context.tools)
+    offers = await listed_offers(runtime.context.tools, options.infra)
     search = ws.initial_state(goal, offers).model_copy(update={"reuse_nodes": options.reuse_nodes})
     ranked = ws.candidates(search)
     feasible = [c for c in ranked if c.feasible]

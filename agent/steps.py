@@ -17,6 +17,7 @@ from worldtune.agent.state import Outcome
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies import search as ws
 from worldtune.tools.deployment import Deployment
+from worldtune.tools.infra import Infra
 from worldtune.tools.offer import Offer
 from worldtune.tools.sample import Sample
 
@@ -28,10 +29,14 @@ def emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
     runtime.context.progress(event, data)
 
 
-async def listed_offers(tools: Any) -> list[Offer]:
-    """Every offer the tools list (MCP list_offers), as the word (the tool's extra keys, e.g. notes, dropped)."""
+async def listed_offers(tools: Any, infra: str) -> list[Offer]:
+    """Every offer the tools list (MCP list_offers), as the word (the tool's extra keys, e.g. notes, dropped), whose
+    capacity the run's infra can deploy (Infra.capacities: no spot or SkyServe on Slurm, no serverless on
+    Kubernetes), so the search never picks a candidate the deploy tool would refuse."""
     listed = await tools.call("list_offers", capacity=None)
-    return [Offer.model_validate({k: v for k, v in o.items() if k in Offer.model_fields}) for o in listed["offers"]]
+    can = Infra.parse(infra).capacities
+    offers = [Offer.model_validate({k: v for k, v in o.items() if k in Offer.model_fields}) for o in listed["offers"]]
+    return [o for o in offers if o.capacity in can]
 
 
 def deployment_word(raw: dict[str, Any]) -> Deployment:

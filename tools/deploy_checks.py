@@ -8,8 +8,8 @@ InvalidInput naming the field, the value and what would be valid:
     gpu, model             known GPU types and models
     engine, capacity       one of ENGINES, one of CAPACITIES
     infra                  local, slurm/NAME, kubernetes or a SkyPilot cloud[/REGION], without spaces
-    capacity on infra      Slurm: on-demand only (SkyPilot has no spot or SkyServe there); serverless is SkyServe, so
-                           only on a cloud
+    capacity on infra      Infra.capacities: Slurm on-demand only (SkyPilot has no spot or SkyServe there); no
+                           serverless on Kubernetes (it is SkyServe); local twins rehearse any offer's capacity
     engine on infra        vllm-omni needs GPUs: not on infra local
     time_scale, twin_profile   a finite positive time scale; both only with engine twin
     plan                   parsed, then valid for the GPU and model by vLLM-Omni's rules and memory
@@ -56,11 +56,11 @@ def _infra(infra: object) -> Infra:
 
 
 def _fits_infra(where: Infra, engine: str, capacity: str) -> None:
-    """What each kind of infra cannot do: spot or SkyServe on Slurm, serverless off a cloud, vLLM-Omni here."""
-    if where.kind == "slurm" and capacity != "on-demand":
+    """What each kind of infra cannot do: spot or SkyServe on Slurm, serverless on Kubernetes, vLLM-Omni here."""
+    if where.kind == "slurm" and capacity not in where.capacities:
         raise InvalidInput("capacity", capacity, "on-demand on Slurm (SkyPilot has no spot or SkyServe there)")
-    if where.kind in ("local", "kubernetes") and capacity == "serverless":
-        raise InvalidInput("capacity", capacity, f"on-demand or spot on {where} (serverless is SkyServe)")
+    if capacity not in where.capacities:
+        raise InvalidInput("capacity", capacity, f"{' or '.join(where.capacities)} on {where} (serverless is SkyServe)")
     if where.is_local and engine == "vllm-omni":
         raise InvalidInput(
             "engine", engine, "twin on infra local: this machine has no GPU",

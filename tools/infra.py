@@ -70,6 +70,17 @@ class Infra(BaseModel):
         return self.kind == "local"
 
     @property
+    def capacities(self) -> tuple[str, ...]:
+        """The capacities a deployment can have here. Slurm: on-demand only (SkyPilot has no spot or SkyServe
+        there); Kubernetes: no serverless (that is SkyServe); a cloud: all three; local twins: all three, since
+        they rehearse an offer and are only priced as it (serverless as one node of its replicas)."""
+        if self.kind == "slurm":
+            return ("on-demand",)
+        if self.kind == "kubernetes":
+            return ("on-demand", "spot")
+        return ("on-demand", "spot", "serverless")
+
+    @property
     def is_own_hardware(self) -> bool:
         """Slurm and Kubernetes clusters are the user's own: nothing to rent, but their GPUs are not free."""
         return self.kind in ("slurm", "kubernetes")

@@ -27,7 +27,6 @@ BASE = {"gpu": "H200", "plan": "cfg2-u4-hsdp8", "model": "cosmos3-super", "engin
 # (what is wrong, the arguments, the field refused, a word of what is valid)
 BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("spot on Slurm", {"infra": "slurm/x", "capacity": "spot"}, "capacity", "on-demand on Slurm"),
-    ("serverless on local", {"infra": "local", "capacity": "serverless"}, "capacity", "serverless is SkyServe"),
     ("serverless on Kubernetes", {"infra": "kubernetes", "capacity": "serverless"}, "capacity", "on-demand or spot"),
     ("vllm-omni on local", {"infra": "local", "engine": "vllm-omni"}, "engine", "no GPU"),
     ("a plan vLLM-Omni refuses", {"infra": "local", "plan": "tp3"}, "plan", "a plan vLLM-Omni accepts"),
@@ -67,7 +66,7 @@ def test_the_mcp_deploy_tool_refuses_with_the_same_message(tmp_path: Path) -> No
     """The MCP tools (and so the agent) quote through the same checks: the tool error carries the dry run's words."""
     # the tool's schema takes these values (a capacity or engine outside its Literal is refused by the schema)
     within_schema = [case for case in BAD if case[2] not in ("capacity", "engine") or case[1].get("infra") != "local"
-                     or case[0] in ("serverless on local", "vllm-omni on local")]  # fmt: skip
+                     or case[0] == "vllm-omni on local"]  # fmt: skip
     assert len(within_schema) == len(BAD) - 2
 
     async def main() -> list[tuple[str, str]]:
@@ -126,3 +125,35 @@ def test_serverless_rents_one_replica_s_node_and_is_quoted_at_its_peak() -> None
     on_demand = quote("deploy", "H200", "8x1gpu", infra="nebius", capacity="on-demand")
     assert on_demand.offer is not None and on_demand.offer.gpu_count == 8
     assert on_demand.usd_per_hour == on_demand.offer.usd_per_hour
+
+
+def test_local_twins_rehearse_any_capacity_the_search_may_choose(tmp_path: Path) -> None:
+    """The agent rehearses a serverless or spot offer on local twins (priced as the offer, run as twins), so the
+    checks take every capacity there; what each infra takes is Infra.capacities, the same list the agent's
+    candidates are cut to (agent/steps.listed_offers)."""
+    from worldtune.tools.infra import Infra
+
+    store = Store(tmp_path / "w.db")
+    for capacity in Infra.parse("local").capacities:
+        spend = deploying.quote_deploy(**{**BASE, "infra": "local", "capacity": capacity}, store=store)
+        assert spend.capacity == capacity
+    assert Infra.parse("slurm/x").capacities == ("on-demand",)
+    assert "serverless" not in Infra.parse("kubernetes").capacities
+    assert Infra.parse("nebius").capacities == ("on-demand", "spot", "serverless")
+
+
+def test_the_agent_is_offered_only_what_its_infra_can_deploy(tmp_path: Path) -> None:
+    """The agent's candidates come from list_offers (real in-process MCP server) cut to Infra.capacities: a Slurm run
+    never picks a spot or serverless offer that the deploy tool would then refuse, a local rehearsal keeps them all."""
+    import asyncio
+
+    from worldtune.agent.steps import listed_offers
+    from worldtune.agent.tools_client import connect
+
+    async def offered(infra: str) -> set[str]:
+        async with connect(str(tmp_path / "w.db"), None) as tools:
+            return {o.capacity for o in await listed_offers(tools, infra)}
+
+    assert asyncio.run(offered("local")) == {"on-demand", "spot", "serverless"}
+    assert asyncio.run(offered("slurm/x")) == {"on-demand"}
+    assert asyncio.run(offered("kubernetes")) == {"on-demand", "spot"}
