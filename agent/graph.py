@@ -30,11 +30,12 @@ from worldtune.agent.record import (
     open_record,
     write_record,
 )
-from worldtune.agent.state import SpendEstimate, SpendForecast, TuneInput, TuneOutput, TuneState, VerifyTask
+from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask
 from worldtune.agent.steps import emit, listed_offers, teardown
 from worldtune.agent.verify import verify
 from worldtune.policies import search as ws
 from worldtune.tools.goal import Goal
+from worldtune.tools.tuning import SpendEstimate, SpendForecast
 
 
 # ---- nodes -----------------------------------------------------------------------------------------

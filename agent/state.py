@@ -15,7 +15,7 @@ import operator
 from typing import Annotated, Any, NotRequired, Required
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, Field
 
 # typing_extensions' TypedDict, not typing's: on Python 3.11 pydantic (and so LangGraph's /schemas, which
 # Studio's forms are built from) cannot read typing.TypedDict and the input/output schemas come out null.
@@ -25,6 +25,7 @@ from worldtune.agent.configuration import TuneOptions
 from worldtune.policies.search import Action, Candidate, Decision, Measurement, SearchState
 from worldtune.tools.goal import Goal
 from worldtune.tools.profile import Profile
+from worldtune.tools.tuning import SpendEstimate
 
 
 def merge_deployments(current: dict[str, str], update: dict[str, str]) -> dict[str, str]:
@@ -36,57 +37,6 @@ def merge_deployments(current: dict[str, str], update: dict[str, str]) -> dict[s
         else:
             merged.pop(key, None)
     return merged
-
-
-class SpendForecast(BaseModel):
-    """What the search will likely cost and take: searches simulated against the belief (policies/forecast.py)."""
-
-    usd: float = Field(description="median spend, USD")
-    usd_max: float = Field(description="the dearest simulated search, USD")
-    gpu_hours: float
-    answer_hours: float = Field(description="median hours from approval to a verified answer")
-    answer_hours_max: float
-    measurements: float = Field(description="median measurements (probes + full runs)")
-    runs: int = Field(description="searches simulated")
-    stops: dict[str, int] = Field(description="how the simulated searches stopped")
-    basis: str
-
-
-class SpendEstimate(BaseModel):
-    """What the search may commit and will likely spend, shown before approval (prepare writes it).
-
-    Its JSON is what the run's record, the approval question and get_tuning have always carried (the MCP
-    result type tools/mcp_tuning.SpendEstimate reads it): `parallel_why` appears only when a deadline bought lanes.
-    """
-
-    parallel: int = Field(description="verification lanes (a deadline may buy more than --parallel)")
-    usd: float = Field(description="the bound: what the search may commit, USD (policies/nodes.py)")
-    gpu_hours: float
-    answer_hours: float = Field(description="modelled hours from approval to a verified answer")
-    deployments: int = Field(description="nodes provisioned")
-    cold_loads: int
-    warm_loads: int
-    estimate_basis: str
-    budget_usd: float | None = Field(description="the goal's hard budget")
-    candidates: int = Field(description="candidates ranked")
-    feasible: int = Field(description="candidates predicted to meet the goal")
-    first_to_verify: list[str] = Field(description="the candidates it would measure first")
-    engine: str
-    infra: str
-    priced_as: str
-    parallel_why: str | None = Field(default=None, description="why a deadline bought lanes, or could not")
-    forecast: SpendForecast
-
-    @model_serializer(mode="wrap")
-    def _without_empty_why(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        if out.get("parallel_why") is None:
-            out.pop("parallel_why", None)
-        return out
-
-    def as_json(self) -> dict[str, Any]:
-        """The estimate as the record, the approval question and MCP carry it."""
-        return self.model_dump(mode="json")
 
 
 class Outcome(BaseModel):

@@ -14,7 +14,7 @@ import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from worldtune.tools.mcp_common import (
     DECIDES,
@@ -26,31 +26,11 @@ from worldtune.tools.mcp_common import (
     allowed_profile,
     refusals,
 )
+from worldtune.tools.tuning import SpendEstimate
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_session import Session
     from worldtune.tools.tuning import Tuner
-
-
-class SpendEstimate(BaseModel):
-    """What a tuning run expects to spend before it starts (shown at the approval question)."""
-
-    model_config = ConfigDict(extra="allow")  # an older run's record may carry keys this version does not name
-
-    usd: float = Field(description="the bound on the search's spend, USD (modelled: policies/nodes.py)")
-    gpu_hours: float = Field(description="the bound's GPU-hours (modelled GPU time on the twin)")
-    forecast: dict[str, Any] | None = Field(
-        default=None,
-        description="what the search will likely cost and take (usd, gpu_hours, answer_hours, their maxima, "
-        "measurements): the median of searches simulated against the belief (policies/forecast.py)",
-    )
-    budget_usd: float | None = Field(default=None, description="the hard budget of the run")
-    candidates: int | None = Field(default=None, description="candidates ranked")
-    feasible: int | None = Field(default=None, description="candidates predicted to meet the goal")
-    first_to_verify: list[str] = Field(default_factory=list, description="the candidates it would measure first")
-    engine: str | None = Field(default=None, description="twin | vllm-omni")
-    infra: str | None = Field(default=None, description="where it runs")
-    priced_as: str | None = Field(default=None, description="what the price is based on")
 
 
 class TuningStatus(BaseModel):

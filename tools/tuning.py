@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class TuningRequest(BaseModel):
@@ -74,3 +74,54 @@ class Tuner(Protocol):
         """The session ended: stop its runs (each tears down what it started) and wait for that; detached
         runs are processes of their own and go on. Returns the ids stopped."""
         ...
+
+
+class SpendForecast(BaseModel):
+    """What the search will likely cost and take: searches simulated against the belief (policies/forecast.py)."""
+
+    usd: float = Field(description="median spend, USD")
+    usd_max: float = Field(description="the dearest simulated search, USD")
+    gpu_hours: float
+    answer_hours: float = Field(description="median hours from approval to a verified answer")
+    answer_hours_max: float
+    measurements: float = Field(description="median measurements (probes + full runs)")
+    runs: int = Field(description="searches simulated")
+    stops: dict[str, int] = Field(description="how the simulated searches stopped")
+    basis: str
+
+
+class SpendEstimate(BaseModel):
+    """What the search may commit and will likely spend, shown before approval (prepare writes it).
+
+    Its JSON is what the run's record, the approval question and get_tuning carry (the agent's prepare node writes
+    it; tools/mcp_tuning's TuningStatus answers it): `parallel_why` appears only when a deadline bought lanes.
+    """
+
+    parallel: int = Field(description="verification lanes (a deadline may buy more than --parallel)")
+    usd: float = Field(description="the bound: what the search may commit, USD (policies/nodes.py)")
+    gpu_hours: float
+    answer_hours: float = Field(description="modelled hours from approval to a verified answer")
+    deployments: int = Field(description="nodes provisioned")
+    cold_loads: int
+    warm_loads: int
+    estimate_basis: str
+    budget_usd: float | None = Field(description="the goal's hard budget")
+    candidates: int = Field(description="candidates ranked")
+    feasible: int = Field(description="candidates predicted to meet the goal")
+    first_to_verify: list[str] = Field(description="the candidates it would measure first")
+    engine: str
+    infra: str
+    priced_as: str
+    parallel_why: str | None = Field(default=None, description="why a deadline bought lanes, or could not")
+    forecast: SpendForecast
+
+    @model_serializer(mode="wrap")
+    def _without_empty_why(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("parallel_why") is None:
+            out.pop("parallel_why", None)
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        """The estimate as the record, the approval question and MCP carry it."""
+        return self.model_dump(mode="json")

@@ -24,14 +24,13 @@ from worldtune.agent.graph import builder
 from worldtune.agent.state import (
     CHECKPOINT_SERDE,
     Outcome,
-    SpendEstimate,
-    SpendForecast,
     TuneState,
     VerifyTask,
 )
 from worldtune.policies import search as ws
 from worldtune.tools.goal import Goal
 from worldtune.tools.offers import all_offers
+from worldtune.tools.tuning import SpendEstimate, SpendForecast
 from worldtune.tools.workload import anchor_workload
 
 
