@@ -18,8 +18,8 @@ from typing import Any
 
 from worldtune.tools.capacity import FleetChoice, plan_capacity, skyserve_service_yaml
 from worldtune.tools.fleet_rehearsal import FleetRehearsal
-from worldtune.tools.goal import Goal
-from worldtune.tools.profile import Profile
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.profile import Profile
 
 REHEARSAL_REQUESTS = 40
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from worldtune.agent.goal_reader import GoalQuestion, ParsedGoal, first_line
-from worldtune.tools.goal import Goal
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.workload import anchor_workload
 
 # Environment settings of the optional LLM path (read only when set).
 LLM_MODEL_ENV = "WORLDTUNE_LLM_MODEL"  # e.g. "openai:gpt-4.1" or "anthropic:claude-sonnet-4-5"

@@ -25,11 +25,11 @@ from worldtune.agent.goal_reader import (
     Reader,
     first_line,
 )
-from worldtune.tools.goal import PERCENTILES, Goal
-from worldtune.tools.gpus import GPUS
 from worldtune.tools.offers import CATALOG_CLOUDS
 from worldtune.tools.profile_paths import SHIPPED_DIR
-from worldtune.tools.workload import SUPPORTED_SIZES, anchor_workload
+from worldtune.tools.words.goal import PERCENTILES, Goal
+from worldtune.tools.words.gpus import GPUS
+from worldtune.tools.words.workload import SUPPORTED_SIZES, anchor_workload
 
 INFRAS: tuple[str, ...] = (*CATALOG_CLOUDS, "kubernetes", "local")
 # Short names for the resolutions people say; anything else must be given as WxH.

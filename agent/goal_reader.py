@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from worldtune.tools.errors import WorldtuneError
-from worldtune.tools.goal import Goal
+from worldtune.tools.words.errors import WorldtuneError
+from worldtune.tools.words.goal import Goal
 
 # Words that carry no requirement once the rules have read the rest.
 FILLER = frozenset(

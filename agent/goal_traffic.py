@@ -11,8 +11,8 @@ import re
 from typing import Any
 
 from worldtune.agent.goal_reader import NUM, PERCENTILE, SECONDS, UNDER, UNIT, Reader, first_line
-from worldtune.tools.errors import WorldtuneError
-from worldtune.tools.traffic import TRACE_IN_GOAL, Traffic, trace_traffic
+from worldtune.tools.words.errors import WorldtuneError
+from worldtune.tools.words.traffic import TRACE_IN_GOAL, Traffic, trace_traffic
 
 _PER_HOUR = {"hour": 1.0, "hr": 1.0, "h": 1.0, "minute": 60.0, "min": 60.0, "day": 1 / 24}
 _E2E_TAIL = (

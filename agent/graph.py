@@ -34,8 +34,8 @@ from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask
 from worldtune.agent.steps import emit, listed_offers, teardown
 from worldtune.agent.verify import verify
 from worldtune.policies import search as ws
-from worldtune.tools.goal import Goal
-from worldtune.tools.tuning import SpendEstimate, SpendForecast
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.tuning import SpendEstimate, SpendForecast
 
 
 # ---- nodes -----------------------------------------------------------------------------------------

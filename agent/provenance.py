@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worldtune.tools.plan import Plan
-from worldtune.tools.stats import samples_needed
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.stats import samples_needed
 
 # Profile terms by the plan feature they matter for (by name prefix, so a new term of a mechanism is covered
 # without a list to keep in step); a term is listed only when the plan exercises it.
@@ -51,8 +51,8 @@ def _features(plan: Plan, guardrails: bool) -> set[str]:
 
 def assumed_terms(gpu: str, plan: str, guardrails: bool) -> list[str]:
     """The shipped profile's assumed (not fitted, not measured) terms that enter this plan's prediction."""
-    from worldtune.tools.errors import WorldtuneError
     from worldtune.tools.estimate import resolve_profile
+    from worldtune.tools.words.errors import WorldtuneError
 
     try:
         profile = resolve_profile(gpu)
@@ -66,7 +66,7 @@ def _latency_claim(measured: dict[str, Any], percentile: int) -> dict[str, Any]:
     """What the measured latency supports: the tolerance bound always, the empirical percentile only with n."""
     n = int(measured.get("samples") or 0)
     needed = samples_needed(percentile / 100.0)
-    # the parametric bound by its name (tools/stats.py); older records call it latency_p95_upper_s
+    # the parametric bound by its name (tools/words/stats.py); older records call it latency_p95_upper_s
     name = f"p{percentile}_upper_95conf_normal"
     bound = measured.get(name, measured.get(f"latency_p{percentile}_upper_s"))
     claim: dict[str, Any] = {"percentile": percentile, "samples": n, "samples_needed_for_empirical": needed}

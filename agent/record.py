@@ -17,8 +17,8 @@ from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.provenance import provenance
 from worldtune.agent.state import Outcome, TuneState
 from worldtune.policies import search as ws
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.goal import Goal
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.goal import Goal
 
 
 class ToolsClient(Protocol):
@@ -29,8 +29,8 @@ class ToolsClient(Protocol):
 
 def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
     """The goal as the run will use it: the command line's budget and cloud win over the text."""
-    from worldtune.tools.infra import Infra
     from worldtune.tools.spend import check_tuning
+    from worldtune.tools.words.infra import Infra
 
     where = Infra.parse(options.infra)
     check_tuning(str(where), options.engine, options.budget_usd)  # a bad infra or budget: refused before parsing
@@ -106,7 +106,7 @@ def _figures(goal: Goal, cand: ws.Candidate | None, latencies: list[float] | Non
         "usd_per_clip": round(cand.usd_per_clip, 4),
     }
     if latencies:
-        from worldtune.tools import stats
+        from worldtune.tools.words import stats
 
         p95 = stats.percentile_verdict(latencies, 95)
         out["latency_p95_s"] = round(p95.upper, 2) if p95.upper is not None else None

@@ -23,8 +23,8 @@ from worldtune.agent.configuration import Context, Progress, TuneOptions
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.record import check_options, first_state, goal_for
 from worldtune.agent.stopping import _CONTROLS, RunStopped, _catch_signals, _Control, stop_tuning
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.tuning import Failed
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.tuning import Failed
 
 RECURSION_LIMIT = 1000  # the search's own iteration cap stops long before this
 

@@ -23,9 +23,9 @@ from typing_extensions import TypedDict
 
 from worldtune.agent.configuration import TuneOptions
 from worldtune.policies.search import Action, Candidate, Decision, Measurement, SearchState
-from worldtune.tools.goal import Goal
-from worldtune.tools.profile import Profile
-from worldtune.tools.tuning import SpendEstimate
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.tuning import SpendEstimate
 
 
 def merge_deployments(current: dict[str, str], update: dict[str, str]) -> dict[str, str]:

@@ -16,10 +16,10 @@ from worldtune.agent.configuration import Context
 from worldtune.agent.state import Outcome
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies import search as ws
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.infra import Infra
-from worldtune.tools.offer import Offer
-from worldtune.tools.sample import Sample
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.infra import Infra
+from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.sample import Sample
 
 
 def emit(runtime: Runtime[Context], event: str, **data: Any) -> None:

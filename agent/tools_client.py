@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.words.errors import WorldtuneError
 
 
 class ToolCallFailed(WorldtuneError):

@@ -1,4 +1,4 @@
-"""The agent as the MCP server's Tuner (tools/tuning.py): cheap to import, the graph loads on first use.
+"""The agent as the MCP server's Tuner (tools/words/tuning.py): cheap to import, the graph loads on first use.
 
 tools/tuning_jobs.py records each run (before it starts, and its failure) and asks this Tuner to read the goal,
 run the graph and say what the run's checkpoint holds; the agent opens no database of its own.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from worldtune.tools.errors import require_extra
-from worldtune.tools.tuning import Failed, TuningJob, TuningRequest
+from worldtune.tools.words.errors import require_extra
+from worldtune.tools.words.tuning import Failed, TuningJob, TuningRequest
 
 if TYPE_CHECKING:
     from worldtune.agent.configuration import TuneOptions

@@ -31,9 +31,9 @@ from worldtune.agent.steps import (
 )
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies import search as ws
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.plan import Plan
-from worldtune.tools.workload import anchor_changes
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_changes
 
 POLL_S = 0.2  # how often a running benchmark is checked against its spending cap (wall seconds)
 ENGINE_CHECK_S = 2.0  # how often its deployment is asked whether the engine still runs (wall seconds)

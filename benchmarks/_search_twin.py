@@ -20,12 +20,12 @@ import numpy as np
 
 from worldtune.policies import perf_model
 from worldtune.policies.search import Candidate, candidates, initial_state, objective_value
-from worldtune.tools.goal import Goal
-from worldtune.tools.models import get_model
-from worldtune.tools.offer import Offer
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 NEAR = 0.05  # "near-optimal": within 5% of the true optimum's objective
 

@@ -23,10 +23,10 @@ from rich.console import Console
 from rich.table import Table
 
 from worldtune.tools.capacity import CONFIRM_SEEDS, judge_fleet, plan_capacity
-from worldtune.tools.fleet import Autoscaler
-from worldtune.tools.goal import Goal
 from worldtune.tools.offers import cheapest_fitting_offer
-from worldtune.tools.traffic import Traffic
+from worldtune.tools.words.fleet import Autoscaler
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.traffic import Traffic
 
 LEVELS = (
     Traffic(shape="poisson", rate_per_hour=10, e2e_bound_s=600),

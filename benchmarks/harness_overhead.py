@@ -35,7 +35,7 @@ from rich.table import Table
 
 from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
 from worldtune.tools.store import Store
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.workload import anchor_workload
 
 
 def free_port() -> int:

@@ -24,10 +24,10 @@ from scipy.stats import kendalltau
 
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import fit_all, fit_published, load_published
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 GPUS_PER_NODE = 8
 

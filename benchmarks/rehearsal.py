@@ -39,10 +39,10 @@ import search_efficiency as se
 
 from worldtune.policies import belief
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.goal import Goal
 from worldtune.tools.offers import all_offers
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 RESULTS = Path(__file__).parent / "results" / "rehearsal.json"
 

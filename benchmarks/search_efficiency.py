@@ -42,10 +42,10 @@ from _search_twin import truth_candidates as truth_candidates  # rehearsal.py re
 from worldtune.agent.graph import _reused_nodes  # the graph's rule, not a copy of it
 from worldtune.policies import search
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.goal import Goal
 from worldtune.tools.offers import all_offers
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 RESULTS = Path(__file__).parent / "results" / "search_efficiency.json"
 REPEATS = 3  # baselines: full anchor runs per candidate

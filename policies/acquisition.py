@@ -43,7 +43,7 @@ from worldtune.policies.candidates import (
     objective_value,
 )
 from worldtune.policies.draws import DRAWS, Draws, draws, nearest_options
-from worldtune.tools.goal import Goal
+from worldtune.tools.words.goal import Goal
 
 
 def _values(d: Draws, goal: Goal, reference: np.ndarray, open_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -22,10 +22,10 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from worldtune.policies import perf_model
-from worldtune.tools.gpus import GpuSpec, get_gpu
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.gpus import GpuSpec, get_gpu
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import Workload
 
 Transform = Literal["log", "log1m"]
 MODEL_ERROR = 0.01  # relative error of the model's form itself, per plan (what no parameter can explain)
@@ -37,7 +37,7 @@ BUS_OVER_LINK = 2.0  # NCCL bus bandwidth can reach both directions of NVLink: a
 class Learnable:
     """One learnable Profile field: how it is parameterised and its physical bounds.
 
-    upper: a number, or a datasheet name ('bf16_peak', 'fp8_ratio', 'bus_peak') read from tools/gpus.py.
+    upper: a number, or a datasheet name ('bf16_peak', 'fp8_ratio', 'bus_peak') read from tools/words/gpus.py.
     """
 
     name: str

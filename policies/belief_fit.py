@@ -18,9 +18,9 @@ from pydantic import BaseModel, Field
 
 from worldtune.policies import perf_model
 from worldtune.policies.belief import MODEL_ERROR, Mode, Posterior, prior_posterior
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import Workload
 
 MODE_DISTANCE = 1.0  # two local MAPs closer than this (prior sigmas, every coordinate) are one mode
 MODE_MIN_WEIGHT = 0.001  # an explanation under 0.1% of the MAP's weight is dropped

@@ -25,10 +25,10 @@ from worldtune.policies.calibration_fit import (
     RatioObs,
     fit_profile,
 )
-from worldtune.tools.gpus import get_gpu
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import ParamBasis, Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import ParamBasis, Profile
+from worldtune.tools.words.workload import anchor_workload
 
 PUBLISHED_FILE = Path(__file__).parent / "published.yaml"
 PROFILES_DIR = Path(__file__).parent / "profiles"
@@ -269,7 +269,7 @@ def write_shipped_profiles(directory: Path = PROFILES_DIR) -> list[Path]:
 
 def shipped_profile(gpu: str) -> Profile:
     """The calibrated profile worldtune ships for a GPU type; a clear error names the way out."""
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.words.errors import InvalidInput
 
     spec = get_gpu(gpu)
     path = PROFILES_DIR / f"{spec.name}.yaml"

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from worldtune.policies import perf_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import ParamBasis, Profile
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import ParamBasis, Profile
+from worldtune.tools.words.workload import Workload
 
 # The fixed part other than the VAE decode (text encode, muxing, pre/post-processing) is fitted as one
 # number and split by these shares (assumed); the VAE decode has its own basis (measured stand-in decoder,

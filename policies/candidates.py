@@ -47,13 +47,13 @@ __all__ = [
     "hardware_key", "held_offers", "initial_state", "objective_value", "optimistic_value", "probe_seconds",
     "probe_sigma", "recommendation", "start_seconds", "tolerance_bound",
 ]  # fmt: skip
-from worldtune.tools import plan_rules, stats
-from worldtune.tools.goal import Goal
-from worldtune.tools.gpus import get_gpu
-from worldtune.tools.offer import Offer
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import Workload
+from worldtune.tools.words import plan_rules, stats
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import Workload
 
 
 # ---- candidates ------------------------------------------------------------------------------------

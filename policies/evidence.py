@@ -24,7 +24,7 @@ from worldtune.policies.candidates import (
     candidate_for,
     hardware_key,
 )
-from worldtune.tools.plan import Plan
+from worldtune.tools.words.plan import Plan
 
 
 def problem(m: Measurement) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from worldtune.tools.fleet import Fleet, FleetDay, Sample
+from worldtune.tools.words.fleet import Fleet, FleetDay, Sample
 
 SAMPLE_EVERY_S = 300.0
 Gen = Generator[simpy.Event, Any, None]

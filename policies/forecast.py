@@ -28,8 +28,8 @@ from worldtune.policies.candidates import (
     held_offers,
     start_seconds,
 )
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
 
 RUNS = 3  # simulated searches per forecast: each costs a few seconds of CPU
 MAX_ROUNDS = 40  # as the search's own iteration cap

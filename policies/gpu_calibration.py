@@ -20,12 +20,12 @@ from worldtune.policies.calibration import load_published, shipped_profile
 from worldtune.policies.calibration_fit import Prior, RateObs, fit_profile
 from worldtune.policies.instruments.microbench import RAW_FORMAT
 from worldtune.policies.instruments.shapes import SP_DEGREES
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.gpus import get_gpu
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 COMPUTE_FIELDS = ("linear_tflops", "attn_tflops", "half_rate_tokens")
 COLLECTIVE_FIELDS = ("a2a_gbps", "allreduce_gbps", "allgather_gbps", "link_gbps", "collective_latency_us")
@@ -185,7 +185,7 @@ def with_mechanisms(profile: Profile, mech: dict[str, Any], mech_name: str) -> P
     """The profile with the mechanism terms a mechbench.py file measures (ring, Ulysses packing, FP8, VAE
     tiles), each with its basis; a toy run's terms are recorded but say so in their basis."""
     from worldtune.policies import mech_terms
-    from worldtune.tools.profile import ParamBasis
+    from worldtune.tools.words.profile import ParamBasis
 
     terms = mech_terms.terms_of(mech, mech_name)
     toy = "TOY RUN, calibrates nothing: " if mech.get("tiny") or mech.get("gpu_name") == "cpu" else ""

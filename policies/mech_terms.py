@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.words.errors import InvalidInput
 
 MEASURED_DIR = Path(__file__).parent / "profiles" / "measured"
 # The 2026-12-01 H200 run (torch 2.11.0+cu130, cuDNN 9.19): mechanisms, the 256-wide VAE decoder, the GQA check

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from worldtune.tools.goal import Goal
-    from worldtune.tools.prediction import Estimate
+    from worldtune.tools.words.goal import Goal
+    from worldtune.tools.words.prediction import Estimate
 
 Direction = Literal["min", "max"]
 T = TypeVar("T")
@@ -53,7 +53,7 @@ def pareto_frontier(items: Sequence[T], keys: Mapping[str, Direction] = DEFAULT_
     """
     for key, direction in keys.items():
         if direction not in ("min", "max"):
-            from worldtune.tools.errors import one_of
+            from worldtune.tools.words.errors import one_of
 
             raise one_of(f"keys[{key!r}]", direction, ("min", "max"))
     scored = [(item, s) for item in items if (s := _scores(item, keys)) is not None]

@@ -8,7 +8,7 @@ merge and per-hop sync, HSDP weight all-gather, CFG gather) over effective bus b
 compute where the scheme allows. The fixed part's VAE decode follows vLLM-Omni's tiled decode when
 patch parallel is on (tiles spread over the ranks, each with a fixed and an area cost, then gathered).
 The numbers come from a Profile; nothing here is specific to one GPU type. The memory of a plan is the word
-tools/memory.py (the plan rules' memory fit reads the same definition), re-exported here.
+tools/words/memory.py (the plan rules' memory fit reads the same definition), re-exported here.
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from worldtune.tools import memory
-from worldtune.tools.memory import ANCHOR_PIXELS_X_FRAMES as ANCHOR_PIXELS_X_FRAMES  # the memory word's, re-exported
-from worldtune.tools.memory import MemoryBreakdown as MemoryBreakdown
-from worldtune.tools.memory import memory_breakdown as memory_breakdown
-from worldtune.tools.models import ANCHOR_FRAMES, ModelSpec, TowerShape, get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.prediction import Breakdown
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import Workload
+from worldtune.tools.words import memory
+from worldtune.tools.words.memory import (
+    ANCHOR_PIXELS_X_FRAMES as ANCHOR_PIXELS_X_FRAMES,  # the memory word's, re-exported
+)
+from worldtune.tools.words.memory import MemoryBreakdown as MemoryBreakdown
+from worldtune.tools.words.memory import memory_breakdown as memory_breakdown
+from worldtune.tools.words.models import ANCHOR_FRAMES, ModelSpec, TowerShape, get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.prediction import Breakdown
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import Workload
 
 if TYPE_CHECKING:
     import numpy as np
@@ -50,7 +52,7 @@ class Prediction:
     service_s: float  # time a replica is busy per clip when requests queue
     load_s: float  # warm: a later load of the model on the same node (page cache)
     memory: MemoryBreakdown
-    step: Breakdown  # the word (tools/prediction.py): one definition of where a step's time goes
+    step: Breakdown  # the word (tools/words/prediction.py): one definition of where a step's time goes
     clips_per_hour_per_replica: float
     clips_per_hour_per_node: float
     notes: list[str] = field(default_factory=list)

@@ -4,7 +4,7 @@ Candidates are offers x valid plans (each plan fixes the replica layout on the n
 the number of nodes a throughput floor needs. The belief is a posterior over the performance model's
 parameters per GPU type (policies/belief.py); every candidate's prediction and its uncertainty come
 from it (the parameters its plan exercises). Short-step probes give per-step and fixed time, full runs
-give the latencies a percentile claim needs (tools/stats.py: order statistics when n allows, else the
+give the latencies a percentile claim needs (tools/words/stats.py: order statistics when n allows, else the
 named parametric bound). A measurement with failed requests, fewer answers than asked, or other load on
 the deployment is not evidence: it is retried once on a fresh deployment, then the candidate is failed.
 

@@ -9,11 +9,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from worldtune.policies import belief
-from worldtune.tools import stats
-from worldtune.tools.goal import Goal
-from worldtune.tools.offer import Offer
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
+from worldtune.tools.words import stats
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
 
 ActionKind = Literal["probe", "full"]
 StopKind = Literal["converged", "budget", "iteration_cap", "infeasible", "declined", "deadline"]

@@ -13,9 +13,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from worldtune.policies.belief import COLLECTIVES, Posterior, predictive, prior_posterior
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import Workload
 
 
 class Uncertainty(BaseModel):

@@ -12,7 +12,7 @@ import os
 import secrets
 from pathlib import Path
 
-from worldtune.tools.deployment import Deployment, api_key_file, stored_api_key
+from worldtune.tools.words.deployment import Deployment, api_key_file, stored_api_key
 
 
 def deployment_api_key(results_db: Path, deployment: Deployment) -> str:

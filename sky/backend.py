@@ -48,10 +48,17 @@ from worldtune.sky.render import (
     replica_slices,
     startup_allowance_s,
 )
-from worldtune.tools.bench_spec import BenchmarkSpec
-from worldtune.tools.deployment import API_KEY_ENV, Deployment, MeasureHere, Progress, Records, benchmark_with_recovery
-from worldtune.tools.plan import Plan
-from worldtune.tools.result import BenchmarkResult
+from worldtune.tools.words.bench_spec import BenchmarkSpec
+from worldtune.tools.words.deployment import (
+    API_KEY_ENV,
+    Deployment,
+    MeasureHere,
+    Progress,
+    Records,
+    benchmark_with_recovery,
+)
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.result import BenchmarkResult
 
 AUTODOWN_IDLE_MINUTES = 10
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"

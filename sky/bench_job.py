@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from worldtune.tools.sample import Sample
+from worldtune.tools.words.sample import Sample
 
 SAMPLE_MARKER = "WORLDTUNE_SAMPLE"
 RESULT_MARKER = "WORLDTUNE_RESULT"

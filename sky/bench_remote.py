@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 from worldtune.sky.bench_job import ERROR_MARKER, RESULT_MARKER, SAMPLE_MARKER
 from worldtune.sky.local_cluster import cluster_python
 from worldtune.sky.render import cluster_name
-from worldtune.tools.bench_spec import BenchmarkSpec
-from worldtune.tools.deployment import API_KEY_ENV, Deployment, MeasureHere, Progress
-from worldtune.tools.sample import Sample
+from worldtune.tools.words.bench_spec import BenchmarkSpec
+from worldtune.tools.words.deployment import API_KEY_ENV, Deployment, MeasureHere, Progress
+from worldtune.tools.words.sample import Sample
 
 if TYPE_CHECKING:
     from worldtune.sky.backend import SkyPilotBackend

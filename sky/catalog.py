@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from worldtune.tools.gpus import GPUS, get_gpu
+from worldtune.tools.words.gpus import GPUS, get_gpu
 
 CATALOG_VERSION = "v8"
 # Cloud names as SkyPilot's catalog spells them in accelerators.csv, per folder name.

@@ -18,8 +18,8 @@ from unittest import mock
 
 from pydantic import BaseModel
 
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.infra import Infra
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.infra import Infra
 
 # Infra prefixes the offline optimizer can price (their catalog rows come from the snapshot).
 OFFLINE_CLOUDS = ("nebius", "lambda")

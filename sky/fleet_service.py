@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from worldtune.sky.render import RenderOptions, render_service
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.fleet import Fleet
-from worldtune.tools.plan import Plan
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.fleet import Fleet
+from worldtune.tools.words.plan import Plan
 
 
 def render_fleet_service(

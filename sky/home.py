@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from worldtune.tools.errors import InvalidInput, require_extra
+from worldtune.tools.words.errors import InvalidInput, require_extra
 
 HOME_ENV = "WORLDTUNE_SKY_HOME"
 

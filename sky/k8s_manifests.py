@@ -25,10 +25,10 @@ from worldtune.sky.render import (
     server_envs,
     startup_allowance_s,
 )
-from worldtune.tools.deployment import API_KEY_ENV, Deployment
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
+from worldtune.tools.words.deployment import API_KEY_ENV, Deployment
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "worldtune"}

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.sky.k8s_manifests import DEPLOYMENT_LABEL, K8sOptions, render_manifests
-from worldtune.tools.deployment import Deployment, Progress, replan_target, replanned
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.words.deployment import Deployment, Progress, replan_target, replanned
+from worldtune.tools.words.errors import InvalidInput
 
 if TYPE_CHECKING:
     from worldtune.sky.kubernetes import KubernetesBackend

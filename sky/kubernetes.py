@@ -21,7 +21,7 @@ from worldtune.sky.k8s_manifests import (
     service_url,
 )
 from worldtune.sky.render import cold_load_s, startup_allowance_s
-from worldtune.tools.deployment import API_KEY_ENV, BenchmarksFromHere, Deployment, Progress, Records
+from worldtune.tools.words.deployment import API_KEY_ENV, BenchmarksFromHere, Deployment, Progress, Records
 
 
 class KubernetesBackend(BenchmarksFromHere):

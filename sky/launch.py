@@ -8,8 +8,8 @@ import math
 import os
 from typing import Any
 
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput, WorldtuneError
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 
 # How long `sky launch` (provisioning + setup) and the serve job's `sky exec` may take before worldtune
 # cancels the request and tears the cluster down: a hung launch must not hold a node (or a caller) forever.

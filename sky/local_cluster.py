@@ -17,7 +17,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.words.errors import InvalidInput
 
 PYTHON_ENV = "WORLDTUNE_CLUSTER_PYTHON"
 SYSTEM_PYTHON = "/usr/bin/python3"

@@ -18,10 +18,10 @@ from pydantic import BaseModel, Field
 
 from worldtune.sky import render
 from worldtune.sky.dryrun import OFFLINE_CLOUDS, OptimizerChoice
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.infra import Infra
-from worldtune.tools.offer import Offer
-from worldtune.tools.plan import Plan
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.infra import Infra
+from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.plan import Plan
 
 
 class DeployPreview(BaseModel):

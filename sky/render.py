@@ -46,11 +46,11 @@ from worldtune.sky.replicas import (
     server_envs,
 )
 from worldtune.sky.run_script import ALL_READY_MARKER, FAILED_MARKER, LOG_DIR, PROBE_PATH, READY_MARKER, run_script
-from worldtune.tools.deployment import API_KEY_ENV, Deployment
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.gpus import get_gpu
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
+from worldtune.tools.words.deployment import API_KEY_ENV, Deployment
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
 
 __all__ = [
     "ALL_READY_MARKER",

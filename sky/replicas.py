@@ -16,13 +16,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.deployment import API_KEY_ENV, Deployment
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.vllm_omni import PINNED
+from worldtune.tools.words.deployment import API_KEY_ENV, Deployment
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.vllm_omni import PINNED
 
-VLLM_OMNI_VERSION = PINNED.version  # tools/vllm_omni.py holds the pin and its flag spellings
+VLLM_OMNI_VERSION = PINNED.version  # tools/words/vllm_omni.py holds the pin and its flag spellings
 # The release image of the version whose flags Plan.serve_flags() follows. The `cosmos3` tag is the
 # release-tested Cosmos 3 image; it is mutable, so worldtune pins the versioned tag (override: --image).
 VLLM_OMNI_IMAGE = PINNED.image

@@ -10,8 +10,8 @@ script fails before anything starts, and the readiness probe sends the key as a 
 from __future__ import annotations
 
 from worldtune.sky.replicas import RenderOptions, replica_slices, serve_command
-from worldtune.tools.deployment import API_KEY_ENV, Deployment
-from worldtune.tools.plan import Plan
+from worldtune.tools.words.deployment import API_KEY_ENV, Deployment
+from worldtune.tools.words.plan import Plan
 
 READY_MARKER = "WORLDTUNE_READY"
 ALL_READY_MARKER = "WORLDTUNE_ALL_READY"

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from worldtune.sky.dryrun import validate_task
 from worldtune.sky.launch import LaunchError, field_of, hard_down_minutes, job_from_detail, launch_timeout_s
 from worldtune.sky.render import cluster_name, render_task
-from worldtune.tools.deployment import Deployment, Progress, replan_target, replanned
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.words.deployment import Deployment, Progress, replan_target, replanned
+from worldtune.tools.words.errors import InvalidInput
 
 if TYPE_CHECKING:
     from worldtune.sky.backend import SkyPilotBackend

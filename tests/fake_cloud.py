@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from worldtune.tools.deployment import Deployment, Progress
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment, Progress
 
 LAUNCHED: list[Deployment] = []
 REPLANNED: list[tuple[str, str]] = []

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from worldtune.tools.benchmark import BenchmarkSpec, BenchmarkStatus
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.store import Store
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.workload import Workload
 
 
 def size_fields(size: str | None, width: int | None, height: int | None) -> dict[str, int]:
@@ -34,7 +34,7 @@ def size_fields(size: str | None, width: int | None, height: int | None) -> dict
 def benchmark_workload(model: str, size: str | None = None, **changes: Any) -> Workload:
     """The model's anchor workload with the given fields changed (None: the anchor's value); `size` is
     WIDTHxHEIGHT. Raises InvalidInput for a malformed size, pydantic's ValidationError for a bad field."""
-    from worldtune.tools.workload import anchor_workload
+    from worldtune.tools.words.workload import anchor_workload
 
     fields = {k: v for k, v in changes.items() if v is not None}
     fields.update(size_fields(size, changes.get("width"), changes.get("height")))

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from worldtune.tools.bench_spec import DONE_AT_HEADER, TIME_SCALE_HEADER, BenchmarkSpec
-from worldtune.tools.deployment import Progress
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.result import AffineFit, BenchmarkResult, fit_affine
 from worldtune.tools.result_compute import compute_result, fit_time
-from worldtune.tools.sample import Sample
 from worldtune.tools.store import Store
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.bench_spec import DONE_AT_HEADER, TIME_SCALE_HEADER, BenchmarkSpec
+from worldtune.tools.words.deployment import Progress
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.result import AffineFit, BenchmarkResult, fit_affine
+from worldtune.tools.words.sample import Sample
+from worldtune.tools.words.workload import Workload
 
 
 class Runner:
@@ -328,7 +328,7 @@ class Runner:
 def auth_headers(store: Store | None = None, deployment_id: str | None = None) -> dict[str, str]:
     """The bearer token of a server started with an API key, on every request and probe: $WORLDTUNE_API_KEY,
     else the key generated for the deployment at launch (sky/backend.py keeps it, 0600, beside the database)."""
-    from worldtune.tools.deployment import API_KEY_ENV, stored_api_key
+    from worldtune.tools.words.deployment import API_KEY_ENV, stored_api_key
 
     key = (
         stored_api_key(store.path, deployment_id)
@@ -350,7 +350,7 @@ def _slowest_plausible_latency(workload: Workload) -> float:
     """Before any answer: the model's latency of the whole model on one H200 (slower than any real plan)."""
     from worldtune.policies import perf_model
     from worldtune.tools.estimate import resolve_profile
-    from worldtune.tools.plan import Plan
+    from worldtune.tools.words.plan import Plan
 
     return perf_model.predict(workload, Plan.parse("1gpu"), resolve_profile("H200")).latency_s
 

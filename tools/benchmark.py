@@ -37,13 +37,13 @@ from typing import Any
 
 from worldtune.tools import benchmark_lock, owners
 from worldtune.tools.bench_runner import Runner, auth_headers, preload
-from worldtune.tools.bench_spec import BenchmarkSpec, BenchmarkStatus, new_benchmark_id
-from worldtune.tools.deployment import Backend, Deployment, Progress
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.result import BenchmarkResult
 from worldtune.tools.result_compute import compute_result
-from worldtune.tools.sample import Sample
 from worldtune.tools.store import Store
+from worldtune.tools.words.bench_spec import BenchmarkSpec, BenchmarkStatus, new_benchmark_id
+from worldtune.tools.words.deployment import Backend, Deployment, Progress
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.result import BenchmarkResult
+from worldtune.tools.words.sample import Sample
 
 __all__ = [
     "BenchmarkResult",

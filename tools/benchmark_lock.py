@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from worldtune.tools import owners
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.store import Store
+from worldtune.tools.words.errors import InvalidInput
 
 STALE_UNSTARTED_S = 60.0  # a lock whose benchmark row never appeared (a crash between the two writes)
 POLL_S = 0.2

@@ -14,13 +14,13 @@ import math
 from pydantic import BaseModel, Field
 
 from worldtune.policies.fleet_sim import simulate_day
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.estimate import Estimate, list_plans
-from worldtune.tools.fleet import Autoscaler, Fleet, FleetDay
-from worldtune.tools.goal import Goal
-from worldtune.tools.gpus import get_gpu
 from worldtune.tools.offers import cheapest_fitting_offer
-from worldtune.tools.traffic import Traffic
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.fleet import Autoscaler, Fleet, FleetDay
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.traffic import Traffic
 
 NODE_SIZES = (1, 2, 4, 8)
 PLANS_PER_SIZE = 2  # the cheapest-per-clip plans of each node size, plus the fastest
@@ -225,7 +225,7 @@ def _first_pass(
 def _pessimistic(fleet: Fleet, goal: Goal, profile_path: str | None) -> Fleet:
     """The fleet at the model's 95th-percentile latency (its prior uncertainty), service scaled alike."""
     from worldtune.tools.estimate import estimate_plan, resolve_profile
-    from worldtune.tools.plan import Plan
+    from worldtune.tools.words.plan import Plan
 
     est = estimate_plan(goal.workload, fleet.gpu, Plan.parse(fleet.plan), resolve_profile(fleet.gpu, profile_path))
     scale = est.latency_range_s[1] / est.latency_s if est.latency_range_s and est.latency_s else 1.0

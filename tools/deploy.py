@@ -31,16 +31,16 @@ import time
 from typing import Any
 
 from worldtune.tools.deploy_checks import check_deploy_inputs
-from worldtune.tools.deployment import Backend, Deployment, Progress, new_deployment_id
-from worldtune.tools.errors import InvalidInput, WorldtuneError
-from worldtune.tools.infra import Infra
-from worldtune.tools.offer import Offer
 from worldtune.tools.offers import cheapest_fitting_offer
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
 from worldtune.tools.profile_paths import allowed_profile_path
 from worldtune.tools.spend import SpendQuote, check_commitment, node_gpus, quote
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Backend, Deployment, Progress, new_deployment_id
+from worldtune.tools.words.errors import InvalidInput, WorldtuneError
+from worldtune.tools.words.infra import Infra
+from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
 
 SKY_BACKEND = ("worldtune.sky.backend", "SkyPilotBackend")
 K8S_BACKEND = ("worldtune.sky.kubernetes", "KubernetesBackend")

@@ -21,16 +21,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worldtune.tools.deployment import ENGINES
-from worldtune.tools.errors import InvalidInput, one_of
 from worldtune.tools.estimate import estimate_plan, resolve_profile
-from worldtune.tools.gpus import GpuSpec, get_gpu
-from worldtune.tools.infra import FORMS, Infra
-from worldtune.tools.models import ModelSpec, get_model
-from worldtune.tools.offer import CAPACITIES
-from worldtune.tools.plan import Plan
 from worldtune.tools.spend import finite
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.deployment import ENGINES
+from worldtune.tools.words.errors import InvalidInput, one_of
+from worldtune.tools.words.gpus import GpuSpec, get_gpu
+from worldtune.tools.words.infra import FORMS, Infra
+from worldtune.tools.words.models import ModelSpec, get_model
+from worldtune.tools.words.offer import CAPACITIES
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 TIME_SCALE = "a positive number (sleeps are divided by it)"
 

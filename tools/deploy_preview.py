@@ -20,16 +20,16 @@ from worldtune.sky.k8s_manifests import K8sOptions
 from worldtune.sky.preview import DeployPreview, preview_deploy
 from worldtune.sky.replicas import RenderOptions
 from worldtune.tools.deploy_checks import check_deploy_inputs
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.estimate import estimate_plan, resolve_profile
-from worldtune.tools.infra import Infra
-from worldtune.tools.models import get_model
-from worldtune.tools.offer import Offer
 from worldtune.tools.offers import cheapest_fitting_offer
-from worldtune.tools.plan import Plan
 from worldtune.tools.spend import nodes_at_most, rented_offer
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.infra import Infra
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 __all__ = [
     "DeployPreview",

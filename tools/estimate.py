@@ -8,15 +8,15 @@ from __future__ import annotations
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import shipped_profile
 from worldtune.policies.uncertainty import uncertainty
-from worldtune.tools import plan_rules
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.gpus import get_gpu
 from worldtune.tools.offers import cheapest_fitting_offer
-from worldtune.tools.plan import Plan
-from worldtune.tools.prediction import Breakdown, Estimate, PlanCheck
-from worldtune.tools.profile import Profile
 from worldtune.tools.profile_paths import load_profile
-from worldtune.tools.workload import Workload, anchor_workload
+from worldtune.tools.words import plan_rules
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.prediction import Breakdown, Estimate, PlanCheck
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import Workload, anchor_workload
 
 __all__ = [
     "Breakdown",

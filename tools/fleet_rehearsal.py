@@ -18,12 +18,12 @@ from pydantic import BaseModel, Field
 from worldtune.policies.fleet_sim import simulate_day
 from worldtune.tools.benchmark import BenchmarkSpec, new_benchmark_id, run_benchmark
 from worldtune.tools.deploy import deploy, teardown
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.fleet import Autoscaler, Fleet
-from worldtune.tools.plan import Plan
 from worldtune.tools.store import Store
-from worldtune.tools.traffic import Traffic
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.fleet import Autoscaler, Fleet
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.traffic import Traffic
+from worldtune.tools.words.workload import Workload
 
 
 class FleetRehearsal(BaseModel):

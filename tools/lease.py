@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from worldtune.tools import benchmark_lock
-from worldtune.tools.deployment import Backend, Deployment
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Backend, Deployment
+from worldtune.tools.words.errors import InvalidInput
 
 SWEEP_ENV = "WORLDTUNE_LEASE_SWEEP_S"
 DEFAULT_SWEEP_S = 30.0

@@ -24,20 +24,20 @@ from typing import Any
 
 from worldtune.policies import perf_model
 from worldtune.tools import owners
-from worldtune.tools.deployment import (
+from worldtune.tools.estimate import resolve_profile
+from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import (
     BenchmarksFromHere,
     Deployment,
     Progress,
     replan_target,
     replanned,
 )
-from worldtune.tools.errors import InvalidInput, WorldtuneError
-from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.store import Store
-from worldtune.tools.vllm_omni import PINNED
+from worldtune.tools.words.errors import InvalidInput, WorldtuneError
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.vllm_omni import PINNED
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0

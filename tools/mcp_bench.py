@@ -16,7 +16,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
 from worldtune.tools.benchmark import BenchmarkStatus
-from worldtune.tools.errors import describe
 from worldtune.tools.mcp_common import (
     READ_ONLY,
     STARTS,
@@ -37,6 +36,7 @@ from worldtune.tools.mcp_common import (
     add_tools,
     refusals,
 )
+from worldtune.tools.words.errors import describe
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_session import Session

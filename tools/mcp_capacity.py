@@ -10,13 +10,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from worldtune.tools import capacity
 from worldtune.tools.capacity import DEFAULT_PREEMPTIONS_PER_NODE_HOUR, CapacityPlan
-from worldtune.tools.errors import InvalidInput, describe
-from worldtune.tools.fleet import Fleet
 from worldtune.tools.fleet_rehearsal import FleetRehearsal
-from worldtune.tools.goal import Goal
 from worldtune.tools.mcp_common import READ_ONLY, STARTS, ModelArg, ToolSpec, add_tools, allowed_profile, refusals
-from worldtune.tools.traffic import Shape, Traffic, read_trace
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.errors import InvalidInput, describe
+from worldtune.tools.words.fleet import Fleet
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.traffic import Shape, Traffic, read_trace
+from worldtune.tools.words.workload import anchor_workload
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -128,5 +128,5 @@ TOOLS: tuple[ToolSpec, ...] = (
 
 def register(server: MCPServer, session: Session) -> None:
     """Add plan_capacity and rehearse_fleet to `server`; a trace or profile file is checked against `session`'s
-    client (tools/traffic.py, tools/profile_paths.py)."""
+    client (tools/words/traffic.py, tools/profile_paths.py)."""
     add_tools(server, session, TOOLS)

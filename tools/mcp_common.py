@@ -23,9 +23,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field, ValidationError
 
-from worldtune.tools.deployment import Progress
-from worldtune.tools.errors import WorldtuneError
-from worldtune.tools.workload import SUPPORTED_FPS, SUPPORTED_SIZES
+from worldtune.tools.words.deployment import Progress
+from worldtune.tools.words.errors import WorldtuneError
+from worldtune.tools.words.workload import SUPPORTED_FPS, SUPPORTED_SIZES
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_session import Session

@@ -14,7 +14,6 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from worldtune.tools.deployment import Deployment, Progress
 from worldtune.tools.mcp_common import (
     DESTROYS,
     READ_ONLY,
@@ -36,6 +35,7 @@ from worldtune.tools.mcp_common import (
     while_caller_waits,
 )
 from worldtune.tools.spend import SpendQuote
+from worldtune.tools.words.deployment import Deployment, Progress
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_session import Session

@@ -8,7 +8,7 @@ from mcp.server import MCPServer
 from pydantic import BaseModel, Field
 
 from worldtune.tools.mcp_common import READ_ONLY, CapacityArg, ToolSpec, add_tools, refusals
-from worldtune.tools.offer import Offer
+from worldtune.tools.words.offer import Offer
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_session import Session

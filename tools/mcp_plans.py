@@ -42,9 +42,9 @@ def validate_plan(
     breaks with the values, and `alternative` names a nearby plan that is valid.
     """
     from worldtune.tools.estimate import check_plan, resolve_profile
-    from worldtune.tools.gpus import get_gpu
-    from worldtune.tools.plan import Plan
-    from worldtune.tools.workload import anchor_workload
+    from worldtune.tools.words.gpus import get_gpu
+    from worldtune.tools.words.plan import Plan
+    from worldtune.tools.words.workload import anchor_workload
 
     with refusals():
         spec = get_gpu(gpu)

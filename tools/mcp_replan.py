@@ -9,9 +9,9 @@ from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from worldtune.tools.deployment import Deployment, Progress
 from worldtune.tools.mcp_common import ConfirmArg, HoursArg, ToolSpec, add_tools, in_thread_with_progress, refusals
 from worldtune.tools.replan import ReplanCheck
+from worldtune.tools.words.deployment import Deployment, Progress
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_session import Session

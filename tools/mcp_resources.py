@@ -13,7 +13,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from pydantic import Field
 
-from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.words.errors import WorldtuneError
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_session import Session
@@ -25,7 +25,7 @@ def register_resources(mcp: MCPServer, session: Session) -> None:
     @mcp.resource("worldtune://workload/anchor", mime_type="application/json")
     def anchor() -> str:
         """The anchor workload: what estimates and benchmarks use unless told otherwise (REFERENCE.md section 4)."""
-        from worldtune.tools.workload import anchor_workload
+        from worldtune.tools.words.workload import anchor_workload
 
         return anchor_workload().model_dump_json(indent=2)
 

@@ -30,7 +30,7 @@ from worldtune.tools.mcp_session import Session
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
-    from worldtune.tools.tuning import Tuner
+    from worldtune.tools.words.tuning import Tuner
 
 log = logging.getLogger("worldtune.mcp")
 
@@ -203,7 +203,7 @@ def build_server(
     only), or "cli" (the agent's in-process server, whose caller already checked its paths).
     """
     if origin not in ("cli", "mcp-local", "mcp-http"):  # profile_paths.ORIGINS, without its import at start-up
-        from worldtune.tools.errors import InvalidInput
+        from worldtune.tools.words.errors import InvalidInput
 
         raise InvalidInput("origin", origin, "one of cli, mcp-local, mcp-http")
     session = Session(db_path, tuner, origin)

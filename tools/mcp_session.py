@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from mcp.server.mcpserver.exceptions import ToolError
 
 if TYPE_CHECKING:
-    from worldtune.tools.deployment import Deployment
     from worldtune.tools.store import Store
-    from worldtune.tools.tuning import Tuner
+    from worldtune.tools.words.deployment import Deployment
+    from worldtune.tools.words.tuning import Tuner
 
 
 class Session:

@@ -26,11 +26,11 @@ from worldtune.tools.mcp_common import (
     allowed_profile,
     refusals,
 )
-from worldtune.tools.tuning import SpendEstimate
+from worldtune.tools.words.tuning import SpendEstimate
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp_session import Session
-    from worldtune.tools.tuning import Tuner
+    from worldtune.tools.words.tuning import Tuner
 
 
 class TuningStatus(BaseModel):
@@ -108,8 +108,8 @@ def start_tuning(
     """
     from worldtune.tools import tuning_jobs
     from worldtune.tools.spend import needs_confirmation
-    from worldtune.tools.traffic import goal_traces
-    from worldtune.tools.tuning import TuningRequest
+    from worldtune.tools.words.traffic import goal_traces
+    from worldtune.tools.words.tuning import TuningRequest
 
     # the tuner checks the budget (this argument, or the goal text's) and the infra against the guardrails
     with refusals():

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from worldtune.tools.errors import InvalidInput, one_of
-from worldtune.tools.gpus import GPUS, get_gpu
-from worldtune.tools.offer import CAPACITIES, Offer
+from worldtune.tools.words.errors import InvalidInput, one_of
+from worldtune.tools.words.gpus import GPUS, get_gpu
+from worldtune.tools.words.offer import CAPACITIES, Offer
 
 SNAPSHOT_FILE = Path(__file__).parent / "data" / "offers-snapshot.json"
 CATALOG_CLOUDS = ("nebius", "aws", "lambda", "gcp", "runpod", "primeintellect", "shadeform", "vast", "oci")

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from worldtune.tools.prediction import Estimate
+from worldtune.tools.words.prediction import Estimate
 
 SortKey = Literal["latency", "cost", "throughput"]
 
@@ -56,9 +56,9 @@ def plan_frontier(
     with the Pareto frontier of those meeting them and the cheapest per clip (refused plans: one per rule)."""
     from worldtune.policies.pareto import goal_violations, pareto_frontier
     from worldtune.tools.estimate import list_plans as all_plans
-    from worldtune.tools.goal import Goal
-    from worldtune.tools.gpus import get_gpu
-    from worldtune.tools.workload import anchor_workload
+    from worldtune.tools.words.goal import Goal
+    from worldtune.tools.words.gpus import get_gpu
+    from worldtune.tools.words.workload import anchor_workload
 
     spec = get_gpu(gpu)
     workload = anchor_workload(model) if steps is None else anchor_workload(model, steps=steps)

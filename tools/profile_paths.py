@@ -9,7 +9,7 @@ A profile argument is a path the server opens, so who asks matters (`origin`):
 
 The user's folder is $WORLDTUNE_PROFILE_DIR, else $XDG_CONFIG_HOME/worldtune/profiles
 (~/.config/worldtune/profiles). Over-long paths, /proc, /sys and /dev files, folders, devices and pipes
-are refused for every origin, and no refusal ever quotes a file's contents (tools/profile.py).
+are refused for every origin, and no refusal ever quotes a file's contents (tools/words/profile.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import stat
 from pathlib import Path
 from typing import Literal, get_args
 
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.profile import Profile
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.profile import Profile
 
 Origin = Literal["cli", "mcp-local", "mcp-http"]
 ORIGINS: tuple[str, ...] = get_args(Origin)

@@ -23,12 +23,12 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.policies import perf_model
-from worldtune.tools.deployment import Backend, Deployment, Progress, node_gpu_count, replan_target
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.estimate import estimate_plan, resolve_profile
-from worldtune.tools.models import get_model
 from worldtune.tools.store import Store
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.deployment import Backend, Deployment, Progress, node_gpu_count, replan_target
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.workload import anchor_workload
 
 
 class ReplanCheck(BaseModel):

@@ -13,10 +13,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from worldtune.policies.pareto import Direction, pareto_frontier
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.offer import Offer
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.offer import Offer
 
 DIRECTIONS: dict[str, Direction] = {"latency_s": "min", "usd_per_clip": "min", "clips_per_hour_per_node": "max"}
 # The report's plots: (x, y) of every candidate; each has its frontier.

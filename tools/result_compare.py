@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from worldtune.tools.deployment import Deployment
+from worldtune.tools.words.deployment import Deployment
 
 
 class ResultSummary(BaseModel):

@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from worldtune.tools.result import (
+from worldtune.tools.words.result import (
     AffineFit,
     BenchmarkResult,
     LevelResult,
     fit_affine,
     summarize,
 )
-from worldtune.tools.sample import Sample
+from worldtune.tools.words.sample import Sample
 
 
 def _percentile(values: list[float], q: float) -> float:

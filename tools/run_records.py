@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from worldtune.tools.errors import InvalidInput, describe
-from worldtune.tools.goal import Goal
 from worldtune.tools.store import Store
+from worldtune.tools.words.errors import InvalidInput, describe
+from worldtune.tools.words.goal import Goal
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 RunMark = Literal["waiting_for_approval", "running", "completed", "interrupted", "failed"]

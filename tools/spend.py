@@ -16,11 +16,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from worldtune.tools.deployment import ALIVE_STATES, Deployment
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.infra import Infra
-from worldtune.tools.offer import CAPACITIES, Offer
-from worldtune.tools.plan import Plan
+from worldtune.tools.words.deployment import ALIVE_STATES, Deployment
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.infra import Infra
+from worldtune.tools.words.offer import CAPACITIES, Offer
+from worldtune.tools.words.plan import Plan
 
 GUARDRAILS_FILE = Path(__file__).resolve().parent.parent / "policies" / "guardrails.yaml"
 GUARDRAILS_ENV = "WORLDTUNE_GUARDRAILS"
@@ -194,8 +194,8 @@ def quote(
     """
     from worldtune.policies.perf_model import load_time_s
     from worldtune.tools.estimate import resolve_profile
-    from worldtune.tools.gpus import get_gpu
-    from worldtune.tools.models import get_model
+    from worldtune.tools.words.gpus import get_gpu
+    from worldtune.tools.words.models import get_model
 
     where = Infra.parse(infra)
     if capacity not in CAPACITIES:

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from worldtune.tools import owners
-from worldtune.tools.sample import Sample
 from worldtune.tools.store_schema import Database, decode_row
+from worldtune.tools.words.sample import Sample
 
 
 class BenchmarkRecords(Database):

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from worldtune.tools.deployment import ALIVE_STATES, Deployment
 from worldtune.tools.store_runs import RunRecords
+from worldtune.tools.words.deployment import ALIVE_STATES, Deployment
 
 
 class DeploymentRecords(RunRecords):

@@ -2,7 +2,7 @@
 
 The capability keeps the run's record in the results database (opened before the run starts, so get_tuning
 finds it at once; failed when the run dies of an error; read back for its status) and asks the Tuner it is
-given (tools/tuning.py; the agent's AgentTuner) to prepare and run it. The run's own graph writes the rest of
+given (tools/words/tuning.py; the agent's AgentTuner) to prepare and run it. The run's own graph writes the rest of
 its record through the MCP tools record_run and mark_run (tools/run_records.py).
 
 Ownership (tools/owners.py): the process that records a run owns and heartbeats it while a thread of it drives
@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from worldtune.tools import owners
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.store import Store
-from worldtune.tools.tuning import Failed, Tuner, TuningRequest
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.tuning import Failed, Tuner, TuningRequest
 
 
 def failure_recorder(store: Store, run_id: str) -> Failed:

@@ -27,9 +27,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.plan import Plan
 from worldtune.tools.twin_api import TIME_SCALE_HEADER, create_app
 from worldtune.tools.twin_engine import (
     WATCHDOG_S,
@@ -41,7 +39,9 @@ from worldtune.tools.twin_engine import (
 )
 from worldtune.tools.twin_form import ApiError, parse_request
 from worldtune.tools.video import make_mp4
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 __all__ = [
     "TIME_SCALE_HEADER",

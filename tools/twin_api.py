@@ -28,9 +28,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worldtune.tools.bench_spec import DONE_AT_HEADER
-from worldtune.tools.bench_spec import TIME_SCALE_HEADER as TIME_SCALE_HEADER  # re-exported (tools/twin.py)
-from worldtune.tools.profile import Profile
 from worldtune.tools.twin_engine import (
     ENGINE_DEAD_MESSAGE,
     EngineDead,
@@ -50,6 +47,9 @@ from worldtune.tools.twin_form import (
     parse_request,
     resolve,
 )
+from worldtune.tools.words.bench_spec import DONE_AT_HEADER
+from worldtune.tools.words.bench_spec import TIME_SCALE_HEADER as TIME_SCALE_HEADER  # re-exported (tools/twin.py)
+from worldtune.tools.words.profile import Profile
 
 
 @dataclass

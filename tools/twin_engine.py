@@ -31,15 +31,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.policies import perf_model
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.gpus import get_gpu
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
 from worldtune.tools.twin_clock import EngineClock
 from worldtune.tools.video import make_mp4, served_frames, served_size
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import Workload
 
 DEFAULT_SYNC_TIMEOUT_S = 600.0
 # A stand-in for the Cosmos guardrail's text blocklist: enough to exercise the 400 path.
@@ -228,7 +228,7 @@ class TwinEngine:
     def workload_for(self, request: TwinRequest | None) -> Workload:
         """The performance model's view of a request (any size vLLM-Omni accepts, so no Workload validation)."""
         if request is None:
-            from worldtune.tools.workload import anchor_workload
+            from worldtune.tools.words.workload import anchor_workload
 
             return anchor_workload(self.spec.key)
         width, height = served_size(request.width, request.height)

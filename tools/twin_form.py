@@ -25,8 +25,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 from starlette.responses import JSONResponse
 
-from worldtune.tools.models import ModelSpec
 from worldtune.tools.twin_engine import TwinRequest
+from worldtune.tools.words.models import ModelSpec
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 QUALITY_LEVELS = ("lossless", "high")  # vllm_omni/inputs/data.py DIFFUSION_QUALITY_LEVELS

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.words.errors import InvalidInput
 
 MAX_SIDE = 4096
 # vLLM-Omni 0.30's Cosmos 3 pipeline (diffusion/models/cosmos3/pipeline_cosmos3.py): the causal VAE compresses

@@ -19,7 +19,7 @@ from rich.table import Table
 from typer.core import TyperOption
 
 from worldtune import __version__
-from worldtune.tools.errors import WorldtuneError, describe
+from worldtune.tools.words.errors import WorldtuneError, describe
 
 app = typer.Typer(
     name="worldtune",
@@ -87,7 +87,7 @@ def fail(message: str | BaseException, as_json: bool = False, extra: dict[str, A
 
 def need_extra(what: str, module: str, extra: str, as_json: bool = False) -> None:
     """Exit 2 naming the extra to install when `module` is missing; called before a command starts anything."""
-    from worldtune.tools.errors import MissingExtra, require_extra
+    from worldtune.tools.words.errors import MissingExtra, require_extra
 
     try:
         require_extra(what, module, extra)

@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from worldtune.cli import console, emit_json, err_console, fail, finite_json
-from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.words.errors import WorldtuneError
 
 DbOpt = Annotated[str | None, typer.Option("--db", help="results database (default: $WORLDTUNE_DB or ~/.local/share)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
@@ -96,10 +96,10 @@ def twin(
 
 def _check_twin_plan(engine: Any, plan: str) -> None:
     """A twin stands in for vLLM-Omni, so it refuses the plans vLLM-Omni refuses (tp3: 3 does not divide 8 KV heads)."""
-    from worldtune.tools.errors import InvalidInput
     from worldtune.tools.estimate import check_plan
-    from worldtune.tools.plan import Plan
-    from worldtune.tools.workload import anchor_workload
+    from worldtune.tools.words.errors import InvalidInput
+    from worldtune.tools.words.plan import Plan
+    from worldtune.tools.words.workload import anchor_workload
 
     verdict = check_plan(anchor_workload(engine.spec.key), engine.profile.gpu, Plan.parse(plan), engine.profile)
     # vLLM-Omni refuses bad parallel flags at start, but a plan too big for the GPU passes them and runs out
@@ -110,7 +110,7 @@ def _check_twin_plan(engine: Any, plan: str) -> None:
 
 def _check_ports(port: int, count: int) -> None:
     """Every replica's port (port + i) must be a TCP port; 0 lets the system pick one for a single replica."""
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.words.errors import InvalidInput
 
     if count == 1 and port == 0:
         return
@@ -121,7 +121,7 @@ def _check_ports(port: int, count: int) -> None:
 
 
 def _csv_ints(text: str, field: str) -> list[int]:
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.words.errors import InvalidInput
 
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -169,7 +169,7 @@ def bench(
     from worldtune.cli_bench_spec import only_endpoints_with_spec, spec_from_json
     from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
     from worldtune.tools.store import Store
-    from worldtune.tools.workload import anchor_workload
+    from worldtune.tools.words.workload import anchor_workload
 
     try:
         if spec_json is not None:

@@ -13,7 +13,7 @@ SPEC_COMPANIONS = {"endpoint", "spec_json", "db", "as_json", "wait"}  # what may
 
 def only_endpoints_with_spec(ctx: typer.Context) -> None:
     """--spec-json carries the whole request: a workload or load option beside it would be silently lost."""
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.words.errors import InvalidInput
 
     given = sorted(
         name for name in ctx.params
@@ -28,7 +28,7 @@ def spec_from_json(text: str, endpoints: list[str]) -> Any:
     from pydantic import ValidationError
 
     from worldtune.tools.benchmark import BenchmarkSpec
-    from worldtune.tools.errors import InvalidInput, describe
+    from worldtune.tools.words.errors import InvalidInput, describe
 
     try:
         spec = BenchmarkSpec.model_validate_json(text)

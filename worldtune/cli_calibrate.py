@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from worldtune.cli import console, emit_json, err_console, fail
-from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.words.errors import WorldtuneError
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "sky" / "templates" / "calibrate.yaml"
 RAW_BEGIN = "WORLDTUNE-CALIBRATE-RAW-BEGIN"
@@ -55,7 +55,7 @@ def template_path() -> Path:
 
 def render_text(gpu: str, count: int, infra: str) -> str:
     """The SkyPilot task YAML (the template filled in) that runs the micro-benchmarks on COUNT GPUs of one node."""
-    from worldtune.tools.gpus import get_gpu
+    from worldtune.tools.words.gpus import get_gpu
 
     spec = get_gpu(gpu)
     return string.Template(template_path().read_text()).substitute(
@@ -85,7 +85,7 @@ def validate_task(task: dict[str, Any]) -> None:
     import copy
 
     from worldtune.sky.home import chosen_home, import_skypilot
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.words.errors import InvalidInput
 
     sky = import_skypilot(chosen_home(dry_run=True), "worldtune calibrate --infra (validating the task)")
     from sky import exceptions
@@ -98,7 +98,7 @@ def validate_task(task: dict[str, Any]) -> None:
 
 def extract_raw(log_text: str) -> str:
     """The raw JSON the task printed between its markers (from `sky logs CLUSTER > log`)."""
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.words.errors import InvalidInput
 
     # SkyPilot prefixes each job-log line with "(task-name, pid=N) ": drop it
     lines = [
@@ -126,7 +126,7 @@ def raw_from_file(path: Path) -> Path:
 def run_microbench(raw_out: Path, world: int | None, tiny: bool, device: str, mechanisms: bool = False) -> None:
     """Run the micro-benchmarks in a child process (it spawns one process per GPU)."""
     if importlib.util.find_spec("torch") is None:
-        from worldtune.tools.errors import InvalidInput
+        from worldtune.tools.words.errors import InvalidInput
 
         raise InvalidInput(
             "torch",
@@ -147,7 +147,7 @@ def run_microbench(raw_out: Path, world: int | None, tiny: bool, device: str, me
     # progress goes to stderr: stdout carries only the result (--json promises that)
     done = subprocess.run(argv, env=env, check=False, stdout=sys.stderr)
     if done.returncode != 0:
-        from worldtune.tools.errors import InvalidInput
+        from worldtune.tools.words.errors import InvalidInput
 
         raise InvalidInput("microbench", f"exit status {done.returncode}", "a completed run", " ".join(argv))
 
@@ -177,8 +177,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
     ) -> None:
         """Measure a Profile for a GPU type from micro-benchmarks of the generator's operations (no model download)."""
-        from worldtune.tools.errors import InvalidInput
-        from worldtune.tools.gpus import get_gpu
+        from worldtune.tools.words.errors import InvalidInput
+        from worldtune.tools.words.gpus import get_gpu
 
         try:
             spec = get_gpu(gpu)
@@ -199,7 +199,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _render(gpu: str, count: int, infra: str, dry_run: bool, out: str | None, as_json: bool) -> None:
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.words.errors import InvalidInput
 
     if count < 1 or count > 8:
         raise InvalidInput("gpus", count, "1 to 8 GPUs of one node")

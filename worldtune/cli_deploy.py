@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from worldtune.cli import console, emit_json, err_console, fail
-from worldtune.tools.errors import WorldtuneError, require_extra
+from worldtune.tools.words.errors import WorldtuneError, require_extra
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 DbOpt = Annotated[str | None, typer.Option("--db", help="results database (default: $WORLDTUNE_DB or ~/.local/share)")]
@@ -138,7 +138,7 @@ def _launch(
 def _backend(infra: str, store: Any, k8s: Any, options: Any) -> Any:
     """The deploy capability's backend for `infra`, rendering with this command's options."""
     from worldtune.tools.deploy import backend_for
-    from worldtune.tools.infra import Infra
+    from worldtune.tools.words.infra import Infra
 
     kind = Infra.parse(infra).kind
     return backend_for(infra, store, k8s if kind == "kubernetes" else None if kind == "local" else options)

@@ -71,7 +71,7 @@ def serve(
     db: str | None = None,
 ) -> None:
     """Run the MCP server until the client disconnects (stdio) or the process is stopped (HTTP)."""
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.words.errors import InvalidInput
 
     if transport == "http" and not is_loopback(host) and not token:
         raise InvalidInput(
@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve worldtune's tools to MCP clients: IDE assistants (stdio) or remote clients (HTTP)."""
         from worldtune.cli import fail
-        from worldtune.tools.errors import WorldtuneError
+        from worldtune.tools.words.errors import WorldtuneError
 
         if transport not in ("stdio", "http"):
             raise fail(f"transport={transport!r} is not valid: expected one of stdio, http")

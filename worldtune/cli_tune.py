@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from worldtune.cli import emit_json, err_console, fail, need_extra
-from worldtune.tools.errors import WorldtuneError
+from worldtune.tools.words.errors import WorldtuneError
 
 EXIT_NOT_DONE = 3  # waiting for approval, or stopped without a verified recommendation
 EXIT_STOPPED = 130  # stopped by a signal other than a numbered one (128 + signal number otherwise)

@@ -3,7 +3,7 @@ come from.
 
 Every file here but model_sizes.py and step_compare.py runs on a GPU node with PyTorch and the standard library
 only (no worldtune: a bare node may have only torch). The sizes they run at are not written in them; they are
-the model's (policies/perf_model.py, tools/models.py, tools/workload.py, tools/plan.py), computed by
+the model's (policies/perf_model.py, tools/words/models.py, tools/words/workload.py, tools/words/plan.py), computed by
 model_sizes.py: imported where worldtune is installed, or handed to a bare node as the JSON file it writes.
 
 | file | runs | holds |
@@ -16,7 +16,7 @@ model_sizes.py: imported where worldtune is installed, or handed to a bare node 
 | mech_fp8.py | GPU node | FP8 GEMM against BF16, activation quantisation |
 | vae_standin.py | GPU node | a Wan-style causal VAE decoder (random weights), vLLM-Omni's patch halo |
 | generator_step.py | GPU node | one denoising step under a plan: the run (benchmarks/generator_step.py drives it) |
-| step_plan.py | GPU node | the step's plan (degrees from tools/plan.py), rank layout, weights and their slices |
+| step_plan.py | GPU node | the step's plan (degrees from tools/words/plan.py), rank layout, weights and their slices |
 | step_runner.py | GPU node | one rank's step: layers, collectives, HSDP prefetch, its communication log |
 | devkit.py | GPU node | torch on demand, timing, hardware record, NCCL env, raw-file writer, sizes resolution |
 | shapes.py | GPU node | the sizes file's device side: layer shape, collective cases, bus bytes, plans |

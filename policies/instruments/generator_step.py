@@ -2,7 +2,7 @@
 
 Runs on a GPU node: PyTorch and the standard library, one process a GPU over NCCL with NVLink multicast off (gloo
 on the CPU), timed with CUDA events after warm-up; benchmarks/generator_step.py is its command line. The shapes
-are the model's (the sizes: imported where worldtune is installed, else `--sizes FILE`), the plans tools/plan.py's
+are the model's (the sizes: imported where worldtune is installed, else `--sizes FILE`), the plans tools/words/plan.py's
 (step_plan.py); step_runner.py is one rank's step. Per-step times are measured with L layers and reported scaled
 to the model's (a step is L identical layers plus a few small per-step operations). With `check`, every plan's
 guided prediction is compared with a one-process reference computed from the same seeds.

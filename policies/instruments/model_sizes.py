@@ -1,9 +1,9 @@
 """The instruments' sizes, computed from the model: the local side of the sizes file (runs here, needs worldtune).
 
 Every number the instruments run at is read from the model's own definitions: the generator's TowerShape and
-its weight count (tools/models.py), the anchor workload's token counts (tools/workload.py), the per-layer
+its weight count (tools/words/models.py), the anchor workload's token counts (tools/words/workload.py), the per-layer
 message sizes of Ulysses, TP, HSDP and CFG and the bus-byte rule (policies/perf_model.py), the VAE latent and
-its tiled-decode tiles (perf_model.vae_latent, vae_tile_shapes), and the plans' degrees (tools/plan.py's
+its tiled-decode tiles (perf_model.vae_latent, vae_tile_shapes), and the plans' degrees (tools/words/plan.py's
 Plan.parse). The instruments import this module where worldtune is installed; for a bare GPU node it writes
 the same numbers as JSON, which the instruments take with `--sizes FILE`:
 
@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.policies import perf_model
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.models import TowerShape, get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.models import TowerShape, get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 from .shapes import SIZES_FORMAT, SP_DEGREES, VARIANTS
 
@@ -105,7 +105,7 @@ def variant(name: str, model: str = "cosmos3-super") -> dict[str, Any]:
 
 
 def step_plan(text: str) -> dict[str, Any]:
-    """A plan parsed by tools/plan.py, as the generator step runs it: its name, world and degrees; the tokens a
+    """A plan parsed by tools/words/plan.py, as the generator step runs it: its name, world and degrees; the tokens a
     step has no part of (ring, VAE patch, FP8, an attention backend, replicas) are refused."""
     try:
         plan = Plan.parse(text)
@@ -133,7 +133,7 @@ def document(
         parsed[text.strip().lower()] = parsed[degrees["name"]] = degrees
     return {
         "format": SIZES_FORMAT,
-        "source": f"worldtune's model of {model} (tools/models.py, tools/workload.py, policies/perf_model.py)",
+        "source": f"worldtune's model of {model} (tools/words/models.py, workload.py, policies/perf_model.py)",
         "variants": {name: variant(name, model) for name in variants},
         "bus_factors": {c: {str(w): perf_model.bus_bytes(c, 1.0, w) for w in range(1, MAX_RANKS + 1)}
                         for c in COLLECTIVES},

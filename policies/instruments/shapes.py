@@ -3,8 +3,8 @@
 Runs on a GPU node: the standard library only (no torch, no worldtune). No size is written here. The
 generator's layer shape and weight count, the workload's token counts, each parallel scheme's per-layer
 message sizes, the bus-byte rule, the VAE latent and its tiles, and the plans' degrees all come from the
-model (tools/models.py, tools/workload.py, tools/plan.py, policies/perf_model.py) through model_sizes.py,
-beside this file. Where worldtune is installed the instruments import it; on a bare GPU node they read the
+model (tools/words/models.py, workload.py, plan.py, policies/perf_model.py) through model_sizes.py, beside
+this file. Where worldtune is installed the instruments import it; on a bare GPU node they read the
 JSON file it writes (`--sizes FILE`).
 """
 
@@ -77,7 +77,7 @@ class Sizes:
     vae_tiles: tuple[tuple[int, int], ...]  # height x width of every tile of the latent
     cases: tuple[CollectiveCase, ...]  # each scheme's per-layer message sizes
     bus_factors: Mapping[str, Mapping[int, float]]  # collective -> ranks -> bus bytes per buffer byte
-    plans: Mapping[str, Mapping[str, Any]]  # plan text -> degrees, parsed by tools/plan.py (generator step)
+    plans: Mapping[str, Mapping[str, Any]]  # plan text -> degrees, parsed by tools/words/plan.py (generator step)
 
     @property
     def keys(self) -> int:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.policies import gpu_calibration, perf_model
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 from .generator_step import RAW_FORMAT, own_comm
 

@@ -1,7 +1,7 @@
 """The generator step's plan and weights: which ranks form which groups, and what each rank holds.
 
 Runs on a GPU node: PyTorch and the standard library (part of generator_step.py's run). A plan's degrees are
-tools/plan.py's: parsed by Plan.parse where worldtune is installed (through model_sizes.step_plan), else read
+tools/words/plan.py's: parsed by Plan.parse where worldtune is installed (through model_sizes.step_plan), else read
 from the sizes file, which carries the plans parsed there. What the step itself can run is checked here.
 Rank layout, as vLLM-Omni's: rank = (cfg_index x U + ulysses_index) x T + tp_index; HSDP shards over
 consecutive blocks of N ranks.
@@ -19,7 +19,7 @@ from .shapes import LayerShape, Sizes
 
 @dataclass(frozen=True)
 class StepPlan:
-    """The parallel degrees of one generator step; `world` ranks run it (tools/plan.py's world_size)."""
+    """The parallel degrees of one generator step; `world` ranks run it (tools/words/plan.py's world_size)."""
 
     name: str
     world: int = 1
@@ -50,7 +50,7 @@ class StepPlan:
 
 
 def _degrees(text: str, sizes: Sizes) -> dict[str, Any]:
-    """The plan's name, world and degrees: parsed by tools/plan.py here, else as the sizes file carries them."""
+    """The plan's name, world and degrees: parsed by tools/words/plan.py here, else as the sizes file carries them."""
     try:
         from .model_sizes import step_plan  # the local side: needs worldtune
     except ImportError:
@@ -65,7 +65,7 @@ def _degrees(text: str, sizes: Sizes) -> dict[str, Any]:
 
 
 def parse_plan(text: str, sizes: Sizes) -> StepPlan:
-    """A plan string as tools/plan.py parses it, checked against what the step runs and against the shapes."""
+    """A plan string as tools/words/plan.py parses it, checked against what the step runs and against the shapes."""
     plan = StepPlan(**_degrees(text, sizes))
     layer = sizes.layer
     problems = []

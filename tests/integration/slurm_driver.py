@@ -24,9 +24,9 @@ from typing import Any
 from worldtune.sky import catalog, home
 from worldtune.tools.benchmark import BenchmarkSpec, Here
 from worldtune.tools.deploy_preview import build_deployment, render_options
-from worldtune.tools.deployment import Deployment
 from worldtune.tools.offers import SNAPSHOT_FILE
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment
 
 
 def bench_spec(dep: Deployment, repeats: int) -> BenchmarkSpec:
@@ -59,7 +59,7 @@ def guard_check(dep: Deployment, db: Path) -> dict[str, Any]:
     import urllib.error
     import urllib.request
 
-    from worldtune.tools.deployment import stored_api_key
+    from worldtune.tools.words.deployment import stored_api_key
 
     key = stored_api_key(db, dep.id)
 

@@ -16,9 +16,9 @@ import pytest
 
 from worldtune.tools import deploy as deploying
 from worldtune.tools.benchmark import BenchmarkSpec, benchmark_deployment
-from worldtune.tools.deployment import Deployment, Progress
 from worldtune.tools.local_backend import LocalBackend, _alive
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment, Progress
 
 pytestmark = pytest.mark.integration
 

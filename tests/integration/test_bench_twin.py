@@ -20,9 +20,9 @@ import pytest
 from worldtune.policies import perf_model
 from worldtune.tools.benchmark import get_benchmark
 from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.plan import Plan
 from worldtune.tools.store import Store
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 pytestmark = pytest.mark.integration
 

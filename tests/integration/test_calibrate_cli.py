@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.profile import Profile
+from worldtune.tools.words.profile import Profile
 
 pytestmark = [
     pytest.mark.integration,

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.fleet import Autoscaler, Fleet
 from worldtune.tools.fleet_rehearsal import rehearse_fleet
 from worldtune.tools.store import Store
-from worldtune.tools.traffic import Traffic
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.fleet import Autoscaler, Fleet
+from worldtune.tools.words.traffic import Traffic
+from worldtune.tools.words.workload import anchor_workload
 
 pytestmark = pytest.mark.integration
 

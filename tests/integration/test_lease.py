@@ -22,9 +22,9 @@ from mcp_cases import TWIN, cleanup, ok
 
 from worldtune.tools import benchmark_lock, lease
 from worldtune.tools import deploy as deploying
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.local_backend import _alive
 from worldtune.tools.store import Store
+from worldtune.tools.words.errors import InvalidInput
 
 pytestmark = pytest.mark.integration
 WORLDTUNE = Path(sys.executable).parent / "worldtune"

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from worldtune.tools import deploy as deploying
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.local_backend import LocalBackend, _alive
 from worldtune.tools.store import Store
+from worldtune.tools.words.errors import InvalidInput
 
 pytestmark = pytest.mark.integration
 

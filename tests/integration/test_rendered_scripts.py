@@ -25,7 +25,7 @@ import pytest
 
 from worldtune.sky import render
 from worldtune.tools.deploy_preview import build_deployment, render_options
-from worldtune.tools.deployment import API_KEY_ENV
+from worldtune.tools.words.deployment import API_KEY_ENV
 
 pytestmark = pytest.mark.integration
 

@@ -16,11 +16,11 @@ from worldtune.agent.steps import measurement_of
 from worldtune.policies import search
 from worldtune.tools import deploy as deploying
 from worldtune.tools.benchmark import BenchmarkSpec, start_benchmark, wait_benchmark
-from worldtune.tools.goal import Goal
 from worldtune.tools.local_backend import _alive
 from worldtune.tools.offers import all_offers
 from worldtune.tools.store import Store
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.workload import anchor_workload
 
 pytestmark = pytest.mark.integration
 PLAN = "2xcfg2-u2-hsdp4"

@@ -15,8 +15,8 @@ from worldtune.agent.goal_parser import GoalQuestion
 from worldtune.agent.tuner import AgentTuner
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.store import Store
-from worldtune.tools.tuning import TuningRequest
 from worldtune.tools.tuning_jobs import start_tuning, tuning_status
+from worldtune.tools.words.tuning import TuningRequest
 
 pytestmark = pytest.mark.integration
 

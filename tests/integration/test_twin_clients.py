@@ -21,11 +21,11 @@ from worldtune.agent.steps import every_request_failed
 from worldtune.sky import render
 from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
 from worldtune.tools.deploy_preview import render_options
-from worldtune.tools.deployment import Deployment
 from worldtune.tools.estimate import resolve_profile
 from worldtune.tools.local_backend import DeploymentFailed, LocalBackend, free_port
 from worldtune.tools.store import Store
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.workload import anchor_workload
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from worldtune.tools.deployment import Records
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Records
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,12 +20,12 @@ from worldtune.policies.search import (
     recommendation,
     record,
 )
-from worldtune.tools import stats
-from worldtune.tools.goal import Goal
-from worldtune.tools.gpus import get_gpu
 from worldtune.tools.offers import all_offers
-from worldtune.tools.plan import Plan
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words import stats
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 
 def _goal(**changes: object) -> Goal:
@@ -137,9 +137,7 @@ def test_a_full_run_with_a_killed_engine_is_retried_then_rejected_not_verified()
     retry = decide(once).actions[0]
     assert retry.key == top.key and retry.redeploy and retry.needs_deploy and retry.kind == "full"
     twice = record(once, broken)
-    assert (
-        recommendation(twice) is None and top.key in twice.failed and "rejected 2 times" in twice.failures[top.key]
-    )
+    assert recommendation(twice) is None and top.key in twice.failed and "rejected 2 times" in twice.failures[top.key]
     assert all(a.key != top.key for a in decide(twice).actions)  # a failed candidate is never picked again
 
 
@@ -163,7 +161,7 @@ def test_statistics_module_matches_order_statistic_rules() -> None:
 
 def test_estimate_shows_predicted_uncertainty_and_marks_plans_resting_on_assumed_terms(tmp_path: Path) -> None:
     from worldtune.tools.estimate import estimate
-    from worldtune.tools.profile import ParamBasis
+    from worldtune.tools.words.profile import ParamBasis
 
     # FP8's linear speed-up has a measured basis in the shipped profile (issue 13); a profile that only assumes
     # it (as the shipped one did before) must mark FP8 plans as resting on that assumption

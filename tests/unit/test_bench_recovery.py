@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from worldtune.tools.benchmark import BenchmarkSpec, Here, benchmark_deployment
-from worldtune.tools.deployment import (
+from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import (
     MAX_RECOVERIES,
     Deployment,
     MeasureHere,
@@ -20,9 +21,8 @@ from worldtune.tools.deployment import (
     benchmark_from_here,
     benchmark_with_recovery,
 )
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.result import BenchmarkResult
-from worldtune.tools.store import Store
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.result import BenchmarkResult
 
 
 class FakePreemptingBackend:

@@ -11,9 +11,9 @@ import pytest
 
 from worldtune.tools.bench_runner import Runner, _error_kind
 from worldtune.tools.benchmark import BenchmarkSpec, get_benchmark
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.result import fit_affine
 from worldtune.tools.store import Store
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.result import fit_affine
 
 
 def spec(**changes: object) -> BenchmarkSpec:

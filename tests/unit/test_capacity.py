@@ -12,11 +12,11 @@ from mcp import Client
 
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.capacity import plan_capacity
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.goal import Goal
 from worldtune.tools.mcp_server import build_server
-from worldtune.tools.profile import Profile
-from worldtune.tools.traffic import Traffic
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.traffic import Traffic
 
 TRAFFIC = Traffic(shape="poisson", rate_per_hour=40, e2e_bound_s=600, e2e_percentile=95)
 
@@ -223,7 +223,7 @@ def test_the_report_draws_the_chosen_fleets_simulated_day(planned: Any, tmp_path
 
 def test_a_learned_profile_sets_the_fleets_service_times(planned: Any, tmp_path: Path) -> None:
     from worldtune.tools.estimate import estimate_plan
-    from worldtune.tools.plan import Plan
+    from worldtune.tools.words.plan import Plan
 
     slow = shipped_profile("H200").with_changes(attn_tflops=shipped_profile("H200").attn_tflops * 0.7)
     path = tmp_path / "H200-learned.yaml"

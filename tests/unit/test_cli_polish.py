@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from worldtune import __version__
-from worldtune.tools.errors import MissingExtra, describe, require_extra
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.errors import MissingExtra, describe, require_extra
+from worldtune.tools.words.workload import anchor_workload
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 
@@ -59,7 +59,7 @@ def test_twin_refuses_a_plan_vllm_omni_refuses() -> None:
 def test_install_hints_keep_their_brackets() -> None:
     # Rich must not read [calibrate] in a message as a style tag and drop it
     code = (
-        "from worldtune.cli import fail\nfrom worldtune.tools.errors import MissingExtra\n"
+        "from worldtune.cli import fail\nfrom worldtune.tools.words.errors import MissingExtra\n"
         "fail(MissingExtra('worldtune calibrate', 'torch', 'calibrate'))\nfail('use [bold] literally')"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -17,10 +17,10 @@ from mcp import Client
 from worldtune.tools import deploy as deploying
 from worldtune.tools import deploy_checks
 from worldtune.tools.deploy_preview import build_deployment
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.mcp_server import build_server
 from worldtune.tools.spend import quote
 from worldtune.tools.store import Store
+from worldtune.tools.words.errors import InvalidInput
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 BASE = {"gpu": "H200", "plan": "cfg2-u4-hsdp8", "model": "cosmos3-super", "engine": "twin", "capacity": "on-demand"}
@@ -131,7 +131,7 @@ def test_local_twins_rehearse_any_capacity_the_search_may_choose(tmp_path: Path)
     """The agent rehearses a serverless or spot offer on local twins (priced as the offer, run as twins), so the
     checks take every capacity there; what each infra takes is Infra.capacities, the same list the agent's
     candidates are cut to (agent/steps.listed_offers)."""
-    from worldtune.tools.infra import Infra
+    from worldtune.tools.words.infra import Infra
 
     store = Store(tmp_path / "w.db")
     for capacity in Infra.parse("local").capacities:

@@ -16,7 +16,7 @@ from worldtune.sky.dryrun import validate_task
 from worldtune.sky.fleet_service import render_fleet_service
 from worldtune.sky.replicas import RenderOptions
 from worldtune.tools.deploy_preview import predicted_cold_load_s
-from worldtune.tools.fleet import Autoscaler, Fleet
+from worldtune.tools.words.fleet import Autoscaler, Fleet
 options = RenderOptions(cold_load_s=predicted_cold_load_s('H200', 'cosmos3-super'))
 out = []
 for auto, cap in ((Autoscaler(policy='fixed', min_replicas=2, max_replicas=2), 'spot'),

@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from worldtune.policies.fleet_sim import simulate_day
-from worldtune.tools.fleet import Autoscaler, Fleet
-from worldtune.tools.traffic import Traffic
+from worldtune.tools.words.fleet import Autoscaler, Fleet
+from worldtune.tools.words.traffic import Traffic
 
 DAYS = 30
 HORIZON = 86400.0 * DAYS

@@ -17,10 +17,10 @@ from worldtune.policies.instruments import generator_step as step
 from worldtune.policies.instruments import microbench as mb
 from worldtune.policies.instruments import step_compare, step_runner
 from worldtune.policies.instruments import step_plan as plans
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = REPO / "policies" / "profiles" / "measured"

@@ -15,11 +15,11 @@ from worldtune.policies import gpu_calibration as gc
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import load_published, shipped_profile
 from worldtune.policies.instruments import microbench as mb
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 MEASURED = Path(__file__).resolve().parents[2] / "policies" / "profiles" / "measured"
 HAS_TORCH = importlib.util.find_spec("torch") is not None

@@ -18,11 +18,11 @@ import fake_cloud
 import pytest
 
 from worldtune.tools import deploy as deploying
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.infra import Infra
 from worldtune.tools.spend import GUARDRAILS_ENV, check_commitment, check_tuning, needs_confirmation, quote
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.infra import Infra
 
 
 @pytest.fixture(autouse=True)
@@ -196,7 +196,7 @@ def test_the_skypilot_launch_downs_the_cluster_at_the_end_of_the_hours(tmp_path:
         "from worldtune.sky import home\n"
         "home.import_skypilot(Path(os.environ['WORLDTUNE_SKY_HOME']))\n"
         "from worldtune.sky.backend import SkyPilotBackend, hard_down_minutes\n"
-        "from worldtune.tools.deployment import Deployment\n"
+        "from worldtune.tools.words.deployment import Deployment\n"
         "backend = object.__new__(SkyPilotBackend)\n"
         "from worldtune.tools.deploy_preview import render_options\n"
         "backend.autodown, backend.options, backend.predicted = True, None, render_options\n"

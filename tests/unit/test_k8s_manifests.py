@@ -24,9 +24,9 @@ from worldtune.sky.k8s_manifests import GPU_RESOURCE, K8sOptions, render_manifes
 from worldtune.sky.kubernetes import KubernetesBackend
 from worldtune.sky.render import startup_allowance_s
 from worldtune.tools.deploy_preview import deployment_cold_load_s, k8s_options
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput
 
 K8S_VERSION = kubernetes_validate.latest_version()
 LWS_SCHEMA = json.loads((Path(__file__).parents[2] / "sky" / "lws-crd-schema.json").read_text())

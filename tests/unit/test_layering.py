@@ -19,17 +19,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ROOMS = ("tools", "policies", "sky", "agent")
+PACKAGES = {f"worldtune.{room}" for room in ROOMS} | {"worldtune.tools.words"}
 MODULE_STRING = re.compile(r"worldtune\.(?:tools|policies|sky|agent)(?:\.[A-Za-z_]\w*)*")
 
-# The words: tools/ modules of pydantic models, parsers and protocols that import only each other.
-WORDS = {
-    f"worldtune.tools.{name}"
-    for name in (
-        "__init__", "errors", "offer", "infra", "deployment", "models", "gpus", "workload", "plan", "vllm_omni",
-        "profile", "goal", "stats", "result", "tuning", "plan_rules", "traffic", "fleet", "bench_spec", "prediction",
-        "memory", "sample",
-    )
-}  # fmt: skip
+# The words: every module of tools/words/ (and the tools package itself, which only names the room).
+WORDS = {"worldtune.tools", "worldtune.tools.words"} | {
+    f"worldtune.tools.words.{path.stem}" for path in (ROOT / "tools" / "words").glob("*.py") if path.stem != "__init__"
+}
 SEARCH_POLICY = {"worldtune.policies", "worldtune.policies.search"}
 
 # (importing file, imported module) -> why it is still there. Remove an entry when its import is gone.
@@ -47,7 +43,7 @@ def _modules_in(tree: ast.AST) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module in {f"worldtune.{room}" for room in ROOMS}:  # from worldtune.tools import stats
+            if node.module in PACKAGES:  # from worldtune.tools.words import stats
                 found |= {f"{node.module}.{alias.name}" for alias in node.names}
             else:
                 found.add(node.module)
@@ -57,8 +53,9 @@ def _modules_in(tree: ast.AST) -> set[str]:
 
 
 def module_of(name: str) -> str:
-    """worldtune.tools.plan.Plan -> worldtune.tools.plan (a room's module, the unit the rules speak of)."""
-    return ".".join(name.split(".")[:3])
+    """worldtune.tools.words.plan.Plan -> worldtune.tools.words.plan, worldtune.sky.render.x -> worldtune.sky.render
+    (a room's module, the unit the rules speak of)."""
+    return ".".join(name.split(".")[: 4 if name.startswith("worldtune.tools.words.") else 3])
 
 
 def dependencies(room: str) -> set[tuple[str, str]]:
@@ -188,7 +185,7 @@ def _imports_for_cycles(path: Path, known: set[str]) -> set[str]:
     }
     found = set()
     for name in _modules_in(tree) - launched:
-        while name and name not in known:  # worldtune.tools.plan.Plan -> worldtune.tools.plan
+        while name and name not in known:  # worldtune.tools.words.plan.Plan -> worldtune.tools.words.plan
             name = name.rpartition(".")[0]
         if name:
             found.add(name)

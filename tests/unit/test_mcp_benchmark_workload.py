@@ -21,13 +21,13 @@ import pytest
 from mcp import Client
 from mcp_cases import ok, refused
 
-from worldtune.tools.deployment import Deployment
 from worldtune.tools.estimate import estimate
 from worldtune.tools.mcp_server import build_server
 from worldtune.tools.store import Store
 from worldtune.tools.twin import TwinConfig, create_app
 from worldtune.tools.video import make_mp4
-from worldtune.tools.workload import Workload, anchor_workload
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.workload import Workload, anchor_workload
 
 SCALE = 2000.0  # the anchor clip (~120 model s on cfg2-u4-hsdp8) takes ~60 ms
 QUICK = {"steps": 35, "repeats": 2, "concurrency": [1], "probe_steps": [], "warmup": 0}
@@ -170,7 +170,7 @@ def test_the_benchmark_sends_a_deployments_generated_api_key(tmp_path: Path, mon
     key stands in for the GPU server here, over real HTTP)."""
     from worldtune.sky.api_key import deployment_api_key
     from worldtune.tools.benchmark import BenchmarkSpec, auth_headers, run_benchmark
-    from worldtune.tools.deployment import API_KEY_ENV
+    from worldtune.tools.words.deployment import API_KEY_ENV
 
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     store = Store(tmp_path / "results.db")

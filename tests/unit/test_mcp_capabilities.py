@@ -10,10 +10,10 @@ from pydantic import ValidationError
 
 from worldtune.policies.pareto import pareto_frontier
 from worldtune.tools.bench_request import benchmark_spec, benchmark_workload, ready_endpoints, size_fields
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.plan_frontier import plan_frontier
 from worldtune.tools.result_compare import compare, summary_from_row, usd_per_clip
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput
 
 
 def test_plan_frontier_filters_sorts_and_names_the_cheapest() -> None:

@@ -19,10 +19,10 @@ import pytest
 from mcp import Client
 
 from worldtune.tools import deploy as deploying
-from worldtune.tools.deployment import Deployment
 from worldtune.tools.mcp_server import build_server
 from worldtune.tools.spend import GUARDRAILS_ENV
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 PAID = {"gpu": "H200", "plan": "cfg2-u4-hsdp8", "infra": "nebius", "hours": 3.2}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from worldtune.policies.pareto import goal_violations, meets_goal, pareto_frontier
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.estimate import estimate, list_plans
-from worldtune.tools.goal import Goal
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.workload import anchor_workload
 
 
 def test_frontier_keeps_only_undominated_items_in_input_order() -> None:

@@ -12,9 +12,9 @@ from mcp import Client
 from mcp_cases import ok, refused
 
 from worldtune.tools import owners
-from worldtune.tools.goal import Goal
 from worldtune.tools.mcp_server import build_server
 from worldtune.tools.store import Store
+from worldtune.tools.words.goal import Goal
 
 GOAL: dict[str, Any] = Goal(latency_bound_s=150.0, budget_usd=50.0).model_dump(mode="json")
 

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.spend import (
     GUARDRAILS_ENV,
     check_spend,
@@ -17,6 +15,8 @@ from worldtune.tools.spend import (
     quote,
     run_spent_usd,
 )
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput
 
 
 @pytest.fixture(autouse=True)

@@ -13,12 +13,12 @@ import pytest
 
 from worldtune.policies import mech_terms, perf_model
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.gpus import get_gpu
-from worldtune.tools.models import get_model
-from worldtune.tools.plan import Plan
-from worldtune.tools.plan_rules import check
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.plan_rules import check
+from worldtune.tools.words.workload import anchor_workload
 
 WL = anchor_workload()
 ROOT = Path(__file__).resolve().parents[2]

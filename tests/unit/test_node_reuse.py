@@ -19,16 +19,16 @@ from worldtune.sky.k8s_replan import HOSTNAME_LABEL, PLAN_ANNOTATION, render_rep
 from worldtune.sky.kubernetes import KubernetesBackend
 from worldtune.sky.render import ALL_READY_MARKER
 from worldtune.tools.deploy_preview import k8s_options, render_options
-from worldtune.tools.deployment import Deployment, replan_target
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.models import get_model
 from worldtune.tools.offers import cheapest_fitting_offer
-from worldtune.tools.plan import Plan
 from worldtune.tools.replan import check_replan
 from worldtune.tools.store import Store
 from worldtune.tools.twin_engine import TwinConfig, TwinEngine
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.deployment import Deployment, replan_target
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 SUPER = get_model("cosmos3-super")
 

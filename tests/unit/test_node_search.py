@@ -11,8 +11,8 @@ from worldtune.agent.goal_parser import parse_goal
 from worldtune.agent.graph import _reused_nodes
 from worldtune.policies import nodes
 from worldtune.policies import search as ws
-from worldtune.tools.goal import Goal
 from worldtune.tools.offers import list_offers
+from worldtune.tools.words.goal import Goal
 
 MAIN = "Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, cheapest per clip, H200 or B200, spot ok, budget $300"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.offers import all_offers, cheapest_offer, list_offers
+from worldtune.tools.words.errors import InvalidInput
 
 
 @pytest.fixture(autouse=True)

@@ -19,10 +19,11 @@ import yaml
 
 from worldtune.policies import perf_model
 from worldtune.policies.instruments import LOCAL_ONLY, device_files, devkit, microbench, model_sizes, shapes, step_plan
-from worldtune.tools import benchmark, deployment, memory, models, plan_rules
+from worldtune.tools import benchmark
 from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.plan import Plan
-from worldtune.tools.workload import Workload, anchor_workload
+from worldtune.tools.words import deployment, memory, models, plan_rules
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import Workload, anchor_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 SETS_MULTICAST_OFF = re.compile(r"""["']NCCL_NVLS_ENABLE["']\s*[:,]\s*["']0["']""")
@@ -39,8 +40,8 @@ def test_the_anchor_clip_is_written_once() -> None:
 
 
 def test_the_memory_of_a_plan_is_defined_once_for_the_rules_and_the_model() -> None:
-    """tools/memory.py (a word) holds the bytes a plan holds per GPU; the plan rules' memory fit and the performance
-    model read that one definition (the rules no longer import the model)."""
+    """tools/words/memory.py (a word) holds the bytes a plan holds per GPU; the plan rules' memory fit and the
+    performance model read that one definition (the rules no longer import the model)."""
     assert perf_model.memory_breakdown is memory.memory_breakdown is plan_rules.memory_breakdown
     assert perf_model.MemoryBreakdown is memory.MemoryBreakdown
     assert perf_model.ANCHOR_PIXELS_X_FRAMES is memory.ANCHOR_PIXELS_X_FRAMES
@@ -53,7 +54,7 @@ def test_the_memory_of_a_plan_is_defined_once_for_the_rules_and_the_model() -> N
         for target in node.targets
         if isinstance(target, ast.Name) and target.id in {"BYTES_BF16", "ANCHOR_PIXELS_X_FRAMES"}
     )
-    assert assigned == ["tools/memory.py: ANCHOR_PIXELS_X_FRAMES", "tools/memory.py: BYTES_BF16"], assigned
+    assert assigned == ["tools/words/memory.py: ANCHOR_PIXELS_X_FRAMES", "tools/words/memory.py: BYTES_BF16"], assigned
     wl, plan = anchor_workload(), Plan.parse("cfg2-u4-hsdp8")
     spec, profile = models.get_model(wl.model), resolve_profile("H200")
     predicted = perf_model.predict(wl, plan, profile).memory
@@ -87,7 +88,7 @@ def test_validation_errors_have_one_formatter_for_the_cli_and_mcp() -> None:
     from pydantic import ValidationError
 
     from worldtune.tools import mcp_common
-    from worldtune.tools.errors import describe
+    from worldtune.tools.words.errors import describe
 
     with pytest.raises(ValidationError) as caught:
         anchor_workload("cosmos3-super", width=832)  # a worldtune refusal raised inside Workload's validator

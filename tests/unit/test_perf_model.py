@@ -7,8 +7,8 @@ import pytest
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import fit_all, load_published, shipped_profile
 from worldtune.tools.offers import cheapest_offer
-from worldtune.tools.plan import Plan
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 PROFILE = shipped_profile("H200")
 REC = Plan.parse("cfg2-u4-hsdp8")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.plan import Plan
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.plan import Plan
 
 
 @pytest.mark.parametrize(

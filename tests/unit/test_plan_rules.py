@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools import plan_rules
-from worldtune.tools.gpus import get_gpu
-from worldtune.tools.plan import Plan
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words import plan_rules
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 H200 = get_gpu("H200")
 PROFILE = shipped_profile("H200")

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.profile import DEFAULT_SIGMA, ParamBasis, Profile
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.profile import DEFAULT_SIGMA, ParamBasis, Profile
 
 
 def _shipped() -> Profile:

@@ -9,10 +9,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.mcp_server import build_server
-from worldtune.tools.profile import Profile
 from worldtune.tools.profile_paths import PROFILE_DIR_ENV, allowed_profile_path, load_profile
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.profile import Profile
 
 SECRET = "SECRET-MARKER-7f3a9c"
 SHIPPED_H200 = Path(__file__).resolve().parents[2] / "policies" / "profiles" / "H200.yaml"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.goal import Goal
 from worldtune.tools.report_data import report_data
 from worldtune.tools.store import Store
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.goal import Goal
 
 BASE = {"gpu": "H200", "capacity": "spot", "plan": "tp8", "feasible": True}
 CANDIDATES = [

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from worldtune.tools.result import fit_affine, quantile_interval, samples_needed, summarize
 from worldtune.tools.result_compute import compute_result
+from worldtune.tools.words.result import fit_affine, quantile_interval, samples_needed, summarize
 
 
 def test_samples_needed_matches_mlperf() -> None:

@@ -18,13 +18,13 @@ from worldtune.agent.steps import bill, finished_benchmark, get_deployment
 from worldtune.agent.tools_client import ToolsClient
 from worldtune.agent.verify import start_s, verify
 from worldtune.policies import search as ws
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.goal import Goal
 from worldtune.tools.mcp_server import build_server
 from worldtune.tools.offers import all_offers
 from worldtune.tools.result_compute import compute_result
 from worldtune.tools.store import Store
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.workload import anchor_workload
 
 RUN = "tune-killed"
 

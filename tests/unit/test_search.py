@@ -18,11 +18,11 @@ from worldtune.policies.search import (
     record,
     tolerance_bound,
 )
-from worldtune.tools.goal import Goal
 from worldtune.tools.offers import all_offers
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 
 def _goal(**changes: object) -> Goal:

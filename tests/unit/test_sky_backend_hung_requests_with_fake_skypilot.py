@@ -18,9 +18,9 @@ from worldtune.sky import bench_remote
 from worldtune.sky.backend import RequestTimeout, SkyPilotBackend, launch_timeout_s
 from worldtune.sky.bench_job import RESULT_MARKER, SAMPLE_MARKER
 from worldtune.tools.benchmark import BenchmarkSpec, Here
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput
 
 RESULT = {"completed_requests": 2, "failed_requests": 0, "latency_mean": 120.0}
 

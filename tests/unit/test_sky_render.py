@@ -12,11 +12,11 @@ import pytest
 from worldtune.sky import catalog, render
 from worldtune.sky.bench_job import new_samples
 from worldtune.tools.deploy_preview import build_deployment, deployment_cold_load_s, render_options
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.offers import SNAPSHOT_FILE
-from worldtune.tools.plan import Plan
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.plan import Plan
 
 PROFILER = "--enable-diffusion-pipeline-profiler"  # stage durations in every answer
 RECIPE = ["--cfg-parallel-size", "2", "--ulysses-degree", "4", "--use-hsdp", "--hsdp-shard-size", "8"]
@@ -178,7 +178,7 @@ def test_the_model_s_numbers_come_from_the_deploy_capability_and_rendering_refus
     """sky/ stands on the words: the cold load (start-up allowance) and the service time (SkyServe's target) are
     the calibrated profile's, filled in by tools/deploy_preview; a render without them names the missing field."""
     from worldtune.tools.estimate import resolve_profile
-    from worldtune.tools.models import get_model
+    from worldtune.tools.words.models import get_model
 
     dep = build_deployment("H200", "8x1gpu", infra="nebius", capacity="serverless")
     load = resolve_profile("H200").load_time_s(get_model(dep.model).weights_gib_bf16, cold=True)

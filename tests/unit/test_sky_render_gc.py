@@ -13,8 +13,8 @@ import pytest
 from worldtune.sky import backend, bench_remote, launch, local_cluster
 from worldtune.tools import garbage
 from worldtune.tools.deploy_preview import build_deployment
-from worldtune.tools.deployment import Deployment
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 
@@ -62,10 +62,10 @@ def test_bridge_venv_lets_the_system_python_import_this_worldtune(tmp_path: Path
     except ValueError as exc:  # another minor version: the error names the setting to use instead
         assert local_cluster.PYTHON_ENV in str(exc)
         return
-    out = subprocess.run([str(python), "-c", "import worldtune.tools.plan as p; print(p.__file__)"],
+    out = subprocess.run([str(python), "-c", "import worldtune.tools.words.plan as p; print(p.__file__)"],
                          capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().endswith("tools/plan.py")
+    assert out.stdout.strip().endswith("tools/words/plan.py")
     assert local_cluster.ensure_bridge(tmp_path / "bridge") == python  # idempotent
 
 
@@ -92,7 +92,7 @@ def test_gc_settles_a_dead_runs_records_even_with_nothing_launched(tmp_path: Pat
     a 'running' run. gc marks the deployment terminated and the run interrupted (resume continues it)."""
     db = tmp_path / "wt.db"
     code = (
-        "from worldtune.tools.store import Store\nfrom worldtune.tools.deployment import Deployment\n"
+        "from worldtune.tools.store import Store\nfrom worldtune.tools.words.deployment import Deployment\n"
         f"store = Store({str(db)!r})\nstore.add_run('run-killed', 'tune')\n"
         "store.save_deployment(Deployment(id='wt-pending', gpu='H200', plan='tp8', run_id='run-killed'))"
     )

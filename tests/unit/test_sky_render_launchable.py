@@ -10,10 +10,10 @@ import pytest
 from worldtune.sky import render
 from worldtune.tools.benchmark import auth_headers
 from worldtune.tools.deploy_preview import build_deployment, render_options
-from worldtune.tools.deployment import API_KEY_ENV
 from worldtune.tools.estimate import estimate_plan, resolve_profile
-from worldtune.tools.plan import Plan
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.deployment import API_KEY_ENV
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_workload
 
 
 def test_serverless_target_is_one_over_the_service_time() -> None:

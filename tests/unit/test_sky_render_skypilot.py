@@ -81,7 +81,7 @@ def test_skypilot_refuses_a_broken_task_and_worldtune_says_why(tmp_path: Path) -
         "from worldtune.sky import home\n"
         "home.import_skypilot(Path(os.environ['WORLDTUNE_SKY_HOME']))\n"
         "from worldtune.sky.dryrun import validate_task\n"
-        "from worldtune.tools.errors import InvalidInput\n"
+        "from worldtune.tools.words.errors import InvalidInput\n"
         "cfg = {'name': 'x', 'resources': {'accelerators': 'H200:8', 'use_spott': True}, 'run': 'true'}\n"
         "try:\n    validate_task(cfg)\nexcept InvalidInput as e:\n    print('REFUSED', e.field, e.hint)\n"
         "ok = validate_task({'name': 'y', 'resources': {'accelerators': 'H200:8'}, 'run': 'true'})\n"

@@ -28,10 +28,10 @@ from worldtune.agent.state import (
     VerifyTask,
 )
 from worldtune.policies import search as ws
-from worldtune.tools.goal import Goal
 from worldtune.tools.offers import all_offers
-from worldtune.tools.tuning import SpendEstimate, SpendForecast
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.tuning import SpendEstimate, SpendForecast
+from worldtune.tools.words.workload import anchor_workload
 
 
 def typed_state() -> TuneState:
@@ -133,7 +133,7 @@ def test_without_the_allowlist_the_same_checkpoint_warns(tmp_path: Path) -> None
         with closing(sqlite3.connect(str(path), check_same_thread=False)) as conn:
             _read(SqliteSaver(conn), config)  # the saver as from_conn_string makes it
     unregistered = {(e["module"], e["name"]) for e in seen if e["kind"] == "msgpack_unregistered_allowed"}
-    assert ("worldtune.tools.goal", "Goal") in unregistered, seen
+    assert ("worldtune.tools.words.goal", "Goal") in unregistered, seen
     assert ("worldtune.agent.state", "Outcome") in unregistered, seen
 
 
@@ -153,7 +153,7 @@ def test_resuming_a_checkpoint_of_plain_json_is_refused_clearly(tmp_path: Path) 
     """A run checkpointed before the state carried the words (its values plain JSON) is refused by name, not
     with a traceback from deep in a node."""
     from worldtune.agent.runner import checkpointed_options
-    from worldtune.tools.errors import InvalidInput
+    from worldtune.tools.words.errors import InvalidInput
 
     db = tmp_path / "wt.db"
     state = typed_state()

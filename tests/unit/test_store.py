@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from worldtune.tools.deployment import Deployment
 from worldtune.tools.store import Store
+from worldtune.tools.words.deployment import Deployment
 
 
 def test_samples_are_committed_one_by_one(tmp_path: Path) -> None:
@@ -179,7 +179,7 @@ def test_a_sample_is_stored_as_the_loop_wrote_it_and_read_back_typed(tmp_path: P
     unknown key), nothing more; samples() reads them back as Samples, by attribute."""
     import json
 
-    from worldtune.tools.sample import Sample
+    from worldtune.tools.words.sample import Sample
 
     store = Store(tmp_path / "w.db")
     store.create_benchmark("b1", {})

@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from worldtune.agent.goal_parser import GoalQuestion, parse_goal
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.traffic import Traffic, read_trace
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.traffic import Traffic, read_trace
 
 ISSUE_GOAL = (
     "Cosmos3-Super 720p 189 frames, 40 requests/hour, p95 under 10 min including queueing, cheapest per day, "

@@ -11,9 +11,9 @@ from worldtune.agent.record import build_summary
 from worldtune.agent.state import Outcome, TuneState, merge_deployments
 from worldtune.cli_tune import _output
 from worldtune.policies import search as ws
-from worldtune.tools.goal import Goal
 from worldtune.tools.offers import all_offers
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.workload import anchor_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def test_summary_and_json_output_carry_the_issue_keys() -> None:
 
 def test_a_non_anchor_workload_is_tuned_and_measured_as_the_goal_says() -> None:
     from worldtune.agent.record import goal_for
-    from worldtune.tools.workload import anchor_changes
+    from worldtune.tools.words.workload import anchor_changes
 
     goal = goal_for("Nano, 480p, 121 frames, guardrails on, cheapest", TuneOptions()).goal
     wl = goal.workload

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from worldtune.tools import owners, tuning_jobs
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.goal import Goal
 from worldtune.tools.store import Store
-from worldtune.tools.tuning import Failed, TuningJob, TuningRequest
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.tuning import Failed, TuningJob, TuningRequest
 
 
 class FakeTuner:

@@ -13,12 +13,12 @@ import pytest
 
 from worldtune.policies import perf_model
 from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
 from worldtune.tools.twin import TwinConfig, TwinEngine, create_app, replica_count
 from worldtune.tools.twin_engine import LoadOutOfMemory
 from worldtune.tools.video import check_mp4, make_mp4
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 SCALE = 2000.0  # the anchor clip (~120 model s) takes ~60 ms
 PIPELINE = "Cosmos3OmniDiffusersPipeline"

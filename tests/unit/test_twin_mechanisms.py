@@ -12,11 +12,11 @@ import pytest
 
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
 from worldtune.tools.twin import TwinConfig, create_app
 from worldtune.tools.video import make_mp4
-from worldtune.tools.workload import anchor_workload
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import anchor_workload
 
 SCALE = 4000.0
 

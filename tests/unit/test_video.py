@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from worldtune.tools.errors import InvalidInput
 from worldtune.tools.video import check_mp4, make_mp4
+from worldtune.tools.words.errors import InvalidInput
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from worldtune.sky import render
-from worldtune.tools.deployment import Deployment
-from worldtune.tools.plan import Plan
-from worldtune.tools.vllm_omni import PINNED, RELEASES, get_release
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.vllm_omni import PINNED, RELEASES, get_release
 
 
 def test_the_pin_is_a_final_release_and_everything_reads_it() -> None:

@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from worldtune.tools.models import get_model
-from worldtune.tools.workload import Workload, anchor_workload
+from worldtune.tools.words.models import get_model
+from worldtune.tools.words.workload import Workload, anchor_workload
 
 
 def test_anchor_tokens_match_reference() -> None:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.words.errors import InvalidInput
 
 Policy = Literal["fixed", "qps", "queue"]
 POLICIES: tuple[str, ...] = ("fixed", "qps", "queue")

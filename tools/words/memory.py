@@ -1,19 +1,19 @@
 """Memory of a plan: the bytes one GPU holds while serving a workload (weight shards, HSDP buffers, activations,
 VAE decode workspace, runtime), in GiB, and the byte sizes they are counted in.
 
-A word: plain arithmetic over the model's shape (tools/models.py), the plan, the workload and the Profile's
-memory numbers. The plan rules' memory fit (tools/plan_rules.py) and the performance model (policies/perf_model.py)
-read it from here, one definition for both.
+A word: plain arithmetic over the model's shape (tools/words/models.py), the plan, the workload and the Profile's
+memory numbers. The plan rules' memory fit (tools/words/plan_rules.py) and the performance model
+(policies/perf_model.py) read it from here, one definition for both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worldtune.tools.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, ModelSpec
-from worldtune.tools.plan import Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, ModelSpec
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import Workload
 
 BYTES_BF16 = 2
 ANCHOR_PIXELS_X_FRAMES = ANCHOR_WIDTH * ANCHOR_HEIGHT * ANCHOR_FRAMES

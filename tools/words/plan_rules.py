@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from worldtune.tools.gpus import GpuSpec
-from worldtune.tools.memory import memory_breakdown
-from worldtune.tools.models import ModelSpec, get_model
-from worldtune.tools.plan import ATTN_BACKENDS, Plan
-from worldtune.tools.profile import Profile
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.gpus import GpuSpec
+from worldtune.tools.words.memory import memory_breakdown
+from worldtune.tools.words.models import ModelSpec, get_model
+from worldtune.tools.words.plan import ATTN_BACKENDS, Plan
+from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.workload import Workload
 
 MEMORY_EDGE = 0.9  # above this share of a GPU's memory a plan runs "at the edge"
 BLACKWELL = {"B200", "B300", "GB200", "GB300"}  # compute capability 10.x: no FA2/FA3 kernels

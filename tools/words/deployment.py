@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.errors import InvalidInput, WorldtuneError
-from worldtune.tools.offer import Offer
-from worldtune.tools.plan import Plan
+from worldtune.tools.words.errors import InvalidInput, WorldtuneError
+from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.plan import Plan
 
 if TYPE_CHECKING:
-    from worldtune.tools.bench_spec import BenchmarkSpec
-    from worldtune.tools.result import BenchmarkResult
-    from worldtune.tools.sample import Sample
+    from worldtune.tools.words.bench_spec import BenchmarkSpec
+    from worldtune.tools.words.result import BenchmarkResult
+    from worldtune.tools.words.sample import Sample
 
 Engine = Literal["twin", "vllm-omni"]
 ENGINES: tuple[str, ...] = ("twin", "vllm-omni")

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.words.errors import InvalidInput
 
 InfraKind = Literal["local", "slurm", "kubernetes", "cloud"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.errors import one_of
+from worldtune.tools.words.errors import one_of
 
 # The anchor clip (REFERENCE section 4): 720p x 189 frames. Workload's defaults and the performance model's
 # scaling anchors read these, so the anchor is written once.

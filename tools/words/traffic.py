@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.words.errors import InvalidInput
 
 Shape = Literal["poisson", "daily_window", "bursts", "trace"]
 SHAPES: tuple[str, ...] = ("poisson", "daily_window", "bursts", "trace")

@@ -9,9 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.result import BenchmarkResult
-from worldtune.tools.workload import Workload, anchor_workload
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.result import BenchmarkResult
+from worldtune.tools.words.workload import Workload, anchor_workload
 
 TIME_SCALE_HEADER = "X-Twin-Time-Scale"  # the twin's K: its wall times are model seconds / K (every response)
 # The twin's engine clock (model seconds) when an answer was done: its simulated stage times while busy, so a loaded

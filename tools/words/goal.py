@@ -6,11 +6,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from worldtune.tools.errors import InvalidInput, one_of
-from worldtune.tools.gpus import get_gpu
-from worldtune.tools.offer import CAPACITIES
-from worldtune.tools.traffic import Traffic
-from worldtune.tools.workload import Workload
+from worldtune.tools.words.errors import InvalidInput, one_of
+from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.offer import CAPACITIES
+from worldtune.tools.words.traffic import Traffic
+from worldtune.tools.words.workload import Workload
 
 Objective = Literal["min_latency", "max_throughput", "min_cost_per_clip"]
 PERCENTILES = (50, 90, 95, 99)

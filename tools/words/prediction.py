@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.offer import Offer
+from worldtune.tools.words.offer import Offer
 
 
 class Breakdown(BaseModel):

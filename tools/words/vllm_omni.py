@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.errors import one_of
+from worldtune.tools.words.errors import one_of
 
 
 class Release(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from worldtune.tools.errors import one_of
+from worldtune.tools.words.errors import one_of
 
 
 class GpuSpec(BaseModel):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from worldtune.tools.stats import (
+from worldtune.tools.words.stats import (
     CI_LEVEL,
     CLAIM_CONFIDENCE,
     Interval,
@@ -35,7 +35,7 @@ from worldtune.tools.stats import (
     samples_needed,
 )
 
-# The one statistics module's rules (tools/stats.py), named here as the result's fields use them.
+# The one statistics module's rules (tools/words/stats.py), named here as the result's fields use them.
 CONFIDENCE = CLAIM_CONFIDENCE  # percentile claims (MLPerf)
 QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 

@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.vllm_omni import PINNED, Release
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.vllm_omni import PINNED, Release
 
 _TOKEN = re.compile(r"^(tp|cfg|u|r|hsdp|vae)(\d+)$")
 _FIELD = {"tp": "tp", "cfg": "cfg", "u": "ulysses", "r": "ring", "hsdp": "hsdp", "vae": "vae"}

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from worldtune.tools.errors import InvalidInput
+from worldtune.tools.words.errors import InvalidInput
 
 MAX_PROFILE_BYTES = 1_000_000  # the shipped profiles are ~5 kB; anything this big is not a profile
 BasisKind = Literal["fitted", "measured", "published", "assumed"]

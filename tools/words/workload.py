@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from worldtune.tools.errors import InvalidInput
-from worldtune.tools.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, get_model
+from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WIDTH, get_model
 
 # Sizes Cosmos 3's resolution table knows (vLLM-Omni 0.30, model cosmos3 utils), width x height.
 SUPPORTED_SIZES: tuple[tuple[int, int], ...] = (
