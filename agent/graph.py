@@ -33,7 +33,7 @@ from worldtune.agent.record import (
 from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask
 from worldtune.agent.steps import emit, listed_offers, teardown
 from worldtune.agent.verify import verify
-from worldtune.policies import search as ws
+from worldtune.policies import search as policy
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.tuning import SpendEstimate, SpendForecast
 
@@ -66,12 +66,12 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     """Offers (MCP list_offers) x valid plans, ranked by the performance model under the goal; a spend estimate."""
     goal, options = state["goal"], state["options"]
     offers = await listed_offers(runtime.context.tools, options.infra)
-    search = ws.initial_state(goal, offers).model_copy(update={"reuse_nodes": options.reuse_nodes})
-    ranked = ws.candidates(search)
+    search = policy.initial_state(goal, offers).model_copy(update={"reuse_nodes": options.reuse_nodes})
+    ranked = policy.candidates(search)
     feasible = [c for c in ranked if c.feasible]
-    plan, lanes_why = ws.lanes_for_deadline(search, options.parallel, options.reuse_nodes)
+    plan, lanes_why = policy.lanes_for_deadline(search, options.parallel, options.reuse_nodes)
     # the bound is what may be committed; the forecast is what the search will likely cost (simulated)
-    likely = await asyncio.to_thread(ws.forecast, search, plan.parallel)
+    likely = await asyncio.to_thread(policy.forecast, search, plan.parallel)
     estimate = SpendEstimate(
         parallel=plan.parallel, usd=round(plan.usd, 2), gpu_hours=round(plan.gpu_hours, 2),
         answer_hours=round(plan.answer_s / 3600.0, 2), deployments=plan.deployments, cold_loads=plan.cold_loads,
@@ -138,7 +138,7 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     options = state["options"]
     live = dict(state.get("deployments") or {})
     search = state["search"].model_copy(update={"deployed": list(live)})
-    decision = ws.decide(
+    decision = policy.decide(
         search, parallel=options.parallel, margin=options.margin, max_iterations=options.max_iterations
     )
     keep = {a.key for a in decision.actions if not a.redeploy}  # a retry gets a fresh deployment
@@ -165,7 +165,7 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     return update
 
 
-def _reused_nodes(actions: list[ws.Action], spare: dict[str, str]) -> dict[str, str]:
+def _reused_nodes(actions: list[policy.Action], spare: dict[str, str]) -> dict[str, str]:
     """Candidate key -> a live deployment on the same offer that is no longer needed as it is: its node is kept
     and its plan changed in place (replan) instead of a new deployment with its provisioning and cold load."""
     moved: dict[str, str] = {}
@@ -190,22 +190,22 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     for outcome in fresh:
         m = outcome.measurement
         if outcome.failed:
-            search = ws.record_failure(search, m.key, m.usd, m.gpu_hours, outcome.error or "failed")
+            search = policy.record_failure(search, m.key, m.usd, m.gpu_hours, outcome.error or "failed")
             events.append(f"{m.key}: {outcome.error}")
             # people see why (a load that ran out of memory, every request failing), not only that money went
             emit(runtime, "failed", key=m.key, error=outcome.error[:600])
             continue
         rejected = len(search.rejected)
-        search = ws.record(search, m, recalibrate=False)
+        search = policy.record(search, m, recalibrate=False)
         if len(search.rejected) > rejected:
             r = search.rejected[-1]
             then = "retry on a fresh deployment" if m.key in search.retry else f"failed: {search.failures.get(m.key)}"
             events.append(f"rejected {r.kind} {m.key} (benchmark {r.benchmark_id}): {r.reason}; {then}")
             emit(runtime, "rejected", key=m.key, reason=r.reason, then=then)
             continue
-        gpus.add(ws.hardware_key(m.key).split(":")[0])
+        gpus.add(policy.hardware_key(m.key).split(":")[0])
     for gpu in sorted(gpus):
-        search = ws.recalibrated(search, gpu)
+        search = policy.recalibrated(search, gpu)
         post = search.posterior(gpu)
         note = (
             f"recalibrated {gpu}: posterior from {post.observations} observations (model error "
@@ -252,7 +252,7 @@ def next_actions(state: TuneState) -> list[Send] | str:
     decision, search = state["decision"], state["search"]
     if decision.stop_reason or not decision.actions:
         return "finish"
-    cands = {c.key: c for c in ws.candidates(search)}
+    cands = {c.key: c for c in policy.candidates(search)}
     left = search.goal.budget_usd - search.spent_usd
     slack = max(0.0, left - sum(a.expected_usd for a in decision.actions)) / len(decision.actions)
     live = state.get("deployments") or {}

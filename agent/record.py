@@ -16,7 +16,7 @@ from worldtune.agent.goal_parser import read_goal
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.provenance import provenance
 from worldtune.agent.state import Outcome, TuneState
-from worldtune.policies import search as ws
+from worldtune.policies.search import Candidate, SearchState, candidates, hardware_key, recommendation
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
 
@@ -94,7 +94,7 @@ def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> TuneSt
     )
 
 
-def _figures(goal: Goal, cand: ws.Candidate | None, latencies: list[float] | None = None) -> dict[str, Any]:
+def _figures(goal: Goal, cand: Candidate | None, latencies: list[float] | None = None) -> dict[str, Any]:
     """The record's figures: a measured percentile only as tools/stats claims it (order statistics when n allows;
     else null, with the named parametric bound and its assumption beside it)."""
     if cand is None:
@@ -158,7 +158,7 @@ def build_summary(state: TuneState, deployments: Mapping[str, Any]) -> dict[str,
 
 
 def _spend(
-    search: ws.SearchState | None,
+    search: SearchState | None,
     goal: Goal,
     options: TuneOptions,
     deployments: Mapping[str, Any],
@@ -184,7 +184,7 @@ def _spend(
 
 
 def _add_candidates_and_recommendation(
-    summary: dict[str, Any], state: TuneState, search: ws.SearchState, goal: Goal
+    summary: dict[str, Any], state: TuneState, search: SearchState, goal: Goal
 ) -> None:
     """Every candidate as believed before measuring and now, and the recommendation with its measured and
     predicted figures."""
@@ -195,8 +195,8 @@ def _add_candidates_and_recommendation(
             "measurements": [],
         }
     )
-    before = {c.key: c for c in ws.candidates(initial)}
-    now = ws.candidates(search)
+    before = {c.key: c for c in candidates(initial)}
+    now = candidates(search)
     summary["candidates"] = [
         {
             "key": c.key,
@@ -218,10 +218,10 @@ def _add_candidates_and_recommendation(
         }
         for c in now
     ]
-    best = ws.recommendation(search)
+    best = recommendation(search)
     if best is not None:
         latencies = [
-            x for m in search.measurements if ws.hardware_key(m.key) == ws.hardware_key(best.key) for x in m.latencies_s
+            x for m in search.measurements if hardware_key(m.key) == hardware_key(best.key) for x in m.latencies_s
         ]
         summary["recommendation"] = {
             "key": best.key,

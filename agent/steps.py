@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 from worldtune.agent.configuration import Context
 from worldtune.agent.state import Outcome
 from worldtune.agent.tools_client import ToolCallFailed
-from worldtune.policies import search as ws
+from worldtune.policies.search import Action, Candidate, Measurement
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.infra import Infra
 from worldtune.tools.words.offer import Offer
@@ -50,7 +50,7 @@ async def get_deployment(tools: Any, deployment_id: str) -> Deployment:
 
 
 async def deploy_with_profile(
-    runtime: Runtime[Context], cand: ws.Candidate, arguments: dict[str, Any], profiles: list[str], timeout: float | None
+    runtime: Runtime[Context], cand: Candidate, arguments: dict[str, Any], profiles: list[str], timeout: float | None
 ) -> Deployment:
     """Deploy with the rehearsal profile for this GPU type: each given file in turn until the deploy tool accepts
     one (it refuses a profile for another GPU type; the agent never opens the files); none fits: the shipped one."""
@@ -75,7 +75,7 @@ async def teardown(runtime: Runtime[Context], deployment_id: str) -> None:
         emit(runtime, "teardown", deployment=deployment_id, note=str(exc))
 
 
-async def live_deployment(tools: Any, known: str | None, cand: ws.Candidate, run_id: str) -> Deployment | None:
+async def live_deployment(tools: Any, known: str | None, cand: Candidate, run_id: str) -> Deployment | None:
     """A ready deployment of this candidate: the one the state names, or one a crashed attempt left running."""
     ids = [known] if known else []
     listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
@@ -95,7 +95,7 @@ async def live_deployment(tools: Any, known: str | None, cand: ws.Candidate, run
 
 
 async def finished_benchmark(
-    tools: Any, run_id: str, cand: ws.Candidate, kind: str, used: list[str]
+    tools: Any, run_id: str, cand: Candidate, kind: str, used: list[str]
 ) -> tuple[str, str] | None:
     """(benchmark, deployment) of a completed benchmark of this kind on any deployment of this candidate in the
     run that the run has not used yet (one a crashed or stopped attempt finished): reused, never repeated."""
@@ -121,11 +121,11 @@ async def finished_benchmark(
     return None
 
 
-def measurement_of(cand: ws.Candidate, kind: str, bench_id: str, record: dict[str, Any]) -> ws.Measurement:
+def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, Any]) -> Measurement:
     result = (record.get("benchmark") or {}).get("result") or {}
     if kind == "probe":
         fit = result.get("fit") or {}
-        return ws.Measurement(
+        return Measurement(
             key=cand.key,
             kind="probe",
             per_step_s=fit.get("per_step_s"),
@@ -139,7 +139,7 @@ def measurement_of(cand: ws.Candidate, kind: str, bench_id: str, record: dict[st
     config = record.get("config") or {}
     # the benchmark sends `repeats` full requests per client at every concurrency level
     requested = sum(int(c) * int(config.get("repeats") or 0) for c in config.get("concurrency") or [])
-    return ws.Measurement(
+    return Measurement(
         key=cand.key,
         kind="full",
         latencies_s=latencies,
@@ -197,7 +197,7 @@ def busy_model_s(record: dict[str, Any]) -> float:
     return max(busy.values(), default=0.0)
 
 
-def measured_figures(m: ws.Measurement) -> dict[str, Any]:
+def measured_figures(m: Measurement) -> dict[str, Any]:
     if m.kind == "probe":
         return {"per_step_s": round(m.per_step_s or 0.0, 3), "fixed_s": round(m.fixed_s or 0.0, 2)}
     if not m.latencies_s:
@@ -205,15 +205,15 @@ def measured_figures(m: ws.Measurement) -> dict[str, Any]:
     return {"p50_s": round(sorted(m.latencies_s)[len(m.latencies_s) // 2], 1), "n": len(m.latencies_s)}
 
 
-def bill(cand: ws.Candidate, seconds: float) -> tuple[float, float]:
+def bill(cand: Candidate, seconds: float) -> tuple[float, float]:
     return cand.offer.usd_per_hour * seconds / 3600, cand.offer.gpu_count * seconds / 3600
 
 
 def failed_update(
-    action: ws.Action, cand: ws.Candidate, error: str, spent: tuple[float, float], removed: bool = False
+    action: Action, cand: Candidate, error: str, spent: tuple[float, float], removed: bool = False
 ) -> dict[str, Any]:
     """verify's update for a failed action: its spend, why, and whether its deployment was torn down."""
-    m = ws.Measurement(key=cand.key, kind=action.kind, usd=spent[0], gpu_hours=spent[1])
+    m = Measurement(key=cand.key, kind=action.kind, usd=spent[0], gpu_hours=spent[1])
     return {
         "results": [Outcome(measurement=m, failed=True, error=error, removed=removed)],
         "events": [f"{action.kind} {cand.key} failed: {error}"],

@@ -30,7 +30,7 @@ from worldtune.agent.steps import (
     teardown,
 )
 from worldtune.agent.tools_client import ToolCallFailed
-from worldtune.policies import search as ws
+from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, Action, Candidate, full_requests
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.workload import anchor_changes
@@ -59,7 +59,7 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 async def _started(
-    task: VerifyTask, runtime: Runtime[Context], cand: ws.Candidate, action: ws.Action, options: TuneOptions,
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
     cap_s: float,
 ) -> dict[str, Any]:  # fmt: skip
     """A ready deployment for the candidate (live, replanned or new) and the GPU seconds its start cost, or the
@@ -103,7 +103,7 @@ async def _started(
 
 
 async def _benchmarked(
-    task: VerifyTask, runtime: Runtime[Context], cand: ws.Candidate, action: ws.Action, options: TuneOptions,
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
     cap_s: float, deployment: Deployment, charged_s: float,
 ) -> dict[str, Any]:  # fmt: skip
     """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update."""
@@ -114,11 +114,11 @@ async def _benchmarked(
     kind = action.kind
     replicas = Plan.parse(cand.plan).replicas
     if kind == "probe":
-        args = {"steps": ws.PROBE_STEPS[0], "repeats": ws.PROBE_REPEATS, "concurrency": [1],
-                "probe_steps": list(ws.PROBE_STEPS)}  # fmt: skip
+        args = {"steps": PROBE_STEPS[0], "repeats": PROBE_REPEATS, "concurrency": [1],
+                "probe_steps": list(PROBE_STEPS)}  # fmt: skip
         args["warmup"] = 1
     else:
-        repeats = max(1, math.ceil((action.requests or ws.full_requests(goal)) / replicas))
+        repeats = max(1, math.ceil((action.requests or full_requests(goal)) / replicas))
         args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
         args["warmup"] = 0
     # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
@@ -161,7 +161,7 @@ async def _benchmarked(
 
 async def _measured(
     runtime: Runtime[Context],
-    cand: ws.Candidate,
+    cand: Candidate,
     kind: str,
     bench_id: str,
     record: dict[str, Any],
@@ -193,7 +193,7 @@ async def _measured(
 
 
 async def _recorded(
-    runtime: Runtime[Context], task: VerifyTask, cand: ws.Candidate, bench_id: str, deployment_id: str
+    runtime: Runtime[Context], task: VerifyTask, cand: Candidate, bench_id: str, deployment_id: str
 ) -> dict[str, Any]:
     """A benchmark of this action that completed in an attempt that never returned: measured and billed once.
 
@@ -214,7 +214,7 @@ async def _recorded(
     return await _measured(runtime, cand, task["action"].kind, bench_id, record, charged_s, deployment_id, live)
 
 
-def start_s(deployment: Deployment, cand: ws.Candidate, options: TuneOptions) -> float:
+def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> float:
     """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load.
 
     A replanned deployment (same node, new plan) pays only its warm load, from the restart on."""
@@ -228,7 +228,7 @@ def start_s(deployment: Deployment, cand: ws.Candidate, options: TuneOptions) ->
     return float(provision_s + load_s)
 
 
-def lease_hours(action: ws.Action, options: TuneOptions, cap_s: float) -> float:
+def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:
     """The hours a deployment (or a replanned node) is asked for: this action's modelled seconds with half again
     as margin, at least --hold-hours, at most its share of the budget: on SkyPilot they are the cluster's hard
     autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/lease.py): the
@@ -240,7 +240,7 @@ def lease_hours(action: ws.Action, options: TuneOptions, cap_s: float) -> float:
     return round(hours, 4)
 
 
-async def _replan(runtime: Runtime[Context], deployment_id: str, cand: ws.Candidate, hours: float) -> Deployment | None:
+async def _replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate, hours: float) -> Deployment | None:
     """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
     None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
     tools = runtime.context.tools

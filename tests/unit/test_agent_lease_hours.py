@@ -6,11 +6,11 @@ import math
 
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.verify import lease_hours
-from worldtune.policies import search as ws
+from worldtune.policies.search import Action
 
 
-def _action(expected_s: float) -> ws.Action:
-    return ws.Action(key="o|tp8", kind="full", expected_usd=1.0, expected_s=expected_s, needs_deploy=True, reason="")
+def _action(expected_s: float) -> Action:
+    return Action(key="o|tp8", kind="full", expected_usd=1.0, expected_s=expected_s, needs_deploy=True, reason="")
 
 
 def test_a_long_full_run_is_asked_for_long_enough_and_no_longer_than_its_share() -> None:

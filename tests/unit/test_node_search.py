@@ -10,7 +10,16 @@ import pytest
 from worldtune.agent.goal_parser import parse_goal
 from worldtune.agent.graph import _reused_nodes
 from worldtune.policies import nodes
-from worldtune.policies import search as ws
+from worldtune.policies.search import (
+    Action,
+    SearchState,
+    action_cost,
+    candidates,
+    decide,
+    held_offers,
+    initial_state,
+    spend_estimate,
+)
 from worldtune.tools.offers import list_offers
 from worldtune.tools.words.goal import Goal
 
@@ -18,15 +27,15 @@ MAIN = "Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, cheapest per clip,
 
 
 @functools.cache
-def main_state() -> ws.SearchState:
-    return ws.initial_state(parse_goal(MAIN).goal, list_offers())
+def main_state() -> SearchState:
+    return initial_state(parse_goal(MAIN).goal, list_offers())
 
 
 def test_a_new_node_pays_provisioning_and_a_cold_load_a_held_one_a_warm_load() -> None:
-    cand = ws.candidates(main_state())[0]
-    new, _ = ws.action_cost(cand, "probe", False, safety=1.0)
-    held, _ = ws.action_cost(cand, "probe", False, safety=1.0, node_held=True)
-    live, _ = ws.action_cost(cand, "probe", True, safety=1.0)
+    cand = candidates(main_state())[0]
+    new, _ = action_cost(cand, "probe", False, safety=1.0)
+    held, _ = action_cost(cand, "probe", False, safety=1.0, node_held=True)
+    live, _ = action_cost(cand, "probe", True, safety=1.0)
     assert new - live == pytest.approx(cand.offer.provision_s + cand.cold_load_s)
     assert held - live == pytest.approx(cand.load_s) and cand.cold_load_s > cand.load_s > 0
 
@@ -40,7 +49,7 @@ def test_the_estimate_keeps_one_node_per_offer_and_says_the_time_to_an_answer() 
     assert after.cold_loads == len(offers) and after.warm_loads == len(after.keys) - len(offers)
     assert after.gpu_hours < before.gpu_hours and after.usd < before.usd and after.answer_s < before.answer_s
     assert "modelled" in after.basis and "nothing measured" in after.basis
-    usd, gpu_hours, keys = ws.spend_estimate(state)
+    usd, gpu_hours, keys = spend_estimate(state)
     assert (usd, gpu_hours, keys) == (after.usd, after.gpu_hours, after.keys)
     # parallel lanes overlap nodes on different offers, never the contenders on one node
     split = nodes.search_plan(state, parallel=4, reuse_nodes=False)
@@ -49,18 +58,18 @@ def test_the_estimate_keeps_one_node_per_offer_and_says_the_time_to_an_answer() 
 
 def test_the_next_action_on_a_held_node_is_priced_as_a_replan() -> None:
     state = main_state()
-    first = ws.decide(state).actions[0]
+    first = decide(state).actions[0]
     held = state.model_copy(update={"deployed": [first.key], "iterations": 1})
-    other = next(c for c in ws.candidates(state) if c.key != first.key and c.offer.id == first.key.split("|")[0])
-    reuse, _ = ws.action_cost(other, "probe", False, node_held=other.offer.id in ws.held_offers(held))
+    other = next(c for c in candidates(state) if c.key != first.key and c.offer.id == first.key.split("|")[0])
+    reuse, _ = action_cost(other, "probe", False, node_held=other.offer.id in held_offers(held))
     no_reuse = held.model_copy(update={"reuse_nodes": False})
-    fresh, _ = ws.action_cost(other, "probe", False, node_held=other.offer.id in ws.held_offers(no_reuse))
-    assert ws.held_offers(no_reuse) == set() and reuse < fresh
+    fresh, _ = action_cost(other, "probe", False, node_held=other.offer.id in held_offers(no_reuse))
+    assert held_offers(no_reuse) == set() and reuse < fresh
 
 
 def test_a_spare_node_on_the_same_offer_moves_to_the_next_candidate() -> None:
-    def act(key: str, **kw: object) -> ws.Action:
-        return ws.Action(key=key, kind="probe", expected_usd=1, expected_s=1, needs_deploy=True, reason="", **kw)
+    def act(key: str, **kw: object) -> Action:
+        return Action(key=key, kind="probe", expected_usd=1, expected_s=1, needs_deploy=True, reason="", **kw)
 
     spare = {"nebius/x/H200:8/spot|tp8": "wt-1", "aws/y/H200:8/spot|tp8": "wt-2"}
     moved = _reused_nodes([act("nebius/x/H200:8/spot|cfg2-u4-hsdp8"), act("lambda/z/H200:8|tp8")], dict(spare))
@@ -74,10 +83,10 @@ def test_answer_within_is_read_refused_and_respected() -> None:
     assert parse_goal("cheapest per clip, p95 under 150 s, done in 90 minutes").goal.answer_within_s == 5400
     with pytest.raises(ValueError, match="answer_within_s"):
         Goal(answer_within_s=0)
-    tight = ws.initial_state(goal.model_copy(update={"answer_within_s": 60.0}), list_offers())
-    decision = ws.decide(tight)
+    tight = initial_state(goal.model_copy(update={"answer_within_s": 60.0}), list_offers())
+    decision = decide(tight)
     assert decision.stop_kind == "deadline" and "time to answer reached" in (decision.stop_reason or "")
-    assert ws.decide(ws.initial_state(goal, list_offers())).actions  # an hour leaves room to start
+    assert decide(initial_state(goal, list_offers())).actions  # an hour leaves room to start
 
 
 def test_a_deadline_buys_lanes_dollars_for_time_inside_the_budget() -> None:

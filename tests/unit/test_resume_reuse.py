@@ -17,7 +17,7 @@ from worldtune.agent.state import VerifyTask
 from worldtune.agent.steps import bill, finished_benchmark, get_deployment
 from worldtune.agent.tools_client import ToolsClient
 from worldtune.agent.verify import start_s, verify
-from worldtune.policies import search as ws
+from worldtune.policies.search import Action, Candidate, candidates, initial_state
 from worldtune.tools.mcp_server import build_server
 from worldtune.tools.offers import all_offers
 from worldtune.tools.result_compute import compute_result
@@ -29,11 +29,11 @@ from worldtune.tools.words.workload import anchor_workload
 RUN = "tune-killed"
 
 
-def full_action(cand: ws.Candidate) -> ws.Action:
-    return ws.Action(key=cand.key, kind="full", expected_usd=5.0, expected_s=100.0, needs_deploy=True, reason="")
+def full_action(cand: Candidate) -> Action:
+    return Action(key=cand.key, kind="full", expected_usd=5.0, expected_s=100.0, needs_deploy=True, reason="")
 
 
-def killed_run_left(db: Path, cand: ws.Candidate) -> None:
+def killed_run_left(db: Path, cand: Candidate) -> None:
     """A deployment torn down by the run's cleanup, and the full benchmark that completed on it just before."""
     store = Store(db)
     store.add_run(RUN, "tune")
@@ -58,7 +58,7 @@ def killed_run_left(db: Path, cand: ws.Candidate) -> None:
 def test_a_full_run_finished_before_the_kill_is_used_not_repeated(tmp_path: Path) -> None:
     db = tmp_path / "wt.db"
     goal = Goal(workload=anchor_workload(), latency_bound_s=150, capacities=["on-demand", "spot"])
-    cand = ws.candidates(ws.initial_state(goal, all_offers("snapshot")))[0]
+    cand = candidates(initial_state(goal, all_offers("snapshot")))[0]
     killed_run_left(db, cand)
     options = TuneOptions(db_path=str(db), yes=True)
     task = VerifyTask(
@@ -95,7 +95,7 @@ def test_a_full_run_finished_before_the_kill_is_used_not_repeated(tmp_path: Path
 def test_a_deployment_already_billed_by_a_recorded_result_is_not_billed_again(tmp_path: Path) -> None:
     db = tmp_path / "wt.db"
     goal = Goal(workload=anchor_workload(), latency_bound_s=150, capacities=["on-demand", "spot"])
-    cand = ws.candidates(ws.initial_state(goal, all_offers("snapshot")))[0]
+    cand = candidates(initial_state(goal, all_offers("snapshot")))[0]
     killed_run_left(db, cand)
     options = TuneOptions(db_path=str(db), yes=True)
     task = VerifyTask(

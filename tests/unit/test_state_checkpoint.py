@@ -27,7 +27,7 @@ from worldtune.agent.state import (
     TuneState,
     VerifyTask,
 )
-from worldtune.policies import search as ws
+from worldtune.policies.search import Action, Measurement, candidates, decide, initial_state, record
 from worldtune.tools.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.tuning import SpendEstimate, SpendForecast
@@ -37,18 +37,18 @@ from worldtune.tools.words.workload import anchor_workload
 def typed_state() -> TuneState:
     """A state as learn leaves it: every field a word, a measurement folded in, a failed action beside it."""
     goal = Goal(workload=anchor_workload(), latency_bound_s=150, capacities=["on-demand", "spot"])
-    search = ws.initial_state(goal, all_offers("snapshot"))
+    search = initial_state(goal, all_offers("snapshot"))
     initial = dict(search.beliefs)
-    best = ws.candidates(search)[0]
-    probe = ws.Measurement(key=best.key, kind="probe", per_step_s=best.per_step_s, fixed_s=best.fixed_s, usd=2.0)
-    search = ws.record(search, probe)
+    best = candidates(search)[0]
+    probe = Measurement(key=best.key, kind="probe", per_step_s=best.per_step_s, fixed_s=best.fixed_s, usd=2.0)
+    search = record(search, probe)
     forecast = SpendForecast(usd=3.0, usd_max=9.5, gpu_hours=1.0, answer_hours=0.5, answer_hours_max=1.5,
                              measurements=4.0, runs=20, stops={"converged": 20}, basis="simulated")  # fmt: skip
     estimate = SpendEstimate(parallel=1, usd=12.5, gpu_hours=3.0, answer_hours=1.0, deployments=2, cold_loads=2,
                              warm_loads=1, estimate_basis="modelled", budget_usd=None, candidates=40, feasible=10,
                              first_to_verify=[best.key], engine="twin", infra="local", priced_as="the offers",
                              forecast=forecast)  # fmt: skip
-    failed = ws.Measurement(key="other", kind="full", usd=0.5, gpu_hours=0.1)
+    failed = Measurement(key="other", kind="full", usd=0.5, gpu_hours=0.1)
     return TuneState(
         run_id="tune-typed",
         goal_text="p95 under 150 s, cheapest",
@@ -59,7 +59,7 @@ def typed_state() -> TuneState:
         initial_beliefs=initial,
         spend_estimate=estimate,
         approved=True,
-        decision=ws.decide(search),
+        decision=decide(search),
         deployments={best.key: "wt-1"},
         results=[
             Outcome(measurement=probe, deployment_id="wt-1", model_s=120.0),
@@ -114,10 +114,10 @@ def test_the_typed_state_round_trips_through_sqlite_without_unregistered_types(t
 def test_a_verify_task_sent_to_a_branch_round_trips() -> None:
     state = typed_state()
     search = state["search"]
-    action = ws.Action(key=ws.candidates(search)[0].key, kind="full", expected_usd=5.0, expected_s=100.0,
+    action = Action(key=candidates(search)[0].key, kind="full", expected_usd=5.0, expected_s=100.0,
                        needs_deploy=True, reason="test")  # fmt: skip
     task = VerifyTask(run_id="tune-typed", goal=state["goal"], options=state["options"], action=action,
-                      candidate=ws.candidates(search)[0], deployment_id=None, cap_usd=5.0, iteration=1,
+                      candidate=candidates(search)[0], deployment_id=None, cap_usd=5.0, iteration=1,
                       used_benchmarks=["b1"], billed_deployments=[])  # fmt: skip
     with serde_events() as seen:
         back = CHECKPOINT_SERDE.loads_typed(CHECKPOINT_SERDE.dumps_typed(Send("verify", task)))
@@ -140,7 +140,7 @@ def test_without_the_allowlist_the_same_checkpoint_warns(tmp_path: Path) -> None
 def test_the_record_json_of_an_outcome_is_the_one_written_before() -> None:
     """The run's record keeps its JSON: a measurement's fields plus deployment and model seconds, or plus why it
     failed."""
-    m = ws.Measurement(key="k", kind="full", latencies_s=[1.0], usd=2.0, benchmark_id="b")
+    m = Measurement(key="k", kind="full", latencies_s=[1.0], usd=2.0, benchmark_id="b")
     assert Outcome(measurement=m, deployment_id="wt-1", model_s=3.0).as_json() == {
         **m.model_dump(mode="json"), "deployment_id": "wt-1", "model_s": 3.0,
     }  # fmt: skip

@@ -10,7 +10,7 @@ from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.record import build_summary
 from worldtune.agent.state import Outcome, TuneState, merge_deployments
 from worldtune.cli_tune import _output
-from worldtune.policies import search as ws
+from worldtune.policies.search import Measurement, candidates, initial_state, record
 from worldtune.tools.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
@@ -39,11 +39,11 @@ def test_deployments_reducer_adds_and_removes() -> None:
 
 def test_summary_and_json_output_carry_the_issue_keys() -> None:
     goal = Goal(workload=anchor_workload(), latency_bound_s=150, capacities=["on-demand", "spot"])
-    state = ws.initial_state(goal, all_offers("snapshot"))
-    best = ws.candidates(state)[0]
-    probe = ws.Measurement(key=best.key, kind="probe", per_step_s=best.per_step_s, fixed_s=best.fixed_s, usd=2.0)
-    full = ws.Measurement(key=best.key, kind="full", latencies_s=[best.latency_s * f for f in (0.999, 1.0, 1.001)])
-    state = ws.record(ws.record(state, probe), full.model_copy(update={"usd": 1.0, "benchmark_id": "b1"}))
+    state = initial_state(goal, all_offers("snapshot"))
+    best = candidates(state)[0]
+    probe = Measurement(key=best.key, kind="probe", per_step_s=best.per_step_s, fixed_s=best.fixed_s, usd=2.0)
+    full = Measurement(key=best.key, kind="full", latencies_s=[best.latency_s * f for f in (0.999, 1.0, 1.001)])
+    state = record(record(state, probe), full.model_copy(update={"usd": 1.0, "benchmark_id": "b1"}))
     graph_state = TuneState(
         run_id="tune-x",
         goal=goal,
