@@ -1,6 +1,6 @@
 """Fuzz the MCP tools (hypothesis) and count: calls fuzzed, refusals, refusals without a clear message, and breaks.
 
-Runs the property-based draws of tests/mcp_fuzz_cases.py (the same as tests/unit/test_mcp_fuzz.py) with
+Runs the property-based draws of tests/mcp_fuzz_cases.py (the same as tests/unit/tools/test_mcp_fuzz.py) with
 more examples, in-process with the MCP SDK's Client, and counts across every call:
 calls, refusals, refusals without a clear message (not naming field, value and what would be valid),
 starts or stops without confirm=true, commitments above the caps, and answers holding the planted

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from worldtune.tools.bench_answers import engine_clock, error_kind, error_message, float_or_none, json_or_empty
 from worldtune.tools.result_compute import compute_result, fit_time
 from worldtune.tools.store import Store
-from worldtune.tools.words.bench_spec import DONE_AT_HEADER, TIME_SCALE_HEADER, BenchmarkSpec
+from worldtune.tools.words.bench_spec import TIME_SCALE_HEADER, BenchmarkSpec
 from worldtune.tools.words.deployment import Progress
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.result import AffineFit, BenchmarkResult, fit_affine
@@ -149,8 +150,8 @@ class Runner:
                     body = answer.content
                     self._accept_headers(sample, answer.headers)
                 else:
-                    sample.error_kind = _error_kind(answer.status_code, answer.text)
-                    sample.detail = _error_message(answer)
+                    sample.error_kind = error_kind(answer.status_code, answer.text)
+                    sample.detail = error_message(answer)
         except httpx.TimeoutException:
             wall = time.monotonic() - started
             sample.error_kind = "client_timeout"
@@ -183,8 +184,8 @@ class Runner:
         created = await client.post(f"{endpoint}/v1/videos", files=form, timeout=timeout)
         sample.status_code = created.status_code
         if created.status_code != 200:
-            sample.error_kind = _error_kind(created.status_code, created.text)
-            sample.detail = _error_message(created)
+            sample.error_kind = error_kind(created.status_code, created.text)
+            sample.detail = error_message(created)
             return None
         video_id = created.json()["id"]
         sample.request_id = video_id
@@ -201,7 +202,7 @@ class Runner:
                     error = job.get("error") or {}
                     code = int(error.get("code") or polled.status_code)
                     sample.status_code = code
-                    sample.error_kind = _error_kind(code, str(error.get("message", "")))
+                    sample.error_kind = error_kind(code, str(error.get("message", "")))
                     sample.detail = str(error.get("message") or polled.text)[:500]
                     return None
                 if job.get("status") == "completed":
@@ -212,22 +213,22 @@ class Runner:
                 await client.delete(f"{endpoint}/v1/videos/{video_id}", timeout=10.0)
         sample.status_code = content.status_code
         if content.status_code != 200:
-            sample.error_kind = _error_kind(content.status_code, content.text)
-            sample.detail = _error_message(content)
+            sample.error_kind = error_kind(content.status_code, content.text)
+            sample.detail = error_message(content)
             return None
-        sample.server_time_s = _float_or_none(job.get("inference_time_s"))
-        _engine_clock(sample, content.headers)
-        sample.peak_memory_mb = _float_or_none(job.get("peak_memory_mb"))
+        sample.server_time_s = float_or_none(job.get("inference_time_s"))
+        engine_clock(sample, content.headers)
+        sample.peak_memory_mb = float_or_none(job.get("peak_memory_mb"))
         sample.stage_durations = job.get("stage_durations") or {}
         sample.ok = True
         return bytes(content.content)
 
     def _accept_headers(self, sample: Sample, headers: Any) -> None:
         sample.request_id = headers.get("X-Request-Id")
-        sample.server_time_s = _float_or_none(headers.get("X-Inference-Time-S"))
-        sample.peak_memory_mb = _float_or_none(headers.get("X-Peak-Memory-MB"))
-        sample.stage_durations = _json_or_empty(headers.get("X-Stage-Durations"))
-        _engine_clock(sample, headers)
+        sample.server_time_s = float_or_none(headers.get("X-Inference-Time-S"))
+        sample.peak_memory_mb = float_or_none(headers.get("X-Peak-Memory-MB"))
+        sample.stage_durations = json_or_empty(headers.get("X-Stage-Durations"))
+        engine_clock(sample, headers)
         sample.ok = True
 
     async def _record(self, sample: Sample, body: bytes | None, workload: Workload) -> None:
@@ -353,53 +354,3 @@ def _slowest_plausible_latency(workload: Workload) -> float:
     from worldtune.tools.words.plan import Plan
 
     return perf_model.predict(workload, Plan.parse("1gpu"), resolve_profile("H200")).latency_s
-
-
-def _engine_clock(sample: Sample, headers: Any) -> None:
-    """The twin's engine clock when the answer was done (model s; a real server sends no such header)."""
-    done_at = _float_or_none(headers.get(DONE_AT_HEADER))
-    if done_at is not None:
-        sample.server_done_at_s = done_at
-
-
-def _float_or_none(raw: Any) -> float | None:
-    try:
-        return float(raw) if raw is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _json_or_empty(raw: str | None) -> dict[str, Any]:
-    import json
-
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _error_kind(status: int, text: str) -> str:
-    if status == 400 and "guardrail" in text.lower():
-        return "guardrail"
-    if status >= 500 and "out of memory" in text.lower():  # CUDA's OOM text in vLLM-Omni's 500 (a request's peak)
-        return "out_of_memory"
-    return {400: "bad_request", 404: "not_found", 503: "unavailable", 504: "server_timeout"}.get(
-        status, "server_error" if status >= 500 else f"http_{status}"
-    )
-
-
-def _error_message(answer: Any) -> str:
-    try:
-        body = answer.json()
-    except ValueError:
-        return str(answer.text)[:500]
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        if body.get("detail"):
-            return str(body["detail"])
-    return str(body)[:500]

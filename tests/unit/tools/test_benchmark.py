@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from worldtune.tools.bench_runner import Runner, _error_kind
+from worldtune.tools.bench_answers import error_kind
+from worldtune.tools.bench_runner import Runner
 from worldtune.tools.benchmark import BenchmarkSpec, get_benchmark
 from worldtune.tools.store import Store
 from worldtune.tools.words.errors import InvalidInput
@@ -70,12 +71,12 @@ def test_requests_spread_to_the_least_busy_endpoint(tmp_path: Path) -> None:
 
 
 def test_error_kinds() -> None:
-    assert _error_kind(400, '{"error": {"message": "Input was blocked by Cosmos3 guardrails."}}') == "guardrail"
-    assert _error_kind(400, "num_frames bad") == "bad_request"
-    assert _error_kind(503, "") == "unavailable"
-    assert _error_kind(504, "") == "server_timeout"
-    assert _error_kind(500, "") == "server_error"
-    assert _error_kind(422, "") == "http_422"
+    assert error_kind(400, '{"error": {"message": "Input was blocked by Cosmos3 guardrails."}}') == "guardrail"
+    assert error_kind(400, "num_frames bad") == "bad_request"
+    assert error_kind(503, "") == "unavailable"
+    assert error_kind(504, "") == "server_timeout"
+    assert error_kind(500, "") == "server_error"
+    assert error_kind(422, "") == "http_422"
 
 
 def test_get_benchmark_reports_a_dead_process_and_a_partial_result(tmp_path: Path) -> None:

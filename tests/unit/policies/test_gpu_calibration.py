@@ -21,7 +21,7 @@ from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import anchor_workload
 
-MEASURED = Path(__file__).resolve().parents[2] / "policies" / "profiles" / "measured"
+MEASURED = Path(__file__).resolve().parents[3] / "policies" / "profiles" / "measured"
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 

@@ -15,7 +15,7 @@ from worldtune.tools.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_langgraph_json_points_at_the_compiled_graph() -> None:

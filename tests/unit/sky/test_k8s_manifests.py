@@ -29,7 +29,7 @@ from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 
 K8S_VERSION = kubernetes_validate.latest_version()
-LWS_SCHEMA = json.loads((Path(__file__).parents[2] / "sky" / "lws-crd-schema.json").read_text())
+LWS_SCHEMA = json.loads((Path(__file__).parents[3] / "sky" / "lws-crd-schema.json").read_text())
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 
 

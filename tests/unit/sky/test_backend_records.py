@@ -9,7 +9,7 @@ from pathlib import Path
 from worldtune.tools.store import Store
 from worldtune.tools.words.deployment import Records
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _methods(cls: type) -> dict[str, inspect.Signature]:

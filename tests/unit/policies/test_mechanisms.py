@@ -21,7 +21,7 @@ from worldtune.tools.words.plan_rules import check
 from worldtune.tools.words.workload import anchor_workload
 
 WL = anchor_workload()
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def latency(plan: str, **changes: float) -> float:

@@ -9,7 +9,7 @@ from worldtune.tools.words.profile import DEFAULT_SIGMA, ParamBasis, Profile
 
 
 def _shipped() -> Profile:
-    return Profile.load(Path(__file__).parents[2] / "policies" / "profiles" / "H200.yaml")
+    return Profile.load(Path(__file__).parents[3] / "policies" / "profiles" / "H200.yaml")
 
 
 def test_assumed_fields_are_wide_and_fitted_ones_narrow() -> None:

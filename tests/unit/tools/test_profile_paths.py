@@ -15,7 +15,7 @@ from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.profile import Profile
 
 SECRET = "SECRET-MARKER-7f3a9c"
-SHIPPED_H200 = Path(__file__).resolve().parents[2] / "policies" / "profiles" / "H200.yaml"
+SHIPPED_H200 = Path(__file__).resolve().parents[3] / "policies" / "profiles" / "H200.yaml"
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from worldtune.agent.configuration import Context
 from worldtune.agent.graph import graph
 from worldtune.agent.tools_client import SessionPerCall
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_input_and_output_schemas_are_forms() -> None:

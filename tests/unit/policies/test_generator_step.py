@@ -22,7 +22,7 @@ from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import anchor_workload
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MEASURED = REPO / "policies" / "profiles" / "measured"
 RUN_8_LAYERS = MEASURED / "H200-2gpu-2026-11-29.generator-step-8layers.json"
 PROFILE = MEASURED / "H200-2gpu-2026-11-29.yaml"
