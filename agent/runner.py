@@ -17,6 +17,7 @@ import contextlib
 import secrets
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from worldtune.agent.configuration import Context, Progress, TuneOptions
@@ -155,17 +156,21 @@ def tune(
     return asyncio.run(_drive(run_id, first, options, progress))
 
 
-def checkpointed_options(run_id: str, db_path: str | None = None) -> TuneOptions:
-    """The options a run was started with, read from its checkpoint (resume needs nothing else)."""
+def _last_checkpoint(path: Path, run_id: str) -> Any:
+    """The run's last checkpoint (LangGraph's StateSnapshot) in the checkpoint file at `path`."""
     from worldtune.agent.checkpoints import sqlite_saver
     from worldtune.agent.graph import builder
 
-    probe = TuneOptions(db_path=db_path)
-    path = probe.checkpoint_path()
+    with sqlite_saver(path) as saver:
+        return builder.compile(checkpointer=saver).get_state({"configurable": {"thread_id": run_id}})
+
+
+def checkpointed_options(run_id: str, db_path: str | None = None) -> TuneOptions:
+    """The options a run was started with, read from its checkpoint (resume needs nothing else)."""
+    path = TuneOptions(db_path=db_path).checkpoint_path()
     if not path.is_file():
         raise InvalidInput("thread_id", run_id, f"a run in {path}", "pass the --db the run used")
-    with sqlite_saver(path) as saver:
-        snapshot = builder.compile(checkpointer=saver).get_state({"configurable": {"thread_id": run_id}})
+    snapshot = _last_checkpoint(path, run_id)
     if not snapshot.values:
         raise InvalidInput("thread_id", run_id, f"the id of a run checkpointed in {path}")
     options = snapshot.values["options"]
@@ -275,13 +280,9 @@ def progress_of(run_id: str, db_path: str | None = None) -> dict[str, Any]:
     thread = _THREADS.get(run_id)
     out: dict[str, Any] = {"alive": thread is not None and thread.is_alive(), "error": _ERRORS.get(run_id)}
     try:
-        from worldtune.agent.checkpoints import sqlite_saver
-        from worldtune.agent.graph import builder
-
         path = TuneOptions(db_path=db_path).checkpoint_path()
         if path.is_file():
-            with sqlite_saver(path) as saver:
-                snap = builder.compile(checkpointer=saver).get_state({"configurable": {"thread_id": run_id}})
+            snap = _last_checkpoint(path, run_id)
             values = snap.values or {}
             search, estimate = values.get("search"), values.get("spend_estimate")  # words (agent/state.py)
             out |= {

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, TypeVar
 
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
+from pydantic import BaseModel
 
 from worldtune.agent.configuration import Context
 from worldtune.agent.state import Outcome
@@ -21,6 +22,8 @@ from worldtune.tools.words.infra import Infra
 from worldtune.tools.words.offer import Offer
 from worldtune.tools.words.sample import Sample
 
+W = TypeVar("W", bound=BaseModel)
+
 
 def emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
     """Progress for people: to the stream (stream_mode 'custom') and the runner's printer."""
@@ -29,19 +32,25 @@ def emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
     runtime.context.progress(event, data)
 
 
+def word(model: type[W], raw: dict[str, Any]) -> W:
+    """What a tool answered (JSON) as the word `model`: keys it does not name (a newer server's, a tool's notes)
+    are dropped."""
+    return model.model_validate({k: v for k, v in raw.items() if k in model.model_fields})
+
+
 async def listed_offers(tools: Any, infra: str) -> list[Offer]:
     """Every offer the tools list (MCP list_offers), as the word (the tool's extra keys, e.g. notes, dropped), whose
     capacity the run's infra can deploy (Infra.capacities: no spot or SkyServe on Slurm, no serverless on
     Kubernetes), so the search never picks a candidate the deploy tool would refuse."""
     listed = await tools.call("list_offers", capacity=None)
     can = Infra.parse(infra).capacities
-    offers = [Offer.model_validate({k: v for k, v in o.items() if k in Offer.model_fields}) for o in listed["offers"]]
+    offers = [word(Offer, o) for o in listed["offers"]]
     return [o for o in offers if o.capacity in can]
 
 
 def deployment_word(raw: dict[str, Any]) -> Deployment:
-    """A deployment as the tools answer it (JSON), as the word (keys a newer server adds dropped)."""
-    return Deployment.model_validate({k: v for k, v in raw.items() if k in Deployment.model_fields})
+    """A deployment as the tools answer it (JSON), as the word."""
+    return word(Deployment, raw)
 
 
 async def get_deployment(tools: Any, deployment_id: str) -> Deployment:

@@ -31,14 +31,12 @@ import time
 from typing import Any
 
 from worldtune.tools.deploy_checks import check_deploy_inputs
-from worldtune.tools.offers import cheapest_fitting_offer
 from worldtune.tools.profile_paths import allowed_profile_path
-from worldtune.tools.spend import SpendQuote, check_commitment, node_gpus, quote
+from worldtune.tools.spend import SpendQuote, check_commitment, quote, reference_offer
 from worldtune.tools.store import Store
 from worldtune.tools.words.deployment import Backend, Deployment, Progress, new_deployment_id
 from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 from worldtune.tools.words.infra import Infra
-from worldtune.tools.words.offer import Offer
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 
@@ -79,11 +77,6 @@ def backend_for(infra: str, store: Store, options: Any = None) -> Backend:
     except Exception as exc:  # e.g. no kubeconfig, no SkyPilot home: say which infra and why, start nothing
         raise InvalidInput("infra", infra, f"an infra {class_name} can reach", f"{type(exc).__name__}: {exc}") from exc
     return backend
-
-
-def _offer_for(gpu: str, plan: Plan, capacity: str) -> Offer | None:
-    """The cheapest node big enough for the plan anywhere (what a deployment on local or own hardware would rent)."""
-    return cheapest_fitting_offer(gpu, node_gpus(plan, capacity), capacity=[capacity])
 
 
 def quote_deploy(
@@ -156,7 +149,7 @@ def deploy(
         truth = Profile.load(truth_path, field="twin_profile")
         if truth.gpu.lower() != spend.gpu.lower():
             raise InvalidInput("twin_profile", twin_profile, f"a profile for {spend.gpu}", f"it is for {truth.gpu}")
-    offer = spend.offer or _offer_for(spend.gpu, Plan.parse(spend.plan), capacity)
+    offer = spend.offer or reference_offer(spend.gpu, Plan.parse(spend.plan), capacity)
     deployment = Deployment(
         id=deployment_id or new_deployment_id(),
         run_id=run_id,

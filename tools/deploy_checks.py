@@ -55,12 +55,18 @@ def _infra(infra: object) -> Infra:
     return Infra.parse(infra)
 
 
+# Where Infra.capacities leaves a capacity out, and why (local twins and clouds take every capacity).
+CANNOT = {
+    "slurm": ("Slurm", "SkyPilot has no spot or SkyServe there"),
+    "kubernetes": ("Kubernetes", "serverless is SkyServe"),
+}
+
+
 def _fits_infra(where: Infra, engine: str, capacity: str) -> None:
     """What each kind of infra cannot do: spot or SkyServe on Slurm, serverless on Kubernetes, vLLM-Omni here."""
-    if where.kind == "slurm" and capacity not in where.capacities:
-        raise InvalidInput("capacity", capacity, "on-demand on Slurm (SkyPilot has no spot or SkyServe there)")
     if capacity not in where.capacities:
-        raise InvalidInput("capacity", capacity, f"{' or '.join(where.capacities)} on {where} (serverless is SkyServe)")
+        place, why = CANNOT.get(where.kind, (str(where), "not offered there"))
+        raise InvalidInput("capacity", capacity, f"{' or '.join(where.capacities)} on {place} ({why})")
     if where.is_local and engine == "vllm-omni":
         raise InvalidInput(
             "engine", engine, "twin on infra local: this machine has no GPU",

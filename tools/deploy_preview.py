@@ -21,8 +21,7 @@ from worldtune.sky.preview import DeployPreview, preview_deploy
 from worldtune.sky.replicas import RenderOptions
 from worldtune.tools.deploy_checks import check_deploy_inputs
 from worldtune.tools.estimate import estimate_plan, resolve_profile
-from worldtune.tools.offers import cheapest_fitting_offer
-from worldtune.tools.spend import nodes_at_most, rented_offer
+from worldtune.tools.spend import peak_usd_per_hour, reference_offer, rented_offer
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.infra import Infra
@@ -74,7 +73,7 @@ def build_deployment(
         engine="twin" if inputs.engine == "twin" else "vllm-omni",
         capacity=capacity,
         offer=offer,
-        usd_per_hour=offer.usd_per_hour * nodes_at_most(inputs.plan, capacity) if offer else 0.0,
+        usd_per_hour=peak_usd_per_hour(offer, inputs.plan, capacity) if offer else 0.0,
         time_scale=inputs.time_scale,
         twin_profile=twin_profile,
     )
@@ -136,7 +135,6 @@ def preview(
     kube = reference = None
     if Infra.parse(deployment.infra).kind == "kubernetes":  # your own cluster: priced as the same node rented
         kube = k8s_options(deployment, k8s)
-        gpus = Plan.parse(deployment.plan).gpus
-        reference = cheapest_fitting_offer(deployment.gpu, gpus, capacity=[deployment.capacity])
+        reference = reference_offer(deployment.gpu, Plan.parse(deployment.plan), deployment.capacity)
     opts = render_options(deployment, options)
     return preview_deploy(deployment, opts, k8s_options=kube, optimize=optimize, reference_offer=reference)

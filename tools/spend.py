@@ -123,6 +123,19 @@ def nodes_at_most(plan: Plan, capacity: str) -> int:
     return plan.replicas if capacity == "serverless" else 1
 
 
+def peak_usd_per_hour(offer: Offer, plan: Plan, capacity: str) -> float:
+    """The most a deployment on `offer` bills per hour: nodes_at_most of its node up at once."""
+    return offer.usd_per_hour * nodes_at_most(plan, capacity)
+
+
+def reference_offer(gpu: str, plan: Plan, capacity: str) -> Offer | None:
+    """The cheapest node_gpus node anywhere: what a deployment on local twins or on your own hardware (Slurm,
+    Kubernetes) would rent, so its cost per clip can be priced."""
+    from worldtune.tools.offers import cheapest_fitting_offer
+
+    return cheapest_fitting_offer(gpu, node_gpus(plan, capacity), capacity=[capacity])
+
+
 def rented_offer(gpu: str, plan: Plan, capacity: str, where: Infra) -> Offer | None:
     """The node a deployment on a cloud rents (None elsewhere): the cheapest on that cloud (and region) with
     node_gpus GPUs; refused, naming the infra, when the cloud rents no such node at that capacity."""
@@ -151,7 +164,7 @@ def _price(
     if offer is not None:
         nodes = nodes_at_most(plan, capacity)
         scaled = f", up to {nodes} SkyServe replica nodes" if nodes > 1 else ""
-        return offer, offer.usd_per_hour * nodes, f"offer {offer.id} ({offer.source}){scaled}"
+        return offer, peak_usd_per_hour(offer, plan, capacity), f"offer {offer.id} ({offer.source}){scaled}"
     if usd_per_hour is not None:
         return None, finite("usd_per_hour", usd_per_hour, "zero or more USD per node-hour"), "stated by the caller"
     if where.is_local:
