@@ -170,6 +170,9 @@ async def _run(
                 for lane in lanes:
                     await teardown(runtime, lane.deployment.id)  # stop at once: every lane is freed
                     lane.running = False
+                for lane in [lane for lane in lanes if lane.benches]:  # answers that came in meanwhile are kept
+                    bench = lane.benches[-1]
+                    lane.records[bench] = await tools.call("get_result", benchmark_id=bench, include_samples=True)
                 emit(runtime, "decided", key=cand.key, reason=check.reason)
                 return check.reason
         # real GPUs bill wall time on every lane: stop the moment this action's share is used up
@@ -216,6 +219,7 @@ async def _outcome(
         "latencies_s": latencies, "requested": len(latencies) if decided else max(n, len(latencies)),
         "failed_requests": failed, "contaminated": sum(p.contaminated for p in parts), "usd": usd,
         "gpu_hours": gpu_hours, "lanes": len(kept), "decided": decided,
+        "benchmark_ids": [b for lane in kept for b in lane.records],
     })  # fmt: skip
     emit(runtime, "measured", key=cand.key, kind="full", usd=round(usd, 3), model_s=round(node_s, 1),
          wall_s=round(wall_s, 1), lanes=len(kept), **measured_figures(measurement))  # fmt: skip

@@ -30,7 +30,7 @@ from worldtune.agent.record import (
     open_record,
     write_record,
 )
-from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask
+from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask, answer_seconds
 from worldtune.agent.steps import emit, listed_offers, teardown
 from worldtune.agent.verify import verify
 from worldtune.policies import search as policy
@@ -225,7 +225,7 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         events.append(note)
         emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))
     # time to a verified answer so far (modelled on the twin): the verifications' seconds, lanes overlapping
-    answer_s = sum(r.answer_s for r in results) / state["options"].parallel
+    answer_s = answer_seconds(results, state["options"].parallel)
     search = search.model_copy(update={"elapsed_s": answer_s})  # what a goal's 'answer within' is held to
     emit(runtime, "elapsed", answer_hours=round(answer_s / 3600.0, 3), measurements=len(results))
     live = {r.key: "" for r in fresh if r.removed}
@@ -267,7 +267,7 @@ def next_actions(state: TuneState) -> list[Send] | str:
     slack = max(0.0, left - sum(a.expected_usd for a in decision.actions)) / len(decision.actions)
     live = state.get("deployments") or {}
     recorded = state.get("results") or []  # what verify may not measure again, and the deployments already billed
-    used = [r.measurement.benchmark_id for r in recorded if r.measurement.benchmark_id]
+    used = [b for r in recorded for b in r.measurement.benchmarks()]
     billed = [r.deployment_id for r in recorded if r.deployment_id]
     return [
         Send(

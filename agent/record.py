@@ -15,7 +15,7 @@ from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.goal_parser import read_goal
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.provenance import provenance
-from worldtune.agent.state import Outcome, TuneState
+from worldtune.agent.state import Outcome, TuneState, answer_seconds
 from worldtune.policies.search import Candidate, SearchState, candidates, hardware_key, recommendation
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
@@ -177,11 +177,11 @@ def _spend(
         "budget_usd": goal.budget_usd,
         "deployments": len(deployments.get("deployments", [])),
         "replans": sum(len(d.get("previous_plans") or []) for d in deployments.get("deployments", [])),
-        "benchmarks": sum(1 for r in results if r.measurement.benchmark_id),
+        "benchmarks": sum(len(r.measurement.benchmarks()) for r in results),
         "model_seconds": round(model_s, 1),
         # time to a verified answer on real infra: provisioning, loads and requests; one after another with
         # --parallel 1, else the verifications of one round overlap (assumed: evenly over the lanes)
-        "answer_hours": round(sum(r.answer_s for r in results) / options.parallel / 3600.0, 3),
+        "answer_hours": round(answer_seconds(results, options.parallel) / 3600.0, 3),
         "lanes": max((r.measurement.lanes for r in results if r.measurement.kind == "full"), default=0),
         "full_requests": sum(len(r.measurement.latencies_s) for r in results if r.measurement.kind == "full"),
         "confidence": goal.confidence,

@@ -50,6 +50,7 @@ class Outcome(BaseModel):
     failed: bool = False
     error: str = Field(default="", description="why the action failed")
     removed: bool = Field(default=False, description="the failed action tore its deployment down")
+    round: int = Field(default=-1, description="the search iteration whose decision asked for it (-1: not known)")
 
     @property
     def key(self) -> str:
@@ -67,6 +68,20 @@ class Outcome(BaseModel):
     def answer_s(self) -> float:
         """What it adds to the time to a verified answer: the slowest lane's seconds, else its GPU seconds."""
         return self.model_s if self.wall_s is None else self.wall_s
+
+
+def answer_seconds(results: list[Outcome], parallel: int) -> float:
+    """The time to a verified answer so far: round after round, each as long as its slowest verification (they
+    run at once on their own deployments), or its verifications' seconds spread evenly over `parallel`
+    deployments when the round asked for more than that; outcomes of no known round count one after another."""
+    rounds: dict[int, list[float]] = {}
+    serial = 0.0
+    for r in results:
+        if r.round < 0:
+            serial += r.answer_s / parallel
+        else:
+            rounds.setdefault(r.round, []).append(r.answer_s)
+    return serial + sum(max(max(xs), sum(xs) / parallel) for xs in rounds.values())
 
 
 class TuneState(TypedDict, total=False):

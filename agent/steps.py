@@ -239,7 +239,9 @@ def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> fl
     replanned = deployment.replanned_at
     began = replanned or deployment.created_at
     load_s = ((deployment.ready_at or time.time()) - began) * scale
-    if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
+    if options.twin and deployment.modelled_load_s is not None:
+        load_s = deployment.modelled_load_s  # what the twin modelled; a process start magnified is not GPU time
+    elif options.twin:  # an older twin that did not say: cap the magnified wall time
         load_s = min(load_s, 2 * (cand.load_s if replanned else cand.cold_load_s or cand.load_s))
     provision_s = cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
     return float(provision_s + load_s)

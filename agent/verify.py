@@ -53,11 +53,21 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     used = task.get("used_benchmarks", [])
     earlier = await finished_benchmark(tools, task["run_id"], cand, kind=action.kind, used=used)
     if earlier is not None:
-        return await _recorded(runtime, task, cand, *earlier)
+        return _in_round(task, await _recorded(runtime, task, cand, *earlier))
     started = await _started(task, runtime, cand, action, options, cap_s)
     if "deployment" not in started:
-        return started  # a failed action: the deploy failed or starting it used this action's share
-    return await _benchmarked(task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"])
+        return _in_round(task, started)  # a failed action: the deploy failed or starting it used this action's share
+    update = await _benchmarked(
+        task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"]
+    )
+    return _in_round(task, update)
+
+
+def _in_round(task: VerifyTask, update: dict[str, Any]) -> dict[str, Any]:
+    """The update with its outcomes stamped by the round that asked for them (the time to answer overlaps a
+    round's verifications: agent/state.answer_seconds)."""
+    results = [r.model_copy(update={"round": task["iteration"]}) for r in update.get("results", [])]
+    return update | ({"results": results} if "results" in update else {})
 
 
 async def _started(

@@ -71,6 +71,9 @@ class Measurement(BaseModel):
     usd: float = 0.0
     gpu_hours: float = 0.0
     benchmark_id: str = ""
+    benchmark_ids: list[str] = Field(
+        default_factory=list, description="full runs over lanes: every benchmark whose samples were pooled"
+    )
     predicted_before: float | None = Field(default=None, description="what the belief predicted for this measure")
     requested: int = Field(default=0, description="full requests asked for (0: not known)")
     repeats: int = Field(default=1, ge=1, description="probes: requests per step count")
@@ -79,6 +82,10 @@ class Measurement(BaseModel):
     engine_problem: str = Field(default="", description="what the deployment check found wrong, if anything")
     lanes: int = Field(default=1, ge=1, description="full runs: deployments whose samples were pooled")
     decided: str = Field(default="", description="full runs stopped once the claim was decided: why")
+
+    def benchmarks(self) -> list[str]:
+        """Every benchmark this measurement rests on: the pooled lanes' or its one."""
+        return self.benchmark_ids or ([self.benchmark_id] if self.benchmark_id else [])
 
 
 class Action(BaseModel):
