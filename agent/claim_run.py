@@ -35,6 +35,7 @@ from worldtune.agent.steps import (
     lease_hours,
     measured_figures,
     measurement_of,
+    replan,
     start_s,
     teardown,
 )
@@ -83,7 +84,16 @@ async def full_run(
     shares = action.lane_requests if sum(action.lane_requests) == n else [n]
     lanes = [Lane(first, first_charged_s, shares[0])]
     events: list[str] = []
-    extra = await asyncio.gather(*(_deploy_lane(task, runtime, cand, action, options) for _ in shares[1:]))
+    spares = [d for d, key in (task.get("spare_lanes") or {}).items() if key.split("|", 1)[0] == cand.offer.id]
+    taken = await asyncio.gather(*(_spare_lane(runtime, cand, d, action, options) for d in spares[: len(shares) - 1]))
+    for d in spares[len(shares) - 1 :]:  # more were launched than the run now deals requests to
+        await teardown(runtime, d)
+    ready = [got for got in taken if not isinstance(got, str)]
+    events += [got for got in taken if isinstance(got, str)]
+    more = len(shares) - 1 - len(ready)
+    extra = ready + list(
+        await asyncio.gather(*(_deploy_lane(task, runtime, cand, action, options) for _ in range(more)))
+    )
     for share, got in zip(shares[1:], extra, strict=True):
         if isinstance(got, str):  # not deployed: its requests go to the first lane
             events.append(f"lane dropped before its run: {got}")
@@ -106,17 +116,82 @@ async def full_run(
         if not lane.dropped:
             await teardown(runtime, lane.deployment.id)
     events += [f"lane {lane.deployment.id} dropped: {lane.dropped}" for lane in lanes if lane.dropped]
-    return await _outcome(runtime, cand, action, lanes, n, decided, cap_s, events)
+    update = await _outcome(runtime, cand, action, lanes, n, decided, cap_s, events)
+    return update | {"spare_lanes": dict.fromkeys(spares, "")}  # used or torn down: no longer spare
+
+
+async def _spare_lane(
+    runtime: Runtime[Context], cand: Candidate, deployment_id: str, action: Action, options: TuneOptions
+) -> tuple[Deployment, float] | str:
+    """A spare node launched with the probe before this run, as a lane: its start was billed with that probe; a
+    node of another plan is replanned to this one (a warm load, billed here). Why not, when it cannot serve."""
+    try:
+        d = await get_deployment(runtime.context.tools, deployment_id)
+    except ToolCallFailed as exc:
+        return f"spare node {deployment_id} unreadable: {exc}"
+    if d.state == "ready" and d.plan == cand.plan:
+        return d, 0.0
+    if d.state == "ready":
+        moved = await replan(runtime, deployment_id, cand, lease_hours(action, options, math.inf))
+        if moved is not None:
+            return moved, start_s(moved, cand, options)
+    await teardown(runtime, deployment_id)
+    return f"spare node {deployment_id} is {d.state}: not a lane of {cand.plan}"
+
+
+async def launch_early(
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions
+) -> list[tuple[Deployment, float] | str]:
+    """The probe's early lanes (policies/acquisition._early_lanes): `action.early_lanes` new nodes of its offer
+    under `action.early_plan`, launched together with the probe so that their provisioning and cold load overlap
+    it; each (deployment, GPU seconds its start cost) or why it failed. Their lease covers the probe and the
+    claim's whole run on one lane (what they may be kept for)."""
+    plan = action.early_plan or cand.plan
+    lane = cand.model_copy(update={"plan": plan, "key": f"{cand.offer.id}|{plan}"})
+    scale = options.time_scale if options.twin else 1.0
+    run_s = action.expected_s + full_requests(task["goal"]) * cand.latency_s
+    hours = round(max(options.hold_hours, 1.5 * run_s / scale / 3600.0), 4)
+    return list(await asyncio.gather(*(_deploy_lane(task, runtime, lane, action, options, hours)
+                                       for _ in range(action.early_lanes))))  # fmt: skip
+
+
+def with_early(
+    cand: Candidate, update: dict[str, Any], launched: list[tuple[Deployment, float] | str]
+) -> dict[str, Any]:
+    """The probe's update with its early lanes: each billed from its launch until the probe ends or it is up,
+    whichever is later (it waits for the run), the probe's time to answer the longer of the two; the nodes
+    that came up join the run's spare lanes."""
+    up = [got for got in launched if not isinstance(got, str)]
+    events = [f"early lane not started: {got}" for got in launched if isinstance(got, str)]
+    results = list(update.get("results") or [])
+    if not results or not up:
+        return update | {"events": [*update.get("events", []), *events]}
+    probe = results[0]
+    probe_s = probe.model_s
+    lanes_s = sum(max(start, probe_s) for _, start in up)
+    usd, gpu_hours = bill(cand, lanes_s)
+    m = probe.measurement
+    measured = m.model_copy(update={"usd": m.usd + usd, "gpu_hours": m.gpu_hours + gpu_hours})
+    wall = max([probe.answer_s] + [start for _, start in up])
+    results[0] = probe.model_copy(update={"measurement": measured, "model_s": probe_s + lanes_s, "wall_s": wall})
+    events.append(f"{len(up)} early lane(s) of {cand.offer.id} up for the claim's run (${usd:.2f})")
+    return update | {
+        "results": results,
+        "spare_lanes": {d.id: f"{cand.offer.id}|{d.plan}" for d, _ in up},
+        "events": [*update.get("events", []), *events],
+    }
 
 
 async def _deploy_lane(
-    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions
-) -> tuple[Deployment, float] | str:
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
+    hours: float | None = None,
+) -> tuple[Deployment, float] | str:  # fmt: skip
     """One more deployment of the candidate for the run (its GPU seconds to start), or why it failed."""
     arguments: dict[str, Any] = {
         "gpu": cand.gpu, "plan": cand.plan, "infra": options.infra, "engine": options.engine,
         "capacity": cand.capacity, "model": task["goal"].workload.model, "twin_profile": None,
-        "time_scale": options.time_scale if options.twin else None, "hours": lease_hours(action, options, math.inf),
+        "time_scale": options.time_scale if options.twin else None,
+        "hours": hours if hours is not None else lease_hours(action, options, math.inf),
         "run_id": task["run_id"], "confirm": True,
     }  # fmt: skip
     emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra, lane=True)
@@ -214,6 +289,8 @@ async def _outcome(
     # a dropped lane's unanswered requests were run again: only the surviving lanes' failures count
     failed = sum(p.failed_requests for lane in kept if not lane.dropped for p in
                  (measurement_of(cand, "full", b, r) for b, r in lane.records.items()))  # fmt: skip
+    if decided:  # the requests in flight when the decided run tore its lanes down failed by our hand
+        failed = 0
     usd, gpu_hours = bill(cand, node_s)
     measurement = parts[0].model_copy(update={
         "latencies_s": latencies, "requested": len(latencies) if decided else max(n, len(latencies)),

@@ -147,10 +147,19 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """The search policy's next actions (at most --parallel), or why to stop; tear down what is not needed."""
     options = state["options"]
     live = dict(state.get("deployments") or {})
-    search = state["search"].model_copy(update={"deployed": list(live)})
+    spares = dict(state.get("spare_lanes") or {})
+    search = state["search"].model_copy(update={"deployed": list(live), "spare_lanes": list(spares.values())})
     decision = policy.decide(
         search, parallel=options.parallel, margin=options.margin, max_iterations=options.max_iterations
     )
+    wanted = policy.kept_spares(list(spares.values()), decision.actions)
+    freed: dict[str, str] = {}
+    for deployment_id, key in spares.items():  # spare nodes no full run (or probe launching lanes) will use
+        if key in wanted:
+            wanted.remove(key)
+        else:
+            await teardown(runtime, deployment_id)
+            freed[deployment_id] = ""
     keep = {a.key for a in decision.actions if not a.redeploy}  # a retry gets a fresh deployment
     spare = {k: d for k, d in live.items() if k not in keep}
     moved = _reused_nodes(decision.actions, spare) if options.reuse_nodes else {}
@@ -162,7 +171,7 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
             removed[key] = ""
     for key, deployment_id in moved.items():
         emit(runtime, "keep_node", key=key, deployment=deployment_id)
-    update: dict[str, Any] = {"decision": decision, "deployments": removed | moved}
+    update: dict[str, Any] = {"decision": decision, "deployments": removed | moved, "spare_lanes": freed}
     if decision.stop_reason:
         emit(runtime, "stop", reason=decision.stop_reason, kind=decision.stop_kind)
         update |= {"stop_reason": decision.stop_reason, "stop_kind": decision.stop_kind or ""}
@@ -245,7 +254,8 @@ async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     await write_record(tools, run_id, summary)
     emit(runtime, "done", stop_reason=summary["stop_reason"], recommendation=summary["recommendation"])
     cleared = {k: "" for k in (state.get("deployments") or {})}
-    return {"summary": summary, "deployments": cleared, "events": ["torn down; record written"]}
+    spares = dict.fromkeys(state.get("spare_lanes") or {}, "")
+    return {"summary": summary, "deployments": cleared, "spare_lanes": spares, "events": ["torn down; record written"]}
 
 
 # ---- small pieces the nodes share ------------------------------------------------------------------
@@ -283,6 +293,7 @@ def next_actions(state: TuneState) -> list[Send] | str:
                 iteration=search.iterations,
                 used_benchmarks=used,
                 billed_deployments=billed,
+                spare_lanes=dict(state.get("spare_lanes") or {}),
             ),
         )
         for a in decision.actions

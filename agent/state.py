@@ -109,6 +109,9 @@ class TuneState(TypedDict, total=False):
     """The search's next actions or why to stop (decide)."""
     deployments: Annotated[dict[str, str], merge_deployments]
     """Candidate key -> live deployment id (verify adds; decide, learn and finish remove)."""
+    spare_lanes: Annotated[dict[str, str], merge_deployments]
+    """Deployment id -> candidate key (offer|plan) of the nodes launched with a probe for the claim's run after it,
+    up and not yet used (verify adds; the full run on their offer uses them; decide and finish remove)."""
     results: Annotated[list[Outcome], operator.add]
     """Measurements and failed actions as verify produced them, in completion order (verify)."""
     learned: int
@@ -185,6 +188,8 @@ class VerifyTask(TypedDict):
     """Benchmarks the run's results already hold: never reused as a new measurement."""
     billed_deployments: NotRequired[list[str]]
     """Deployments whose start a recorded result already billed."""
+    spare_lanes: NotRequired[dict[str, str]]
+    """The run's spare nodes (deployment id -> offer|plan) a full run on their offer deals its lanes to first."""
 
 
 CHECKPOINT_WORDS: tuple[type[BaseModel], ...] = (

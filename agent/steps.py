@@ -257,3 +257,24 @@ def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:
     if math.isfinite(cap_s):
         hours = min(hours, max(options.hold_hours, cap_s / scale / 3600.0))
     return round(hours, 4)
+
+
+async def replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate, hours: float) -> Deployment | None:
+    """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
+    None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
+    tools = runtime.context.tools
+    try:
+        current = await get_deployment(tools, deployment_id)
+    except ToolCallFailed:
+        return None
+    if current.state != "ready" or current.gpu != cand.gpu:
+        return None
+    emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.plan)
+    try:
+        outcome = await tools.call(
+            "replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True, hours=hours
+        )
+    except ToolCallFailed as exc:
+        emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
+        return None
+    return deployment_word(outcome["deployment"])

@@ -5,20 +5,20 @@ finished measurement."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import Any
 
 from langgraph.runtime import Runtime
 
-from worldtune.agent.claim_run import full_run
+from worldtune.agent.claim_run import full_run, launch_early, with_early
 from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
     bill,
     busy_model_s,
     deploy_with_profile,
-    deployment_word,
     emit,
     engine_check,
     every_request_failed,
@@ -29,6 +29,7 @@ from worldtune.agent.steps import (
     live_deployment,
     measured_figures,
     measurement_of,
+    replan,
     start_s,
     teardown,
 )
@@ -54,12 +55,24 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     earlier = await finished_benchmark(tools, task["run_id"], cand, kind=action.kind, used=used)
     if earlier is not None:
         return _in_round(task, await _recorded(runtime, task, cand, *earlier))
-    started = await _started(task, runtime, cand, action, options, cap_s)
-    if "deployment" not in started:
-        return _in_round(task, started)  # a failed action: the deploy failed or starting it used this action's share
-    update = await _benchmarked(
-        task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"]
-    )
+    # nodes for the claim's run that likely follows, launched now so that their start overlaps this probe
+    early = None
+    if action.kind == "probe" and action.early_lanes:
+        early = asyncio.create_task(launch_early(task, runtime, cand, action, options))
+    try:
+        started = await _started(task, runtime, cand, action, options, cap_s)
+        if "deployment" in started:
+            update = await _benchmarked(
+                task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"]
+            )
+        else:
+            update = started  # a failed action: the deploy failed or starting it used this action's share
+    except BaseException:
+        if early is not None:
+            early.cancel()  # what it launched is the run's: finish (or gc) tears it down
+        raise
+    if early is not None:
+        update = with_early(cand, update, await early)
     return _in_round(task, update)
 
 
@@ -82,7 +95,7 @@ async def _started(
     charged_s = 0.0
     deployment = await live_deployment(tools, task["deployment_id"], cand, task["run_id"])
     if deployment is None and task["deployment_id"]:
-        deployment = await _replan(runtime, task["deployment_id"], cand, lease_hours(action, options, cap_s))
+        deployment = await replan(runtime, task["deployment_id"], cand, lease_hours(action, options, cap_s))
         if deployment is not None:
             charged_s += start_s(deployment, cand, options)
     if deployment is None:
@@ -219,24 +232,3 @@ async def _recorded(
         charged_s += start_s(deployment, cand, options)
     live = deployment.state == "ready"
     return await _measured(runtime, cand, task["action"].kind, bench_id, record, charged_s, deployment_id, live)
-
-
-async def _replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate, hours: float) -> Deployment | None:
-    """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
-    None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
-    tools = runtime.context.tools
-    try:
-        current = await get_deployment(tools, deployment_id)
-    except ToolCallFailed:
-        return None
-    if current.state != "ready" or current.gpu != cand.gpu:
-        return None
-    emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.plan)
-    try:
-        outcome = await tools.call(
-            "replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True, hours=hours
-        )
-    except ToolCallFailed as exc:
-        emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
-        return None
-    return deployment_word(outcome["deployment"])

@@ -87,7 +87,7 @@ def _measure(
     shares = action.lane_requests or [n]
     steps = state.goal.workload.steps
     latencies = [[_latency(truth, cand, steps, state, rng) for _ in range(k)] for k in shares]
-    starts = [start] + [start_seconds(cand, False)] * (len(shares) - 1)
+    starts = [start] + [first for first, _ in lanes.extra_starts(cand, len(shares), spare=state.spare_lanes)]
     kept, wall, node_s, decided = lanes.simulate(state, starts, latencies, Plan.parse(cand.plan).replicas)
     m = Measurement(key=cand.key, kind="full", latencies_s=kept, requested=len(kept) if decided else n,
                     lanes=len(shares), decided=decided)  # fmt: skip
@@ -104,19 +104,28 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
             return usd, gpu_hours, wall, count, decision.stop_kind or "stopped"
         by_key = {c.key: c for c in candidates(s)}
         held = held_offers(s)
-        lanes = []
+        s = s.model_copy(update={"spare_lanes": lanes.kept_spares(s.spare_lanes, decision.actions)})
+        spares: list[str] = []
+        ends = []
         for action in decision.actions:
             cand = by_key[action.key]
             deployed = action.key in s.deployed and not action.redeploy
             start = start_seconds(cand, deployed, node_held=not deployed and cand.offer.id in held)
             m, seconds, node_s = _measure(truth[cand.gpu], cand, action, s, rng, start)
+            if action.early_lanes:  # nodes launched with the probe: up after their start, billed until the run
+                cold = start_seconds(cand, False)
+                node_s += action.early_lanes * max(cold, seconds)
+                seconds = max(seconds, cold)
+                spares += [f"{cand.offer.id}|{action.early_plan}"] * action.early_lanes
             cost, hours = cand.offer.usd_per_hour * node_s / 3600.0, cand.offer.gpu_count * node_s / 3600.0
             s = evidence.record(s, m.model_copy(update={"usd": cost, "gpu_hours": hours}))
             usd, gpu_hours, count = usd + cost, gpu_hours + hours, count + 1
-            lanes.append(seconds)
-        wall += max(lanes)
-        # each action's node is held; the modelled time so far is what the lanes and a deadline are held to
-        s = s.model_copy(update={"deployed": [a.key for a in decision.actions], "elapsed_s": wall})
+            ends.append(seconds)
+        wall += max(ends)
+        # each action's node is held; a full run used its offer's spare nodes (and freed them), a probe may add some
+        run_on = {a.key.split("|", 1)[0] for a in decision.actions if a.kind == "full"}
+        left = [k for k in s.spare_lanes if k.split("|", 1)[0] not in run_on] + spares
+        s = s.model_copy(update={"deployed": [a.key for a in decision.actions], "elapsed_s": wall, "spare_lanes": left})
     return usd, gpu_hours, wall, count, "iteration_cap"
 
 

@@ -108,6 +108,7 @@ __all__ = [
     "hardware_key",
     "held_offers",
     "initial_state",
+    "kept_spares",
     "lanes_for_deadline",
     "objective_value",
     "optimistic_value",
@@ -163,6 +164,11 @@ def lanes_for_deadline(
     return nodes.lanes_for_deadline(state, parallel, reuse_nodes)
 
 
+def kept_spares(spare: list[str], actions: list[Action]) -> list[str]:
+    """The spare nodes (offer|plan keys) a decision keeps for its full runs or lane-launching probes (lanes.py)."""
+    return lanes.kept_spares(spare, actions)
+
+
 def claim_lanes(state: SearchState) -> tuple[int, lanes.LanePlan | None]:
     """The claim's request count at the goal's confidence and how the likeliest optimum's full run would be dealt
     over lanes after its probe (policies/lanes.py; modelled), or None when no candidate could meet the goal."""
@@ -172,7 +178,9 @@ def claim_lanes(state: SearchState) -> tuple[int, lanes.LanePlan | None]:
         return requests, None
     cand = near[0]
     before = start_seconds(cand, False) + probe_seconds(cand)  # its node, load and probe come first
-    return requests, lanes.choose(state, cand, requests, True, False, state.goal.budget_usd, before)
+    # its lanes launched with its probe (policies/acquisition._early_lanes), so their starts overlap it
+    head = probe_seconds(cand)
+    return requests, lanes.choose(state, cand, requests, True, False, state.goal.budget_usd, before, head_s=head)
 
 
 def deadline_refusal(state: SearchState, likely: Forecast) -> str | None:

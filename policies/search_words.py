@@ -101,6 +101,13 @@ class Action(BaseModel):
     lanes: int = Field(default=1, ge=1, description="full runs: deployments of the plan the requests are dealt over")
     lane_requests: list[int] = Field(default_factory=list, description="full runs: requests per lane, first lane first")
     redeploy: bool = Field(default=False, description="a retry: tear the old deployment down and start a fresh one")
+    early_lanes: int = Field(
+        default=0,
+        ge=0,
+        description="probes: new nodes of the likeliest optimum's offer launched with this probe, so that the "
+        "claim's run that likely follows starts on them at once (their provisioning and cold load overlap it)",
+    )
+    early_plan: str = Field(default="", description="probes: the plan those nodes start with (the full run's)")
     value: float = Field(default=0.0, description="expected improvement (share of the objective) the action buys")
 
 
@@ -149,6 +156,10 @@ class SearchState(BaseModel):
     surprises: dict[str, list[float]] = Field(default_factory=dict, description="GPU -> |measured/predicted - 1|")
     deployed: list[str] = Field(default_factory=list, description="candidate keys with a live deployment")
     reuse_nodes: bool = Field(default=True, description="a held node takes the next candidate on its offer (replan)")
+    spare_lanes: list[str] = Field(
+        default_factory=list,
+        description="candidate keys (offer|plan) of the nodes launched early for a claim's run, up and not yet used",
+    )
     spent_usd: float = 0.0
     elapsed_s: float = Field(default=0.0, ge=0, description="modelled wall seconds of the search so far")
     spent_gpu_hours: float = 0.0

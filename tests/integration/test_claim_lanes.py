@@ -156,3 +156,40 @@ def test_a_full_run_on_a_hopeless_candidate_stops_at_the_sample_that_decides_it(
 def cand_latency_floor() -> float:
     """A bound every request of the plan exceeds (its predicted latency is ~117 s): the goal cannot be met."""
     return 60.0
+
+
+def test_nodes_launched_with_a_probe_become_the_claims_lanes(tmp_path: Path) -> None:
+    """A probe that launches two nodes for the claim's run after it (under another plan of its offer): they
+    come up beside the probe, billed with it; the full run then deals its requests to them (replanned to its
+    plan: warm loads) without deploying any new node, names all three lanes' benchmarks, and frees them."""
+    db = tmp_path / "wt.db"
+    goal, cand, options = setup(db, bound=150.0)
+    probe = Action(key=cand.key, kind="probe", expected_usd=50.0, expected_s=2000.0, needs_deploy=True, reason="",
+                   early_lanes=2, early_plan="u8")  # fmt: skip
+    first = VerifyTask(run_id=RUN, goal=goal, options=options, action=probe, candidate=cand, deployment_id=None,
+                       cap_usd=300.0, iteration=0, used_benchmarks=[], billed_deployments=[])  # fmt: skip
+    update, seen = run_verify(db, first)
+    (probed,) = update["results"]
+    assert not probed.failed, probed.error
+    spares = update["spare_lanes"]
+    assert len(spares) == 2 and set(spares.values()) == {f"{cand.offer.id}|u8"}
+    store = Store(db)
+    assert all(store.get_deployment(d).state == "ready" for d in spares)
+    # billed with the probe: its own GPU seconds and each lane's start; its time to answer the longer of them
+    assert probed.wall_s is not None and probed.model_s > probed.wall_s
+    assert probed.measurement.usd > 0 and any("early lane" in e for e in update["events"])
+
+    full = task(goal, cand, options, [21, 19, 19])
+    full["deployment_id"] = update["deployments"][cand.key]
+    full["spare_lanes"], full["iteration"], full["used_benchmarks"] = spares, 1, [probed.measurement.benchmark_id]
+    update, seen = run_verify(db, full)
+    (outcome,) = update["results"]
+    m = outcome.measurement
+    assert not outcome.failed, outcome.error
+    assert m.lanes == 3 and len(m.latencies_s) == 59 and len(set(m.benchmark_ids)) == 3
+    assert not [d for kind, d in seen if kind == "deploy"]  # no new node: the spares were the lanes
+    assert sum(1 for kind, _ in seen if kind == "replan") >= 2  # u8 -> the run's plan, on each spare node
+    assert update["spare_lanes"] == dict.fromkeys(spares, "")  # no longer spare
+    alive = [d.id for d in Store(db).list_deployments(alive_only=True)]
+    assert alive == [outcome.deployment_id]
+    asyncio.run(_teardown(db, outcome.deployment_id))

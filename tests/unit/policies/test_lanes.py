@@ -40,12 +40,67 @@ def test_a_deadline_buys_the_fewest_lanes_that_meet_it() -> None:
     assert poor.lanes == 1
 
 
-def test_without_a_deadline_extra_gpu_hours_stay_within_a_fifth() -> None:
+def test_without_a_deadline_extra_gpu_hours_stay_within_the_default_share() -> None:
     state, cand = candidate(Goal(**GOAL))
     chosen = lanes.choose(state, cand, 59, True, False, 300.0)
     one = lanes.plan(cand, 59, 1, True)
-    assert chosen.lanes > 1 and chosen.gpu_hours - one.gpu_hours <= 0.2 * one.gpu_hours + 1e-9
+    assert chosen.lanes > 1 and chosen.gpu_hours - one.gpu_hours <= lanes.DEFAULT_EXTRA * one.gpu_hours + 1e-9
     assert "lane" in chosen.why
+
+
+def test_lanes_launched_with_the_probe_before_the_run_start_sooner_and_bill_their_wait() -> None:
+    _, cand = candidate(Goal(**GOAL))
+    cold = search.start_seconds(cand, False)
+    now = lanes.plan(cand, 59, 4, deployed=True)
+    early = lanes.plan(cand, 59, 4, deployed=True, head_s=cold)  # up when the run starts
+    assert early.seconds < now.seconds - 0.5 * cold * lanes.SAFETY
+    assert abs(early.node_seconds - now.node_seconds) < 1e-6 * now.node_seconds  # the same starts, billed
+    waited = lanes.plan(cand, 59, 4, deployed=True, head_s=2 * cold)  # up long before: they wait, billed
+    assert waited.seconds == early.seconds and waited.node_seconds > early.node_seconds
+
+
+def test_spare_nodes_serve_first_and_their_start_is_not_billed_again() -> None:
+    _, cand = candidate(Goal(**GOAL))
+    other = f"{cand.offer.id}|u8"
+    starts = lanes.extra_starts(cand, 4, spare=[cand.key, other, "elsewhere|u8"])
+    assert starts[0] == (0.0, 0.0)  # the same plan, up: nothing to wait for or bill
+    assert starts[1] == (cand.load_s, cand.load_s)  # another plan on the offer: a warm load
+    assert starts[2] == (search.start_seconds(cand, False),) * 2  # a node of another offer does not count
+    spare = lanes.plan(cand, 59, 3, deployed=True, spare=[cand.key, cand.key])
+    fresh = lanes.plan(cand, 59, 3, deployed=True)
+    assert spare.seconds < fresh.seconds and spare.node_seconds < fresh.node_seconds
+
+
+def test_a_decision_keeps_only_the_spare_nodes_its_runs_use() -> None:
+    _, cand = candidate(Goal(**GOAL))
+    full = search.Action(key=cand.key, kind="full", expected_usd=1, expected_s=1, needs_deploy=False, reason="")
+    probe = full.model_copy(update={"kind": "probe", "key": "other-offer|u8"})
+    spare = [cand.key, f"{cand.offer.id}|u8", "other-offer|u8"]
+    assert lanes.kept_spares(spare, [full]) == spare[:2]
+    assert lanes.kept_spares(spare, [probe]) == []  # a probe launching nothing keeps nothing
+    assert lanes.kept_spares(spare, [probe.model_copy(update={"early_lanes": 1})]) == spare[2:]
+
+
+def test_the_search_launches_the_runs_lanes_with_the_probe_before_it() -> None:
+    """Searching the main job against its own belief: the probe before the claim's run launches nodes for it, and
+    the run's lanes count them (its spare nodes), so it starts on them at once."""
+    state, _ = candidate(Goal(**GOAL))
+    early = None
+    for _ in range(6):
+        decision = search.decide(state)
+        assert decision.actions, decision.stop_reason
+        action = decision.actions[0]
+        if action.kind == "full":
+            break
+        cand = next(c for c in search.candidates(state) if c.key == action.key)
+        state = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
+                                                        fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
+        spare = [f"{cand.offer.id}|{action.early_plan}"] * action.early_lanes
+        early = early or (action if action.early_lanes else None)
+        state = state.model_copy(update={"deployed": [cand.key], "spare_lanes": state.spare_lanes + spare})
+    assert early is not None and early.early_plan and "launched with this probe" in early.reason
+    assert action.kind == "full" and action.lanes >= early.early_lanes + 1
+    assert action.key.split("|", 1)[0] == early.key.split("|", 1)[0]  # on the offer the nodes were launched on
 
 
 def test_the_search_asks_for_its_full_run_in_lanes() -> None:
