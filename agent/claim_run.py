@@ -149,6 +149,7 @@ async def launch_early(
     plan = action.early_plan or cand.plan
     lane = cand.model_copy(update={"plan": plan, "key": f"{cand.offer.id}|{plan}"})
     scale = options.time_scale if options.twin else 1.0
+    await asyncio.sleep(action.early_after_s / scale)  # late enough in the probe to be up when it ends
     run_s = action.expected_s + full_requests(task["goal"]) * cand.latency_s
     hours = round(max(options.hold_hours, 1.5 * run_s / scale / 3600.0), 4)
     return list(await asyncio.gather(*(_deploy_lane(task, runtime, lane, action, options, hours)
@@ -156,25 +157,32 @@ async def launch_early(
 
 
 def with_early(
-    cand: Candidate, update: dict[str, Any], launched: list[tuple[Deployment, float] | str]
+    cand: Candidate,
+    update: dict[str, Any],
+    launched: list[tuple[Deployment, float] | str],
+    held: int = 0,
+    after_s: float = 0.0,
 ) -> dict[str, Any]:
-    """The probe's update with its early lanes: each billed from its launch until the probe ends or it is up,
-    whichever is later (it waits for the run), the probe's time to answer the longer of the two; the nodes
-    that came up join the run's spare lanes."""
+    """The probe's update with its early lanes, launched `after_s` model seconds into it: each billed from its
+    launch until it is up or the probe ends, whichever is later (it waits for the run), the probe's time to
+    answer the longer of the two; the nodes that came up join the run's spare lanes. `held` spare nodes kept
+    up through the probe are billed for it."""
     up = [got for got in launched if not isinstance(got, str)]
     events = [f"early lane not started: {got}" for got in launched if isinstance(got, str)]
     results = list(update.get("results") or [])
-    if not results or not up:
+    if not results or not (up or held):
         return update | {"events": [*update.get("events", []), *events]}
     probe = results[0]
     probe_s = probe.model_s
-    lanes_s = sum(max(start, probe_s) for _, start in up)
+    lanes_s = sum(max(start, probe_s - after_s) for _, start in up) + held * probe_s
     usd, gpu_hours = bill(cand, lanes_s)
     m = probe.measurement
     measured = m.model_copy(update={"usd": m.usd + usd, "gpu_hours": m.gpu_hours + gpu_hours})
-    wall = max([probe.answer_s] + [start for _, start in up])
+    wall = max([probe.answer_s] + [after_s + start for _, start in up])
     results[0] = probe.model_copy(update={"measurement": measured, "model_s": probe_s + lanes_s, "wall_s": wall})
-    events.append(f"{len(up)} early lane(s) of {cand.offer.id} up for the claim's run (${usd:.2f})")
+    events.append(
+        f"{len(up)} early lane(s) of {cand.offer.id} up, {held} spare(s) kept, for the claim's run (${usd:.2f})"
+    )
     return update | {
         "results": results,
         "spare_lanes": {d.id: f"{cand.offer.id}|{d.plan}" for d, _ in up},

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from langgraph.config import get_stream_writer
@@ -86,14 +87,20 @@ async def teardown(runtime: Runtime[Context], deployment_id: str) -> None:
         emit(runtime, "teardown", deployment=deployment_id, note=str(exc))
 
 
-async def live_deployment(tools: Any, known: str | None, cand: Candidate, run_id: str) -> Deployment | None:
-    """A ready deployment of this candidate: the one the state names, or one a crashed attempt left running."""
+async def live_deployment(
+    tools: Any, known: str | None, cand: Candidate, run_id: str, spare: Iterable[str] = ()
+) -> Deployment | None:
+    """A ready deployment of this candidate: the one the state names, or one a crashed attempt left running
+    (not one of the run's `spare` nodes: those wait for the claim's run)."""
     ids = [known] if known else []
     listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
     ids += [
         str(d["id"])
         for d in listed.get("deployments", [])
-        if d["gpu"] == cand.gpu and d["plan"] == cand.plan and d["capacity"] == cand.capacity
+        if d["gpu"] == cand.gpu
+        and d["plan"] == cand.plan
+        and d["capacity"] == cand.capacity
+        and str(d["id"]) not in set(spare)
     ]
     for deployment_id in ids:
         try:

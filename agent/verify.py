@@ -71,8 +71,9 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
         if early is not None:
             early.cancel()  # what it launched is the run's: finish (or gc) tears it down
         raise
-    if early is not None:
-        update = with_early(cand, update, await early)
+    if early is not None or action.spares_held:
+        launched = await early if early is not None else []
+        update = with_early(cand, update, launched, action.spares_held, action.early_after_s)
     return _in_round(task, update)
 
 
@@ -93,7 +94,8 @@ async def _started(
     scale = options.time_scale if options.twin else 1.0
     started = time.time()
     charged_s = 0.0
-    deployment = await live_deployment(tools, task["deployment_id"], cand, task["run_id"])
+    spare = task.get("spare_lanes") or {}
+    deployment = await live_deployment(tools, task["deployment_id"], cand, task["run_id"], spare)
     if deployment is None and task["deployment_id"]:
         deployment = await replan(runtime, task["deployment_id"], cand, lease_hours(action, options, cap_s))
         if deployment is not None:

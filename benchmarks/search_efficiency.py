@@ -128,11 +128,13 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
                 slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
                 m = search.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
                                    repeats=search.PROBE_REPEATS)  # fmt: skip
+                seconds += action.spares_held * wall_s  # spare nodes kept up through the probe, waiting
                 if action.early_lanes:  # nodes for the claim's run launched with the probe (agent/verify.py)
                     key = f"{cand.offer.id}|{action.early_plan}"
                     cold = twin.deploy_seconds(cands.get(key, cand))
-                    seconds += action.early_lanes * max(cold, wall_s)  # billed until the probe ends or they are up
-                    wall_s = max(wall_s, cold)
+                    # launched early_after_s into the probe: billed from then until they are up or it ends
+                    seconds += action.early_lanes * (cold + max(0.0, wall_s - action.early_after_s - cold))
+                    wall_s = max(wall_s, action.early_after_s + cold)
                     state = state.model_copy(update={"spare_lanes": [*state.spare_lanes, *[key] * action.early_lanes]})
             else:
                 n = action.requests or search.full_requests(goal)

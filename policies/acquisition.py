@@ -240,7 +240,9 @@ def _choose(
             skipped += 1
             continue
         early = None
-        if kind == "probe" and not actions:  # nodes for the claim's run that likely follows on this offer
+        # the probe the search makes just before the full run it has in view: that run's lanes start with it
+        before_run = why in ("likeliest optimum", "could displace the likeliest optimum")
+        if kind == "probe" and not actions and lead_full is not None and before_run:
             target = _run_after(cand, cands, p_best, lead_full)
             early = _early_lanes(state, cand, target, seconds, left - usd, requests, p_best, cands)
             if early is not None:
@@ -259,6 +261,7 @@ def _choose(
             lane_requests=lane.requests if lane else [],
             redeploy=retry, value=float(value[i]),
             early_lanes=early.lanes.lanes - 1 - early.spare if early else 0, early_plan=early.plan if early else "",
+            spares_held=early.spare if early else 0, early_after_s=early.after_s if early else 0.0,
         ))  # fmt: skip
         if early:
             actions[-1].reason += f"; {early.why}"
@@ -316,9 +319,10 @@ class _Early(NamedTuple):
     lanes: LanePlan
     seconds: float  # modelled seconds the probe action lasts longer (a lane's start outlasting the probe)
     usd: float  # the new lanes' start (and wait for the run), billed with the probe
-    spare: int  # spare nodes already up on the offer, used first
+    spare: int  # spare nodes already up on the offer, kept through the probe for the run
     why: str
     plan: str
+    after_s: float  # modelled seconds into the probe at which they are launched
 
 
 def _run_after(cand: Candidate, cands: list[Candidate], p_best: np.ndarray, lead: int | None) -> Candidate:
@@ -349,18 +353,21 @@ def _early_lanes(
     head = probe_s / lanes.SAFETY
     own = run.key == cand.key  # the probe's node is the run's first lane (else it is replanned to it)
     choice = lanes.choose(state, run, requests, own, not own, left_usd, state.elapsed_s + head, head_s=head)
-    spare = sum(1 for key in state.spare_lanes if key.split("|", 1)[0] == run.offer.id)
+    up = sum(1 for key in state.spare_lanes if key.split("|", 1)[0] == run.offer.id)
+    spare = min(up, choice.lanes - 1)  # kept through the probe (billed while it runs); more are freed
     new = choice.lanes - 1 - spare
-    if new <= 0:
+    if new <= 0 and spare == 0:
         return None
-    cold = start_seconds(run, False) * lanes.SAFETY
-    usd = new * run.offer.usd_per_hour * max(cold, probe_s) / 3600.0
+    cold = start_seconds(run, False) * lanes.SAFETY  # launched late enough in the probe to be up at its end
+    usd = run.offer.usd_per_hour * (new * cold + spare * probe_s) / 3600.0
     if usd > left_usd:
         return None
     plan = run.plan
-    why = (f"{new} node(s) of {run.offer.id} under {plan} launched with this probe for the claim's run "
-           f"(P(optimum on this offer) {on_offer:.0%}): {choice.why}")  # fmt: skip
-    return _Early(choice, max(0.0, cold - probe_s), usd, spare, why, plan)
+    kept = f"{spare} spare node(s) kept" + (" and " if new else "") if spare else ""
+    why = (f"{kept}{f'{new} node(s) of {run.offer.id} under {plan} launched' if new else ''} with this probe for "
+           f"the claim's run (P(optimum on this offer) {on_offer:.0%}): {choice.why}")  # fmt: skip
+    after = max(0.0, probe_s - cold) / lanes.SAFETY
+    return _Early(choice, max(0.0, cold - probe_s) if new else 0.0, usd, spare, why, plan, after)
 
 
 def _nothing_fits(

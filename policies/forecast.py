@@ -114,9 +114,10 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
             m, seconds, node_s = _measure(truth[cand.gpu], cand, action, s, rng, start)
             if action.early_lanes:  # nodes launched with the probe: up after their start, billed until the run
                 cold = start_seconds(cand, False)
-                node_s += action.early_lanes * max(cold, seconds)
-                seconds = max(seconds, cold)
+                node_s += action.early_lanes * (cold + max(0.0, seconds - action.early_after_s - cold))
+                seconds = max(seconds, action.early_after_s + cold)
                 spares += [f"{cand.offer.id}|{action.early_plan}"] * action.early_lanes
+            node_s += action.spares_held * seconds  # spare nodes kept up through the probe, waiting
             cost, hours = cand.offer.usd_per_hour * node_s / 3600.0, cand.offer.gpu_count * node_s / 3600.0
             s = evidence.record(s, m.model_copy(update={"usd": cost, "gpu_hours": hours}))
             usd, gpu_hours, count = usd + cost, gpu_hours + hours, count + 1

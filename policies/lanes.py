@@ -14,8 +14,9 @@ search's (so far plus this run on one lane); when no count reaches the time, the
 fastest allowed. The search's full-run Action carries the choice (`lanes`, `lane_requests`); the estimate
 (policies/search.claim_lanes) and the forecast (policies/forecast.py) cost it.
 
-Lanes launched early: the probe just before the claim's run may launch the run's extra nodes with it
-(policies/acquisition._early_lanes), so that their provisioning and cold load overlap the probe (`head_s`);
+Lanes launched early: the probe the search makes just before the claim's run it has in view launches the
+run's extra nodes during it (policies/acquisition._early_lanes), late enough to be up when it ends, so that
+their provisioning and cold load overlap the probe (`head_s`);
 they are then the search's spare nodes (`SearchState.spare_lanes`), which the run deals to first (the same
 plan: up, nothing more to bill; another plan of the offer: a warm load), and a decision that runs nothing on
 their offer frees them (`kept_spares`; their start is sunk).
@@ -73,13 +74,13 @@ def extra_starts(
 ) -> list[tuple[float, float]]:
     """(seconds from the full run's start to its first request, GPU seconds billed before it) of each lane after
     the first: the spare nodes already up on its offer first (the same plan: ready, nothing more to bill; another
-    plan: a warm load), then new nodes (provisioning and a cold load), launched `head_s` before the full run
-    (started with the probe before it: they wait, billed, if they are up before the run starts)."""
+    plan: a warm load), then new nodes (provisioning and a cold load), launched with the probe before the run,
+    `head_s` long, so that they are up when it ends (launched late enough not to wait: billed their start)."""
     same = sum(1 for key in spare or [] if key == cand.key)
     other = sum(1 for key in spare or [] if key != cand.key and key.split("|", 1)[0] == cand.offer.id)
     cold = start_seconds(cand, False)
     out = [(0.0, 0.0)] * same + [(cand.load_s, cand.load_s)] * other
-    out += [(max(0.0, cold - head_s), max(cold, head_s))] * max(0, lanes - 1 - len(out))
+    out += [(max(0.0, cold - head_s), cold)] * max(0, lanes - 1 - len(out))
     return out[: lanes - 1]
 
 
@@ -149,9 +150,18 @@ def choose(
 
 def kept_spares(spare: list[str], actions: list[Action]) -> list[str]:
     """The spare nodes a decision keeps: those on the offer of one of its full runs (the run's lanes) or of a
-    probe that launches lanes for the run after it; the others are torn down now (their start is sunk)."""
-    wanted = {a.key.split("|", 1)[0] for a in actions if a.kind == "full" or a.early_lanes}
-    return [key for key in spare if key.split("|", 1)[0] in wanted]
+    probe that launches or holds lanes for the run after it; the others are torn down now (their start is sunk)."""
+    quota: dict[str, float] = {}
+    for a in actions:
+        offer = a.key.split("|", 1)[0]
+        quota[offer] = quota.get(offer, 0) + (math.inf if a.kind == "full" else a.spares_held)
+    kept: list[str] = []
+    for key in spare:
+        offer = key.split("|", 1)[0]
+        if quota.get(offer, 0) > 0:
+            kept.append(key)
+            quota[offer] -= 1
+    return kept
 
 
 def simulate(

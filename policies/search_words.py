@@ -108,6 +108,15 @@ class Action(BaseModel):
         "claim's run that likely follows starts on them at once (their provisioning and cold load overlap it)",
     )
     early_plan: str = Field(default="", description="probes: the plan those nodes start with (the full run's)")
+    early_after_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="probes: modelled seconds into the probe at which those nodes are launched, so that they are "
+        "up when it ends (the probe's modelled time less a node's start; 0: at once)",
+    )
+    spares_held: int = Field(
+        default=0, ge=0, description="probes: spare nodes already up on its offer, kept (and billed) through it"
+    )
     value: float = Field(default=0.0, description="expected improvement (share of the objective) the action buys")
 
 

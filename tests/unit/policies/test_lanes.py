@@ -48,15 +48,16 @@ def test_without_a_deadline_extra_gpu_hours_stay_within_the_default_share() -> N
     assert "lane" in chosen.why
 
 
-def test_lanes_launched_with_the_probe_before_the_run_start_sooner_and_bill_their_wait() -> None:
+def test_lanes_launched_with_the_probe_before_the_run_start_sooner_and_bill_only_their_start() -> None:
     _, cand = candidate(Goal(**GOAL))
     cold = search.start_seconds(cand, False)
     now = lanes.plan(cand, 59, 4, deployed=True)
     early = lanes.plan(cand, 59, 4, deployed=True, head_s=cold)  # up when the run starts
     assert early.seconds < now.seconds - 0.5 * cold * lanes.SAFETY
     assert abs(early.node_seconds - now.node_seconds) < 1e-6 * now.node_seconds  # the same starts, billed
-    waited = lanes.plan(cand, 59, 4, deployed=True, head_s=2 * cold)  # up long before: they wait, billed
-    assert waited.seconds == early.seconds and waited.node_seconds > early.node_seconds
+    # a longer probe: they are launched later in it, so they are up at its end and wait for nothing
+    later = lanes.plan(cand, 59, 4, deployed=True, head_s=2 * cold)
+    assert later.seconds == early.seconds and later.node_seconds == early.node_seconds
 
 
 def test_spare_nodes_serve_first_and_their_start_is_not_billed_again() -> None:
@@ -78,13 +79,18 @@ def test_a_decision_keeps_only_the_spare_nodes_its_runs_use() -> None:
     spare = [cand.key, f"{cand.offer.id}|u8", "other-offer|u8"]
     assert lanes.kept_spares(spare, [full]) == spare[:2]
     assert lanes.kept_spares(spare, [probe]) == []  # a probe launching nothing keeps nothing
-    assert lanes.kept_spares(spare, [probe.model_copy(update={"early_lanes": 1})]) == spare[2:]
+    assert lanes.kept_spares(spare, [probe.model_copy(update={"early_lanes": 1})]) == []  # it needs no spare
+    assert lanes.kept_spares(spare, [probe.model_copy(update={"spares_held": 1})]) == spare[2:]  # it holds one
+    held = full.model_copy(update={"kind": "probe", "spares_held": 1})
+    assert lanes.kept_spares(spare, [held]) == spare[:1]  # as many as it holds, no more
 
 
 def test_the_search_launches_the_runs_lanes_with_the_probe_before_it() -> None:
-    """Searching the main job against its own belief: the probe before the claim's run launches nodes for it, and
-    the run's lanes count them (its spare nodes), so it starts on them at once."""
-    state, _ = candidate(Goal(**GOAL))
+    """Searching the main job against its own belief: the probe the search makes just before the full run it has
+    in view launches nodes for that run, and the run's lanes count them (its spare nodes)."""
+    goal = Goal(latency_bound_s=150, gpus=["H200", "B200"], capacities=["spot", "on-demand"], budget_usd=300,
+                workload=anchor_workload("cosmos3-super"))  # fmt: skip
+    state = search.initial_state(goal, all_offers())
     early = None
     for _ in range(6):
         decision = search.decide(state)
@@ -97,10 +103,12 @@ def test_the_search_launches_the_runs_lanes_with_the_probe_before_it() -> None:
                                                         fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
         spare = [f"{cand.offer.id}|{action.early_plan}"] * action.early_lanes
         early = early or (action if action.early_lanes else None)
-        state = state.model_copy(update={"deployed": [cand.key], "spare_lanes": state.spare_lanes + spare})
+        state = state.model_copy(update={"deployed": [cand.key], "spare_lanes": state.spare_lanes + spare,
+                                         "elapsed_s": state.elapsed_s + action.expected_s})  # fmt: skip
     assert early is not None and early.early_plan and "launched with this probe" in early.reason
-    assert action.kind == "full" and action.lanes >= early.early_lanes + 1
-    assert action.key.split("|", 1)[0] == early.key.split("|", 1)[0]  # on the offer the nodes were launched on
+    assert early.early_after_s >= 0 and "likeliest optimum" in early.reason
+    assert action.kind == "full" and action.key.split("|", 1)[0] == early.key.split("|", 1)[0]
+    assert action.lanes >= early.early_lanes + 1  # the nodes launched for it are among its lanes
 
 
 def test_the_search_asks_for_its_full_run_in_lanes() -> None:
