@@ -72,8 +72,6 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     plan, lanes_why = policy.lanes_for_deadline(search, options.parallel, options.reuse_nodes)
     # the bound is what may be committed; the forecast is what the search will likely cost (simulated)
     likely = await asyncio.to_thread(policy.forecast, search, plan.parallel)
-    requests, lane = policy.claim_lanes(search)  # the claim at the goal's confidence, its run over lanes
-    refusal = await asyncio.to_thread(policy.deadline_refusal, search, likely)
     estimate = SpendEstimate(
         parallel=plan.parallel, usd=round(plan.usd, 2), gpu_hours=round(plan.gpu_hours, 2),
         answer_hours=round(plan.answer_s / 3600.0, 2), deployments=plan.deployments, cold_loads=plan.cold_loads,
@@ -81,8 +79,6 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
         feasible=len(feasible), first_to_verify=plan.keys[:5], engine=options.engine, infra=options.infra,
         priced_as="the offers' prices for the modelled GPU time (twin rehearsal)" if options.twin else "the offers",
         parallel_why=lanes_why or None,  # a deadline bought lanes, or could not
-        confidence=goal.confidence, claim_requests=requests, claim_lanes=lane.lanes if lane else 1,
-        claim_lanes_why=lane.why if lane else "",
         forecast=SpendForecast(
             usd=round(likely.usd_p50, 2), usd_max=round(likely.usd_max, 2),
             gpu_hours=round(likely.gpu_hours_p50, 2), answer_hours=round(likely.answer_s_p50 / 3600.0, 2),
@@ -92,11 +88,7 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     )  # fmt: skip
     top = [f"{c.plan} on {c.offer.id}: {c.usd_per_clip:.3f} $/clip, p50 {c.latency_s:.0f} s" for c in feasible[:3]]
     emit(runtime, "candidates", count=len(ranked), feasible=len(feasible), top=top, estimate=estimate.as_json())
-    stopped: dict[str, Any] = {}
-    if refusal:  # an answer-within the search cannot meet: refused here, before anything is spent
-        emit(runtime, "stop", reason=refusal, kind="deadline")
-        stopped = {"stop_reason": refusal, "stop_kind": "deadline", "approved": False}
-    return stopped | {
+    return {
         "search": search,
         "initial_beliefs": dict(search.beliefs),
         "spend_estimate": estimate,
@@ -112,9 +104,7 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
 
 
 async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Ask before spending (interrupt), unless the run was started with --yes; a goal prepare refused is not asked."""
-    if state.get("stop_kind") == "deadline" and not state.get("approved", True):
-        return {"approved": False, "events": ["refused before any spend: " + state.get("stop_reason", "")]}
+    """Ask before spending (interrupt), unless the run was started with --yes."""
     if state["options"].yes:
         return {"approved": True, "events": ["spend approved by --yes"]}
 
@@ -225,7 +215,7 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         events.append(note)
         emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))
     # time to a verified answer so far (modelled on the twin): the verifications' seconds, lanes overlapping
-    answer_s = sum(r.answer_s for r in results) / state["options"].parallel
+    answer_s = sum(r.model_s for r in results) / state["options"].parallel
     search = search.model_copy(update={"elapsed_s": answer_s})  # what a goal's 'answer within' is held to
     emit(runtime, "elapsed", answer_hours=round(answer_s / 3600.0, 3), measurements=len(results))
     live = {r.key: "" for r in fresh if r.removed}

@@ -46,7 +46,6 @@ class Outcome(BaseModel):
     measurement: Measurement
     deployment_id: str = Field(default="", description="the deployment measured on ('' for a failed action)")
     model_s: float = Field(default=0.0, description="GPU seconds charged: the deployment's start and busy time")
-    wall_s: float | None = Field(default=None, description="its time to answer, when not model_s (lanes overlap)")
     failed: bool = False
     error: str = Field(default="", description="why the action failed")
     removed: bool = Field(default=False, description="the failed action tore its deployment down")
@@ -60,13 +59,7 @@ class Outcome(BaseModel):
         out = self.measurement.model_dump(mode="json")
         if self.failed:
             return out | {"failed": True, "error": self.error, "removed": self.removed}
-        lanes = {"wall_s": self.wall_s} if self.wall_s is not None else {}  # a run over lanes: its slowest lane
-        return out | {"deployment_id": self.deployment_id, "model_s": self.model_s} | lanes
-
-    @property
-    def answer_s(self) -> float:
-        """What it adds to the time to a verified answer: the slowest lane's seconds, else its GPU seconds."""
-        return self.model_s if self.wall_s is None else self.wall_s
+        return out | {"deployment_id": self.deployment_id, "model_s": self.model_s}
 
 
 class TuneState(TypedDict, total=False):

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import time
 from typing import Any, TypeVar
 
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
 from pydantic import BaseModel
 
-from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.configuration import Context
 from worldtune.agent.state import Outcome
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies.search import Action, Candidate, Measurement
@@ -229,29 +227,3 @@ def failed_update(
         "results": [Outcome(measurement=m, failed=True, error=error, removed=removed)],
         "events": [f"{action.kind} {cand.key} failed: {error}"],
     }
-
-
-def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> float:
-    """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load.
-
-    A replanned deployment (same node, new plan) pays only its warm load, from the restart on."""
-    scale = options.time_scale if options.twin else 1.0
-    replanned = deployment.replanned_at
-    began = replanned or deployment.created_at
-    load_s = ((deployment.ready_at or time.time()) - began) * scale
-    if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
-        load_s = min(load_s, 2 * (cand.load_s if replanned else cand.cold_load_s or cand.load_s))
-    provision_s = cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
-    return float(provision_s + load_s)
-
-
-def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:
-    """The hours a deployment (or a replanned node) is asked for: this action's modelled seconds with half again
-    as margin, at least --hold-hours, at most its share of the budget: on SkyPilot they are the cluster's hard
-    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/lease.py): the
-    modelled seconds are divided by its time scale."""
-    scale = options.time_scale if options.twin else 1.0
-    hours = max(options.hold_hours, 1.5 * action.expected_s / scale / 3600.0)
-    if math.isfinite(cap_s):
-        hours = min(hours, max(options.hold_hours, cap_s / scale / 3600.0))
-    return round(hours, 4)

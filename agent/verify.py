@@ -11,7 +11,6 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from worldtune.agent.claim_run import full_run
 from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
@@ -25,16 +24,15 @@ from worldtune.agent.steps import (
     failed_update,
     finished_benchmark,
     get_deployment,
-    lease_hours,
     live_deployment,
     measured_figures,
     measurement_of,
-    start_s,
     teardown,
 )
 from worldtune.agent.tools_client import ToolCallFailed
-from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, Action, Candidate
+from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, Action, Candidate, full_requests
 from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.workload import anchor_changes
 
 POLL_S = 0.2  # how often a running benchmark is checked against its spending cap (wall seconds)
@@ -114,10 +112,15 @@ async def _benchmarked(
     scale = options.time_scale if options.twin else 1.0
     deployment_id = deployment.id
     kind = action.kind
-    if kind == "full":  # the claim's run: over its lanes, checked as samples arrive (agent/claim_run.py)
-        return await full_run(task, runtime, cand, action, options, cap_s, deployment, charged_s)
-    args = {"steps": PROBE_STEPS[0], "repeats": PROBE_REPEATS, "concurrency": [1], "probe_steps": list(PROBE_STEPS),
-            "warmup": 1}  # fmt: skip
+    replicas = Plan.parse(cand.plan).replicas
+    if kind == "probe":
+        args = {"steps": PROBE_STEPS[0], "repeats": PROBE_REPEATS, "concurrency": [1],
+                "probe_steps": list(PROBE_STEPS)}  # fmt: skip
+        args["warmup"] = 1
+    else:
+        repeats = max(1, math.ceil((action.requests or full_requests(goal)) / replicas))
+        args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
+        args["warmup"] = 0
     # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
     args.update(anchor_changes(goal.workload))
     emit(runtime, kind, key=cand.key, deployment=deployment_id)
@@ -209,6 +212,32 @@ async def _recorded(
         charged_s += start_s(deployment, cand, options)
     live = deployment.state == "ready"
     return await _measured(runtime, cand, task["action"].kind, bench_id, record, charged_s, deployment_id, live)
+
+
+def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> float:
+    """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load.
+
+    A replanned deployment (same node, new plan) pays only its warm load, from the restart on."""
+    scale = options.time_scale if options.twin else 1.0
+    replanned = deployment.replanned_at
+    began = replanned or deployment.created_at
+    load_s = ((deployment.ready_at or time.time()) - began) * scale
+    if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
+        load_s = min(load_s, 2 * (cand.load_s if replanned else cand.cold_load_s or cand.load_s))
+    provision_s = cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
+    return float(provision_s + load_s)
+
+
+def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:
+    """The hours a deployment (or a replanned node) is asked for: this action's modelled seconds with half again
+    as margin, at least --hold-hours, at most its share of the budget: on SkyPilot they are the cluster's hard
+    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/lease.py): the
+    modelled seconds are divided by its time scale."""
+    scale = options.time_scale if options.twin else 1.0
+    hours = max(options.hold_hours, 1.5 * action.expected_s / scale / 3600.0)
+    if math.isfinite(cap_s):
+        hours = min(hours, max(options.hold_hours, cap_s / scale / 3600.0))
+    return round(hours, 4)
 
 
 async def _replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate, hours: float) -> Deployment | None:

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from worldtune.policies import belief, lanes
+from worldtune.policies import belief
 from worldtune.policies.candidates import (
     FULL_REQUESTS,
     STOP_LEVEL,
@@ -227,11 +227,6 @@ def _choose(
             n = FULL_REQUESTS  # the claim's count does not fit: a short run, and the claim will say so
             seconds, usd = action_cost(cand, kind, deployed, requests=n, node_held=on_node)
             note = f"; only {n} requests fit the budget, so p{goal.latency_percentile} will not be claimable"
-        lane = None
-        if kind == "full" and n > FULL_REQUESTS:  # the claim's run dealt over lanes (policies/lanes.py)
-            lane = lanes.choose(state, cand, n, deployed, on_node, left)
-            seconds, usd = lane.seconds, lane.usd
-            note += f"; {lane.why}" if lane.lanes > 1 else ""
         if usd > left:
             skipped += 1
             continue
@@ -245,8 +240,7 @@ def _choose(
         actions.append(Action(
             key=cand.key, kind=kind, expected_usd=usd, expected_s=seconds, needs_deploy=not deployed,
             reason=_why(state, d, i, why, ei, value, p_best, best, kind, n, p_stop, margin) + note,
-            requests=n if kind == "full" else 0, lanes=lane.lanes if lane else 1,
-            lane_requests=lane.requests if lane else [],
+            requests=n if kind == "full" else 0,
             redeploy=retry, value=float(value[i]),
         ))  # fmt: skip
     if not actions:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
-from worldtune.policies import acquisition, belief, evidence, lanes, perf_model
+from worldtune.policies import acquisition, belief, evidence, perf_model
 from worldtune.policies.candidates import (
     PROBE_REPEATS,
     PROBE_STEPS,
@@ -72,26 +72,20 @@ def _latency(truth: Profile, cand: Candidate, steps: int, state: SearchState, rn
 
 
 def _measure(
-    truth: Profile, cand: Candidate, action: Action, state: SearchState, rng: np.random.Generator, start: float
-) -> tuple[Measurement, float, float]:
-    """The simulated measurement of `action` started `start` seconds after the round began (provisioning, load):
-    its wall seconds and node-seconds (a full run over its lanes, stopped once decided: policies/lanes.py)."""
+    truth: Profile, cand: Candidate, action: Action, state: SearchState, rng: np.random.Generator
+) -> tuple[Measurement, float]:
+    """The simulated measurement of `action` and its requests' wall seconds."""
     if action.kind == "probe":
         points = [(s, _latency(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
         m = Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
                            repeats=PROBE_REPEATS)  # fmt: skip
-        wall = start + sum(v for _, v in points)
-        return m, wall, wall
+        return m, sum(v for _, v in points)
     n = action.requests or full_requests(state.goal)
-    shares = action.lane_requests or [n]
-    steps = state.goal.workload.steps
-    latencies = [[_latency(truth, cand, steps, state, rng) for _ in range(k)] for k in shares]
-    starts = [start] + [start_seconds(cand, False)] * (len(shares) - 1)
-    kept, wall, node_s, decided = lanes.simulate(state, starts, latencies, Plan.parse(cand.plan).replicas)
-    m = Measurement(key=cand.key, kind="full", latencies_s=kept, requested=len(kept) if decided else n,
-                    lanes=len(shares), decided=decided)  # fmt: skip
-    return m, wall, node_s
+    latencies = [_latency(truth, cand, state.goal.workload.steps, state, rng) for _ in range(n)]
+    replicas = Plan.parse(cand.plan).replicas
+    wall = sum(max(latencies[i : i + replicas]) for i in range(0, n, replicas))
+    return Measurement(key=cand.key, kind="full", latencies_s=latencies, requested=n), wall
 
 
 def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tuple[float, float, float, int, str]:
@@ -109,14 +103,14 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
             cand = by_key[action.key]
             deployed = action.key in s.deployed and not action.redeploy
             start = start_seconds(cand, deployed, node_held=not deployed and cand.offer.id in held)
-            m, seconds, node_s = _measure(truth[cand.gpu], cand, action, s, rng, start)
-            cost, hours = cand.offer.usd_per_hour * node_s / 3600.0, cand.offer.gpu_count * node_s / 3600.0
+            m, requests_s = _measure(truth[cand.gpu], cand, action, s, rng)
+            seconds = start + requests_s
+            cost, hours = cand.offer.usd_per_hour * seconds / 3600.0, cand.offer.gpu_count * seconds / 3600.0
             s = evidence.record(s, m.model_copy(update={"usd": cost, "gpu_hours": hours}))
             usd, gpu_hours, count = usd + cost, gpu_hours + hours, count + 1
             lanes.append(seconds)
         wall += max(lanes)
-        # each action's node is held; the modelled time so far is what the lanes and a deadline are held to
-        s = s.model_copy(update={"deployed": [a.key for a in decision.actions], "elapsed_s": wall})
+        s = s.model_copy(update={"deployed": [a.key for a in decision.actions]})  # each action's node is held
     return usd, gpu_hours, wall, count, "iteration_cap"
 
 

@@ -77,8 +77,6 @@ class Measurement(BaseModel):
     failed_requests: int = 0
     contaminated: int = Field(default=0, description="answers that waited behind load that was not ours")
     engine_problem: str = Field(default="", description="what the deployment check found wrong, if anything")
-    lanes: int = Field(default=1, ge=1, description="full runs: deployments whose samples were pooled")
-    decided: str = Field(default="", description="full runs stopped once the claim was decided: why")
 
 
 class Action(BaseModel):
@@ -91,8 +89,6 @@ class Action(BaseModel):
     needs_deploy: bool
     reason: str
     requests: int = Field(default=0, description="full runs: how many requests (the claim's count when affordable)")
-    lanes: int = Field(default=1, ge=1, description="full runs: deployments of the plan the requests are dealt over")
-    lane_requests: list[int] = Field(default_factory=list, description="full runs: requests per lane, first lane first")
     redeploy: bool = Field(default=False, description="a retry: tear the old deployment down and start a fresh one")
     value: float = Field(default=0.0, description="expected improvement (share of the objective) the action buys")
 

@@ -88,10 +88,6 @@ def start_tuning(
     budget_usd: Annotated[
         float | None, Field(gt=0, allow_inf_nan=False, description="overrides the goal's budget")
     ] = None,
-    confidence: Annotated[
-        float | None,
-        Field(gt=0.5, le=0.999, description="overrides the goal's confidence (claim and stopping rule), e.g. 0.99"),
-    ] = None,
     max_iterations: Annotated[int, Field(ge=1, le=200, description="most measurements")] = 30,
     confirm: Annotated[
         bool,
@@ -126,8 +122,7 @@ def start_tuning(
             twin_profile = allowed_profile(session, twin_profile, "twin_profile")
         request = TuningRequest(
             infra=infra, engine=engine, twin_profile=twin_profile, time_scale=time_scale, budget_usd=budget_usd,
-            confidence=confidence, max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path,
-            detach=detach,
+            max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path, detach=detach,
         )  # fmt: skip
         driver = tuner(session)
         run_id = tuning_jobs.start_tuning(session.store, driver, goal, request)

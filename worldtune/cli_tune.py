@@ -52,12 +52,6 @@ def _printer(as_json: bool) -> Any:
                     f"{f['answer_hours_max']:.2f} h): simulated, the median of {f['runs']} searches against truths "
                     "drawn from the belief"
                 )
-            if est.get("claim_requests"):
-                err_console.print(
-                    f"  claim at {est['confidence'] * 100:g}% confidence: {est['claim_requests']} requests "
-                    f"(order statistics), over {est.get('claim_lanes', 1)} lane(s)"
-                    + (f": {escape(est['claim_lanes_why'])}" if est.get("claim_lanes", 1) > 1 else "")
-                )
             if est.get("parallel_why"):
                 err_console.print(f"  {escape(est['parallel_why'])}")
         elif kind == "next":
@@ -163,12 +157,6 @@ def tune(
         ),
     ] = None,
     budget: Annotated[float | None, typer.Option(help="most the search may spend, USD")] = None,
-    confidence: Annotated[
-        float | None,
-        typer.Option(
-            help="one level for the latency claim and the stopping rule: 0.99 or 99 (default: the goal's, else 95%)"
-        ),
-    ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="approve the spend estimate without asking")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
     db: Annotated[str | None, typer.Option(help="results database (default $WORLDTUNE_DB)")] = None,
@@ -189,7 +177,6 @@ def tune(
         options = TuneOptions(
             infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes, db_path=db,
             parallel=parallel, mcp_url=mcp_url, reuse_nodes=reuse_nodes,
-            confidence=confidence / 100.0 if confidence is not None and confidence > 1 else confidence,
             # `or` would read --time-scale 0 as unset (300): only a missing option takes the default
             time_scale=(LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0) if time_scale is None else time_scale,
         )  # fmt: skip

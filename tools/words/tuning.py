@@ -30,7 +30,6 @@ class TuningRequest(BaseModel):
     twin_profile: str | list[str] | None
     time_scale: float = Field(gt=0)
     budget_usd: float | None = Field(gt=0)
-    confidence: float | None = Field(default=None, gt=0, lt=1, description="overrides the goal's confidence")
     max_iterations: int = Field(ge=1)
     yes: bool = Field(description="the spend is approved up front")
     db_path: str | None
@@ -114,10 +113,6 @@ class SpendEstimate(BaseModel):
     infra: str
     priced_as: str
     parallel_why: str | None = Field(default=None, description="why a deadline bought lanes, or could not")
-    confidence: float = Field(default=0.95, description="the one level of the latency claim and the stopping rule")
-    claim_requests: int = Field(default=0, description="requests the claim needs at that confidence (order statistics)")
-    claim_lanes: int = Field(default=1, description="deployments the likeliest optimum's full run is dealt over")
-    claim_lanes_why: str = Field(default="", description="why that many lanes (policies/lanes.py)")
     forecast: SpendForecast
 
     @model_serializer(mode="wrap")
