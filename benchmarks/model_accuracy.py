@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from scipy.stats import kendalltau
 
-from worldtune.policies import perf_model
+from worldtune.policies import families, perf_model
 from worldtune.policies.calibration import fit_all, fit_published, load_published
 from worldtune.tools.words.models import get_model
 from worldtune.tools.words.plan import Plan
@@ -41,12 +41,12 @@ def latency_rows(data: dict[str, Any], profiles: dict[str, Profile]) -> list[dic
     rows = []
     for cell in data["cells"]:
         label = cell_label(cell)
-        wl, plan = anchor_workload(steps=cell["steps"]), Plan.parse(cell["plan"])
+        _wl, _plan = anchor_workload(steps=cell["steps"]), Plan.parse(cell["plan"])
         reference = profiles["H200"] if cell["gpu"] == "B200" else None
-        predicted = perf_model.predict(wl, plan, profiles[cell["gpu"]]).latency_s
-        loo = perf_model.predict(wl, plan, fit_published(cell["gpu"], {label}, reference)).latency_s
+        predicted = families.cell_latency(cell, profiles[cell["gpu"]])
+        loo = families.cell_latency(cell, fit_published(cell["gpu"], {label}, reference))
         same_plan = {cell_label(c) for c in data["cells"] if c["gpu"] == cell["gpu"] and c["plan"] == cell["plan"]}
-        lopo = perf_model.predict(wl, plan, fit_published(cell["gpu"], same_plan, reference)).latency_s
+        lopo = families.cell_latency(cell, fit_published(cell["gpu"], same_plan, reference))
         m = cell["latency_s"]
         rows.append(
             {"cell": label, "gpu": cell["gpu"], "plan": cell["plan"], "steps": cell["steps"], "measured_s": m,
@@ -56,6 +56,13 @@ def latency_rows(data: dict[str, Any], profiles: dict[str, Profile]) -> list[dic
              "source": cell.get("source", "")}
         )  # fmt: skip
     return rows
+
+
+def family_rows() -> list[dict[str, Any]]:
+    """Leave-family-out (policies/families.py): each plan family, and each step count alone, held out and predicted."""
+    return families.leave_family_out(
+        fit_published, load_published(), {**families.PLAN_FAMILIES, **families.STEP_FAMILIES}
+    )
 
 
 def configuration(plan: str, profile: Profile) -> str:
@@ -140,9 +147,11 @@ def concurrency_rows(data: dict[str, Any], profiles: dict[str, Profile]) -> list
     return out
 
 
-def summary(rows: list[dict[str, Any]], ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Worst and mean errors; the leave-one-out ones are the errors on cells the fit did not see."""
+def summary(rows: list[dict[str, Any]], ranks: list[dict[str, Any]], fams: list[dict[str, Any]]) -> dict[str, Any]:
+    """Worst and mean errors; the leave-one-out ones are the errors on cells the fit did not see, the leave-family-out
+    ones on families it did not see (the figure the model is judged by)."""
     loo = [r["loo_rel_error"] for r in rows]
+    lfo = {f["family"]: {"worst": f["worst_abs_rel_error"], "mean_signed": f["mean_signed_rel_error"]} for f in fams}
     h200 = [r for r in ranks if r["group"].startswith("8xH200 35")]
     return {
         "max_abs_rel_error": max(abs(r["rel_error"]) for r in rows),
@@ -153,6 +162,11 @@ def summary(rows: list[dict[str, Any]], ranks: list[dict[str, Any]]) -> dict[str
         "leave_one_plan_out_max_abs_rel_error": max(abs(r["lopo_rel_error"]) for r in rows),
         "h200_8gpu_best_matches": {r["prediction"]: r["best_matches"] for r in h200},
         "h200_8gpu_kendall_tau": {r["prediction"]: r["kendall_tau"] for r in h200},
+        "leave_family_out": lfo,
+        "leave_family_out_worst": max(f["worst_abs_rel_error"] for f in fams),
+        "unmeasured_family_sigma": families.unmeasured_spread(
+            [f for f in fams if f["family"] in families.PLAN_FAMILIES]
+        ),
     }
 
 
@@ -177,6 +191,14 @@ def print_tables(result: dict[str, Any]) -> None:
             r["measured_best"], r["predicted_best"], "yes" if r["best_matches"] else "NO",
         )  # fmt: skip
     console.print(rt)
+    lt = Table(title="Leave-family-out: each family predicted by fits made without any of its cells")
+    for col in ("held-out family", "cells", "worst |error|", "mean signed", "RMS", "cells (error)"):
+        lt.add_column(col)
+    for f in result["leave_family_out"]:
+        cells = ", ".join(f"{c['cell']} {c['rel_error']:+.1%}" for c in f["cells"])
+        lt.add_row(f["family"], str(f["n"]), f"{f['worst_abs_rel_error']:.2%}", f"{f['mean_signed_rel_error']:+.2%}",
+                   f"{f['rms_rel_error']:.2%}", cells)  # fmt: skip
+    console.print(lt)
     ft = Table(title="FP8 latency ratio checks (not fitted; the H200 profile stands in for the GPU)")
     for col in ("cell", "measured fp8/bf16", "predicted", "error"):
         ft.add_column(col)
@@ -204,7 +226,8 @@ def print_tables(result: dict[str, Any]) -> None:
         f"({s['loo_worst_cell']}), mean |error| {s['loo_mean_abs_rel_error']:.2%}, mean signed "
         f"{s['loo_mean_signed_rel_error']:+.2%}; leave-one-plan-out max |error| "
         f"{s['leave_one_plan_out_max_abs_rel_error']:.2%}; 8xH200 predicted best = measured best: "
-        f"{s['h200_8gpu_best_matches']}"
+        f"{s['h200_8gpu_best_matches']}; leave-family-out worst {s['leave_family_out_worst']:.2%}, spread given to "
+        f"an unfitted family {s['unmeasured_family_sigma']:.2%}"
     )
 
 
@@ -216,13 +239,15 @@ def main() -> None:
     profiles = fit_all()
     rows = latency_rows(data, profiles)
     ranks = ranking(rows, profiles, "predicted_s") + ranking(rows, profiles, "loo_predicted_s")
+    fams = family_rows()
     result = {
         "latency": rows,
         "ranking": ranks,
+        "leave_family_out": fams,
         "fp8": fp8_rows(data, profiles),
         "memory": memory_rows(data, profiles),
         "concurrency": concurrency_rows(data, profiles),
-        "summary": summary(rows, ranks),
+        "summary": summary(rows, ranks, fams),
     }
     print_tables(result)
     out = Path(args.out)

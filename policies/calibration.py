@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from worldtune.policies import mech_terms
+from worldtune.policies import families, mech_terms
 from worldtune.policies.calibration_fit import (
     FIXED_SHARES,
     LatencyObs,
@@ -30,6 +30,7 @@ from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import ParamBasis, Profile
 from worldtune.tools.words.workload import anchor_workload
 
+SHORT_PROMPT = "a short random prompt of about ten words here"  # the concurrency cells' random prompts
 PUBLISHED_FILE = Path(__file__).parent / "published.yaml"
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
@@ -52,13 +53,19 @@ def published_observations(gpu: str, data: dict[str, Any] | None = None) -> list
         sigma = float(cell.get("sigma", 0.01))  # relative: the spread of repeats, or the rounding of a dashboard
         reference = cell.get("relative_to")
         if reference is None:
-            out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], sigma, label))
+            wall = cell.get("measure") == "wall"
+            out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], sigma, label, wall=wall))
             continue
         base = next(
             c for c in data["cells"] if c["gpu"] == gpu and c["plan"] == reference and c["steps"] == cell["steps"]
         )
         ratio = cell["latency_s"] / base["latency_s"]
         out.append(RatioObs(wl, Plan.parse(cell["plan"]), Plan.parse(reference), ratio, sigma, label))
+    for row in data["concurrency"]:  # one client alone: its wall clock over the server stage
+        if row["gpu"] == gpu and row["concurrency"] == 1:
+            wl = anchor_workload(guardrails=True, prompt=SHORT_PROMPT)
+            label = f"{gpu} {row['plan']} c=1 client wall"
+            out.append(LatencyObs(wl, Plan.parse(row["plan"]), row["mean_latency_s"], 0.01, label, wall=True))
     for floor in data["floors"]:
         if floor["gpu"] == gpu and floor.get("fit", True):
             label = f"{gpu} {floor['op']} floor at {floor['tokens']} tokens"
@@ -123,6 +130,9 @@ def _mechanisms(gpu: str, reference: Profile | None) -> tuple[dict[str, Any], di
     basis = {name: ParamBasis(kind="measured", source=t.source, sigma=round(t.sigma, 4)) for name, t in terms.items()}
     values.update(ring_hop_latency_us=30.0, ring_overlap=0.8, fp8_attn_speedup=1.0)
     basis["fp8_attn_speedup"] = FP8_ATTN
+    values_26, basis_26 = _tp_terms(gpu)
+    values.update(values_26)
+    basis.update(basis_26)
     basis["attn_fa_factor"] = ParamBasis(
         kind="measured",
         source="FLASH_ATTN (FA3, fa3-fwd 0.0.3) is vLLM-Omni 0.30's default on sm_90: attn_tflops is its rate "
@@ -130,7 +140,7 @@ def _mechanisms(gpu: str, reference: Profile | None) -> tuple[dict[str, Any], di
         sigma=0.01,
     )
     if gpu != "H200" and reference is not None:
-        hbm = {"H200": 4.8, "B200": 8.0, "B300": 8.0, "H100": 3.35}
+        hbm = HBM_TBPS
         for name in ("ring_chunk_efficiency", "ring_merge_ms_per_gelem", "ulysses_pack_ms_per_gb"):
             values[name] = float(getattr(reference, name))
         for name in ("ring_merge_ms_per_gelem", "ulysses_pack_ms_per_gb"):  # memory-bound copies
@@ -143,6 +153,69 @@ def _mechanisms(gpu: str, reference: Profile | None) -> tuple[dict[str, Any], di
         values["attn_backend_default"] = "cudnn"  # sm_100: TRTLLM_ATTN or CUDNN_ATTN, both cuDNN/TRT class
         for name in ("attn_fa_factor", "attn_cudnn_factor", "attn_fi_factor"):
             basis[name] = ParamBasis(kind="assumed", source="no published backend cells on this GPU", sigma=0.3)
+    return values, basis
+
+
+HBM_TBPS = {"H200": 4.8, "B200": 8.0, "B300": 8.0, "H100": 3.35}  # datasheets (REFERENCE.md section 6)
+# Public figures the TP and B200 terms rest on where nothing was measured here (no NVLink peer was lent)
+NCCL_H100_ALLREDUCE = (
+    "published: nccl-tests all_reduce_perf busbw at large sizes on 8xH100 SXM5, NVLink 4 only, 460-480 GB/s "
+    "(docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests); H200 has the same NVLink 4 and NVSwitch"
+)
+NVLS_NOTE = (
+    "; NCCL's ring without NVLS (SHARP in the NVSwitch), which the published runs may have had on: the published "
+    "TP8 cell pulls the fit above it"
+)
+B200_D2D = (
+    "published: over 6,000 GB/s device-to-device (CUDA samples bandwidthTest) on 8xB200 HGX "
+    "(newmind.ai/journal/18); the B200 datasheet's HBM3e is 8 TB/s"
+)
+
+
+def _tp_terms(gpu: str) -> tuple[dict[str, float], dict[str, ParamBasis]]:
+    """Issue 26's terms: the non-GEMM work's HBM rate, sharded GEMMs, attention at 8 heads a GPU, the all-reduce's
+    bus bandwidth. H200's measured here or published; B200's from B200 figures where they exist, else assumed."""
+    shard, backends = mech_terms.shard_and_copy_terms(), mech_terms.load_mech(mech_terms.H200_BACKENDS)
+    narrow = mech_terms.narrow_attention_term(backends, mech_terms.H200_BACKENDS.name)
+    cudnn_narrow = mech_terms.narrow_attention_term(backends, mech_terms.H200_BACKENDS.name, "cudnn")
+    if gpu == "H200":
+        terms = {**shard, "attn_narrow_factor": narrow}
+        values = {name: t.value for name, t in terms.items()}
+        basis = {n: ParamBasis(kind="measured", source=t.source, sigma=round(t.sigma, 4)) for n, t in terms.items()}
+        values["allreduce_gbps"] = 470.0
+        basis["allreduce_gbps"] = ParamBasis(kind="published", source=NCCL_H100_ALLREDUCE + NVLS_NOTE, sigma=0.1)
+        return values, basis
+    spec, h200 = get_gpu(gpu), get_gpu("H200")
+    ratio = spec.bf16_tflops / h200.bf16_tflops
+    loss = (1 - shard["tp_shard_efficiency"].value) * ratio  # a per-kernel cost fixed in time weighs more when faster
+    values = {
+        "rest_gbps": 6000.0 if gpu == "B200" else shard["rest_gbps"].value * HBM_TBPS.get(gpu, 4.8) / HBM_TBPS["H200"],
+        "tp_shard_efficiency": max(0.5, 1 - loss),
+        "attn_narrow_factor": cudnn_narrow.value,
+        "allreduce_gbps": 470.0 * spec.link_gbps / h200.link_gbps,
+    }
+    basis = {
+        "rest_gbps": ParamBasis(kind="published", source=B200_D2D, sigma=0.15)
+        if gpu == "B200"
+        else ParamBasis(kind="assumed", source="the H200 copy ceiling scaled by the datasheets' HBM bandwidth"),
+        "tp_shard_efficiency": ParamBasis(
+            kind="assumed",
+            source=f"the H200 shard loss ({shard['tp_shard_efficiency'].source}) x the datasheets' BF16 ratio "
+            f"{ratio:.2f}: small shards' per-kernel costs are fixed in time (not measured on this GPU)",
+            sigma=0.05,
+        ),
+        "attn_narrow_factor": ParamBasis(
+            kind="assumed",
+            source=f"the default backend here is cuDNN class: H200's cuDNN at 8 heads ({cudnn_narrow.source})",
+            sigma=0.03,
+        ),
+        "allreduce_gbps": ParamBasis(
+            kind="assumed",
+            source=f"H200's {NCCL_H100_ALLREDUCE.removeprefix('published: ')}, x the NVLink 5 / NVLink 4 datasheet "
+            "ratio (no public 8xB200 busbw figure found; an 8xB200 all-reduce was not measured)",
+            sigma=0.3,
+        ),
+    }
     return values, basis
 
 
@@ -186,6 +259,7 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         **values,
     )
     priors = {
+        "allreduce_gbps": Prior(values["allreduce_gbps"], basis["allreduce_gbps"].relative_sigma),
         "linear_tflops": Prior(linear, 0.3),
         "attn_tflops": Prior(attention, 0.3),
         "link_gbps": Prior(link, 0.5),
@@ -194,6 +268,13 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         "fixed_other_s": Prior(other, 0.5),
         "vae_decode_s": Prior(values["vae_decode_s"], 0.6 if reference is None else 0.7),
     }
+    if reference is None:  # the client's overhead is read off the H200 c=1 cell; the other GPU keeps it
+        priors["client_overhead_s"] = Prior(3.0, 1.0)
+    else:
+        base = base.model_copy(update={"client_overhead_s": reference.client_overhead_s})
+        base.basis["client_overhead_s"] = ParamBasis(
+            kind="assumed", source=f"the {reference.gpu} fit's (its c=1 client wall over the server stage): same client"
+        )
     if reference is None:  # the published backend and ring cells are H200 cells
         # the kernels alone (FA3 as FLASH_ATTN calls it over cuDNN SDPA as CUDNN_ATTN does), wide: the published
         # whole-run gap is several times what the kernels show, and only that cell says how much more
@@ -257,7 +338,20 @@ def fit_all() -> dict[str, Profile]:
 def write_shipped_profiles(directory: Path = PROFILES_DIR) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
+    spread = round(families.unmeasured_spread(families.leave_family_out(fit_published, load_published())), 4)
+    family_basis = ParamBasis(
+        kind="fitted",
+        source="leave-family-out (policies/families.py): the RMS error of every plan family's cells predicted by "
+        "fits made without them",
+        sigma=0.5,
+    )
     for gpu, profile in fit_all().items():
+        profile = profile.model_copy(
+            update={
+                "unmeasured_family_sigma": spread,
+                "basis": {**profile.basis, "unmeasured_family_sigma": family_basis},
+            }
+        )
         path = directory / f"{gpu}.yaml"
         rounded = profile.model_copy(
             update={k: round(v, 4) for k, v in profile.model_dump().items() if isinstance(v, float)}

@@ -56,6 +56,7 @@ class LatencyObs:
     latency_s: float
     rel_sigma: float = 0.01
     label: str = ""
+    wall: bool = False  # a client's wall clock (the server stage + client_overhead_s), not the server stage
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,8 @@ def predict_obs(obs: Observation, profile: Profile) -> list[tuple[float, float, 
         reference = perf_model.predict(obs.workload, obs.reference, profile)
         return [(prediction.latency_s / reference.latency_s, obs.ratio, obs.rel_sigma)]
     if isinstance(obs, LatencyObs):
-        return [(prediction.latency_s, obs.latency_s, obs.rel_sigma)]
+        wall = profile.client_overhead_s if obs.wall else 0.0
+        return [(prediction.latency_s + wall, obs.latency_s, obs.rel_sigma)]
     return [
         (prediction.per_step_s, obs.per_step_s, obs.rel_sigma),
         (prediction.fixed_s, obs.fixed_s, obs.rel_sigma * 3),

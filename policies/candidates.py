@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from worldtune.policies import belief, perf_model
+from worldtune.policies import belief, families, perf_model
 from worldtune.policies.calibration import shipped_profile
 from worldtune.policies.search_words import (
     CONFIDENCE,
@@ -147,7 +147,8 @@ def assess(state: SearchState) -> list[Assessed]:
                 preds = [belief.predictive(post.at(m), prior, goal.workload, plan) for m in post.modes()]
                 cache[(offer.gpu, str(plan))] = preds
             main = preds[0]
-            cand = _candidate(goal, offer, main.prediction, prior, _mixture_sd(post, preds), key)
+            sd = math.hypot(_mixture_sd(post, preds), families.family_sigma(prior, plan))  # issue 26: family spread
+            cand = _candidate(goal, offer, main.prediction, prior, sd, key)
             cand = _with_measurements(goal, cand, measured.get(hardware_key(key), []), prior)
             if cand.stage == "predicted":
                 shifts = [
@@ -176,7 +177,9 @@ def candidate_for(state: SearchState, key: str) -> Candidate:
         raise KeyError(f"unknown candidate {key}")
     post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
     pred = belief.predictive(post, prior, state.goal.workload, Plan.parse(plan_text))
-    sigma = pred.sd(np.asarray(post.cov), post.model_error)
+    sigma = math.hypot(
+        pred.sd(np.asarray(post.cov), post.model_error), families.family_sigma(prior, Plan.parse(plan_text))
+    )
     return _candidate(state.goal, offer, pred.prediction, state.beliefs[offer.gpu], sigma, key)
 
 

@@ -212,3 +212,43 @@ def h200_terms() -> dict[str, Term]:
         "vae_tile_area_cost": area,
         "vae_decode_s": whole,
     }
+
+
+# The 2026-11-29 H200 micro-benchmark (one GPU): the copy ceiling and the linear layers at TP shards
+H200_RAW = MEASURED_DIR / "H200-1gpu-2026-11-29.raw.json"
+
+
+def narrow_attention_term(data: dict[str, Any], name: str, kernel: str = "fa3-varlen") -> Term:
+    """Attention rate at 8 query heads a GPU (u8's and tp8's shape: 8 query heads, 1 KV head, every token) over the
+    median of 64, 32 and 16 heads, of one kernel as vLLM-Omni calls it (backend-<kernel>-u*)."""
+    recs = _by_name(data)
+    rate = {
+        u: recs[f"backend-{kernel}-u{u}"]["flops"] / recs[f"backend-{kernel}-u{u}"]["median_ms"] for u in (1, 2, 4, 8)
+    }
+    wide = statistics.median([rate[1], rate[2], rate[4]])
+    spread = (max(rate[1], rate[2], rate[4]) - min(rate[1], rate[2], rate[4])) / wide
+    detail = {f"u{u}": round(r / wide, 4) for u, r in rate.items()}
+    return Term(rate[8] / wide, max(0.01, spread), f"measured: {name} backend-{kernel}-u8 over -u1/u2/u4", detail)
+
+
+def raw_ops(path: Path = H200_RAW) -> dict[str, dict[str, Any]]:
+    """The micro-benchmark's records by name (policies/instruments/microbench.py raw JSON)."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    return {r["name"]: r for r in data["ops"]}
+
+
+def shard_and_copy_terms(path: Path = H200_RAW) -> dict[str, Term]:
+    """tp_shard_efficiency (a tp=8 rank's linear layers at every token over the whole layer's rate) and rest_gbps
+    (the card's device copy ceiling: a fused elementwise pass reads and writes at about that rate)."""
+    ops, name = raw_ops(path), path.name
+    whole = ops["linear-t44160"]["tflops"]
+    shards = {f"tp{tp}": ops[f"linear-tp{tp}-t44160"]["tflops"] / whole for tp in (2, 4, 8)}
+    return {
+        "tp_shard_efficiency": Term(
+            shards["tp8"],
+            0.02,
+            f"measured: {name} linear-tp8-t44160 over linear-t44160 (fused q/k/v shapes)",
+            {k: round(v, 4) for k, v in shards.items()},
+        ),
+        "rest_gbps": Term(ops["copy"]["gbps"], 0.15, f"measured: {name} copy (device copy ceiling, read + write)", {}),
+    }

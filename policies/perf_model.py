@@ -85,11 +85,55 @@ def bus_bytes(collective: str, buffer_bytes: float, world: int) -> float:
     raise ValueError(f"collective={collective!r}: expected a2a, allreduce or allgather")
 
 
-def ulysses_bytes(tower: TowerShape, tokens_per_gpu: int) -> tuple[int, int]:
+def ulysses_bytes(tower: TowerShape, tokens_per_gpu: int, ulysses: int = 1) -> tuple[int, int]:
     """One layer's Ulysses all-to-all buffers on a GPU: q/k/v scattered to head groups, the output gathered back
-    (BF16; a TP rank moves 1/tp of each)."""
-    q_dim, kv_dim = tower.q_heads * tower.head_dim, tower.kv_heads * tower.head_dim
+    (BF16; a TP rank moves 1/tp of each). KV heads are split, never replicated: vLLM-Omni 0.30's strict mode needs
+    u to divide them, its advanced_uaa mode pads them with zero heads to a multiple of u (and the query heads by
+    the GQA ratio), which is what is moved."""
+    kv_heads = kv_heads_padded(tower, ulysses)
+    q_heads = kv_heads * (tower.q_heads // tower.kv_heads)
+    q_dim, kv_dim = q_heads * tower.head_dim, kv_heads * tower.head_dim
     return tokens_per_gpu * (q_dim + 2 * kv_dim) * memory.BYTES_BF16, tokens_per_gpu * q_dim * memory.BYTES_BF16
+
+
+def kv_heads_padded(tower: TowerShape, ulysses: int) -> int:
+    """KV heads after Ulysses' padding to a multiple of u (8 KV heads at u <= 8: unchanged, one or more a GPU)."""
+    return math.ceil(tower.kv_heads / ulysses) * ulysses
+
+
+REST_PASSES_HIDDEN = 10  # BF16 passes over the hidden state a layer: 2 norms (read, write), 2 residual adds (3 each)
+REST_PASSES_HEADS = 4  # q/k norms and RoPE: a read and a write of q and k, and K/V joined to the prompt's
+
+
+def rest_bytes_per_token(tower: TowerShape, tp: int) -> float:
+    """HBM bytes a layer moves per token besides its GEMMs and attention (torch.compile fuses each group into one
+    pass): the hidden-width work a TP rank does whole, the head-width work on its 1/tp. SwiGLU's SiLU(gate) x up is
+    not here: the linear rate carries it (the single-operation floor timed it with the GEMMs), split as they are."""
+    hidden = REST_PASSES_HIDDEN * tower.hidden
+    heads = REST_PASSES_HEADS * (tower.q_heads + tower.kv_heads) * tower.head_dim / tp
+    return (hidden + heads) * memory.BYTES_BF16
+
+
+def tp_shard_factor(tp: int, profile: Profile) -> float:
+    """GEMM rate of a TP rank's sharded shapes (N/tp, K/tp) over the whole shapes': tp_shard_efficiency at tp = 8,
+    by log2 of tp between (measured on H200 at tp 2, 4, 8: 0.98, 0.99, 0.96 of the unsharded rate)."""
+    return float(profile.tp_shard_efficiency ** (math.log2(tp) / 3)) if tp > 1 else 1.0
+
+
+def rest_time_s(tower: TowerShape, tokens_per_gpu: int, tp: int, profile: Profile) -> float:
+    """Seconds a layer's non-GEMM, non-attention work takes on one GPU (0 where the profile has no rate for it)."""
+    if profile.rest_gbps <= 0:
+        return 0.0
+    return tokens_per_gpu * rest_bytes_per_token(tower, tp) / (profile.rest_gbps * 1e9)
+
+
+def narrow_attention_factor(tower: TowerShape, plan: Plan, profile: Profile) -> float:
+    """Attention rate at the query heads one GPU holds (64 / (u x tp)) over the wide rate: measured lower at 8
+    heads (the FA3 and cuDNN kernels at Cosmos3-Super's u8 shape), the same at 16 or more; between, by log2."""
+    heads = max(1, tower.q_heads // (plan.ulysses * plan.tp))
+    if heads >= 16:
+        return 1.0
+    return profile.attn_narrow_factor ** min(2.0, math.log2(16 / heads))
 
 
 def tp_allreduce_bytes(tower: TowerShape, tokens_per_gpu: int) -> int:
@@ -119,22 +163,26 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
     q_dim, kv_dim = g.q_heads * g.head_dim, g.kv_heads * g.head_dim
 
     linear_flops = 2.0 * tokens_per_gpu * g.params_per_layer / plan.tp
-    linear_rate = _rate(profile.linear_tflops, tokens_per_gpu, profile)
+    linear_rate = _rate(profile.linear_tflops, tokens_per_gpu, profile) * tp_shard_factor(plan.tp, profile)
     if plan.fp8:
         linear_rate *= profile.fp8_linear_speedup
     attention_flops = 4.0 * tokens * keys * q_dim / (sp * plan.tp)
     attention_rate = _rate(profile.attn_tflops, tokens_per_gpu, profile) * attention_factor(plan, profile)
+    attention_rate *= narrow_attention_factor(g, plan, profile)
     if plan.ring > 1:
         attention_rate *= profile.ring_chunk_efficiency  # r calls over key chunks run below one call's rate
-    linear_s = linear_flops / linear_rate
+    # the layer's work that is neither GEMM nor attention rides with the linear layers: a TP rank does it for every
+    # token at the whole hidden width (norms, residuals), a sequence-parallel rank for its tokens only
+    linear_s = linear_flops / linear_rate + rest_time_s(g, tokens_per_gpu, plan.tp, profile)
     attention_s = attention_flops / attention_rate
     compute_layer_s = linear_s + attention_s
 
     ulysses_s = tp_s = ring_s = hsdp_s = 0.0
     if plan.ulysses > 1:
-        # q, k, v scattered to head groups before attention, the output gathered back after it
-        moved = sum(ulysses_bytes(g, tokens_per_gpu)) / plan.tp
-        ulysses_s = _collective_s(bus_bytes("a2a", moved, plan.ulysses), "a2a", profile, calls=2)
+        # q, k and v scattered to head groups before attention, the output gathered back after it: vLLM-Omni's
+        # strict Ulysses runs one all-to-all for each (four calls a layer)
+        moved = sum(ulysses_bytes(g, tokens_per_gpu, plan.ulysses)) / plan.tp
+        ulysses_s = _collective_s(bus_bytes("a2a", moved, plan.ulysses), "a2a", profile, calls=4)
         # the head (un)packing copies around both all-to-alls: each byte read and written, before and after
         ulysses_s += 4 * moved / 1e9 * profile.ulysses_pack_ms_per_gb * 1e-3
     if plan.tp > 1:

@@ -12,6 +12,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, Field
 
+from worldtune.policies import families
 from worldtune.policies.belief import COLLECTIVES, Posterior, predictive, prior_posterior
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
@@ -27,6 +28,7 @@ class Uncertainty(BaseModel):
     shares: dict[str, float] = Field(description="parameter -> share of the variance it explains (>= 1%)")
     assumed: list[str] = Field(description="assumed parameters (not fitted or measured) this plan's latency rests on")
     relies_on_assumed: bool = Field(description="assumed terms explain at least ASSUMED_SHARE of the variance")
+    unmeasured_family: bool = Field(default=False, description="no measured cell of this plan's family (issue 26)")
 
 
 ASSUMED_SHARE = 0.25
@@ -38,7 +40,8 @@ def uncertainty(profile: Profile, workload: Workload, plan: Plan, post: Posterio
     pred = predictive(post, profile, workload, plan)
     cov = np.asarray(post.cov)
     parts = (pred.grad_latency @ cov) * pred.grad_latency  # each coordinate's share (the diagonal's view)
-    total = float(parts.sum()) + post.model_error**2
+    family = families.family_sigma(profile, plan)  # leave-family-out's spread where no cell of its family was fitted
+    total = float(parts.sum()) + post.model_error**2 + family**2
     sigma = math.sqrt(max(total, 0.0))
     shares = {n: float(v / total) for n, v in zip(post.names, parts, strict=True) if total > 0 and v / total >= 0.01}
     assumed = [n for n in shares if _is_assumed(profile, n)]
@@ -50,6 +53,7 @@ def uncertainty(profile: Profile, workload: Workload, plan: Plan, post: Posterio
         shares=shares,
         assumed=assumed,
         relies_on_assumed=sum(shares[n] for n in assumed) >= ASSUMED_SHARE,
+        unmeasured_family=family > 0,
     )
 
 

@@ -105,6 +105,7 @@ def estimate_plan(
             "uncertainty_shares": spread.shares,
             "assumed_terms": spread.assumed,
             "relies_on_assumed": spread.relies_on_assumed,
+            "unmeasured_family": spread.unmeasured_family,
         }
     )
 

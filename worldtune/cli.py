@@ -156,7 +156,8 @@ def _print_estimate(e: Any) -> None:
                 ", ".join(f"{n} ({e.uncertainty_shares.get(n, 0):.0%} of the variance)" for n in e.assumed_terms)
                 or "none"
             )
-            + (" [relies on assumptions]" if e.relies_on_assumed else ""),
+            + (" [relies on assumptions]" if e.relies_on_assumed else "")
+            + ("; no measured cell of this family (leave-family-out spread)" if e.unmeasured_family else ""),
         ),
         ("per step (s)", _fmt(e.per_step_s, 3)),
         ("fixed (s)", _fmt(e.fixed_s)),
@@ -219,7 +220,7 @@ def plans(
                  "clips/h/node", "$/clip", "offer"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("plan", "offer") else "right")
     for e in shown:
-        marked = "*" if e.relies_on_assumed else ""
+        marked = ("*" if e.relies_on_assumed else "") + ("†" if e.unmeasured_family else "")
         sigma = f"{e.latency_sigma:.0%}" if e.latency_sigma is not None else "-"
         table.add_row(
             e.plan + marked, f"{e.replicas} x {e.world_size}", _fmt(e.latency_s), sigma, _fmt(e.per_step_s, 3),
@@ -244,7 +245,8 @@ def plans(
     console.print(
         "[dim]±1σ: the latency's relative uncertainty under the profile's prior (Profile.uncertainty: fitted 15%, "
         "assumed 50%, ...), a model, not a measurement; * marks a plan whose uncertainty is mostly assumed terms "
-        "(estimate --plan P names them; see the profile's 'assumed' list)[/]"
+        "(estimate --plan P names them; see the profile's 'assumed' list); † marks a plan with no measured cell of "
+        "this family (its spread includes what leave-family-out shows for such families)[/]"
     )
 
 

@@ -19,7 +19,10 @@ them (the model where worldtune is installed, else `--sizes FILE`):
   16 x 48 x 45 x 80, decoded one latent frame at a time with cached causal convolutions, a 2x2 unpatchify at
   the end): whole, each tile size of vLLM-Omni's tiled decode (the model's tiles: latent tile 16, stride 12),
   and one of 2/4/8 spatial patches with the halo vLLM-Omni's patch decode adds (max(tile overlap / 2, half
-  the core's short side)).
+  the core's short side));
+- tensor parallel and wide Ulysses ranks (mech_tp.py): every linear at a TP rank's sharded shapes (tp 1-8,
+  BF16 and FP8) and a Ulysses rank's token counts, and a layer's work that is neither (norms, RoPE, SwiGLU's
+  gate, residual adds, the prompt K/V concatenation) at each rank's shape, eager and torch.compile'd.
 Records are written after every section, so a timeout keeps what ran.
 """
 
@@ -40,7 +43,7 @@ if not __package__:  # run as a file (a bare GPU node): this folder is the packa
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "instruments"
 
-from . import devkit, mech_attention, mech_fp8, vae_standin
+from . import devkit, mech_attention, mech_fp8, mech_tp, vae_standin
 from .devkit import torch_module
 from .shapes import Sizes
 
@@ -166,6 +169,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ("quant one-pass", functools.partial(mech_fp8.fp8_quant_one_pass, bench)),
         ("backends as vLLM-Omni calls them", functools.partial(mech_attention.vllm_backends, bench)),
         ("vae decode", functools.partial(vae_section, bench, args.vae_reps)),
+        ("tp gemms at sharded shapes", functools.partial(mech_tp.tp_gemms, bench)),
+        ("rank work that is not a gemm nor attention", functools.partial(mech_tp.rank_rest, bench)),
     ]
     wanted = set(args.sections.split(",")) if args.sections else None
     sections = [(t, f) for t, f in sections if wanted is None or t.split()[0].rstrip(":") in wanted]
@@ -192,7 +197,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vae-reps", type=int, default=2, help="timed decodes per VAE case")
     p.add_argument("--vae-base", type=int, default=0, help="VAE decoder width (default 96, Wan 2.1)")
     p.add_argument(
-        "--sections", default="", help="comma list of sdpa,ring,ulysses,fp8,gqa,quant,backends,vae (default all)"
+        "--sections",
+        default="",
+        help="comma list of sdpa,ring,ulysses,fp8,gqa,quant,backends,vae,tp,rank (default all)",
     )
     return p
 

@@ -77,6 +77,7 @@ class Estimate(BaseModel):
     )
     assumed_terms: list[str] = Field(default_factory=list, description="assumed parameters the latency rests on")
     relies_on_assumed: bool = Field(default=False, description="assumed terms explain >= 25% of the variance")
+    unmeasured_family: bool = Field(default=False, description="no measured cell of this plan's family: wider spread")
 
 
 class PlanCheck(BaseModel):

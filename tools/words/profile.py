@@ -76,6 +76,20 @@ class Profile(BaseModel):
         default=0.0, ge=0, description="head pack/unpack copies around Ulysses' all-to-alls: ms per GB moved"
     )
     step_overhead_s: float = Field(default=0.02, ge=0, description="scheduler and launch time per step")
+    # what tensor parallel does not split, and narrow ranks (issue 26; 0 / 1.0 = a profile from before)
+    rest_gbps: float = Field(
+        default=0.0, ge=0, description="a layer's norms, RoPE, SwiGLU gate, residuals: GB/s of HBM traffic; 0 = off"
+    )
+    attn_narrow_factor: float = Field(
+        default=1.0, gt=0, le=1.2, description="attention rate at 8 query heads a GPU over the rate at 16 or more"
+    )
+    tp_shard_efficiency: float = Field(
+        default=1.0, gt=0, le=1, description="GEMM rate of a tp=8 rank's sharded shapes over the unsharded rate"
+    )
+    client_overhead_s: float = Field(default=0.0, ge=0, description="a client's wall latency over the server stage")
+    unmeasured_family_sigma: float = Field(
+        default=0.0, ge=0, description="relative spread of a plan whose family has no fitted cell (leave-family-out)"
+    )
 
     # links (per-GPU bus bandwidth as NCCL tests report it)
     link_gbps: float = Field(gt=0, description="effective collective bus bandwidth, GB/s")
