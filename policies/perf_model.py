@@ -133,7 +133,7 @@ def narrow_attention_factor(tower: TowerShape, plan: Plan, profile: Profile) -> 
     heads = max(1, tower.q_heads // (plan.ulysses * plan.tp))
     if heads >= 16:
         return 1.0
-    return profile.attn_narrow_factor ** min(2.0, math.log2(16 / heads))
+    return float(profile.attn_narrow_factor ** min(2.0, math.log2(16 / heads)))
 
 
 def tp_allreduce_bytes(tower: TowerShape, tokens_per_gpu: int) -> int:
