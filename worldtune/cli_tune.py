@@ -206,13 +206,14 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
             if typer.confirm("Spend it?", default=False):
                 outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
         if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
-            from worldtune.agent.fleet_step import fleet_for
-            from worldtune.tools.store import Store
+            from worldtune.agent.fleet_step import fleet_for, record_fleet
 
             outcome["fleet"] = fleet_for(parsed.goal, options.infra, options.engine, options.time_scale, db,
                                          _printer(as_json), twin_profiles=options.twin_profiles(),
-                                         learned_profiles=outcome["summary"].get("learned_profiles"))  # fmt: skip
-            Store(db).add_to_summary(outcome["run_id"], "fleet", outcome["fleet"])  # the report draws its day
+                                         learned_profiles=outcome["summary"].get("learned_profiles"),
+                                         mcp_url=options.mcp_url)  # fmt: skip
+            # the report draws its day; over MCP, so a remote run's fleet is kept by its server
+            record_fleet(outcome["run_id"], outcome["fleet"], db, options.mcp_url)
     except RunStopped as exc:
         raise _stopped(exc, as_json) from exc
     except (WorldtuneError, ValueError) as exc:

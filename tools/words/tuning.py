@@ -70,6 +70,16 @@ class Tuner(Protocol):
         """Answer a run's approval question; it continues (approve) or stops."""
         ...
 
+    def stop_run(self, run_id: str, reason: str) -> bool:
+        """Stop one run driven in this process at its next safe point and wait for its teardown; False when no
+        thread of this process drives it (tools/run_heartbeat.py abandons runs whose client is gone)."""
+        ...
+
+    def write_report(self, run_id: str, db_path: str) -> dict[str, str]:
+        """Draw a completed run's report (HTML, plots, record, deployment YAML) from the database at `db_path`
+        into its default folder on this machine; returns name -> path (the agent draws it: tools never import it)."""
+        ...
+
     def session_ended(self) -> list[str]:
         """The session ended: stop its runs (each tears down what it started) and wait for that; detached
         runs are processes of their own and go on. Returns the ids stopped."""
