@@ -46,7 +46,7 @@ class ToolsClient:
         return {"result": content}
 
 
-HEARTBEAT_S = 10.0  # how often a remote run's client says it is there (the server's grace: 120 s by default)
+HEARTBEAT_S = 10.0  # how often, at most, a remote run's client says it is there (4 beats per grace if shorter)
 
 
 async def _heartbeat(tools: ToolsClient, run_id: str, every_s: float) -> None:
@@ -56,7 +56,10 @@ async def _heartbeat(tools: ToolsClient, run_id: str, every_s: float) -> None:
 
     while True:
         try:
-            await tools.call("heartbeat_run", run_id=run_id)
+            bound = await tools.call("heartbeat_run", run_id=run_id)
+            grace = bound.get("grace_s")
+            if isinstance(grace, int | float) and grace > 0:  # a few beats per grace, whatever the server's grace
+                every_s = min(HEARTBEAT_S, max(0.5, float(grace) / 4))
         except ToolCallFailed:
             return  # abandoned (or a server without the tool): the run's own next call says why
         except Exception:  # a lost beat is retried: the grace is many beats long

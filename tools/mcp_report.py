@@ -27,7 +27,7 @@ class ReportFiles(BaseModel):
     """The report files written on the server."""
 
     run_id: str
-    files: dict[str, str] = Field(description="name -> path on the server: report.html, the plots, record.json, YAML")
+    files: dict[str, str] = Field(description="name -> path on the server: html (report.html), the plots, json, YAML")
     html: str | None = Field(default=None, description="report.html's text (images referenced by file name)")
 
 
@@ -41,7 +41,7 @@ async def write_report(
     driver = tuner(session)  # refused on a server built without the agent
     with refusals():
         files = await anyio.to_thread.run_sync(lambda: driver.write_report(run_id, str(session.store.path)))
-    page = next((Path(p) for p in files.values() if p.endswith(".html")), None)
+    page = Path(files["html"]) if files.get("html") else None
     html = page.read_text()[:HTML_LIMIT] if page is not None and page.is_file() else None
     return ReportFiles(run_id=run_id, files=files, html=html)
 
