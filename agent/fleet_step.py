@@ -1,10 +1,10 @@
 """After a tuning run whose goal has traffic: plan the fleet (simulated) and rehearse it open-loop on twins.
 
 Kept out of the tuning graph: the graph finds and verifies one replica's plan; this step sizes a fleet of
-plans for the goal's traffic (tools/capacity.py) and, on infra local with the twin, runs the chosen fleet's
-warm nodes as twins under open-loop arrivals (the MCP tool rehearse_fleet over tools/fleet_rehearsal.py, in-process
-over the run's database), so `worldtune tune` ends with the fleet, its predicted and measured percentile and its
-daily cost side by side.
+plans for the goal's traffic (tools/deployments/capacity.py) and, on infra local with the twin, runs the chosen fleet's
+warm nodes as twins under open-loop arrivals (the MCP tool rehearse_fleet over tools/deployments/fleet_rehearsal.py,
+in-process over the run's database), so `worldtune tune` ends with the fleet, its predicted and measured percentile and
+its daily cost side by side.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from worldtune.tools.capacity import FleetChoice, plan_capacity, skyserve_service_yaml
-from worldtune.tools.fleet_rehearsal import FleetRehearsal
+from worldtune.tools.deployments.capacity import FleetChoice, plan_capacity, skyserve_service_yaml
+from worldtune.tools.deployments.fleet_rehearsal import FleetRehearsal
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.profile import Profile
 

@@ -83,8 +83,8 @@ def serve(
     if not 1 <= port <= 65535:
         raise InvalidInput("port", port, "1 to 65535")
     from worldtune.agent.tuner import AgentTuner
-    from worldtune.tools.lease import Sweeper
-    from worldtune.tools.mcp_server import build_server
+    from worldtune.tools.deployments.lease import Sweeper
+    from worldtune.tools.mcp.server import build_server
 
     tuner = AgentTuner()
     sweeper = Sweeper(db)  # the hours a deploy asked for run out here too, not only at the next `worldtune gc`

@@ -207,7 +207,7 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
                 outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
         if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
             from worldtune.agent.fleet_step import fleet_for
-            from worldtune.tools.store import Store
+            from worldtune.tools.store.database import Store
 
             outcome["fleet"] = fleet_for(parsed.goal, options.infra, options.engine, options.time_scale, db,
                                          _printer(as_json), twin_profiles=options.twin_profiles(),
@@ -251,7 +251,7 @@ def report(
     """Write the run's report: an HTML page, PNG plots, the JSON record and the deployment's YAML."""
     need_extra("worldtune report", "matplotlib", "agent", as_json)
     from worldtune.agent.report import write_report
-    from worldtune.tools.report_data import report_data
+    from worldtune.tools.results.report_data import report_data
 
     try:
         written = write_report(report_data(run_id, db), out)

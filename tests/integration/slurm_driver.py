@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.sky import catalog, home
-from worldtune.tools.benchmark import BenchmarkSpec, Here
-from worldtune.tools.deploy_preview import build_deployment, render_options
-from worldtune.tools.offers import SNAPSHOT_FILE
-from worldtune.tools.store import Store
+from worldtune.tools.bench.benchmark import BenchmarkSpec, Here
+from worldtune.tools.deployments.preview import build_deployment, render_options
+from worldtune.tools.plans.offers import SNAPSHOT_FILE
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 
 
@@ -141,7 +141,7 @@ def main() -> int:
         )
         say("benchmarked", benchmark_id=benchmark_id, result=result.model_dump(mode="json"), fault=fault)
         if args.mode == "replan":
-            from worldtune.tools.replan import replan
+            from worldtune.tools.deployments.replan import replan
 
             began = time.time()
             final = replan(ready.id, "tp8", store=store, progress=progress, backend=backend)
