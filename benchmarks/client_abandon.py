@@ -88,7 +88,12 @@ def start_client(mode: str, url: str, grace_s: float, env: dict[str, str], work:
     else:  # the agent drives the graph here; its checkpoints stay local, everything else is the server's
         cmd = [str(WORLDTUNE), "tune", GOAL, "--mcp-url", url, "--yes", "--time-scale", "60",
                "--db", str(work / "client.db")]  # fmt: skip
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    log = (work / f"client-{mode}-{time.monotonic_ns()}.log").open("w")  # read back when a trial fails
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+
+
+def tail(path: Path, chars: int = 1500) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
 
 def new_run(db: Path, known: set[str]) -> str | None:
@@ -103,11 +108,16 @@ def trial(mode: str, db: Path, url: str, grace_s: float, env: dict[str, str], wo
     try:
         run_id = wait_for("the client's run bound", lambda: new_run(db, known), 300)
         sampled = "SELECT COUNT(*) AS n FROM samples s JOIN benchmarks b ON b.id = s.benchmark_id WHERE b.run_id = ?"
-        wait_for("a sample", lambda: query(db, sampled, run_id)[0]["n"] > 0, 600)
+        wait_for("a sample", lambda: query(db, sampled, run_id)[0]["n"] > 0 or client.poll() is not None, 600)
+        if client.poll() is not None:
+            raise RuntimeError(f"the client exited ({client.returncode}) before a sample of its run")
     finally:
         client.send_signal(signal.SIGKILL)
         client.wait()
     killed = time.time()
+    status = query(db, "SELECT status FROM runs WHERE id = ?", run_id)
+    if status and status[0]["status"] in ("completed", "failed"):  # nothing left to abandon: not a kill mid-run
+        raise RuntimeError(f"run {run_id} was already {status[0]['status']} when its client was killed")
     samples_at_kill = query(db, sampled, run_id)[0]["n"]
     wait_for("the run abandoned", lambda: query(db, "SELECT 1 FROM runs WHERE id = ? AND status = 'abandoned'",
                                                 run_id), 300)  # fmt: skip
@@ -126,8 +136,10 @@ def trial(mode: str, db: Path, url: str, grace_s: float, env: dict[str, str], wo
         "mode": mode,
         "run_id": run_id,
         "kill_to_abandoned_s": round(float(client_row["abandoned_at"]) - killed, 2),
-        "kill_to_torn_down_s": round(max(terminated, default=killed) - killed, 2),
-        "kill_to_ledger_closed_s": round(max((float(r["gone_at"] or 0) for r in ledger), default=killed) - killed, 2),
+        "kill_to_torn_down_s": round(max(terminated) - killed, 2) if terminated else None,
+        "kill_to_ledger_closed_s": round(max(float(r["gone_at"] or time.time()) for r in ledger) - killed, 2)
+        if ledger
+        else None,
         "reason": client_row["reason"],
         "deployments": len(deployments),
         "alive_after": sum(1 for d in deployments if d["state"] not in ("terminated", "failed")),
@@ -158,19 +170,38 @@ def main() -> None:
         try:
             for mode in args.modes.split(","):
                 for _ in range(args.trials):
-                    rows.append(trial(mode, db, url, args.grace, env, work))
-                    print(f"{mode}: {rows[-1]['kill_to_abandoned_s']} s to abandoned", file=sys.stderr)
+                    try:
+                        rows.append(trial(mode, db, url, args.grace, env, work))
+                        print(f"{mode}: {rows[-1]['kill_to_abandoned_s']} s to abandoned", file=sys.stderr)
+                    except Exception as exc:  # kept in the JSON: a failed trial is a result too
+                        logs = sorted(work.glob(f"client-{mode}-*.log"))
+                        rows.append({"mode": mode, "error": f"{type(exc).__name__}: {exc}",
+                                     "client_log_tail": tail(logs[-1]) if logs else "",
+                                     "server_log_tail": tail(work / "server.log")})  # fmt: skip
+                        print(f"{mode}: FAILED {rows[-1]['error']}", file=sys.stderr)
         finally:
             server.terminate()
-            server.wait(timeout=60)
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    done = [r for r in rows if "error" not in r]
     print(f"grace {args.grace:g} s, sweep {args.sweep:g} s; local twins (measured), 8xH200 price assumed")
     print(f"{'mode':<13} {'abandoned s':>11} {'torn down s':>11} {'ledger s':>9} {'alive':>5} {'node-h after':>12} "
           f"{'billed $':>8} {'@$28/h':>7} {'samples':>9}")  # fmt: skip
-    for r in rows:
-        print(f"{r['mode']:<13} {r['kill_to_abandoned_s']:>11.2f} {r['kill_to_torn_down_s']:>11.2f} "
-              f"{r['kill_to_ledger_closed_s']:>9.2f} {r['alive_after']:>5} {r['node_hours_after_kill']:>12.5f} "
+
+    def sec(v: float | None, width: int) -> str:
+        return f"{v:>{width}.2f}" if v is not None else f"{'-':>{width}}"
+
+    for r in done:
+        print(f"{r['mode']:<13} {r['kill_to_abandoned_s']:>11.2f} {sec(r['kill_to_torn_down_s'], 11)} "
+              f"{sec(r['kill_to_ledger_closed_s'], 9)} {r['alive_after']:>5} {r['node_hours_after_kill']:>12.5f} "
               f"{r['billed_after_kill_usd']:>8.2f} {r['assumed_8xh200_usd']:>7.3f} "
               f"{r['samples_at_kill']:>4}/{r['samples_kept']:<4}")  # fmt: skip
+    for r in rows:
+        if "error" in r:
+            print(f"{r['mode']:<13} FAILED: {r['error']}")
     report = {
         "what": "seconds from SIGKILL of an HTTP MCP client to its run abandoned and torn down by the server, and "
         "the ledger's node-hours after the kill",
@@ -182,6 +213,7 @@ def main() -> None:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "trials": rows,
+        "failed_trials": len(rows) - len(done),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
