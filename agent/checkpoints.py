@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, closing, contextmanager
 from pathlib import Path
 
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -28,3 +29,11 @@ async def async_sqlite_saver(path: str | Path) -> AsyncIterator[AsyncSqliteSaver
 
     async with aiosqlite.connect(str(path)) as conn:
         yield AsyncSqliteSaver(conn, serde=CHECKPOINT_SERDE)
+
+
+def studio_checkpointer() -> InMemorySaver:
+    """The checkpointer `langgraph dev` / Studio runs the graph with (langgraph.json `checkpointer`): in memory, as
+    the dev server's own, but with the state's serializer, so a thread resumed there rebuilds exactly the state's
+    words. The dev server's default saver allows any type with a "Deserializing unregistered type" warning (and
+    under LANGGRAPH_STRICT_MSGPACK blocks the words where it reads a thread without the graph's allowlist)."""
+    return InMemorySaver(serde=CHECKPOINT_SERDE)

@@ -36,6 +36,9 @@ class TuneOptions(BaseModel):
     )
     time_scale: float = Field(default=LOCAL_TWIN_TIME_SCALE, gt=0, description="twin only: sleeps divided by it")
     budget_usd: float | None = Field(default=None, gt=0, description="overrides the goal's budget")
+    confidence: float | None = Field(
+        default=None, gt=0, lt=1, description="overrides the goal's confidence (claim and stopping rule), e.g. 0.99"
+    )
     parallel: int = Field(default=1, ge=1, le=8, description="candidates verified at once on separate deployments")
     yes: bool = Field(default=False, description="approve the spend estimate without asking")
     db_path: str | None = Field(default=None, description="results database ($WORLDTUNE_DB or the default)")

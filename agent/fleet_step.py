@@ -3,8 +3,9 @@
 Kept out of the tuning graph: the graph finds and verifies one replica's plan; this step sizes a fleet of
 plans for the goal's traffic (tools/capacity.py) and, on infra local with the twin, runs the chosen fleet's
 warm nodes as twins under open-loop arrivals (the MCP tool rehearse_fleet over tools/fleet_rehearsal.py, in-process
-over the run's database), so `worldtune tune` ends with the fleet, its predicted and measured percentile and its
-daily cost side by side.
+over the run's database, or on the run's server with `--mcp-url`), so `worldtune tune` ends with the fleet, its
+predicted and measured percentile and its daily cost side by side; the fleet goes into the run's record through
+the MCP tool record_fleet. Planning (tools/capacity.py) is an offline simulation with no state: it runs here.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def fleet_for(
     progress: Progress,
     twin_profiles: list[str] | None = None,
     learned_profiles: dict[str, dict[str, Any]] | None = None,
+    mcp_url: str | None = None,
 ) -> dict[str, Any] | None:
     """The capacity plan and (local twin only) its rehearsal, as JSON-ready data; None without traffic. The
     rehearsal's twins serve the first of `twin_profiles` the deploy accepts for the fleet's GPU type (as the
@@ -57,7 +59,7 @@ def fleet_for(
             return out
         chosen = planned.chosen
         progress("fleet", {"note": f"rehearsing {chosen.fleet.describe()} on local twins, open loop"})
-        rehearsal = _rehearsed(goal, chosen, time_scale, db_path, twin_profiles)
+        rehearsal = _rehearsed(goal, chosen, time_scale, db_path, twin_profiles, mcp_url)
         out["rehearsal"] = rehearsal.model_dump(mode="json")
         if rehearsal.latency_disagrees():  # feed the measurement back: re-plan with that plan's measured latency
             measured = {(chosen.fleet.gpu, chosen.fleet.plan): float(rehearsal.measured_latency_mean_s or 0.0)}
@@ -86,20 +88,34 @@ def _written(learned_profiles: dict[str, dict[str, Any]] | None) -> Iterator[dic
 
 
 def _rehearsed(
-    goal: Goal, chosen: FleetChoice, time_scale: float, db_path: str | None, twin_profiles: list[str] | None
-) -> FleetRehearsal:
+    goal: Goal, chosen: FleetChoice, time_scale: float, db_path: str | None, twin_profiles: list[str] | None,
+    mcp_url: str | None = None,
+) -> FleetRehearsal:  # fmt: skip
     """The chosen fleet rehearsed on twins serving the first twin profile the deploy takes for its GPU type, through
-    the MCP tool rehearse_fleet (its twins and samples are written to the run's database by the tools)."""
+    the MCP tool rehearse_fleet (its twins and samples are written to the run's database by the tools: the
+    server's, on the server's machine, when the run is remote)."""
     from worldtune.agent.tools_client import connect
 
     async def call() -> dict[str, Any]:
-        async with connect(db_path) as tools:
+        async with connect(db_path, mcp_url) as tools:
             return await tools.call("rehearse_fleet", goal=goal.model_dump(mode="json"),
                                     fleet=chosen.fleet.model_dump(mode="json"),
                                     predicted_daily_cost_usd=chosen.daily_cost_usd, twin_profiles=twin_profiles or None,
                                     requests=REHEARSAL_REQUESTS, time_scale=time_scale)  # fmt: skip
 
     return FleetRehearsal.model_validate(asyncio.run(call()))
+
+
+def record_fleet(run_id: str, fleet: dict[str, Any] | None, db_path: str | None, mcp_url: str | None) -> None:
+    """Put the fleet in the run's record (the report draws its day) through the MCP tool record_fleet, so a
+    remote run's fleet is kept by its server, next to the rest of its record."""
+    from worldtune.agent.tools_client import connect
+
+    async def call() -> None:
+        async with connect(db_path, mcp_url) as tools:
+            await tools.call("record_fleet", run_id=run_id, fleet=fleet or {})
+
+    asyncio.run(call())
 
 
 def _shape(fleet: Any) -> tuple[Any, ...]:

@@ -269,6 +269,16 @@ def _answer_within(r: Reader) -> float | None:
     return found.get("s")
 
 
+def _confidence(r: Reader) -> float | None:
+    """'at 99% confidence', '99% confident', 'with 95% confidence': one level for the claim and the stop."""
+    found: dict[str, Any] = {}
+    for m in r.take(r"\b(?:(?:at|with)\s+)?" + NUM + r"\s*%\s*(?:confidence|confident|sure)\b"):
+        value = r.number(m.group(1), "the confidence")
+        if value is not None:
+            r.once(found, "c", value / 100.0, "the confidence")
+    return found.get("c")
+
+
 def _max_gpus(r: Reader) -> int | None:
     found = None
     for m in r.take(r"\b(?:at\s+most|up\s+to|max(?:imum)?|no\s+more\s+than|<=?)\s*(\d)\s*gpus?(?:\s+per\s+node)?\b"):
@@ -298,7 +308,7 @@ def parse_goal(text: str, budget_usd: float | None = None, infras: list[str] | N
 def _read(r: Reader) -> dict[str, Any]:
     """Every rule's reading of the text (in an order where a longer phrase is read before its parts), and a
     question for whatever no rule read."""
-    read: dict[str, Any] = {"model": _model(r), "answer_within": _answer_within(r)}
+    read: dict[str, Any] = {"model": _model(r), "answer_within": _answer_within(r), "confidence": _confidence(r)}
     traffic_found = goal_traffic.read_traffic(r)
     read |= {"budget": _budget(r), "throughput": _throughput(r)}
     read["bound"], read["percentile"] = _latency(r)
@@ -365,6 +375,8 @@ def _fields(
         fields["max_gpus_per_node"] = read["max_gpus"]
     if read["answer_within"] is not None:
         fields["answer_within_s"] = read["answer_within"]
+    if read["confidence"] is not None:
+        fields["confidence"] = read["confidence"]
     budget = budget_usd if budget_usd is not None else read["budget"]
     if budget is not None:
         fields["budget_usd"] = budget

@@ -30,7 +30,7 @@ from worldtune.agent.record import (
     open_record,
     write_record,
 )
-from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask
+from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask, answer_seconds
 from worldtune.agent.steps import emit, listed_offers, teardown
 from worldtune.agent.verify import verify
 from worldtune.policies import search as policy
@@ -72,6 +72,8 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     plan, lanes_why = policy.lanes_for_deadline(search, options.parallel, options.reuse_nodes)
     # the bound is what may be committed; the forecast is what the search will likely cost (simulated)
     likely = await asyncio.to_thread(policy.forecast, search, plan.parallel)
+    requests, lane = policy.claim_lanes(search)  # the claim at the goal's confidence, its run over lanes
+    refusal = await asyncio.to_thread(policy.deadline_refusal, search, likely)
     estimate = SpendEstimate(
         parallel=plan.parallel, usd=round(plan.usd, 2), gpu_hours=round(plan.gpu_hours, 2),
         answer_hours=round(plan.answer_s / 3600.0, 2), deployments=plan.deployments, cold_loads=plan.cold_loads,
@@ -79,6 +81,8 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
         feasible=len(feasible), first_to_verify=plan.keys[:5], engine=options.engine, infra=options.infra,
         priced_as="the offers' prices for the modelled GPU time (twin rehearsal)" if options.twin else "the offers",
         parallel_why=lanes_why or None,  # a deadline bought lanes, or could not
+        confidence=goal.confidence, claim_requests=requests, claim_lanes=lane.lanes if lane else 1,
+        claim_lanes_why=lane.why if lane else "",
         forecast=SpendForecast(
             usd=round(likely.usd_p50, 2), usd_max=round(likely.usd_max, 2),
             gpu_hours=round(likely.gpu_hours_p50, 2), answer_hours=round(likely.answer_s_p50 / 3600.0, 2),
@@ -88,7 +92,11 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     )  # fmt: skip
     top = [f"{c.plan} on {c.offer.id}: {c.usd_per_clip:.3f} $/clip, p50 {c.latency_s:.0f} s" for c in feasible[:3]]
     emit(runtime, "candidates", count=len(ranked), feasible=len(feasible), top=top, estimate=estimate.as_json())
-    return {
+    stopped: dict[str, Any] = {}
+    if refusal:  # an answer-within the search cannot meet: refused here, before anything is spent
+        emit(runtime, "stop", reason=refusal, kind="deadline")
+        stopped = {"stop_reason": refusal, "stop_kind": "deadline", "approved": False}
+    return stopped | {
         "search": search,
         "initial_beliefs": dict(search.beliefs),
         "spend_estimate": estimate,
@@ -104,7 +112,9 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
 
 
 async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Ask before spending (interrupt), unless the run was started with --yes."""
+    """Ask before spending (interrupt), unless the run was started with --yes; a goal prepare refused is not asked."""
+    if state.get("stop_kind") == "deadline" and not state.get("approved", True):
+        return {"approved": False, "events": ["refused before any spend: " + state.get("stop_reason", "")]}
     if state["options"].yes:
         return {"approved": True, "events": ["spend approved by --yes"]}
 
@@ -137,10 +147,19 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """The search policy's next actions (at most --parallel), or why to stop; tear down what is not needed."""
     options = state["options"]
     live = dict(state.get("deployments") or {})
-    search = state["search"].model_copy(update={"deployed": list(live)})
+    spares = dict(state.get("spare_lanes") or {})
+    search = state["search"].model_copy(update={"deployed": list(live), "spare_lanes": list(spares.values())})
     decision = policy.decide(
         search, parallel=options.parallel, margin=options.margin, max_iterations=options.max_iterations
     )
+    wanted = policy.kept_spares(list(spares.values()), decision.actions)
+    freed: dict[str, str] = {}
+    for deployment_id, key in spares.items():  # spare nodes no full run (or probe launching lanes) will use
+        if key in wanted:
+            wanted.remove(key)
+        else:
+            await teardown(runtime, deployment_id)
+            freed[deployment_id] = ""
     keep = {a.key for a in decision.actions if not a.redeploy}  # a retry gets a fresh deployment
     spare = {k: d for k, d in live.items() if k not in keep}
     moved = _reused_nodes(decision.actions, spare) if options.reuse_nodes else {}
@@ -152,7 +171,7 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
             removed[key] = ""
     for key, deployment_id in moved.items():
         emit(runtime, "keep_node", key=key, deployment=deployment_id)
-    update: dict[str, Any] = {"decision": decision, "deployments": removed | moved}
+    update: dict[str, Any] = {"decision": decision, "deployments": removed | moved, "spare_lanes": freed}
     if decision.stop_reason:
         emit(runtime, "stop", reason=decision.stop_reason, kind=decision.stop_kind)
         update |= {"stop_reason": decision.stop_reason, "stop_kind": decision.stop_kind or ""}
@@ -215,7 +234,7 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         events.append(note)
         emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))
     # time to a verified answer so far (modelled on the twin): the verifications' seconds, lanes overlapping
-    answer_s = sum(r.model_s for r in results) / state["options"].parallel
+    answer_s = answer_seconds(results, state["options"].parallel)
     search = search.model_copy(update={"elapsed_s": answer_s})  # what a goal's 'answer within' is held to
     emit(runtime, "elapsed", answer_hours=round(answer_s / 3600.0, 3), measurements=len(results))
     live = {r.key: "" for r in fresh if r.removed}
@@ -235,7 +254,8 @@ async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     await write_record(tools, run_id, summary)
     emit(runtime, "done", stop_reason=summary["stop_reason"], recommendation=summary["recommendation"])
     cleared = {k: "" for k in (state.get("deployments") or {})}
-    return {"summary": summary, "deployments": cleared, "events": ["torn down; record written"]}
+    spares = dict.fromkeys(state.get("spare_lanes") or {}, "")
+    return {"summary": summary, "deployments": cleared, "spare_lanes": spares, "events": ["torn down; record written"]}
 
 
 # ---- small pieces the nodes share ------------------------------------------------------------------
@@ -257,7 +277,7 @@ def next_actions(state: TuneState) -> list[Send] | str:
     slack = max(0.0, left - sum(a.expected_usd for a in decision.actions)) / len(decision.actions)
     live = state.get("deployments") or {}
     recorded = state.get("results") or []  # what verify may not measure again, and the deployments already billed
-    used = [r.measurement.benchmark_id for r in recorded if r.measurement.benchmark_id]
+    used = [b for r in recorded for b in r.measurement.benchmarks()]
     billed = [r.deployment_id for r in recorded if r.deployment_id]
     return [
         Send(
@@ -273,6 +293,7 @@ def next_actions(state: TuneState) -> list[Send] | str:
                 iteration=search.iterations,
                 used_benchmarks=used,
                 billed_deployments=billed,
+                spare_lanes=dict(state.get("spare_lanes") or {}),
             ),
         )
         for a in decision.actions

@@ -8,6 +8,7 @@ Answer with ONE JSON object and nothing else. Keys (omit what the request does n
 - "latency_bound_s": number of seconds; "latency_percentile": 50 | 90 | 95 | 99
 - "throughput_floor_clips_per_hour": number
 - "budget_usd": what the search may spend, in US dollars
+- "confidence": the confidence of the latency claim, a fraction (e.g. "at 99% confidence" -> 0.99)
 - "gpus": list of "H200" | "B200"; "infras": list of clouds such as "nebius", "aws", "lambda"
 - "capacities": list of "on-demand" | "spot" | "serverless"
 - "workload": {"model": "cosmos3-super" | "cosmos3-nano" | "cosmos3-edge", "width": int, "height": int,

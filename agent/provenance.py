@@ -62,17 +62,21 @@ def assumed_terms(gpu: str, plan: str, guardrails: bool) -> list[str]:
     return [t for t in profile.assumed if _feature_of(t) in features]
 
 
-def _latency_claim(measured: dict[str, Any], percentile: int) -> dict[str, Any]:
-    """What the measured latency supports: the tolerance bound always, the empirical percentile only with n."""
+def _latency_claim(measured: dict[str, Any], percentile: int, confidence: float = 0.99) -> dict[str, Any]:
+    """What the measured latency supports at the goal's confidence (records before it had one: 99%): the
+    tolerance bound always, the empirical percentile only with n."""
     n = int(measured.get("samples") or 0)
-    needed = samples_needed(percentile / 100.0)
+    confidence = float(measured.get("claim_confidence") or confidence)
+    needed = samples_needed(percentile / 100.0, confidence)
     # the parametric bound by its name (tools/words/stats.py); older records call it latency_p95_upper_s
-    name = f"p{percentile}_upper_95conf_normal"
+    level = 95 if confidence == 0.99 and "claim_confidence" not in measured else round(confidence * 100)
+    name = f"p{percentile}_upper_{level}conf_normal"
     bound = measured.get(name, measured.get(f"latency_p{percentile}_upper_s"))
-    claim: dict[str, Any] = {"percentile": percentile, "samples": n, "samples_needed_for_empirical": needed}
+    claim: dict[str, Any] = {"percentile": percentile, "samples": n, "samples_needed_for_empirical": needed,
+                             "confidence": confidence}  # fmt: skip
     if bound is not None:
         claim["claim"] = (
-            f"p{percentile} <= {bound} s at 95% confidence ({name}: one-sided normal tolerance bound over n={n} "
+            f"p{percentile} <= {bound} s at {level}% confidence ({name}: one-sided normal tolerance bound over n={n} "
             "full-step latencies; assumes normally distributed latencies)"
         )
     # the record keeps the percentile itself only when order statistics claim it (agent/record._figures)
@@ -121,7 +125,9 @@ def provenance(record: dict[str, Any]) -> dict[str, Any]:
             if offer
             else "no offer"
         ),
-        "latency": _latency_claim(record.get("measured") or {}, percentile),
+        "latency": _latency_claim(
+            record.get("measured") or {}, percentile, float((record.get("goal") or {}).get("confidence") or 0.99)
+        ),
         "spend": (
             "modelled: offer price x the twin's model-seconds (no money was spent)"
             if twin

@@ -15,7 +15,7 @@ from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.goal_parser import read_goal
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.provenance import provenance
-from worldtune.agent.state import Outcome, TuneState
+from worldtune.agent.state import Outcome, TuneState, answer_seconds
 from worldtune.policies.search import Candidate, SearchState, candidates, hardware_key, recommendation
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
@@ -37,6 +37,9 @@ def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
     parsed = read_goal(goal_text, budget_usd=options.budget_usd, infras=[where.name] if where.kind == "cloud" else None)
     if options.budget_usd is None:  # a budget in the goal's words is bound like the argument
         check_tuning(str(where), options.engine, parsed.goal.budget_usd, "goal budget")
+    if options.confidence is not None:  # --confidence wins over the goal's words, checked as the goal checks it
+        goal = Goal.model_validate({**parsed.goal.model_dump(), "confidence": options.confidence})
+        parsed = parsed.model_copy(update={"goal": goal})
     return parsed
 
 
@@ -108,10 +111,12 @@ def _figures(goal: Goal, cand: Candidate | None, latencies: list[float] | None =
     if latencies:
         from worldtune.tools.words import stats
 
-        p95 = stats.percentile_verdict(latencies, 95)
+        # one confidence for the claim and the stop: the goal's (tools/words/goal.py)
+        p95 = stats.percentile_verdict(latencies, 95, goal.confidence)
         out["latency_p95_s"] = round(p95.upper, 2) if p95.upper is not None else None
         out["latency_p95_claim"] = "claimable (order statistics)" if p95.claimable else p95.note
-        verdict = stats.percentile_verdict(latencies, goal.latency_percentile)
+        out["claim_confidence"] = goal.confidence
+        verdict = stats.percentile_verdict(latencies, goal.latency_percentile, goal.confidence)
         if verdict.parametric_upper is not None:
             out[verdict.parametric_name] = round(verdict.parametric_upper, 2)
             out["parametric_assumption"] = verdict.parametric_assumption
@@ -172,11 +177,14 @@ def _spend(
         "budget_usd": goal.budget_usd,
         "deployments": len(deployments.get("deployments", [])),
         "replans": sum(len(d.get("previous_plans") or []) for d in deployments.get("deployments", [])),
-        "benchmarks": sum(1 for r in results if r.measurement.benchmark_id),
+        "benchmarks": sum(len(r.measurement.benchmarks()) for r in results),
         "model_seconds": round(model_s, 1),
         # time to a verified answer on real infra: provisioning, loads and requests; one after another with
         # --parallel 1, else the verifications of one round overlap (assumed: evenly over the lanes)
-        "answer_hours": round(model_s / options.parallel / 3600.0, 3),
+        "answer_hours": round(answer_seconds(results, options.parallel) / 3600.0, 3),
+        "lanes": max((r.measurement.lanes for r in results if r.measurement.kind == "full"), default=0),
+        "full_requests": sum(len(r.measurement.latencies_s) for r in results if r.measurement.kind == "full"),
+        "confidence": goal.confidence,
         "answer_basis": ("modelled: the twin's model-seconds" if options.twin else "wall time of the rented nodes")
         + ("" if options.parallel == 1 else f", divided over {options.parallel} parallel lanes (assumed even)"),
         "priced_as": "offer price x modelled GPU seconds (twin)" if options.twin else "offer price x wall time",

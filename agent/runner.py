@@ -61,7 +61,7 @@ async def _drive(
     try:
         async with (
             async_sqlite_saver(options.checkpoint_path()) as saver,
-            connect(str(options.db_file()), options.mcp_url) as tools,
+            connect(str(options.db_file()), options.mcp_url, run_id=run_id) as tools,
         ):
             graph = builder.compile(checkpointer=saver, name="worldtune")
             context = Context(tools=tools, progress=progress)
@@ -262,6 +262,19 @@ def stop_session_runs(wait_s: float = 120.0) -> list[str]:
     for run_id, thread in live.items():
         _join(run_id, thread, deadline)
     return stopped
+
+
+def stop_run(run_id: str, reason: str, wait_s: float = 120.0) -> bool:
+    """Stop one run this process drives in a thread (its client is gone) and wait for its teardown, at most
+    `wait_s`; False when no thread of this process drives it."""
+    thread = _THREADS.get(run_id)
+    deadline = time.monotonic() + wait_s
+    if thread is None or not thread.is_alive():
+        return False
+    while not stop_tuning(run_id, reason) and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)  # its graph has not started yet: ask again once it can be stopped
+    _join(run_id, thread, deadline)
+    return True
 
 
 def _join(run_id: str, thread: threading.Thread, deadline: float) -> None:

@@ -46,9 +46,11 @@ class Outcome(BaseModel):
     measurement: Measurement
     deployment_id: str = Field(default="", description="the deployment measured on ('' for a failed action)")
     model_s: float = Field(default=0.0, description="GPU seconds charged: the deployment's start and busy time")
+    wall_s: float | None = Field(default=None, description="its time to answer, when not model_s (lanes overlap)")
     failed: bool = False
     error: str = Field(default="", description="why the action failed")
     removed: bool = Field(default=False, description="the failed action tore its deployment down")
+    round: int = Field(default=-1, description="the search iteration whose decision asked for it (-1: not known)")
 
     @property
     def key(self) -> str:
@@ -59,7 +61,27 @@ class Outcome(BaseModel):
         out = self.measurement.model_dump(mode="json")
         if self.failed:
             return out | {"failed": True, "error": self.error, "removed": self.removed}
-        return out | {"deployment_id": self.deployment_id, "model_s": self.model_s}
+        lanes = {"wall_s": self.wall_s} if self.wall_s is not None else {}  # a run over lanes: its slowest lane
+        return out | {"deployment_id": self.deployment_id, "model_s": self.model_s} | lanes
+
+    @property
+    def answer_s(self) -> float:
+        """What it adds to the time to a verified answer: the slowest lane's seconds, else its GPU seconds."""
+        return self.model_s if self.wall_s is None else self.wall_s
+
+
+def answer_seconds(results: list[Outcome], parallel: int) -> float:
+    """The time to a verified answer so far: round after round, each as long as its slowest verification (they
+    run at once on their own deployments), or its verifications' seconds spread evenly over `parallel`
+    deployments when the round asked for more than that; outcomes of no known round count one after another."""
+    rounds: dict[int, list[float]] = {}
+    serial = 0.0
+    for r in results:
+        if r.round < 0:
+            serial += r.answer_s / parallel
+        else:
+            rounds.setdefault(r.round, []).append(r.answer_s)
+    return serial + sum(max(max(xs), sum(xs) / parallel) for xs in rounds.values())
 
 
 class TuneState(TypedDict, total=False):
@@ -87,6 +109,9 @@ class TuneState(TypedDict, total=False):
     """The search's next actions or why to stop (decide)."""
     deployments: Annotated[dict[str, str], merge_deployments]
     """Candidate key -> live deployment id (verify adds; decide, learn and finish remove)."""
+    spare_lanes: Annotated[dict[str, str], merge_deployments]
+    """Deployment id -> candidate key (offer|plan) of the nodes launched with a probe for the claim's run after it,
+    up and not yet used (verify adds; the full run on their offer uses them; decide and finish remove)."""
     results: Annotated[list[Outcome], operator.add]
     """Measurements and failed actions as verify produced them, in completion order (verify)."""
     learned: int
@@ -163,6 +188,8 @@ class VerifyTask(TypedDict):
     """Benchmarks the run's results already hold: never reused as a new measurement."""
     billed_deployments: NotRequired[list[str]]
     """Deployments whose start a recorded result already billed."""
+    spare_lanes: NotRequired[dict[str, str]]
+    """The run's spare nodes (deployment id -> offer|plan) a full run on their offer deals its lanes to first."""
 
 
 CHECKPOINT_WORDS: tuple[type[BaseModel], ...] = (

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
 from pydantic import BaseModel
 
-from worldtune.agent.configuration import Context
+from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import Outcome
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies.search import Action, Candidate, Measurement
@@ -84,14 +87,20 @@ async def teardown(runtime: Runtime[Context], deployment_id: str) -> None:
         emit(runtime, "teardown", deployment=deployment_id, note=str(exc))
 
 
-async def live_deployment(tools: Any, known: str | None, cand: Candidate, run_id: str) -> Deployment | None:
-    """A ready deployment of this candidate: the one the state names, or one a crashed attempt left running."""
+async def live_deployment(
+    tools: Any, known: str | None, cand: Candidate, run_id: str, spare: Iterable[str] = ()
+) -> Deployment | None:
+    """A ready deployment of this candidate: the one the state names, or one a crashed attempt left running
+    (not one of the run's `spare` nodes: those wait for the claim's run)."""
     ids = [known] if known else []
     listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
     ids += [
         str(d["id"])
         for d in listed.get("deployments", [])
-        if d["gpu"] == cand.gpu and d["plan"] == cand.plan and d["capacity"] == cand.capacity
+        if d["gpu"] == cand.gpu
+        and d["plan"] == cand.plan
+        and d["capacity"] == cand.capacity
+        and str(d["id"]) not in set(spare)
     ]
     for deployment_id in ids:
         try:
@@ -227,3 +236,52 @@ def failed_update(
         "results": [Outcome(measurement=m, failed=True, error=error, removed=removed)],
         "events": [f"{action.kind} {cand.key} failed: {error}"],
     }
+
+
+def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> float:
+    """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load.
+
+    A replanned deployment (same node, new plan) pays only its warm load, from the restart on."""
+    scale = options.time_scale if options.twin else 1.0
+    replanned = deployment.replanned_at
+    began = replanned or deployment.created_at
+    load_s = ((deployment.ready_at or time.time()) - began) * scale
+    if options.twin and deployment.modelled_load_s is not None:
+        load_s = deployment.modelled_load_s  # what the twin modelled; a process start magnified is not GPU time
+    elif options.twin:  # an older twin that did not say: cap the magnified wall time
+        load_s = min(load_s, 2 * (cand.load_s if replanned else cand.cold_load_s or cand.load_s))
+    provision_s = cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
+    return float(provision_s + load_s)
+
+
+def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:
+    """The hours a deployment (or a replanned node) is asked for: this action's modelled seconds with half again
+    as margin, at least --hold-hours, at most its share of the budget: on SkyPilot they are the cluster's hard
+    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/lease.py): the
+    modelled seconds are divided by its time scale."""
+    scale = options.time_scale if options.twin else 1.0
+    hours = max(options.hold_hours, 1.5 * action.expected_s / scale / 3600.0)
+    if math.isfinite(cap_s):
+        hours = min(hours, max(options.hold_hours, cap_s / scale / 3600.0))
+    return round(hours, 4)
+
+
+async def replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate, hours: float) -> Deployment | None:
+    """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
+    None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
+    tools = runtime.context.tools
+    try:
+        current = await get_deployment(tools, deployment_id)
+    except ToolCallFailed:
+        return None
+    if current.state != "ready" or current.gpu != cand.gpu:
+        return None
+    emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.plan)
+    try:
+        outcome = await tools.call(
+            "replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True, hours=hours
+        )
+    except ToolCallFailed as exc:
+        emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
+        return None
+    return deployment_word(outcome["deployment"])

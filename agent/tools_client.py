@@ -46,9 +46,35 @@ class ToolsClient:
         return {"result": content}
 
 
+HEARTBEAT_S = 10.0  # how often, at most, a remote run's client says it is there (4 beats per grace if shorter)
+
+
+async def _heartbeat(tools: ToolsClient, run_id: str, every_s: float) -> None:
+    """Tell the server, every `every_s`, that this client is still there for `run_id` (heartbeat_run): if this
+    process dies the heartbeat stops and the server abandons the run, tearing down what it started."""
+    import asyncio
+
+    while True:
+        try:
+            bound = await tools.call("heartbeat_run", run_id=run_id)
+            grace = bound.get("grace_s")
+            if isinstance(grace, int | float) and grace > 0:  # a few beats per grace, whatever the server's grace
+                every_s = min(HEARTBEAT_S, max(0.5, float(grace) / 4))
+        except ToolCallFailed:
+            return  # abandoned (or a server without the tool): the run's own next call says why
+        except Exception:  # a lost beat is retried: the grace is many beats long
+            pass
+        await asyncio.sleep(every_s)
+
+
 @contextlib.asynccontextmanager
-async def connect(db_path: str | None = None, mcp_url: str | None = None) -> AsyncIterator[ToolsClient]:
-    """A session with the worldtune MCP tools: in-process over `db_path`, or the server at `mcp_url`."""
+async def connect(
+    db_path: str | None = None, mcp_url: str | None = None, run_id: str | None = None
+) -> AsyncIterator[ToolsClient]:
+    """A session with the worldtune MCP tools: in-process over `db_path`, or the server at `mcp_url`.
+
+    With `mcp_url` and `run_id`, the run belongs to this session on the server: it heartbeats in the background
+    while the session is open, and the server abandons the run when the beats stop or the session ends."""
     from mcp import Client
 
     if mcp_url:
@@ -61,7 +87,19 @@ async def connect(db_path: str | None = None, mcp_url: str | None = None) -> Asy
         # available here), so the tools client does not import the runner that drives it.
         target = build_server(db_path, origin="cli")
     async with Client(target) as client:
-        yield ToolsClient(client)
+        tools = ToolsClient(client)
+        if not (mcp_url and run_id):
+            yield tools
+            return
+        import asyncio
+
+        beating = asyncio.create_task(_heartbeat(ToolsClient(client), run_id, HEARTBEAT_S))
+        try:
+            yield tools
+        finally:
+            beating.cancel()
+            with contextlib.suppress(BaseException):
+                await beating
 
 
 class SessionPerCall:

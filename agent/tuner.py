@@ -54,6 +54,17 @@ class AgentTuner:
 
         runner.resume_tuning(run_id, approve, db_path, failed)
 
+    def stop_run(self, run_id: str, reason: str) -> bool:
+        from worldtune.agent import runner
+
+        return runner.stop_run(run_id, reason)
+
+    def write_report(self, run_id: str, db_path: str) -> dict[str, str]:
+        from worldtune.agent.report import write_report
+        from worldtune.tools.report_data import report_data
+
+        return write_report(report_data(run_id, db_path))
+
     def session_ended(self) -> list[str]:
         from worldtune.agent import runner
 

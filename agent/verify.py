@@ -5,34 +5,37 @@ finished measurement."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import Any
 
 from langgraph.runtime import Runtime
 
+from worldtune.agent.claim_run import full_run, launch_early, with_early
 from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
     bill,
     busy_model_s,
     deploy_with_profile,
-    deployment_word,
     emit,
     engine_check,
     every_request_failed,
     failed_update,
     finished_benchmark,
     get_deployment,
+    lease_hours,
     live_deployment,
     measured_figures,
     measurement_of,
+    replan,
+    start_s,
     teardown,
 )
 from worldtune.agent.tools_client import ToolCallFailed
-from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, Action, Candidate, full_requests
+from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, Action, Candidate
 from worldtune.tools.words.deployment import Deployment
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.workload import anchor_changes
 
 POLL_S = 0.2  # how often a running benchmark is checked against its spending cap (wall seconds)
@@ -51,11 +54,34 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     used = task.get("used_benchmarks", [])
     earlier = await finished_benchmark(tools, task["run_id"], cand, kind=action.kind, used=used)
     if earlier is not None:
-        return await _recorded(runtime, task, cand, *earlier)
-    started = await _started(task, runtime, cand, action, options, cap_s)
-    if "deployment" not in started:
-        return started  # a failed action: the deploy failed or starting it used this action's share
-    return await _benchmarked(task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"])
+        return _in_round(task, await _recorded(runtime, task, cand, *earlier))
+    # nodes for the claim's run that likely follows, launched now so that their start overlaps this probe
+    early = None
+    if action.kind == "probe" and action.early_lanes:
+        early = asyncio.create_task(launch_early(task, runtime, cand, action, options))
+    try:
+        started = await _started(task, runtime, cand, action, options, cap_s)
+        if "deployment" in started:
+            update = await _benchmarked(
+                task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"]
+            )
+        else:
+            update = started  # a failed action: the deploy failed or starting it used this action's share
+    except BaseException:
+        if early is not None:
+            early.cancel()  # what it launched is the run's: finish (or gc) tears it down
+        raise
+    if early is not None or action.spares_held:
+        launched = await early if early is not None else []
+        update = with_early(cand, update, launched, action.spares_held, action.early_after_s)
+    return _in_round(task, update)
+
+
+def _in_round(task: VerifyTask, update: dict[str, Any]) -> dict[str, Any]:
+    """The update with its outcomes stamped by the round that asked for them (the time to answer overlaps a
+    round's verifications: agent/state.answer_seconds)."""
+    results = [r.model_copy(update={"round": task["iteration"]}) for r in update.get("results", [])]
+    return update | ({"results": results} if "results" in update else {})
 
 
 async def _started(
@@ -68,9 +94,10 @@ async def _started(
     scale = options.time_scale if options.twin else 1.0
     started = time.time()
     charged_s = 0.0
-    deployment = await live_deployment(tools, task["deployment_id"], cand, task["run_id"])
+    spare = task.get("spare_lanes") or {}
+    deployment = await live_deployment(tools, task["deployment_id"], cand, task["run_id"], spare)
     if deployment is None and task["deployment_id"]:
-        deployment = await _replan(runtime, task["deployment_id"], cand, lease_hours(action, options, cap_s))
+        deployment = await replan(runtime, task["deployment_id"], cand, lease_hours(action, options, cap_s))
         if deployment is not None:
             charged_s += start_s(deployment, cand, options)
     if deployment is None:
@@ -112,15 +139,10 @@ async def _benchmarked(
     scale = options.time_scale if options.twin else 1.0
     deployment_id = deployment.id
     kind = action.kind
-    replicas = Plan.parse(cand.plan).replicas
-    if kind == "probe":
-        args = {"steps": PROBE_STEPS[0], "repeats": PROBE_REPEATS, "concurrency": [1],
-                "probe_steps": list(PROBE_STEPS)}  # fmt: skip
-        args["warmup"] = 1
-    else:
-        repeats = max(1, math.ceil((action.requests or full_requests(goal)) / replicas))
-        args = {"steps": goal.workload.steps, "repeats": repeats, "concurrency": [replicas], "probe_steps": []}
-        args["warmup"] = 0
+    if kind == "full":  # the claim's run: over its lanes, checked as samples arrive (agent/claim_run.py)
+        return await full_run(task, runtime, cand, action, options, cap_s, deployment, charged_s)
+    args = {"steps": PROBE_STEPS[0], "repeats": PROBE_REPEATS, "concurrency": [1], "probe_steps": list(PROBE_STEPS),
+            "warmup": 1}  # fmt: skip
     # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
     args.update(anchor_changes(goal.workload))
     emit(runtime, kind, key=cand.key, deployment=deployment_id)
@@ -212,50 +234,3 @@ async def _recorded(
         charged_s += start_s(deployment, cand, options)
     live = deployment.state == "ready"
     return await _measured(runtime, cand, task["action"].kind, bench_id, record, charged_s, deployment_id, live)
-
-
-def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> float:
-    """GPU seconds a deployment's start costs: provisioning (modelled on the local twin) and the model load.
-
-    A replanned deployment (same node, new plan) pays only its warm load, from the restart on."""
-    scale = options.time_scale if options.twin else 1.0
-    replanned = deployment.replanned_at
-    began = replanned or deployment.created_at
-    load_s = ((deployment.ready_at or time.time()) - began) * scale
-    if options.twin:  # a local process start, magnified by the time scale, is not GPU time: cap it
-        load_s = min(load_s, 2 * (cand.load_s if replanned else cand.cold_load_s or cand.load_s))
-    provision_s = cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
-    return float(provision_s + load_s)
-
-
-def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:
-    """The hours a deployment (or a replanned node) is asked for: this action's modelled seconds with half again
-    as margin, at least --hold-hours, at most its share of the budget: on SkyPilot they are the cluster's hard
-    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/lease.py): the
-    modelled seconds are divided by its time scale."""
-    scale = options.time_scale if options.twin else 1.0
-    hours = max(options.hold_hours, 1.5 * action.expected_s / scale / 3600.0)
-    if math.isfinite(cap_s):
-        hours = min(hours, max(options.hold_hours, cap_s / scale / 3600.0))
-    return round(hours, 4)
-
-
-async def _replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate, hours: float) -> Deployment | None:
-    """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
-    None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
-    tools = runtime.context.tools
-    try:
-        current = await get_deployment(tools, deployment_id)
-    except ToolCallFailed:
-        return None
-    if current.state != "ready" or current.gpu != cand.gpu:
-        return None
-    emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.plan)
-    try:
-        outcome = await tools.call(
-            "replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True, hours=hours
-        )
-    except ToolCallFailed as exc:
-        emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
-        return None
-    return deployment_word(outcome["deployment"])

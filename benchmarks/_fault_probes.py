@@ -133,25 +133,29 @@ def gc(db: Path, cli: bool = False) -> int:
 
 
 def record_check(db: Path, run_id: str) -> dict[str, int]:
-    """Completed benchmarks of the run the record does not use, and their (or used ones') samples it lacks."""
+    """Completed benchmarks of the run the record does not use, and their (or used ones') samples it lacks.
+
+    A full run over lanes is one measurement resting on several benchmarks (`benchmark_ids`): each of them is
+    used, and the measurement must hold the samples of all of them."""
     summary = json.loads(query(db, "SELECT summary FROM runs WHERE id = ?", (run_id,))[0][0] or "{}")
     measured = [m for m in summary.get("measurements", []) if m.get("benchmark_id") and not m.get("failed")]
-    used = {m["benchmark_id"]: m for m in measured}
+    rests_on = [(m, m.get("benchmark_ids") or [m["benchmark_id"]]) for m in measured]
+    used = {b: m for m, ids in rests_on for b in ids}
     completed = [
         r[0] for r in query(db, "SELECT id FROM benchmarks WHERE run_id = ? AND status = 'completed'", (run_id,))
     ]
-    repeated, lost = 0, 0
-    for bench_id in completed:
-        full_ok = query(
-            db, "SELECT count(*) FROM samples WHERE benchmark_id = ? AND ok = 1 AND phase = 'full'", (bench_id,)
-        )
-        in_db = int(full_ok[0][0])
-        if bench_id not in used:
-            repeated += 1
-            lost += in_db
-        elif used[bench_id].get("kind") == "full":
-            lost += max(0, in_db - len(used[bench_id].get("latencies_s") or []))
-    twice = len(measured) - len(used)  # one benchmark recorded as two measurements: its spend counted twice
+
+    def full_ok(bench_id: str) -> int:
+        sql = "SELECT count(*) FROM samples WHERE benchmark_id = ? AND ok = 1 AND phase = 'full'"
+        return int(query(db, sql, (bench_id,))[0][0])
+
+    repeated = sum(1 for b in completed if b not in used)
+    lost = sum(full_ok(b) for b in completed if b not in used)
+    done = set(completed)
+    for m, ids in rests_on:
+        if m.get("kind") == "full" and any(b in done for b in ids):
+            lost += max(0, sum(full_ok(b) for b in ids) - len(m.get("latencies_s") or []))
+    twice = sum(len(ids) for _, ids in rests_on) - len(used)  # one benchmark in two measurements: spend twice
     return {"completed_benchmarks": len(completed), "repeated": repeated, "samples_lost": lost, "counted_twice": twice}
 
 

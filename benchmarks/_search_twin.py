@@ -78,14 +78,50 @@ class Twin:
 
 
 def truth_candidates(scenario: Scenario, goal: Goal) -> list[Candidate]:
-    """Every candidate as it truly is under the scenario's truth."""
+    """Every candidate as it truly is under the scenario's truth (which knows its noise exactly: no basis entry for
+    noise_cv, so its percentiles take the normal quantile of its noise, not a prior's Student-t)."""
     state = initial_state(goal, scenario.offers)
-    return candidates(state.model_copy(update={"beliefs": dict(scenario.truth), "posteriors": {}}))
+    known = {
+        gpu: p.model_copy(update={"basis": {k: v for k, v in p.basis.items() if k != "noise_cv"}})
+        for gpu, p in scenario.truth.items()
+    }
+    return candidates(state.model_copy(update={"beliefs": known, "posteriors": {}}))
 
 
 def truth_table(scenario: Scenario, goal: Goal) -> dict[str, tuple[float, bool]]:
     """Every candidate's true objective and feasibility under the scenario's truth."""
     return {c.key: (objective_value(goal, c), c.feasible) for c in truth_candidates(scenario, goal)}
+
+
+def full_run_node_seconds(requests: int, lanes: int, latency_s: float, replicas: int) -> tuple[float, float]:
+    """(wall seconds, node-seconds) of `requests` anchor clips split over `lanes` deployments of `replicas`
+    replicas each, without their starts: each lane runs its share in rounds of its replicas."""
+    per_lane = math.ceil(requests / lanes)
+    wall = math.ceil(per_lane / replicas) * latency_s
+    return wall, lanes * wall
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """What a search that knew the answer pays: one provisioning and one cold load per lane and the claim's run of
+    the true best plan (its true mean latency), in GPU-hours and modelled wall seconds."""
+
+    key: str
+    gpu_hours: float
+    seconds: float
+    lanes: int
+
+
+def oracle(scenario: Scenario, goal: Goal, requests: int, lanes: int = 1) -> Oracle | None:
+    """The floor a search's cost is measured against (None for an infeasible truth: there is no best plan)."""
+    truth = {c.key: c for c in truth_candidates(scenario, goal) if c.feasible}
+    if not truth:
+        return None
+    best = min(truth.values(), key=lambda c: objective_value(goal, c))
+    start = Twin(scenario, 0).deploy_seconds(best)
+    wall, node_s = full_run_node_seconds(requests, lanes, best.latency_s, Plan.parse(best.plan).replicas)
+    hours = best.offer.gpu_count * (lanes * start + node_s) / 3600
+    return Oracle(key=best.key, gpu_hours=hours, seconds=start + wall, lanes=lanes)
 
 
 @dataclass
@@ -100,6 +136,8 @@ class Outcome:
     recommendation: str | None = None
     regret: float | None = None
     stop: str = ""
+    seconds: float = 0.0  # modelled wall seconds to the verdict (the actions of one decision run side by side)
+    lanes: int = 1  # the most lanes a full run took
     extra: dict[str, Any] = field(default_factory=dict)
 
 

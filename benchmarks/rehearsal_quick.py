@@ -5,7 +5,9 @@
 The truths are benchmarks/rehearsal.py's (the two named ones and TRUTHS drawn around the belief with the
 generator seeded by S; the default 7 gives rehearsal.py's own, any other S truths that no tuning of the search
 has seen). Per run: how the search stopped, its regret against the truth's optimum, its GPU-hours as a share of
-the grid's (every candidate on a fresh deployment), its probes and full runs. Measurements are SIMULATED as the
+the grid's (every candidate on a fresh deployment) and over an oracle's (one provisioning, one load and the claim's
+run of the true best plan, with the lanes the search's claim took; feasible truths only), the modelled time to its
+verdict, its probes and full runs. Measurements are SIMULATED as the
 twin serves them (perf_model.predict on the truth with seeded noise; benchmarks/search_efficiency.py's Twin).
 Prints a table and saves benchmarks/results/rehearsal_quick-seed<S>.json.
 """
@@ -41,6 +43,7 @@ def run(truths: int, seeds: int, truth_seed: int) -> dict[str, Any]:
                 "truth": scenario.name, "seed": seed, "feasible": feasible, "stop": w.stop, "regret": w.regret,
                 "share_of_grid": w.total_gpu_hours / grid.total_gpu_hours, "gpu_hours": w.total_gpu_hours,
                 "probes": w.extra["probes"], "full_runs": w.extra["full_runs"],
+                **rehearsal.against_oracle(scenario, goal, w),
             })  # fmt: skip
             print(f"{scenario.name} seed {seed}: {rows[-1]}", file=sys.stderr)
     feasible_rows = [r for r in rows if r["feasible"]]
@@ -55,6 +58,7 @@ def run(truths: int, seeds: int, truth_seed: int) -> dict[str, Any]:
         "infeasible_runs": sum(1 for r in rows if not r["feasible"]),
         "infeasible_detected": sum(1 for r in rows if not r["feasible"] and r["stop"] == "infeasible"),
         "share_of_grid_p50": float(np.median([r["share_of_grid"] for r in rows])),
+        **rehearsal.oracle_summary(rows),
         "probes_p50": float(np.median([r["probes"] for r in rows])),
         "full_runs_p50": float(np.median([r["full_runs"] for r in rows])),
         "stops": {k: sum(1 for r in rows if r["stop"] == k) for k in sorted({r["stop"] for r in rows})},
@@ -79,12 +83,13 @@ def main() -> None:
     s = record["summary"]
     table = Table(title=f"Quick rehearsal: worldtune on {s['runs']} runs (truth seed {truth_seed}; simulated)")
     for column in ("runs", "regret <= 5%", "converged, regret > 5%", "infeasible found", "GPU-h / grid p50",
-                   "probes p50", "full runs p50", "stops"):  # fmt: skip
+                   *rehearsal.ORACLE_COLUMNS, "probes p50", "full runs p50", "stops"):  # fmt: skip
         table.add_column(column)
     table.add_row(
         str(s["runs"]), f"{s['share_regret_le_5pct']:.0%}", str(s["converged_with_regret_gt_5pct"]),
         f"{s['infeasible_detected']} / {s['infeasible_runs']}", f"{s['share_of_grid_p50']:.2%}",
-        f"{s['probes_p50']:g}", f"{s['full_runs_p50']:g}", ", ".join(f"{k} {v}" for k, v in s["stops"].items()),
+        *rehearsal.oracle_cells(s), f"{s['probes_p50']:g}", f"{s['full_runs_p50']:g}",
+        ", ".join(f"{k} {v}" for k, v in s["stops"].items()),
     )  # fmt: skip
     Console().print(table)
     RESULTS.mkdir(exist_ok=True)

@@ -37,7 +37,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _search_twin import NEAR, Outcome, Scenario, Twin, finish, is_near, truth_table
-from _search_twin import truth_candidates as truth_candidates  # rehearsal.py reads it here
+from _search_twin import oracle as oracle  # rehearsal.py reads these here
+from _search_twin import truth_candidates as truth_candidates
 
 from worldtune.agent.graph import _reused_nodes  # the graph's rule, not a copy of it
 from worldtune.policies import search
@@ -111,33 +112,74 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
         # agent/graph.decide's own rule: a node no longer needed as it is takes the next candidate on its offer
         spare = {k: k for k in state.deployed if k not in keep}
         moved = _reused_nodes(decision.actions, spare) if state.reuse_nodes else {}
-        state = state.model_copy(update={"deployed": [k for k in state.deployed if k in keep]})
+        # the graph's rule for spare nodes launched with a probe: kept only for a run (or probe) on their offer
+        spares = search.kept_spares(state.spare_lanes, decision.actions)
+        state = state.model_copy(update={"deployed": [k for k in state.deployed if k in keep], "spare_lanes": spares})
+        walls = [0.0]
         for action in decision.actions:
             cand = cands[action.key]
             held = action.key in moved
             seconds = twin.deploy_seconds(cand, held) if action.key not in state.deployed else 0.0
+            wall_s = seconds
             if action.kind == "probe":
                 points = [(s, twin.latency(cand, s)) for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)]
                 seconds += sum(lat for _, lat in points)
+                wall_s = seconds
                 slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
                 m = search.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
                                    repeats=search.PROBE_REPEATS)  # fmt: skip
+                seconds += action.spares_held * wall_s  # spare nodes kept up through the probe, waiting
+                if action.early_lanes:  # nodes for the claim's run launched with the probe (agent/verify.py)
+                    key = f"{cand.offer.id}|{action.early_plan}"
+                    cold = twin.deploy_seconds(cands.get(key, cand))
+                    # launched early_after_s into the probe: billed from then until they are up or it ends
+                    seconds += action.early_lanes * (cold + max(0.0, wall_s - action.early_after_s - cold))
+                    wall_s = max(wall_s, action.early_after_s + cold)
+                    state = state.model_copy(update={"spare_lanes": [*state.spare_lanes, *[key] * action.early_lanes]})
             else:
                 n = action.requests or search.full_requests(goal)
-                latencies, wall = twin.full_latencies(cand, n)
-                seconds += wall
+                shares = action.lane_requests if sum(action.lane_requests) == n else [n]
+                mine = [k for k in state.spare_lanes if k.split("|", 1)[0] == cand.offer.id]
+                latencies, seconds, wall_s = _full_run(twin, cand, shares, seconds, mine)
+                state = state.model_copy(update={"spare_lanes": [k for k in state.spare_lanes if k not in mine]})
+                out.lanes = max(out.lanes, len(shares))
                 m = search.Measurement(key=cand.key, kind="full", latencies_s=latencies, requested=n)
                 measured.add(cand.key)
+            walls.append(wall_s)
             usd, gpu_hours = twin.bill(cand, seconds)
             state = search.record(state, m.model_copy(update={"usd": usd, "gpu_hours": gpu_hours}))
             state = state.model_copy(update={"deployed": [*state.deployed, cand.key]})
             if action.kind == "full" and out.hit_usd is None and is_near(cand.key, truth, best):
                 out.hit_usd, out.hit_gpu_hours = twin.usd, twin.gpu_hours
+        out.seconds += max(walls)  # one decision's actions run side by side
     out.measured_candidates = len({m.key for m in state.measurements})
     out.extra = {"probes": sum(m.kind == "probe" for m in state.measurements), "full_runs": len(measured),
                  "stop_reason": decision.stop_reason}  # fmt: skip
     rec = search.recommendation(state)
     return finish(out, twin, rec.key if rec else None, truth, best)
+
+
+def _full_run(
+    twin: Twin, cand: search.Candidate, shares: list[int], first_start_s: float, spares: list[str]
+) -> tuple[list[float], float, float]:
+    """A full run dealt over lanes as the action says (`shares`, the first on the node it has), the others on
+    the spare nodes of its offer first (the same plan: up, their start billed with the probe; another plan: a
+    warm load), then fresh nodes: (latencies, node-seconds billed, wall seconds)."""
+    latencies: list[float] = []
+    node_s, wall_s = 0.0, 0.0
+    spare = sorted(spares, key=lambda k: k != cand.key)  # the same plan first
+    for lane, share in enumerate(shares):
+        if lane == 0:
+            start = first_start_s
+        elif lane - 1 < len(spare):
+            start = 0.0 if spare[lane - 1] == cand.key else twin.deploy_seconds(cand, node_held=True)
+        else:
+            start = twin.deploy_seconds(cand)
+        got, wall = twin.full_latencies(cand, share) if share else ([], 0.0)
+        latencies += got
+        node_s += start + wall
+        wall_s = max(wall_s, start + wall)
+    return latencies, node_s, wall_s
 
 
 def _measure_full(twin: Twin, cand: search.Candidate, goal: Goal, node_held: bool = False) -> tuple[float, bool]:

@@ -21,10 +21,11 @@ apart gets chosen.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
-from worldtune.policies import belief
+from worldtune.policies import belief, lanes
 from worldtune.policies.candidates import (
     FULL_REQUESTS,
     STOP_LEVEL,
@@ -41,9 +42,12 @@ from worldtune.policies.candidates import (
     hardware_key,
     held_offers,
     objective_value,
+    start_seconds,
 )
 from worldtune.policies.draws import DRAWS, Draws, draws, nearest_options
+from worldtune.policies.lanes import LanePlan
 from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.plan import Plan
 
 
 def _values(d: Draws, goal: Goal, reference: np.ndarray, open_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +200,7 @@ def _choose(
     ready = _ready(state, cands)
     requests = full_requests(goal)
     held = held_offers(state)  # nodes the search holds: a candidate there pays a warm load, no provisioning
-    order = _order(state, d, value, open_, best, lead, ready, p_best, held, requests, margin)
+    order, lead_full = _order(state, d, value, open_, best, lead, ready, p_best, held, requests, margin)
     p_stop = lead[1] if lead is not None else None  # decide gives a lead only while nothing is verified
     left = goal.budget_usd - state.spent_usd
     actions: list[Action] = []
@@ -227,9 +231,22 @@ def _choose(
             n = FULL_REQUESTS  # the claim's count does not fit: a short run, and the claim will say so
             seconds, usd = action_cost(cand, kind, deployed, requests=n, node_held=on_node)
             note = f"; only {n} requests fit the budget, so p{goal.latency_percentile} will not be claimable"
+        lane = None
+        if kind == "full" and n > FULL_REQUESTS:  # the claim's run dealt over lanes (policies/lanes.py)
+            lane = lanes.choose(state, cand, n, deployed, on_node, left)
+            seconds, usd = lane.seconds, lane.usd
+            note += f"; {lane.why}" if lane.lanes > 1 else ""
         if usd > left:
             skipped += 1
             continue
+        early = None
+        # the probe the search makes just before the full run it has in view: that run's lanes start with it
+        before_run = why in ("likeliest optimum", "could displace the likeliest optimum")
+        if kind == "probe" and not actions and lead_full is not None and before_run:
+            target = _run_after(cand, cands, p_best, lead_full)
+            early = _early_lanes(state, cand, target, seconds, left - usd, requests, p_best, cands)
+            if early is not None:
+                seconds, usd = seconds + early.seconds, usd + early.usd
         if goal.answer_within_s is not None and state.elapsed_s + seconds > goal.answer_within_s:
             late += 1  # it would finish after the time the goal allows for an answer
             continue
@@ -240,9 +257,14 @@ def _choose(
         actions.append(Action(
             key=cand.key, kind=kind, expected_usd=usd, expected_s=seconds, needs_deploy=not deployed,
             reason=_why(state, d, i, why, ei, value, p_best, best, kind, n, p_stop, margin) + note,
-            requests=n if kind == "full" else 0,
+            requests=n if kind == "full" else 0, lanes=lane.lanes if lane else 1,
+            lane_requests=lane.requests if lane else [],
             redeploy=retry, value=float(value[i]),
+            early_lanes=early.lanes.lanes - 1 - early.spare if early else 0, early_plan=early.plan if early else "",
+            spares_held=early.spare if early else 0, early_after_s=early.after_s if early else 0.0,
         ))  # fmt: skip
+        if early:
+            actions[-1].reason += f"; {early.why}"
     if not actions:
         return _nothing_fits(state, d, best, p_beaten, p_any, skipped, late, bool(order))
     return Decision(actions=actions, best=best.key if best else None, p_beaten=p_beaten, p_feasible=p_any)
@@ -251,9 +273,9 @@ def _choose(
 def _order(
     state: SearchState, d: Draws, value: np.ndarray, open_: np.ndarray, best: Candidate | None,
     lead: tuple[int, float] | None, ready: set[str], p_best: np.ndarray, held: set[str], requests: int, margin: float,
-) -> list[tuple[float, int, str]]:  # fmt: skip
+) -> tuple[list[tuple[float, int, str]], int | None]:  # fmt: skip
     """What to measure, best first: retries; the likeliest optimum's full run (or a probe worth more before it);
-    then every open candidate by its value per expected dollar."""
+    then every open candidate by its value per expected dollar. Also the likeliest optimum's index (or None)."""
     cands = d.cands
     order: list[tuple[float, int, str]] = []
     for i, c in enumerate(cands):
@@ -285,7 +307,67 @@ def _order(
             )  # fmt: skip
             order.append((value[i] / max(usd, 1e-6), i, "value"))
     order.sort(key=lambda t: -t[0])
-    return order
+    return order, full
+
+
+EARLY_P = 0.8  # lanes are launched with a probe only when the optimum is this likely on their offer
+
+
+class _Early(NamedTuple):
+    """The full run's lanes as they would be dealt, and what launching the new ones with the probe adds."""
+
+    lanes: LanePlan
+    seconds: float  # modelled seconds the probe action lasts longer (a lane's start outlasting the probe)
+    usd: float  # the new lanes' start (and wait for the run), billed with the probe
+    spare: int  # spare nodes already up on the offer, kept through the probe for the run
+    why: str
+    plan: str
+    after_s: float  # modelled seconds into the probe at which they are launched
+
+
+def _run_after(cand: Candidate, cands: list[Candidate], p_best: np.ndarray, lead: int | None) -> Candidate:
+    """The full run likely after `cand`'s probe on its offer: the likeliest optimum when it is there, else the
+    plan there that wins the most draws."""
+    if lead is not None and cands[lead].offer.id == cand.offer.id:
+        return cands[lead]
+    there = [i for i, c in enumerate(cands) if c.offer.id == cand.offer.id]
+    return cands[max(there, key=lambda i: float(p_best[i]))] if there else cand
+
+
+def _early_lanes(
+    state: SearchState, cand: Candidate, target: Candidate, probe_s: float, left_usd: float, requests: int,
+    p_best: np.ndarray, cands: list[Candidate],
+) -> _Early | None:  # fmt: skip
+    """New nodes of `target`'s offer to launch with `cand`'s probe, when the claim's run of `target` (the
+    likeliest optimum) would be dealt over lanes: their provisioning and cold load then overlap the probe
+    instead of delaying the run. Only for a probe on the same offer (a node serves either plan: a warm load
+    replans it) and when the optimum is likely (EARLY_P) on that offer; None when no lane is worth launching."""
+    if cand.offer.id != target.offer.id or requests <= Plan.parse(target.plan).replicas:
+        return None
+    on_offer = float(sum(p for p, c in zip(p_best, cands, strict=True) if c.offer.id == target.offer.id))
+    if on_offer < EARLY_P:
+        return None
+    # they start under the plan more likely to be run in full (the other one would replan them: a warm load)
+    share = {c.key: float(p) for p, c in zip(p_best, cands, strict=True)}
+    run = cand if share.get(cand.key, 0.0) > share.get(target.key, 0.0) else target
+    head = probe_s / lanes.SAFETY
+    own = run.key == cand.key  # the probe's node is the run's first lane (else it is replanned to it)
+    choice = lanes.choose(state, run, requests, own, not own, left_usd, state.elapsed_s + head, head_s=head)
+    up = sum(1 for key in state.spare_lanes if key.split("|", 1)[0] == run.offer.id)
+    spare = min(up, choice.lanes - 1)  # kept through the probe (billed while it runs); more are freed
+    new = choice.lanes - 1 - spare
+    if new <= 0 and spare == 0:
+        return None
+    cold = start_seconds(run, False) * lanes.SAFETY  # launched late enough in the probe to be up at its end
+    usd = run.offer.usd_per_hour * (new * cold + spare * probe_s) / 3600.0
+    if usd > left_usd:
+        return None
+    plan = run.plan
+    kept = f"{spare} spare node(s) kept" + (" and " if new else "") if spare else ""
+    why = (f"{kept}{f'{new} node(s) of {run.offer.id} under {plan} launched' if new else ''} with this probe for "
+           f"the claim's run (P(optimum on this offer) {on_offer:.0%}): {choice.why}")  # fmt: skip
+    after = max(0.0, probe_s - cold) / lanes.SAFETY
+    return _Early(choice, max(0.0, cold - probe_s) if new else 0.0, usd, spare, why, plan, after)
 
 
 def _nothing_fits(

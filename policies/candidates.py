@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from worldtune.policies import belief, perf_model
+from worldtune.policies import belief, belief_noise, perf_model
 from worldtune.policies.calibration import shipped_profile
 from worldtune.policies.search_words import (
     CONFIDENCE,
@@ -115,13 +115,6 @@ def _plans_for(state: SearchState, gpu: str, gpu_count: int) -> list[Plan]:
     return [Plan.parse(p) for p in plans]
 
 
-@functools.lru_cache(maxsize=64)
-def _z(percentile: int) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(percentile / 100.0))
-
-
 def _mixture_sd(post: belief.Posterior, preds: list[belief.Predictive]) -> float:
     """Relative sd of a plan's latency over every mode: within-mode variance plus the spread of the modes' means."""
     modes = post.modes()
@@ -188,7 +181,10 @@ def candidates(state: SearchState) -> list[Candidate]:
 def _candidate(
     goal: Goal, offer: Offer, p: perf_model.Prediction, profile: Profile, sigma: float, key: str
 ) -> Candidate:
-    latency_q = p.latency_s * (1 + _z(goal.latency_percentile) * profile.noise_cv)
+    # the percentile of one request's latency: the noise as the belief holds it (prior, or learned from the samples),
+    # Student-t with its degrees of freedom, so a barely known noise widens the claim
+    noise = belief_noise.prior(profile)
+    latency_q = p.latency_s * (1 + noise.quantile(goal.latency_percentile) * noise.cv)
     nodes = 1
     if goal.throughput_floor_clips_per_hour:
         nodes = max(1, math.ceil(goal.throughput_floor_clips_per_hour / p.clips_per_hour_per_node))
@@ -237,7 +233,11 @@ def _with_measurements(goal: Goal, cand: Candidate, found: list[Measurement], pr
         nodes = cand.nodes
         if goal.throughput_floor_clips_per_hour:
             nodes = max(1, math.ceil(goal.throughput_floor_clips_per_hour / cph))
-        bound, evidence = stats.percentile_verdict(latencies, goal.latency_percentile).bound()
+        bound, evidence = stats.percentile_verdict(latencies, goal.latency_percentile, goal.confidence).bound()
+        if goal.latency_bound_s is not None:  # a run stopped once decided: the claim can no longer hold
+            check = stats.check_claim(latencies, goal.latency_percentile, goal.confidence, goal.latency_bound_s)
+            if check.state == "failed":  # the claim's order statistic is at least the (allowed+1)-th largest
+                bound, evidence = sorted(latencies)[-(check.allowed_above + 1)], check.reason
         updated = cand.model_copy(
             update={
                 "latency_s": p50,
@@ -257,6 +257,13 @@ def _with_measurements(goal: Goal, cand: Candidate, found: list[Measurement], pr
         # keep the model's guardrail term, which probes do not separate
         latency = m.fixed_s + goal.workload.steps * m.per_step_s + cand.latency_s - cand.fixed_s
         latency -= cand.per_step_s * goal.workload.steps
+        # the probe's extrapolation and the posterior's prediction, each by its precision: where the noise is small
+        # the probe decides, where it is large (learned from the samples) the model pinned by full runs does
+        sigma = probe_sigma(goal, m, profile)
+        if latency > 0 and cand.sigma > 0:
+            w_probe, w_model = sigma**-2, cand.sigma**-2
+            latency = math.exp((w_probe * math.log(latency) + w_model * math.log(cand.latency_s)) / (w_probe + w_model))
+            sigma = (w_probe + w_model) ** -0.5
         scale = latency / cand.latency_s
         cph = cand.clips_per_hour_per_node / scale
         nodes = cand.nodes
@@ -271,7 +278,7 @@ def _with_measurements(goal: Goal, cand: Candidate, found: list[Measurement], pr
                 "clips_per_hour_per_node": cph,
                 "usd_per_clip": cand.offer.usd_per_clip(cph),
                 "nodes": nodes,
-                "sigma": probe_sigma(goal, m, profile),
+                "sigma": sigma,
                 "stage": "probed",
             }
         )
@@ -333,8 +340,9 @@ def _by_key(state: SearchState) -> dict[str, list[Measurement]]:
 
 # ---- costs -----------------------------------------------------------------------------------------
 def full_requests(goal: Goal) -> int:
-    """Requests a full run takes: what an order-statistic claim of the goal's percentile needs (P95: 90)."""
-    return max(FULL_REQUESTS, stats.samples_needed(goal.latency_percentile / 100.0))
+    """Requests a full run takes: what an order-statistic claim of the goal's percentile needs at the goal's
+    confidence (P95: 59 at 95%, 90 at 99%)."""
+    return max(FULL_REQUESTS, stats.samples_needed(goal.latency_percentile / 100.0, goal.confidence))
 
 
 def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS, repeats: int = PROBE_REPEATS) -> float:

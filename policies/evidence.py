@@ -1,8 +1,10 @@
 """What a measurement teaches the search, and which measurements are not evidence at all.
 
 A probe gives per-step and fixed time of its plan, a full run the latency at the goal's workload; both
-become belief_fit.Observations with their own noise (the profile's noise_cv, the run's spread) and refit the
-posterior of that GPU type. A full run with failed requests, fewer answers than asked, answers that
+become belief_fit.Observations with their own noise (the run-to-run noise as learned so far, the run's spread) and
+refit the posterior of that GPU type; the full runs' samples also update that GPU type's noise (belief_noise.py),
+which the belief profile carries as its noise_cv, so every percentile, bound and stop built on it widens with it.
+A full run with failed requests, fewer answers than asked, answers that
 waited behind someone else's load, or an engine the deployment check found dead is rejected: it is
 retried once on a fresh deployment (search.RETRIES), then the candidate is failed with the reason.
 """
@@ -13,7 +15,7 @@ import math
 
 import numpy as np
 
-from worldtune.policies import belief_fit, perf_model
+from worldtune.policies import belief_fit, belief_noise, perf_model
 from worldtune.policies.candidates import (
     PROBE_STEPS,
     RETRIES,
@@ -107,7 +109,7 @@ def _predicted_latency(state: SearchState, cand: Candidate) -> float:
 def observations(state: SearchState, gpu: str) -> list[belief_fit.Observation]:
     """The measurements on one GPU type as the posterior's observations, each with its own noise."""
     wl = state.goal.workload
-    prior = state.prior(gpu)
+    cv = noise(state, gpu).cv
     out: list[belief_fit.Observation] = []
     for m in state.measurements:
         shape, plan_text = hardware_key(m.key).split("|", 1)
@@ -119,8 +121,8 @@ def observations(state: SearchState, gpu: str) -> list[belief_fit.Observation]:
             span = PROBE_STEPS[-1] - PROBE_STEPS[0]
             hi = m.fixed_s + PROBE_STEPS[-1] * m.per_step_s
             root = math.sqrt(m.repeats)
-            step_sd = max(math.sqrt(2) * prior.noise_cv * hi / (span * m.per_step_s) / root, 0.0005)
-            fixed_sd = max(math.sqrt(5) * prior.noise_cv * hi / m.fixed_s / root, 0.0005)
+            step_sd = max(math.sqrt(2) * cv * hi / (span * m.per_step_s) / root, 0.0005)
+            fixed_sd = max(math.sqrt(5) * cv * hi / m.fixed_s / root, 0.0005)
             out.append(belief_fit.Observation(plan=plan, workload=wl, quantity="per_step", value=m.per_step_s,
                                           rel_sigma=step_sd, label=f"probe {m.key}"))  # fmt: skip
             out.append(belief_fit.Observation(plan=plan, workload=wl, quantity="fixed", value=m.fixed_s,
@@ -128,23 +130,42 @@ def observations(state: SearchState, gpu: str) -> list[belief_fit.Observation]:
         elif m.kind == "full" and m.latencies_s:
             values = np.asarray(m.latencies_s)
             median = float(np.median(values))
-            spread = float(values.std(ddof=1)) / median if values.size > 1 else prior.noise_cv
+            spread = float(values.std(ddof=1)) / median if values.size > 1 else cv
             sd = max(1.25 * spread / math.sqrt(values.size), 0.0005)  # the median's standard error
             out.append(belief_fit.Observation(plan=plan, workload=wl, quantity="latency", value=median,
                                           rel_sigma=sd, label=f"full {m.key}"))  # fmt: skip
     return out
 
 
+def noise(state: SearchState, gpu: str) -> belief_noise.Noise:
+    """One GPU type's run-to-run noise: the prior profile's, updated by the samples of every full run on it."""
+    prior = state.prior(gpu)
+    runs = []
+    for m in state.measurements:
+        if m.kind != "full" or len(m.latencies_s) < 2:
+            continue
+        shape, plan_text = hardware_key(m.key).split("|", 1)
+        if shape.split(":")[0] != gpu:
+            continue
+        p = perf_model.predict(state.goal.workload, Plan.parse(plan_text), prior)
+        runs.append((m.latencies_s, belief_noise.share_ratio(p.fixed_s, p.latency_s - p.fixed_s)))
+    return belief_noise.learn(prior, runs)
+
+
 def recalibrated(state: SearchState, gpu: str) -> SearchState:
-    """Refit one GPU type's posterior to everything measured on it; the MAP profile becomes the belief."""
+    """Refit one GPU type's posterior to everything measured on it; the MAP profile, with the noise learned so
+    far, becomes the belief."""
     obs = observations(state, gpu)
     if not obs:
         return state
     prior = state.prior(gpu)
     post = belief_fit.fit(prior, obs, start=state.posteriors.get(gpu))
+    learned = noise(state, gpu)
+    basis = {**prior.basis, "noise_cv": learned.basis()} if learned.learned else prior.basis
     profile = post.profile(prior).model_copy(
-        update={"source": f"posterior MAP after {len(obs)} observation(s) of this run: {post.summary()}"}
-    )
+        update={"source": f"posterior MAP after {len(obs)} observation(s) of this run: {post.summary()}; "
+                f"{learned.describe()}", "noise_cv": learned.cv, "basis": basis}
+    )  # fmt: skip
     return state.model_copy(
         update={"posteriors": {**state.posteriors, gpu: post}, "beliefs": {**state.beliefs, gpu: profile}}
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
-from worldtune.policies import acquisition, belief, evidence, perf_model
+from worldtune.policies import acquisition, belief, evidence, lanes, perf_model
 from worldtune.policies.candidates import (
     PROBE_REPEATS,
     PROBE_STEPS,
@@ -72,20 +72,26 @@ def _latency(truth: Profile, cand: Candidate, steps: int, state: SearchState, rn
 
 
 def _measure(
-    truth: Profile, cand: Candidate, action: Action, state: SearchState, rng: np.random.Generator
-) -> tuple[Measurement, float]:
-    """The simulated measurement of `action` and its requests' wall seconds."""
+    truth: Profile, cand: Candidate, action: Action, state: SearchState, rng: np.random.Generator, start: float
+) -> tuple[Measurement, float, float]:
+    """The simulated measurement of `action` started `start` seconds after the round began (provisioning, load):
+    its wall seconds and node-seconds (a full run over its lanes, stopped once decided: policies/lanes.py)."""
     if action.kind == "probe":
         points = [(s, _latency(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
         m = Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
                            repeats=PROBE_REPEATS)  # fmt: skip
-        return m, sum(v for _, v in points)
+        wall = start + sum(v for _, v in points)
+        return m, wall, wall
     n = action.requests or full_requests(state.goal)
-    latencies = [_latency(truth, cand, state.goal.workload.steps, state, rng) for _ in range(n)]
-    replicas = Plan.parse(cand.plan).replicas
-    wall = sum(max(latencies[i : i + replicas]) for i in range(0, n, replicas))
-    return Measurement(key=cand.key, kind="full", latencies_s=latencies, requested=n), wall
+    shares = action.lane_requests or [n]
+    steps = state.goal.workload.steps
+    latencies = [[_latency(truth, cand, steps, state, rng) for _ in range(k)] for k in shares]
+    starts = [start] + [first for first, _ in lanes.extra_starts(cand, len(shares), spare=state.spare_lanes)]
+    kept, wall, node_s, decided = lanes.simulate(state, starts, latencies, Plan.parse(cand.plan).replicas)
+    m = Measurement(key=cand.key, kind="full", latencies_s=kept, requested=len(kept) if decided else n,
+                    lanes=len(shares), decided=decided)  # fmt: skip
+    return m, wall, node_s
 
 
 def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tuple[float, float, float, int, str]:
@@ -98,19 +104,29 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
             return usd, gpu_hours, wall, count, decision.stop_kind or "stopped"
         by_key = {c.key: c for c in candidates(s)}
         held = held_offers(s)
-        lanes = []
+        s = s.model_copy(update={"spare_lanes": lanes.kept_spares(s.spare_lanes, decision.actions)})
+        spares: list[str] = []
+        ends = []
         for action in decision.actions:
             cand = by_key[action.key]
             deployed = action.key in s.deployed and not action.redeploy
             start = start_seconds(cand, deployed, node_held=not deployed and cand.offer.id in held)
-            m, requests_s = _measure(truth[cand.gpu], cand, action, s, rng)
-            seconds = start + requests_s
-            cost, hours = cand.offer.usd_per_hour * seconds / 3600.0, cand.offer.gpu_count * seconds / 3600.0
+            m, seconds, node_s = _measure(truth[cand.gpu], cand, action, s, rng, start)
+            if action.early_lanes:  # nodes launched with the probe: up after their start, billed until the run
+                cold = start_seconds(cand, False)
+                node_s += action.early_lanes * (cold + max(0.0, seconds - action.early_after_s - cold))
+                seconds = max(seconds, action.early_after_s + cold)
+                spares += [f"{cand.offer.id}|{action.early_plan}"] * action.early_lanes
+            node_s += action.spares_held * seconds  # spare nodes kept up through the probe, waiting
+            cost, hours = cand.offer.usd_per_hour * node_s / 3600.0, cand.offer.gpu_count * node_s / 3600.0
             s = evidence.record(s, m.model_copy(update={"usd": cost, "gpu_hours": hours}))
             usd, gpu_hours, count = usd + cost, gpu_hours + hours, count + 1
-            lanes.append(seconds)
-        wall += max(lanes)
-        s = s.model_copy(update={"deployed": [a.key for a in decision.actions]})  # each action's node is held
+            ends.append(seconds)
+        wall += max(ends)
+        # each action's node is held; a full run used its offer's spare nodes (and freed them), a probe may add some
+        run_on = {a.key.split("|", 1)[0] for a in decision.actions if a.kind == "full"}
+        left = [k for k in s.spare_lanes if k.split("|", 1)[0] not in run_on] + spares
+        s = s.model_copy(update={"deployed": [a.key for a in decision.actions], "elapsed_s": wall, "spare_lanes": left})
     return usd, gpu_hours, wall, count, "iteration_cap"
 
 

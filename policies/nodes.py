@@ -9,8 +9,9 @@ A node is released as soon as its last contender is done, so its hours end there
 Time to a verified answer is the wall time of the search on real infra: provisioning, loads and requests,
 node after node; with `parallel` N, an offer's contenders are dealt over up to N nodes of it (each pays its
 own provisioning and cold load: dollars for time), and nodes overlap (N lanes, the longest node first to
-the least loaded lane); contenders on one node run one after another. `lanes_for_deadline` picks the fewest
-lanes whose modelled time meets a goal's `answer within` inside its budget.
+the least loaded lane); contenders on one node run one after another. A contender's full run is dealt over
+the deployments policies/lanes.py gives it (extra nodes, each its own provisioning and cold load).
+`lanes_for_deadline` picks the fewest lanes whose modelled time meets a goal's `answer within` inside its budget.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from worldtune.policies import lanes as claim_lanes
 from worldtune.policies.candidates import (
     Candidate,
     SearchState,
@@ -48,6 +50,7 @@ class NodeUse(BaseModel):
     gpu_hours: float
     cold_loads: int
     warm_loads: int
+    lanes: int = Field(default=0, description="extra deployments its claims' runs were dealt over")
 
 
 class SearchPlan(BaseModel):
@@ -109,22 +112,24 @@ def search_plan(
     used: list[NodeUse] = []
     requests = full_requests(state.goal)
     for members in groups.values():
-        seconds = usd = 0.0
+        seconds = usd = extra_s = 0.0
+        extra = 0
         for j, (i, cand) in enumerate(members):
             s, u = action_cost(cand, "probe", False, node_held=j > 0)
-            if i < FULL:
-                s2, u2 = action_cost(cand, "full", True, requests=requests)
-                s, u = s + s2, u + u2
+            if i < FULL:  # the claim's run, in the lanes the search would give it (policies/lanes.py)
+                lane = claim_lanes.choose(state, cand, requests, True, False, state.goal.budget_usd, seconds + s)
+                s, u = s + lane.seconds, u + lane.usd
+                extra, extra_s = extra + lane.lanes - 1, extra_s + lane.node_seconds - lane.seconds
             seconds, usd = seconds + s, usd + u
         offer = members[0][1].offer
         used.append(NodeUse(offer=offer.id, keys=[c.key for _, c in members], seconds=seconds, usd=usd,
-                            gpu_hours=seconds / 3600.0 * offer.gpu_count, cold_loads=1,
-                            warm_loads=len(members) - 1))  # fmt: skip
+                            gpu_hours=(seconds + extra_s) / 3600.0 * offer.gpu_count, cold_loads=1 + extra,
+                            warm_loads=len(members) - 1, lanes=extra))  # fmt: skip
     return SearchPlan(
         usd=min(sum(n.usd for n in used), state.goal.budget_usd),
         gpu_hours=sum(n.gpu_hours for n in used),
         answer_s=_lanes([n.seconds for n in used], parallel) if used else 0.0,
-        deployments=len(used),
+        deployments=len(used) + sum(n.lanes for n in used),
         cold_loads=sum(n.cold_loads for n in used),
         warm_loads=sum(n.warm_loads for n in used),
         parallel=parallel,

@@ -26,7 +26,9 @@ Each of those imports candidates.py (forecast.py also acquisition and evidence),
 
 from __future__ import annotations
 
-from worldtune.policies import acquisition, evidence, nodes
+import math
+
+from worldtune.policies import acquisition, evidence, lanes, nodes
 from worldtune.policies.candidates import (
     CONFIDENCE,
     FULL_REQUESTS,
@@ -70,13 +72,56 @@ from worldtune.policies.candidates import (
 from worldtune.policies.forecast import Forecast, forecast
 
 __all__ = [
-    "CONFIDENCE", "FULL_REQUESTS", "MAX_NODES", "OPTIMISM_Z", "PROBE_REPEATS", "PROBE_STEPS", "RETRIES",
-    "STOP_LEVEL", "Action", "ActionKind", "Assessed", "Candidate", "Decision", "Forecast", "Measurement",
-    "ModeShift", "NearestOption", "Rejected", "SearchState", "StopKind", "action_cost", "assess",
-    "best_verified", "candidate_for", "candidate_key", "candidates", "could_be_feasible", "decide", "forecast",
-    "full_requests", "full_seconds", "hardware_key", "held_offers", "initial_state", "lanes_for_deadline",
-    "objective_value", "optimistic_value", "probe_seconds", "probe_sigma", "recalibrated", "recommendation",
-    "record", "record_failure", "search_plan", "spend_estimate", "start_seconds", "tolerance_bound",
+    "CONFIDENCE",
+    "FULL_REQUESTS",
+    "MAX_NODES",
+    "OPTIMISM_Z",
+    "PROBE_REPEATS",
+    "PROBE_STEPS",
+    "RETRIES",
+    "STOP_LEVEL",
+    "Action",
+    "ActionKind",
+    "Assessed",
+    "Candidate",
+    "Decision",
+    "Forecast",
+    "Measurement",
+    "ModeShift",
+    "NearestOption",
+    "Rejected",
+    "SearchState",
+    "StopKind",
+    "action_cost",
+    "assess",
+    "best_verified",
+    "candidate_for",
+    "candidate_key",
+    "candidates",
+    "claim_lanes",
+    "could_be_feasible",
+    "deadline_refusal",
+    "decide",
+    "forecast",
+    "full_requests",
+    "full_seconds",
+    "hardware_key",
+    "held_offers",
+    "initial_state",
+    "kept_spares",
+    "lanes_for_deadline",
+    "objective_value",
+    "optimistic_value",
+    "probe_seconds",
+    "probe_sigma",
+    "recalibrated",
+    "recommendation",
+    "record",
+    "record_failure",
+    "search_plan",
+    "spend_estimate",
+    "start_seconds",
+    "tolerance_bound",
 ]  # fmt: skip
 
 
@@ -117,3 +162,40 @@ def lanes_for_deadline(
 ) -> tuple[nodes.SearchPlan, str | None]:
     """The fewest lanes whose modelled time meets the goal's answer-within bound (nodes.lanes_for_deadline)."""
     return nodes.lanes_for_deadline(state, parallel, reuse_nodes)
+
+
+def kept_spares(spare: list[str], actions: list[Action]) -> list[str]:
+    """The spare nodes (offer|plan keys) a decision keeps for its full runs or lane-launching probes (lanes.py)."""
+    return lanes.kept_spares(spare, actions)
+
+
+def claim_lanes(state: SearchState) -> tuple[int, lanes.LanePlan | None]:
+    """The claim's request count at the goal's confidence and how the likeliest optimum's full run would be dealt
+    over lanes after its probe (policies/lanes.py; modelled), or None when no candidate could meet the goal."""
+    requests = full_requests(state.goal)
+    near = nodes.near_contenders(state)
+    if not near:
+        return requests, None
+    cand = near[0]
+    before = start_seconds(cand, False) + probe_seconds(cand)  # its node, load and probe come first
+    # its lanes launched with its probe (policies/acquisition._early_lanes), so their starts overlap it
+    head = probe_seconds(cand)
+    return requests, lanes.choose(state, cand, requests, True, False, state.goal.budget_usd, before, head_s=head)
+
+
+def deadline_refusal(state: SearchState, likely: Forecast) -> str | None:
+    """Why a goal's `answer within` is refused before any spend: the searches simulated against the belief
+    (with the lanes a deadline buys) mostly run out of time before a verified answer, or their median time to
+    one is past it; it says the time the search would likely take without the bound. None when it fits."""
+    deadline = state.goal.answer_within_s
+    late = likely.stops.get("deadline", 0)
+    if deadline is None or (2 * late < likely.runs and likely.answer_s_p50 <= deadline):
+        return None
+    free = forecast(state.model_copy(update={"goal": state.goal.model_copy(update={"answer_within_s": None})}))
+    return (
+        f"refused before any spend: a verified answer within {deadline / 3600:g} h is out of reach: {late} of "
+        f"{likely.runs} searches simulated against the belief ran out of time first (claims' runs over up to "
+        f"{lanes.MAX_LANES} lanes, inside the ${state.goal.budget_usd:g} budget); without the bound it likely takes "
+        f"{free.answer_s_p50 / 3600:.2f} h (${free.usd_p50:.2f}, simulated): allow 'answer within "
+        f"{math.ceil(free.answer_s_p50 / 60)} minutes' or more"
+    )

@@ -71,12 +71,21 @@ class Measurement(BaseModel):
     usd: float = 0.0
     gpu_hours: float = 0.0
     benchmark_id: str = ""
+    benchmark_ids: list[str] = Field(
+        default_factory=list, description="full runs over lanes: every benchmark whose samples were pooled"
+    )
     predicted_before: float | None = Field(default=None, description="what the belief predicted for this measure")
     requested: int = Field(default=0, description="full requests asked for (0: not known)")
     repeats: int = Field(default=1, ge=1, description="probes: requests per step count")
     failed_requests: int = 0
     contaminated: int = Field(default=0, description="answers that waited behind load that was not ours")
     engine_problem: str = Field(default="", description="what the deployment check found wrong, if anything")
+    lanes: int = Field(default=1, ge=1, description="full runs: deployments whose samples were pooled")
+    decided: str = Field(default="", description="full runs stopped once the claim was decided: why")
+
+    def benchmarks(self) -> list[str]:
+        """Every benchmark this measurement rests on: the pooled lanes' or its one."""
+        return self.benchmark_ids or ([self.benchmark_id] if self.benchmark_id else [])
 
 
 class Action(BaseModel):
@@ -89,7 +98,25 @@ class Action(BaseModel):
     needs_deploy: bool
     reason: str
     requests: int = Field(default=0, description="full runs: how many requests (the claim's count when affordable)")
+    lanes: int = Field(default=1, ge=1, description="full runs: deployments of the plan the requests are dealt over")
+    lane_requests: list[int] = Field(default_factory=list, description="full runs: requests per lane, first lane first")
     redeploy: bool = Field(default=False, description="a retry: tear the old deployment down and start a fresh one")
+    early_lanes: int = Field(
+        default=0,
+        ge=0,
+        description="probes: new nodes of the likeliest optimum's offer launched with this probe, so that the "
+        "claim's run that likely follows starts on them at once (their provisioning and cold load overlap it)",
+    )
+    early_plan: str = Field(default="", description="probes: the plan those nodes start with (the full run's)")
+    early_after_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="probes: modelled seconds into the probe at which those nodes are launched, so that they are "
+        "up when it ends (the probe's modelled time less a node's start; 0: at once)",
+    )
+    spares_held: int = Field(
+        default=0, ge=0, description="probes: spare nodes already up on its offer, kept (and billed) through it"
+    )
     value: float = Field(default=0.0, description="expected improvement (share of the objective) the action buys")
 
 
@@ -138,6 +165,10 @@ class SearchState(BaseModel):
     surprises: dict[str, list[float]] = Field(default_factory=dict, description="GPU -> |measured/predicted - 1|")
     deployed: list[str] = Field(default_factory=list, description="candidate keys with a live deployment")
     reuse_nodes: bool = Field(default=True, description="a held node takes the next candidate on its offer (replan)")
+    spare_lanes: list[str] = Field(
+        default_factory=list,
+        description="candidate keys (offer|plan) of the nodes launched early for a claim's run, up and not yet used",
+    )
     spent_usd: float = 0.0
     elapsed_s: float = Field(default=0.0, ge=0, description="modelled wall seconds of the search so far")
     spent_gpu_hours: float = 0.0

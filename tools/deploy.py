@@ -210,7 +210,9 @@ def teardown(deployment_id: str, store: Store | None = None) -> Deployment:
     """Stop everything a deployment started and mark it terminated; calling it again is harmless."""
     store = store or Store()
     found = _find(deployment_id, store)
-    return backend_for(found.infra, store).teardown(found)
+    gone = backend_for(found.infra, store).teardown(found)
+    store.save_deployment(gone)  # the SkyPilot backend returns the terminated word without storing it
+    return gone
 
 
 class CallerGone(WorldtuneError):

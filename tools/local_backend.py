@@ -243,7 +243,7 @@ class LocalBackend(BenchmarksFromHere):
                 total = len(deployment.endpoints)
                 progress(f"loading: {done}/{total} replicas healthy", 0.1 + 0.8 * done / total)
             time.sleep(0.1)
-        ready = deployment.model_copy(update={"state": "ready", "ready_at": time.time()})
+        ready = deployment.model_copy(update={"state": "ready", "ready_at": time.time(), "modelled_load_s": load_s})
         self.store.save_deployment(ready)
         if ready.cluster:
             self.store.ledger_update(ready.cluster, "ready", ready.detail)

@@ -1,4 +1,4 @@
-"""The MCP tools over a tuning run's record: record_run, mark_run (tools/run_records.py).
+"""The MCP tools over a tuning run's record: record_run, mark_run, record_fleet (tools/run_records.py).
 
 The agent's graph writes its run's record through these, so the record lives with the server it drives.
 """
@@ -47,9 +47,27 @@ def mark_run(
         return run_records.mark_run(session.store, run_id, status, summary)
 
 
+def record_fleet(
+    session: Session,
+    run_id: RunIdArg,
+    fleet: Annotated[
+        dict[str, Any],
+        Field(
+            description="the fleet for the goal's traffic: plan_capacity's plan under 'capacity', rehearse_fleet's "
+            "answer under 'rehearsal', as `worldtune tune` keeps it"
+        ),
+    ],
+) -> RunRecord:
+    """Put a fleet (planned and rehearsed for the run's traffic) into a recorded run's summary, where
+    `worldtune report` and write_report draw its day from; writing it again replaces it."""
+    with refusals():
+        return run_records.record_fleet(session.store, run_id, fleet)
+
+
 TOOLS: tuple[ToolSpec, ...] = (
     (record_run, "Record a tuning run", RECORDS),
     (mark_run, "Mark a tuning run", RECORDS),
+    (record_fleet, "Record a run's fleet", RECORDS),
 )
 
 

@@ -241,6 +241,10 @@ def build_server(
             """RFC 9728 metadata at the root path too (clients that do not insert the resource path look here)."""
             return JSONResponse(protected_resource_metadata(url))
 
+    from worldtune.tools.run_client_hooks import RunClients
+
+    # heartbeats per run from clients (not from a run's own in-process tools), refusals once a run is abandoned
+    mcp.middleware.append(RunClients(session, beats=origin != "cli"))
     from worldtune.tools.mcp_resources import register_prompts, register_resources
 
     register_resources(mcp, session)

@@ -27,9 +27,11 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
         mcp_bench,
         mcp_capacity,
         mcp_deploy,
+        mcp_heartbeat,
         mcp_offers,
         mcp_plans,
         mcp_replan,
+        mcp_report,
         mcp_results,
         mcp_runs,
         mcp_tuning,
@@ -44,3 +46,5 @@ def register_tools(mcp: MCPServer, session: Session) -> None:
     mcp_capacity.register(mcp, session)  # plan_capacity: fleets for traffic (tools/capacity.py)
     mcp_replan.register(mcp, session)  # replan_deployment: keep the node, change the plan (tools/replan.py)
     mcp_runs.register(mcp, session)  # record_run, mark_run: a tuning run's record (tools/run_records.py)
+    mcp_heartbeat.register(mcp, session)  # heartbeat_run: a run belongs to its client (tools/run_heartbeat.py)
+    mcp_report.register(mcp, session)  # write_report: the report file, drawn on the server by its Tuner

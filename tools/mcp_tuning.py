@@ -26,6 +26,7 @@ from worldtune.tools.mcp_common import (
     allowed_profile,
     refusals,
 )
+from worldtune.tools.mcp_heartbeat import GraceArg, HoldHoursArg, bind_here
 from worldtune.tools.words.tuning import SpendEstimate
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ def tuning_status(session: Session, run_id: str) -> TuningStatus:
 
 def start_tuning(
     session: Session,
+    ctx: Context,
     goal: Annotated[
         str,
         Field(
@@ -88,6 +90,10 @@ def start_tuning(
     budget_usd: Annotated[
         float | None, Field(gt=0, allow_inf_nan=False, description="overrides the goal's budget")
     ] = None,
+    confidence: Annotated[
+        float | None,
+        Field(gt=0.5, le=0.999, description="overrides the goal's confidence (claim and stopping rule), e.g. 0.99"),
+    ] = None,
     max_iterations: Annotated[int, Field(ge=1, le=200, description="most measurements")] = 30,
     confirm: Annotated[
         bool,
@@ -97,6 +103,8 @@ def start_tuning(
         bool,
         Field(description="keep running after this MCP session ends (else the run stops and tears down with it)"),
     ] = False,
+    grace_s: GraceArg = None,
+    hold_hours: HoldHoursArg = None,
 ) -> TuningStatus:
     """Start the tuning agent on a goal and return its run id at once: it predicts, deploys, benchmarks,
     recalibrates and recommends the cheapest deployment that meets the goal, tearing down what it started.
@@ -104,9 +112,11 @@ def start_tuning(
     On infra local with the twin it spends nothing and runs without asking. Anywhere else it stops at an
     approval question showing its spend estimate unless confirm=true (answer with approve_tuning). An
     ambiguous goal is refused with the questions to answer. Poll get_tuning for progress and the result.
-    The run ends with this MCP session (stopped, everything it started torn down) unless detach=true.
+    The run belongs to this MCP session: when the session ends, or no call carrying the run id (get_tuning,
+    heartbeat_run) comes for grace_s, it is stopped, everything it started torn down, and marked abandoned
+    (samples kept); unless detach=true, and then, with hold_hours, only after that long unheard.
     """
-    from worldtune.tools import tuning_jobs
+    from worldtune.tools import run_heartbeat, tuning_jobs
     from worldtune.tools.spend import needs_confirmation
     from worldtune.tools.words.traffic import goal_traces
     from worldtune.tools.words.tuning import TuningRequest
@@ -122,10 +132,15 @@ def start_tuning(
             twin_profile = allowed_profile(session, twin_profile, "twin_profile")
         request = TuningRequest(
             infra=infra, engine=engine, twin_profile=twin_profile, time_scale=time_scale, budget_usd=budget_usd,
-            max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path, detach=detach,
+            confidence=confidence, max_iterations=max_iterations, yes=confirm or not paid, db_path=session.db_path,
+            detach=detach,
         )  # fmt: skip
         driver = tuner(session)
+        if hold_hours is not None and not detach:  # refused before anything starts (bind_here would, too late)
+            raise ToolError(f"hold_hours={hold_hours!r} is not valid: only with detach=true")
+        run_heartbeat.check_grace(grace_s)
         run_id = tuning_jobs.start_tuning(session.store, driver, goal, request)
+    bind_here(session, ctx, run_id, grace_s, detach, hold_hours)  # the run belongs to this session from now on
     return tuning_status(session, run_id)
 
 

@@ -82,3 +82,14 @@ def mark_run(store: Store, run_id: str, status: str, summary: dict[str, Any] | N
         raise InvalidInput("summary", f"{size} bytes of JSON", f"at most {SUMMARY_LIMIT} bytes")
     store.finish_run(run_id, status, summary or {})
     return _record(store, run_id)
+
+
+def record_fleet(store: Store, run_id: str, fleet: dict[str, Any]) -> RunRecord:
+    """Put the run's fleet (what the fleet step planned and rehearsed) into its summary, under 'fleet'."""
+    _run_id(run_id)
+    _record(store, run_id)  # an unknown run is refused before anything is written
+    size = len(json.dumps(fleet, default=str))
+    if size > SUMMARY_LIMIT:
+        raise InvalidInput("fleet", f"{size} bytes of JSON", f"at most {SUMMARY_LIMIT} bytes")
+    store.add_to_summary(run_id, "fleet", fleet)
+    return _record(store, run_id)

@@ -6,7 +6,8 @@ Nothing is printed on stdout in stdio mode: stdout is the protocol.
 
 Tuning runs started over MCP end with the session: when the stdio client disconnects (stdin closes),
 or the server gets SIGTERM, SIGHUP or Ctrl-C, it stops every run it drives, waits for their teardown,
-then exits. A run started with detach=true is a process of its own and goes on.
+then exits. A run started with detach=true is a process of its own and goes on. On both transports a run
+also ends when its client's heartbeat stops for longer than its grace (tools/run_heartbeat.py).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def serve(
     allowed_hosts: list[str] | None = None,
     allowed_origins: list[str] | None = None,
     db: str | None = None,
+    run_grace_s: float | None = None,
 ) -> None:
     """Run the MCP server until the client disconnects (stdio) or the process is stopped (HTTP)."""
     from worldtune.tools.words.errors import InvalidInput
@@ -83,13 +85,18 @@ def serve(
     if not 1 <= port <= 65535:
         raise InvalidInput("port", port, "1 to 65535")
     from worldtune.agent.tuner import AgentTuner
+    from worldtune.tools import run_heartbeat
     from worldtune.tools.lease import Sweeper
     from worldtune.tools.mcp_server import build_server
 
+    if run_grace_s is not None:  # the server's default grace for the runs its clients start
+        os.environ[run_heartbeat.GRACE_ENV] = str(run_heartbeat.check_grace(run_grace_s))
+    run_heartbeat.default_grace_s()  # a bad $WORLDTUNE_RUN_GRACE_S is refused before the server starts
     tuner = AgentTuner()
     sweeper = Sweeper(db)  # the hours a deploy asked for run out here too, not only at the next `worldtune gc`
+    runs = run_heartbeat.RunSweeper(db, tuner.stop_run)  # a run whose client is gone is abandoned (torn down)
     if transport == "stdio":
-        with sweeper, _session(tuner):
+        with sweeper, runs, _session(tuner):
             build_server(db, cache_tools=True, tuner=tuner).run()
         return
     import anyio
@@ -109,7 +116,7 @@ def serve(
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     logging.getLogger("worldtune.mcp").warning("worldtune MCP on http://%s:%d/mcp", host_for_url(host), port)
     try:
-        with sweeper:
+        with sweeper, runs:
             anyio.run(uvicorn.Server(config).serve)
     finally:  # HTTP has no session of its own: the server stopping ends every run it drives
         tuner.session_ended()
@@ -156,6 +163,13 @@ def register(app: typer.Typer) -> None:
         db: Annotated[
             str | None, typer.Option(help="results database (default $WORLDTUNE_DB or ~/.local/share)")
         ] = None,
+        run_grace_s: Annotated[
+            float | None,
+            typer.Option(
+                help="seconds a run may go without its client's heartbeat before it is abandoned and torn "
+                "down (default $WORLDTUNE_RUN_GRACE_S or 120; per run: grace_s)"
+            ),
+        ] = None,
     ) -> None:
         """Serve worldtune's tools to MCP clients: IDE assistants (stdio) or remote clients (HTTP)."""
         from worldtune.cli import fail
@@ -172,6 +186,7 @@ def register(app: typer.Typer) -> None:
                 allowed_hosts=allowed_hosts,
                 allowed_origins=allowed_origins,
                 db=db,
+                run_grace_s=run_grace_s,
             )
         except WorldtuneError as exc:
             raise fail(exc) from exc

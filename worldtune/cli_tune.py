@@ -52,6 +52,12 @@ def _printer(as_json: bool) -> Any:
                     f"{f['answer_hours_max']:.2f} h): simulated, the median of {f['runs']} searches against truths "
                     "drawn from the belief"
                 )
+            if est.get("claim_requests"):
+                err_console.print(
+                    f"  claim at {est['confidence'] * 100:g}% confidence: {est['claim_requests']} requests "
+                    f"(order statistics), over {est.get('claim_lanes', 1)} lane(s)"
+                    + (f": {escape(est['claim_lanes_why'])}" if est.get("claim_lanes", 1) > 1 else "")
+                )
             if est.get("parallel_why"):
                 err_console.print(f"  {escape(est['parallel_why'])}")
         elif kind == "next":
@@ -157,6 +163,12 @@ def tune(
         ),
     ] = None,
     budget: Annotated[float | None, typer.Option(help="most the search may spend, USD")] = None,
+    confidence: Annotated[
+        float | None,
+        typer.Option(
+            help="one level for the latency claim and the stopping rule: 0.99 or 99 (default: the goal's, else 95%)"
+        ),
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="approve the spend estimate without asking")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
     db: Annotated[str | None, typer.Option(help="results database (default $WORLDTUNE_DB)")] = None,
@@ -177,6 +189,7 @@ def tune(
         options = TuneOptions(
             infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes, db_path=db,
             parallel=parallel, mcp_url=mcp_url, reuse_nodes=reuse_nodes,
+            confidence=confidence / 100.0 if confidence is not None and confidence > 1 else confidence,
             # `or` would read --time-scale 0 as unset (300): only a missing option takes the default
             time_scale=(LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0) if time_scale is None else time_scale,
         )  # fmt: skip
@@ -206,13 +219,14 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
             if typer.confirm("Spend it?", default=False):
                 outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
         if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
-            from worldtune.agent.fleet_step import fleet_for
-            from worldtune.tools.store import Store
+            from worldtune.agent.fleet_step import fleet_for, record_fleet
 
             outcome["fleet"] = fleet_for(parsed.goal, options.infra, options.engine, options.time_scale, db,
                                          _printer(as_json), twin_profiles=options.twin_profiles(),
-                                         learned_profiles=outcome["summary"].get("learned_profiles"))  # fmt: skip
-            Store(db).add_to_summary(outcome["run_id"], "fleet", outcome["fleet"])  # the report draws its day
+                                         learned_profiles=outcome["summary"].get("learned_profiles"),
+                                         mcp_url=options.mcp_url)  # fmt: skip
+            # the report draws its day; over MCP, so a remote run's fleet is kept by its server
+            record_fleet(outcome["run_id"], outcome["fleet"], db, options.mcp_url)
     except RunStopped as exc:
         raise _stopped(exc, as_json) from exc
     except (WorldtuneError, ValueError) as exc:

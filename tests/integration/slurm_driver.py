@@ -7,6 +7,8 @@ with the private SkyPilot home in its environment (never the test process's own 
     python slurm_driver.py run   --db FILE   launch the twin (H200:8), benchmark next to it, tear down
     python slurm_driver.py fault --db FILE   the same, with the Slurm job scancel'ed mid-benchmark
     python slurm_driver.py replan --db FILE  launch, benchmark, change the plan in place (tp8), benchmark, tear down
+    python slurm_driver.py lanes --db FILE   one claim's full run over two lanes (two clusters) through the agent's
+                                             verify node and the MCP tools; both torn down
 """
 
 from __future__ import annotations
@@ -95,9 +97,60 @@ class CountingSky:
         return counted
 
 
+def lanes(db: str, infra: str, time_scale: float) -> int:
+    """Issue 25: a p50 claim at 95% (5 requests) dealt over two 1-GPU lanes of plan 1gpu, each its own SkyPilot
+    cluster (a Slurm job on the 8-GPU node), through the agent's verify node and the MCP tools; both torn down."""
+    import asyncio
+
+    from langgraph.runtime import Runtime
+    from mcp import Client
+
+    from worldtune.agent.configuration import Context, TuneOptions
+    from worldtune.agent.state import VerifyTask
+    from worldtune.agent.tools_client import ToolsClient
+    from worldtune.agent.verify import verify
+    from worldtune.policies.search import Action, candidates, initial_state
+    from worldtune.tools.mcp_server import build_server
+    from worldtune.tools.offers import all_offers
+    from worldtune.tools.words.goal import Goal
+    from worldtune.tools.words.workload import anchor_workload
+
+    goal = Goal(workload=anchor_workload(), latency_bound_s=5000, latency_percentile=50, gpus=["H200"],
+                confidence=0.95)  # fmt: skip
+    cand = next(c for c in candidates(initial_state(goal, all_offers("snapshot"))) if c.offer.gpu_count == 1)
+    action = Action(key=cand.key, kind="full", expected_usd=10.0, expected_s=5000.0, needs_deploy=True, reason="",
+                    requests=5, lanes=2, lane_requests=[3, 2])  # fmt: skip
+    Store(db).add_run("tune-slurm-lanes", "tune")
+    options = TuneOptions(infra=infra, engine="twin", time_scale=time_scale, db_path=db, yes=True)
+    task = VerifyTask(run_id="tune-slurm-lanes", goal=goal, options=options, action=action, candidate=cand,
+                      deployment_id=None, cap_usd=100.0, iteration=1, used_benchmarks=[],
+                      billed_deployments=[])  # fmt: skip
+
+    def progress(kind: str, data: dict[str, Any]) -> None:
+        say("event", kind=kind, **{k: v for k, v in data.items() if k in ("deployment", "key", "lanes", "requests")})
+
+    async def run() -> dict[str, Any]:
+        async with Client(build_server(db)) as client:
+            tools = ToolsClient(client)
+            update = await verify(task, Runtime(context=Context(tools=tools, progress=progress)))
+            (outcome,) = update["results"]
+            say("measured", failed=outcome.failed, error=outcome.error, n=len(outcome.measurement.latencies_s),
+                lanes=outcome.measurement.lanes, requested=outcome.measurement.requested,
+                deployment=outcome.deployment_id, events=update["events"])  # fmt: skip
+            for d in Store(db).list_deployments(alive_only=True):  # the first lane: what the run would hand on
+                await tools.call("teardown", deployment_id=d.id, confirm=True)
+            return update
+
+    asyncio.run(run())
+    store = Store(db)
+    say("down", ledger_open=store.ledger(open_only=True), ledger=store.ledger(),
+        clusters=[d.cluster for d in store.list_deployments()])  # fmt: skip
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["run", "fault", "replan"])
+    parser.add_argument("mode", choices=["run", "fault", "replan", "lanes"])
     parser.add_argument("--db", required=True)
     parser.add_argument("--time-scale", type=float, default=100.0)
     parser.add_argument("--repeats", type=int, default=3)
@@ -109,6 +162,8 @@ def main() -> int:
 
     store = Store(args.db)
     infra = os.environ.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
+    if args.mode == "lanes":
+        return lanes(args.db, infra, args.time_scale)
     dep = build_deployment("H200", "cfg2-u4-hsdp8", infra=infra, engine="twin", time_scale=args.time_scale)
     backend = SkyPilotBackend(store, poll_s=1.0, predicted=render_options)  # as tools/deploy.backend_for makes it
     counting = CountingSky(backend.sky)

@@ -30,6 +30,7 @@ LANGGRAPH = Path(sys.executable).parent / "langgraph"
 GOAL = "Cosmos3-Super 480p 121-frame clips, p95 under 60 s, cheapest per clip, H200, budget $400"
 START_BOUND_S = 180  # the server imports the graph and LangGraph's API; ~10 s idle, more on a loaded machine
 RUN_BOUND_S = 480  # the run itself: 20-80 s here
+UNREGISTERED = "Deserializing unregistered type"  # LangGraph's warning for a checkpoint type nobody allowed
 
 
 def free_port() -> int:
@@ -52,6 +53,7 @@ def server(tmp_path: Path) -> Iterator[str]:
         # without these the CLI posts analytics and the server asks PyPI for a newer version (seen with strace)
         "LANGGRAPH_CLI_NO_ANALYTICS": "1",
         "LANGGRAPH_NO_VERSION_CHECK": "true",
+        "PYTHONUNBUFFERED": "1",  # every line of the server's log is in the file when it is read
     }
     log = (tmp_path / "langgraph-dev.log").open("w")
     cmd = [str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--allow-blocking", "--host", "127.0.0.1",
@@ -78,6 +80,10 @@ def server(tmp_path: Path) -> Iterator[str]:
             proc.kill()
             proc.wait(timeout=30)
         log.close()
+    # the graph's state is rebuilt from checkpoints as the allowed words (langgraph.json's checkpointer saves with
+    # agent/state.CHECKPOINT_SERDE), never "unregistered" (nor blocked, which the run's answer would show)
+    text = (tmp_path / "langgraph-dev.log").read_text()
+    assert UNREGISTERED not in text, [line for line in text.splitlines() if UNREGISTERED in line][:5]
 
 
 def test_studio_server_shows_forms_and_runs_the_graph_to_a_recommendation(server: str, tmp_path: Path) -> None:

@@ -61,11 +61,14 @@ def mcp_http(db: Path, *args: str, token_env: str | None = None) -> Iterator[str
     if token_env:
         env["WORLDTUNE_MCP_TOKEN"] = token_env
     cmd = [str(WORLDTUNE), "mcp", "--transport", "http", "--port", str(port), "--db", str(db), *args]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Its output goes to a file, never an unread pipe: a long run's logging would fill the pipe and block the server.
+    log_path = db.parent / f"mcp-http-{port}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # generous: CI is a loaded 2-core box
         while True:
-            assert proc.poll() is None, f"server exited: {proc.stdout.read() if proc.stdout else ''}"
+            assert proc.poll() is None, f"server exited: {log_path.read_text(errors='replace')[-3000:]}"
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break

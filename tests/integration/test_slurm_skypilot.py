@@ -205,3 +205,24 @@ def test_cli_deploy_then_gc_tears_down_what_the_ledger_says_is_up(slurm_env: dic
     stored = store.get_deployment(deployment["id"])
     assert stored is not None and stored.state == "terminated"
     assert no_worldtune_slurm_jobs()
+
+
+def test_one_claim_over_two_lanes_each_its_own_cluster_both_torn_down(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 25: the claim's full run dealt over two deployments of one plan (two SkyPilot clusters, two Slurm jobs
+    on the 8-GPU node), its samples pooled into one measurement, and both clusters torn down."""
+    db = tmp_path / "wt.db"
+    steps = drive(slurm_env, db, "lanes", "--time-scale", "200")
+    measured = next(s for s in steps if s["step"] == "measured")
+    assert not measured["failed"], measured["error"]
+    assert measured["n"] == measured["requested"] == 5 and measured["lanes"] == 2, measured
+    deployed = [s for s in steps if s["step"] == "event" and s["kind"] == "deploy"]
+    assert len(deployed) == 2
+    down = next(s for s in steps if s["step"] == "down")
+    clusters = down["clusters"]
+    assert len(set(clusters)) == 2 and all(c.startswith("worldtune-") for c in clusters)
+    assert down["ledger_open"] == [] and [r["state"] for r in down["ledger"]] == ["gone", "gone"]
+    store = Store(db)
+    assert store.list_deployments(alive_only=True) == [] and store.ledger(open_only=True) == []
+    assert no_worldtune_slurm_jobs()

@@ -83,6 +83,12 @@ class Deployment(BaseModel):
     time_scale: float = Field(default=1.0, gt=0, description="twin only: sleeps divided by this")
     created_at: float = Field(default_factory=time.time)
     ready_at: float | None = None
+    modelled_load_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="twin only: the load the twin modelled (its profile's load of this plan, cold or warm, and the "
+        "guardrails' start-up) in model seconds, SIMULATED; a real engine's load is its wall time (ready_at)",
+    )
     terminated_at: float | None = None
     detail: str = ""
     loads: int = Field(default=0, ge=0, description="engine starts on this node: the first is cold, later ones warm")

@@ -14,6 +14,7 @@ from worldtune.tools.words.workload import Workload
 
 Objective = Literal["min_latency", "max_throughput", "min_cost_per_clip"]
 PERCENTILES = (50, 90, 95, 99)
+CONFIDENCE_RANGE = (0.5, 0.999)  # a claim at 50% says nothing; past 99.9% a p95 claim needs 135+ requests per plan
 
 
 class Goal(BaseModel):
@@ -32,6 +33,10 @@ class Goal(BaseModel):
     capacities: list[str] = Field(default_factory=lambda: ["on-demand"])
     max_gpus_per_node: int = Field(default=8, ge=1, le=8)
     traffic: Traffic | None = Field(default=None, description="arrivals and the end-to-end bound a fleet must meet")
+    confidence: float = Field(
+        default=0.95, allow_inf_nan=False,
+        description="one level for the percentile claim and the stopping rule (order statistics), e.g. 0.99",
+    )  # fmt: skip
     answer_within_s: float | None = Field(
         default=None, gt=0, allow_inf_nan=False,
         description="most modelled wall seconds from approval to a verified answer (provisioning, loads, requests)",
@@ -42,6 +47,14 @@ class Goal(BaseModel):
     def _percentile(cls, value: int) -> int:
         if value not in PERCENTILES:
             raise one_of("latency_percentile", value, PERCENTILES)
+        return value
+
+    @field_validator("confidence")
+    @classmethod
+    def _confidence(cls, value: float) -> float:
+        low, high = CONFIDENCE_RANGE
+        if not low < value <= high:
+            raise InvalidInput("confidence", value, f"a level above {low:g} and at most {high:g}, e.g. 0.95 or 0.99")
         return value
 
     @field_validator("gpus")
@@ -68,7 +81,8 @@ class Goal(BaseModel):
             f"{self.workload.model} {self.workload.size} x{self.workload.num_frames}",
         ]
         if self.latency_bound_s:
-            parts.append(f"p{self.latency_percentile} <= {self.latency_bound_s:g} s")
+            bound = f"p{self.latency_percentile} <= {self.latency_bound_s:g} s"
+            parts.append(f"{bound} at {self.confidence * 100:g}% confidence")
         if self.throughput_floor_clips_per_hour:
             parts.append(f">= {self.throughput_floor_clips_per_hour:g} clips/h")
         parts.append(f"GPUs {'/'.join(self.gpus)}")

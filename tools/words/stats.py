@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -23,6 +24,7 @@ from pydantic import BaseModel, Field
 CLAIM_CONFIDENCE = 0.99  # percentile claims (MLPerf)
 CI_LEVEL = 0.95  # confidence intervals
 TOLERANCE_CONFIDENCE = 0.95  # the parametric bound's confidence
+GOAL_CONFIDENCE = 0.95  # a tuning goal's claim and stopping rule unless it says otherwise ("at 99% confidence")
 NORMAL_ASSUMPTION = "assumes normally distributed latencies (one-sided tolerance bound, noncentral t)"
 
 
@@ -35,9 +37,10 @@ class Interval(BaseModel):
 
 
 def samples_needed(q: float, confidence: float = CLAIM_CONFIDENCE) -> int:
-    """Samples needed to claim the q-quantile at `confidence` with no violation (P90 -> 44, P99 -> 459)."""
-    if q <= 0.5:
-        return 1
+    """Samples needed to claim the q-quantile at `confidence` with no violation: the smallest n with
+    1 - q^n >= confidence (at 99%: P50 -> 7, P90 -> 44, P95 -> 90, P99 -> 459; at 95%: P50 -> 5, P95 -> 59)."""
+    if not 0.0 < q < 1.0 or not 0.0 < confidence < 1.0:
+        raise ValueError(f"quantile {q} and confidence {confidence} must lie strictly between 0 and 1")
     return math.ceil(math.log(1.0 - confidence) / math.log(q))
 
 
@@ -111,7 +114,10 @@ class PercentileVerdict(BaseModel):
     def bound(self) -> tuple[float | None, str]:
         """The bound a decision may use and what it is: the claim when claimable, else the named parametric one."""
         if self.claimable and self.upper is not None:
-            return self.upper, f"p{self.percentile} <= {self.upper:.1f} s (order statistics, n={self.n})"
+            return self.upper, (
+                f"p{self.percentile} <= {self.upper:.1f} s at {self.claim_confidence * 100:g}% confidence "
+                f"(order statistics, n={self.n})"
+            )
         if self.parametric_upper is not None:
             return self.parametric_upper, (
                 f"{self.parametric_name} {self.parametric_upper:.1f} s ({self.parametric_assumption}); "
@@ -120,21 +126,66 @@ class PercentileVerdict(BaseModel):
         return None, f"p{self.percentile} not claimable (n={self.n} < {self.needed})"
 
 
-def percentile_verdict(values: Sequence[float], percentile: int) -> PercentileVerdict:
-    """The order-statistic claim (when n allows it) and the named parametric bound of one percentile."""
+def percentile_verdict(
+    values: Sequence[float], percentile: int, confidence: float = CLAIM_CONFIDENCE
+) -> PercentileVerdict:
+    """The order-statistic claim at `confidence` (when n allows it) and the named parametric bound of one
+    percentile (at the same confidence when it is not the default claim's)."""
     data = [float(v) for v in values if math.isfinite(v)]
     q = percentile / 100.0
-    needed = samples_needed(q)
-    upper = order_statistic_upper(data, q)
+    needed = samples_needed(q, confidence)
+    upper = order_statistic_upper(data, q, confidence)
     claimable = upper is not None
+    tolerance = TOLERANCE_CONFIDENCE if confidence == CLAIM_CONFIDENCE else confidence
     return PercentileVerdict(
         percentile=percentile,
         n=len(data),
         needed=needed,
+        claim_confidence=confidence,
         claimable=claimable,
         upper=upper,
         estimate=float(np.percentile(np.asarray(data), percentile)) if data else None,
-        parametric_name=parametric_name(percentile),
-        parametric_upper=normal_tolerance_upper(data, q),
+        parametric_name=parametric_name(percentile, tolerance),
+        parametric_upper=normal_tolerance_upper(data, q, tolerance),
         note="" if claimable else f"not claimable (n={len(data)} < {needed})",
     )
+
+
+class ClaimCheck(BaseModel):
+    """Where a percentile claim against a bound stands as its samples arrive (the full run's stopping rule)."""
+
+    state: Literal["met", "failed", "open"]
+    needed: int = Field(description="samples the order-statistic claim needs at this confidence")
+    n: int
+    above: int = Field(description="samples above the bound so far")
+    allowed_above: int = Field(description="most samples above the bound that the claim over `needed` survives")
+    reason: str
+
+
+def check_claim(values: Sequence[float], percentile: int, confidence: float, bound: float) -> ClaimCheck:
+    """The claim "p<percentile> <= bound at `confidence`" over the first samples of a run of samples_needed:
+    failed once more samples lie above the bound than the order statistic X_(k) of `needed` samples can leave
+    above it (whatever the rest measure, the claim's bound would exceed `bound`); met once `needed` samples are
+    in and X_(k) <= bound; else open."""
+    from scipy import stats
+
+    data = [float(v) for v in values if math.isfinite(v)]
+    q = percentile / 100.0
+    needed = samples_needed(q, confidence)
+    ranks = np.arange(1, needed + 1)
+    k = int(np.argmax(stats.binom.cdf(ranks - 1, needed, q) >= confidence - 1e-12)) + 1
+    allowed = needed - k
+    above = sum(1 for v in data if v > bound)
+    where = f"{above} of {len(data)} samples above {bound:g} s"
+    if above > allowed:
+        return ClaimCheck(state="failed", needed=needed, n=len(data), above=above, allowed_above=allowed, reason=(
+            f"decided: p{percentile} <= {bound:g} s cannot hold at {confidence * 100:g}% confidence: {where}, and a "
+            f"claim over {needed} samples allows at most {allowed}"))  # fmt: skip
+    if len(data) >= needed:
+        upper = order_statistic_upper(data, q, confidence)
+        if upper is not None and upper <= bound:
+            return ClaimCheck(state="met", needed=needed, n=len(data), above=above, allowed_above=allowed, reason=(
+                f"decided: p{percentile} <= {upper:.1f} s at {confidence * 100:g}% confidence meets {bound:g} s "
+                f"(order statistics, n={len(data)})"))  # fmt: skip
+    return ClaimCheck(state="open", needed=needed, n=len(data), above=above, allowed_above=allowed,
+                      reason=f"open: {where}, {len(data)} of {needed} samples in")  # fmt: skip

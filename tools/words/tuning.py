@@ -30,6 +30,7 @@ class TuningRequest(BaseModel):
     twin_profile: str | list[str] | None
     time_scale: float = Field(gt=0)
     budget_usd: float | None = Field(gt=0)
+    confidence: float | None = Field(default=None, gt=0, lt=1, description="overrides the goal's confidence")
     max_iterations: int = Field(ge=1)
     yes: bool = Field(description="the spend is approved up front")
     db_path: str | None
@@ -68,6 +69,16 @@ class Tuner(Protocol):
 
     def resume(self, run_id: str, approve: bool, db_path: str | None, failed: Failed) -> None:
         """Answer a run's approval question; it continues (approve) or stops."""
+        ...
+
+    def stop_run(self, run_id: str, reason: str) -> bool:
+        """Stop one run driven in this process at its next safe point and wait for its teardown; False when no
+        thread of this process drives it (tools/run_heartbeat.py abandons runs whose client is gone)."""
+        ...
+
+    def write_report(self, run_id: str, db_path: str) -> dict[str, str]:
+        """Draw a completed run's report (HTML, plots, record, deployment YAML) from the database at `db_path`
+        into its default folder on this machine; returns name -> path (the agent draws it: tools never import it)."""
         ...
 
     def session_ended(self) -> list[str]:
@@ -113,6 +124,10 @@ class SpendEstimate(BaseModel):
     infra: str
     priced_as: str
     parallel_why: str | None = Field(default=None, description="why a deadline bought lanes, or could not")
+    confidence: float = Field(default=0.95, description="the one level of the latency claim and the stopping rule")
+    claim_requests: int = Field(default=0, description="requests the claim needs at that confidence (order statistics)")
+    claim_lanes: int = Field(default=1, description="deployments the likeliest optimum's full run is dealt over")
+    claim_lanes_why: str = Field(default="", description="why that many lanes (policies/lanes.py)")
     forecast: SpendForecast
 
     @model_serializer(mode="wrap")

@@ -1,0 +1,317 @@
+"""The claim's full run, in lanes, stopped once decided: part of the `verify` node (agent/verify.py).
+
+The search's full-run action says how many lanes (deployments of the candidate's plan on its offer) and how many
+requests each takes (policies/lanes.py). The first lane is the deployment verify readied; the others are
+deployed here, together, through the MCP deploy tool (one cluster each on SkyPilot, one set of twins locally,
+one Deployment on Kubernetes). Samples pool into one claim only from lanes of the same plan, offer, engine and
+twin profile; a lane that does not deploy, or whose deployment stops being ready mid-run (preempted, killed), is
+dropped with the reason: its answered samples are kept, its unanswered requests are run again on a surviving
+lane afterwards. As samples arrive the claim is checked (tools/words/stats.check_claim): once more samples lie
+above the goal's bound than the claim over its needed count allows, every lane is torn down at once and the
+measurement says why (`decided`); the run asks for exactly the needed count, so a met claim buys nothing more.
+Its GPU seconds are every lane's start and busy time; its wall seconds (the time to answer) the slowest lane's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.state import Outcome, VerifyTask
+from worldtune.agent.steps import (
+    bill,
+    busy_model_s,
+    deploy_with_profile,
+    emit,
+    every_request_failed,
+    failed_update,
+    get_deployment,
+    lease_hours,
+    measured_figures,
+    measurement_of,
+    replan,
+    start_s,
+    teardown,
+)
+from worldtune.agent.tools_client import ToolCallFailed
+from worldtune.policies.search import Action, Candidate, full_requests
+from worldtune.tools.words import stats
+from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.workload import anchor_changes
+
+POLL_S = 0.2  # how often the lanes' benchmarks are read (wall seconds)
+ENGINE_CHECK_S = 2.0  # how often each lane's deployment is asked whether the engine still runs
+
+
+@dataclass
+class Lane:
+    """One deployment of the claim's run: its requests, benchmarks, samples, and why it was dropped."""
+
+    deployment: Deployment
+    start_s: float  # GPU seconds its start cost
+    requests: int
+    benches: list[str] = field(default_factory=list)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    running: bool = False
+    dropped: str = ""
+
+    def latencies(self, cand: Candidate) -> list[float]:
+        return [x for b, r in self.records.items() for x in measurement_of(cand, "full", b, r).latencies_s]
+
+    def busy_s(self) -> float:
+        return sum(busy_model_s(r) for r in self.records.values())
+
+
+def pool_key(d: Deployment) -> tuple[str, str, str, str]:
+    """What samples must share to pool into one claim: plan, offer, engine (and the twin's profile)."""
+    return d.plan, d.offer.id if d.offer else d.gpu, d.engine, d.twin_profile or ""
+
+
+async def full_run(
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
+    cap_s: float, first: Deployment, first_charged_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The action's full run over its lanes, checked as samples arrive; verify's update (an Outcome)."""
+    goal = task["goal"]
+    n = action.requests or full_requests(goal)
+    shares = action.lane_requests if sum(action.lane_requests) == n else [n]
+    lanes = [Lane(first, first_charged_s, shares[0])]
+    events: list[str] = []
+    spares = [d for d, key in (task.get("spare_lanes") or {}).items() if key.split("|", 1)[0] == cand.offer.id]
+    taken = await asyncio.gather(*(_spare_lane(runtime, cand, d, action, options) for d in spares[: len(shares) - 1]))
+    for d in spares[len(shares) - 1 :]:  # more were launched than the run now deals requests to
+        await teardown(runtime, d)
+    ready = [got for got in taken if not isinstance(got, str)]
+    events += [got for got in taken if isinstance(got, str)]
+    more = len(shares) - 1 - len(ready)
+    extra = ready + list(
+        await asyncio.gather(*(_deploy_lane(task, runtime, cand, action, options) for _ in range(more)))
+    )
+    for share, got in zip(shares[1:], extra, strict=True):
+        if isinstance(got, str):  # not deployed: its requests go to the first lane
+            events.append(f"lane dropped before its run: {got}")
+            lanes[0].requests += share
+        elif pool_key(got[0]) != pool_key(first):
+            events.append(f"lane {got[0].id} dropped: {pool_key(got[0])} is not {pool_key(first)}, samples do not pool")
+            await teardown(runtime, got[0].id)
+            lanes[0].requests += share
+        else:
+            lanes.append(Lane(got[0], got[1], share))
+    emit(runtime, "lanes", key=cand.key, lanes=len(lanes), requests=[lane.requests for lane in lanes])
+    decided = await _run(task, runtime, cand, options, lanes, cap_s)
+    live = [lane for lane in lanes if not lane.dropped]
+    short = n - sum(len(lane.latencies(cand)) for lane in lanes)
+    if not decided and short > 0 and live and any(lane.dropped for lane in lanes):
+        live[0].requests, live[0].running = short, False  # the dropped lanes' unanswered requests, run again
+        events.append(f"{short} request(s) of dropped lane(s) run again on {live[0].deployment.id}")
+        decided = await _run(task, runtime, cand, options, [live[0]], cap_s)
+    for lane in lanes[1:]:  # the extra lanes are freed at once; the first is the candidate's deployment
+        if not lane.dropped:
+            await teardown(runtime, lane.deployment.id)
+    events += [f"lane {lane.deployment.id} dropped: {lane.dropped}" for lane in lanes if lane.dropped]
+    update = await _outcome(runtime, cand, action, lanes, n, decided, cap_s, events)
+    return update | {"spare_lanes": dict.fromkeys(spares, "")}  # used or torn down: no longer spare
+
+
+async def _spare_lane(
+    runtime: Runtime[Context], cand: Candidate, deployment_id: str, action: Action, options: TuneOptions
+) -> tuple[Deployment, float] | str:
+    """A spare node launched with the probe before this run, as a lane: its start was billed with that probe; a
+    node of another plan is replanned to this one (a warm load, billed here). Why not, when it cannot serve."""
+    try:
+        d = await get_deployment(runtime.context.tools, deployment_id)
+    except ToolCallFailed as exc:
+        return f"spare node {deployment_id} unreadable: {exc}"
+    if d.state == "ready" and d.plan == cand.plan:
+        return d, 0.0
+    if d.state == "ready":
+        moved = await replan(runtime, deployment_id, cand, lease_hours(action, options, math.inf))
+        if moved is not None:
+            return moved, start_s(moved, cand, options)
+    await teardown(runtime, deployment_id)
+    return f"spare node {deployment_id} is {d.state}: not a lane of {cand.plan}"
+
+
+async def launch_early(
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions
+) -> list[tuple[Deployment, float] | str]:
+    """The probe's early lanes (policies/acquisition._early_lanes): `action.early_lanes` new nodes of its offer
+    under `action.early_plan`, launched together with the probe so that their provisioning and cold load overlap
+    it; each (deployment, GPU seconds its start cost) or why it failed. Their lease covers the probe and the
+    claim's whole run on one lane (what they may be kept for)."""
+    plan = action.early_plan or cand.plan
+    lane = cand.model_copy(update={"plan": plan, "key": f"{cand.offer.id}|{plan}"})
+    scale = options.time_scale if options.twin else 1.0
+    await asyncio.sleep(action.early_after_s / scale)  # late enough in the probe to be up when it ends
+    run_s = action.expected_s + full_requests(task["goal"]) * cand.latency_s
+    hours = round(max(options.hold_hours, 1.5 * run_s / scale / 3600.0), 4)
+    return list(await asyncio.gather(*(_deploy_lane(task, runtime, lane, action, options, hours)
+                                       for _ in range(action.early_lanes))))  # fmt: skip
+
+
+def with_early(
+    cand: Candidate,
+    update: dict[str, Any],
+    launched: list[tuple[Deployment, float] | str],
+    held: int = 0,
+    after_s: float = 0.0,
+) -> dict[str, Any]:
+    """The probe's update with its early lanes, launched `after_s` model seconds into it: each billed from its
+    launch until it is up or the probe ends, whichever is later (it waits for the run), the probe's time to
+    answer the longer of the two; the nodes that came up join the run's spare lanes. `held` spare nodes kept
+    up through the probe are billed for it."""
+    up = [got for got in launched if not isinstance(got, str)]
+    events = [f"early lane not started: {got}" for got in launched if isinstance(got, str)]
+    results = list(update.get("results") or [])
+    if not results or not (up or held):
+        return update | {"events": [*update.get("events", []), *events]}
+    probe = results[0]
+    probe_s = probe.model_s
+    lanes_s = sum(max(start, probe_s - after_s) for _, start in up) + held * probe_s
+    usd, gpu_hours = bill(cand, lanes_s)
+    m = probe.measurement
+    measured = m.model_copy(update={"usd": m.usd + usd, "gpu_hours": m.gpu_hours + gpu_hours})
+    wall = max([probe.answer_s] + [after_s + start for _, start in up])
+    results[0] = probe.model_copy(update={"measurement": measured, "model_s": probe_s + lanes_s, "wall_s": wall})
+    events.append(
+        f"{len(up)} early lane(s) of {cand.offer.id} up, {held} spare(s) kept, for the claim's run (${usd:.2f})"
+    )
+    return update | {
+        "results": results,
+        "spare_lanes": {d.id: f"{cand.offer.id}|{d.plan}" for d, _ in up},
+        "events": [*update.get("events", []), *events],
+    }
+
+
+async def _deploy_lane(
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
+    hours: float | None = None,
+) -> tuple[Deployment, float] | str:  # fmt: skip
+    """One more deployment of the candidate for the run (its GPU seconds to start), or why it failed."""
+    arguments: dict[str, Any] = {
+        "gpu": cand.gpu, "plan": cand.plan, "infra": options.infra, "engine": options.engine,
+        "capacity": cand.capacity, "model": task["goal"].workload.model, "twin_profile": None,
+        "time_scale": options.time_scale if options.twin else None,
+        "hours": hours if hours is not None else lease_hours(action, options, math.inf),
+        "run_id": task["run_id"], "confirm": True,
+    }  # fmt: skip
+    emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra, lane=True)
+    try:
+        d = await deploy_with_profile(runtime, cand, arguments, options.twin_profiles(), None)
+    except (ToolCallFailed, TimeoutError) as exc:
+        return f"deploy failed: {exc}"
+    return d, start_s(d, cand, options)
+
+
+async def _run(
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, options: TuneOptions, lanes: list[Lane],
+    cap_s: float,
+) -> str:  # fmt: skip
+    """Start every lane's benchmark, follow them, check the claim as samples arrive; why it stopped early or ''."""
+    tools, goal = runtime.context.tools, task["goal"]
+    replicas = Plan.parse(cand.plan).replicas
+    for lane in lanes:
+        args = {"steps": goal.workload.steps, "repeats": max(1, math.ceil(lane.requests / replicas)),
+                "concurrency": [replicas], "probe_steps": [], "warmup": 0} | anchor_changes(goal.workload)  # fmt: skip
+        try:
+            status = await tools.call(
+                "start_benchmark", deployment_id=lane.deployment.id, run_id=task["run_id"], **args
+            )
+        except ToolCallFailed as exc:
+            lane.dropped = f"benchmark refused: {exc}"
+            continue
+        lane.benches.append(str(status["id"]))
+        lane.running = True
+        emit(runtime, "full", key=cand.key, deployment=lane.deployment.id, requests=lane.requests)
+    looked = started = time.time()
+    while any(lane.running for lane in lanes):
+        check_engine = time.time() - looked >= ENGINE_CHECK_S
+        looked = time.time() if check_engine else looked
+        for lane in [lane for lane in lanes if lane.running]:
+            bench = lane.benches[-1]
+            status = await tools.call("get_benchmark", benchmark_id=bench, wait_s=POLL_S / len(lanes))
+            lane.records[bench] = await tools.call("get_result", benchmark_id=bench, include_samples=True)
+            ended = status.get("status") != "running"
+            if ended and status.get("status") != "completed":
+                lane.dropped = f"benchmark {bench} {status.get('status')}: {status.get('error')}"
+            if (ended or check_engine) and not lane.dropped:  # preempted or killed: its answers so far are kept
+                state = await _state(tools, lane.deployment.id)
+                if state not in ("ready", "loading"):
+                    lane.dropped = f"deployment {lane.deployment.id} is {state} during benchmark {bench}"
+            lane.running = not ended and not lane.dropped
+        pooled = [x for lane in lanes for x in lane.latencies(cand)]
+        if goal.latency_bound_s is not None:
+            check = stats.check_claim(pooled, goal.latency_percentile, goal.confidence, goal.latency_bound_s)
+            if check.state == "failed":
+                for lane in lanes:
+                    await teardown(runtime, lane.deployment.id)  # stop at once: every lane is freed
+                    lane.running = False
+                for lane in [lane for lane in lanes if lane.benches]:  # answers that came in meanwhile are kept
+                    bench = lane.benches[-1]
+                    lane.records[bench] = await tools.call("get_result", benchmark_id=bench, include_samples=True)
+                emit(runtime, "decided", key=cand.key, reason=check.reason)
+                return check.reason
+        # real GPUs bill wall time on every lane: stop the moment this action's share is used up
+        if not options.twin and (time.time() - started) * len(lanes) >= cap_s:
+            for lane in lanes:
+                lane.running = False
+            return "over"
+    return ""
+
+
+async def _state(tools: Any, deployment_id: str) -> str:
+    try:
+        return (await get_deployment(tools, deployment_id)).state
+    except ToolCallFailed as exc:
+        return f"unreadable ({exc})"
+
+
+async def _outcome(
+    runtime: Runtime[Context], cand: Candidate, action: Action, lanes: list[Lane], n: int, decided: str,
+    cap_s: float, events: list[str],
+) -> dict[str, Any]:  # fmt: skip
+    """verify's update: the pooled measurement billed at every lane's GPU seconds, timed by the slowest lane."""
+    node_s = sum(lane.start_s + lane.busy_s() for lane in lanes)
+    wall_s = max(lane.start_s + lane.busy_s() for lane in lanes)
+    first = lanes[0]
+    if decided == "over" or node_s >= cap_s:
+        for lane in lanes:
+            await teardown(runtime, lane.deployment.id)
+        why = "stopped: this action reached its share of the budget"
+        return failed_update(action, cand, why, bill(cand, min(node_s, cap_s)), removed=True)
+    records = [r for lane in lanes for r in lane.records.values()]
+    failure = next((f for r in records if (f := every_request_failed("full", r))), None)
+    kept = [lane for lane in lanes if lane.records]
+    if not kept or (failure and all(every_request_failed("full", r) for r in records)):
+        why = failure or "; ".join(lane.dropped for lane in lanes if lane.dropped) or "no lane measured"
+        return failed_update(action, cand, why, bill(cand, node_s), removed=bool(first.dropped))
+    latencies = [x for lane in lanes for x in lane.latencies(cand)]
+    parts = [measurement_of(cand, "full", b, r) for lane in kept for b, r in lane.records.items()]
+    # a dropped lane's unanswered requests were run again: only the surviving lanes' failures count
+    failed = sum(p.failed_requests for lane in kept if not lane.dropped for p in
+                 (measurement_of(cand, "full", b, r) for b, r in lane.records.items()))  # fmt: skip
+    if decided:  # the requests in flight when the decided run tore its lanes down failed by our hand
+        failed = 0
+    usd, gpu_hours = bill(cand, node_s)
+    measurement = parts[0].model_copy(update={
+        "latencies_s": latencies, "requested": len(latencies) if decided else max(n, len(latencies)),
+        "failed_requests": failed, "contaminated": sum(p.contaminated for p in parts), "usd": usd,
+        "gpu_hours": gpu_hours, "lanes": len(kept), "decided": decided,
+        "benchmark_ids": [b for lane in kept for b in lane.records],
+    })  # fmt: skip
+    emit(runtime, "measured", key=cand.key, kind="full", usd=round(usd, 3), model_s=round(node_s, 1),
+         wall_s=round(wall_s, 1), lanes=len(kept), **measured_figures(measurement))  # fmt: skip
+    live = not decided and not first.dropped
+    summary = f"{measured_figures(measurement)} over {len(kept)} lane(s) (${usd:.2f}, {node_s:.0f} model-s)"
+    return {
+        "results": [Outcome(measurement=measurement, deployment_id=first.deployment.id, model_s=node_s, wall_s=wall_s)],
+        "deployments": {cand.key: first.deployment.id if live else ""},  # '' : torn down
+        "events": [f"full {cand.key}: {summary}" + (f"; {decided}" if decided else ""), *events],
+    }

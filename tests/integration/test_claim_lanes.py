@@ -1,0 +1,195 @@
+"""The claim's run in lanes on real twins (agent/claim_run.py through the real MCP tools and results database):
+one claim pooled over two deployments of one plan, one of them SIGKILLed mid-run (as a preempted node would
+vanish), its answered samples kept and its unanswered requests run again on the surviving lane; and a full run
+on a hopeless candidate (the goal's bound under its latency) stopped at the first sample that decides it, its
+lanes freed. Nothing is mocked: twin processes serve the requests, at a time scale that keeps the test short."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.runtime import Runtime
+
+from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.state import VerifyTask
+from worldtune.agent.tools_client import ToolsClient
+from worldtune.agent.verify import verify
+from worldtune.policies.search import Action, Candidate, candidates, initial_state, record
+from worldtune.tools.mcp_server import build_server
+from worldtune.tools.offers import all_offers
+from worldtune.tools.store import Store
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.workload import anchor_workload
+
+pytestmark = pytest.mark.integration
+
+RUN = "tune-lanes"
+SCALE = 400.0  # 117 model-s a request: ~0.3 s of wall time, so a lane of 30 runs ~9 s: time to kill it mid-run
+
+
+def setup(db: Path, bound: float) -> tuple[Goal, Candidate, TuneOptions]:
+    goal = Goal(workload=anchor_workload(), latency_bound_s=bound, gpus=["H200"], capacities=["spot"],
+                confidence=0.95)  # fmt: skip
+    cand = next(c for c in candidates(initial_state(goal, all_offers("snapshot")))
+                if c.plan == "cfg2-u4-vae8" and c.offer.gpu_count == 8)  # fmt: skip
+    Store(db).add_run(RUN, "tune")
+    return goal, cand, TuneOptions(db_path=str(db), yes=True, time_scale=SCALE)
+
+
+def task(goal: Goal, cand: Candidate, options: TuneOptions, shares: list[int]) -> VerifyTask:
+    action = Action(key=cand.key, kind="full", expected_usd=100.0, expected_s=5000.0, needs_deploy=True, reason="",
+                    requests=sum(shares), lanes=len(shares), lane_requests=shares)  # fmt: skip
+    return VerifyTask(run_id=RUN, goal=goal, options=options, action=action, candidate=cand, deployment_id=None,
+                      cap_usd=300.0, iteration=1, used_benchmarks=[], billed_deployments=[])  # fmt: skip
+
+
+def run_verify(
+    db: Path, t: VerifyTask, on_event: Any = None
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def progress(kind: str, data: dict[str, Any]) -> None:
+        seen.append((kind, data))
+        if on_event:
+            on_event(kind, data)
+
+    async def main() -> dict[str, Any]:
+        from mcp import Client
+
+        async with Client(build_server(str(db))) as client:
+            return await verify(t, Runtime(context=Context(tools=ToolsClient(client), progress=progress)))
+
+    return asyncio.run(main()), seen
+
+
+def samples_of(db: Path, deployment_id: str) -> int:
+    store = Store(db)
+    return sum(len(store.samples(b["id"])) for b in store.list_benchmarks(limit=1000)
+               if b.get("deployment_id") == deployment_id)  # fmt: skip
+
+
+def kill_when_measuring(db: Path, deployment_id: str, after: int, done: threading.Event) -> None:
+    """SIGKILL the lane's twin processes once it has answered `after` requests (an event, polled, not a sleep)."""
+    while not done.wait(0.05):
+        if samples_of(db, deployment_id) >= after:
+            d = Store(db).get_deployment(deployment_id)
+            row = next(r for r in Store(db).ledger() if r["cluster"] == d.cluster)
+            for pid in json.loads(row["detail"])["pids"]:
+                os.kill(pid, signal.SIGKILL)
+            done.set()
+
+
+def test_one_claim_pooled_over_two_lanes_survives_a_lane_killed_mid_run(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    goal, cand, options = setup(db, bound=150.0)
+    killed = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        # the second lane's benchmark started: kill that lane after its fifth answer
+        if kind == "full" and not threads and data.get("requests") == 29:
+            threads.append(threading.Thread(target=kill_when_measuring, args=(db, data["deployment"], 5, killed)))
+            threads[0].start()
+
+    update, seen = run_verify(db, task(goal, cand, options, [30, 29]), on_event)
+    killed.set()
+    for t in threads:
+        t.join()
+    assert threads, "the second lane never started"
+    (outcome,) = update["results"]
+    m = outcome.measurement
+    assert not outcome.failed, outcome.error
+    assert len(m.latencies_s) == m.requested == 59 and m.failed_requests == 0  # the claim's count, pooled
+    assert m.lanes == 2 and not m.decided
+    deployed = [d for kind, d in seen if kind == "deploy"]
+    assert len(deployed) == 2  # the candidate's deployment and one more lane, started together
+    assert any("dropped" in e and "during benchmark" in e for e in update["events"]), update["events"]
+    assert any("run again" in e for e in update["events"]), update["events"]
+    # the pooled measurement is evidence: the search folds it in and the claim holds at 95%
+    state = record(initial_state(goal, all_offers("snapshot")), m)
+    assert not state.rejected
+    judged = next(c for c in candidates(state) if c.key == cand.key)
+    assert judged.stage == "measured" and judged.feasible and "95% confidence" in judged.evidence
+    # GPU time is both lanes' starts and busy time; the time to answer is the slower lane's
+    assert outcome.wall_s is not None and outcome.wall_s < outcome.model_s
+    store = Store(db)
+    alive = [d.id for d in store.list_deployments(alive_only=True)]
+    assert alive == [outcome.deployment_id]  # the extra lane is gone; the candidate's deployment is handed on
+    store_ids = {d.id for d in store.list_deployments()}
+    for d in store_ids - set(alive):
+        assert store.get_deployment(d).state != "ready"
+    asyncio.run(_teardown(db, outcome.deployment_id))
+
+
+async def _teardown(db: Path, deployment_id: str) -> None:
+    from mcp import Client
+
+    async with Client(build_server(str(db))) as client:
+        await ToolsClient(client).call("teardown", deployment_id=deployment_id, confirm=True)
+
+
+def test_a_full_run_on_a_hopeless_candidate_stops_at_the_sample_that_decides_it(tmp_path: Path) -> None:
+    db = tmp_path / "wt.db"
+    goal, cand, options = setup(db, bound=cand_latency_floor())
+    update, seen = run_verify(db, task(goal, cand, options, [30, 29]))
+    (outcome,) = update["results"]
+    m = outcome.measurement
+    assert not outcome.failed, outcome.error
+    assert m.decided.startswith("decided:") and "cannot hold at 95% confidence" in m.decided
+    assert 1 <= len(m.latencies_s) < 59 and m.requested == len(m.latencies_s)  # stopped at once, nothing more bought
+    assert any(kind == "decided" for kind, _ in seen)
+    assert Store(db).list_deployments(alive_only=True) == []  # every lane freed
+    assert update["deployments"] == {cand.key: ""}
+    state = record(initial_state(goal, all_offers("snapshot")), m)
+    judged = next(c for c in candidates(state) if c.key == cand.key)
+    assert not state.rejected and judged.stage == "measured" and not judged.feasible
+    assert "cannot hold" in judged.evidence
+
+
+def cand_latency_floor() -> float:
+    """A bound every request of the plan exceeds (its predicted latency is ~117 s): the goal cannot be met."""
+    return 60.0
+
+
+def test_nodes_launched_with_a_probe_become_the_claims_lanes(tmp_path: Path) -> None:
+    """A probe that launches two nodes for the claim's run after it (under another plan of its offer): they
+    come up beside the probe, billed with it; the full run then deals its requests to them (replanned to its
+    plan: warm loads) without deploying any new node, names all three lanes' benchmarks, and frees them."""
+    db = tmp_path / "wt.db"
+    goal, cand, options = setup(db, bound=150.0)
+    probe = Action(key=cand.key, kind="probe", expected_usd=50.0, expected_s=2000.0, needs_deploy=True, reason="",
+                   early_lanes=2, early_plan="u8")  # fmt: skip
+    first = VerifyTask(run_id=RUN, goal=goal, options=options, action=probe, candidate=cand, deployment_id=None,
+                       cap_usd=300.0, iteration=0, used_benchmarks=[], billed_deployments=[])  # fmt: skip
+    update, seen = run_verify(db, first)
+    (probed,) = update["results"]
+    assert not probed.failed, probed.error
+    spares = update["spare_lanes"]
+    assert len(spares) == 2 and set(spares.values()) == {f"{cand.offer.id}|u8"}
+    store = Store(db)
+    assert all(store.get_deployment(d).state == "ready" for d in spares)
+    # billed with the probe: its own GPU seconds and each lane's start; its time to answer the longer of them
+    assert probed.wall_s is not None and probed.model_s > probed.wall_s
+    assert probed.measurement.usd > 0 and any("early lane" in e for e in update["events"])
+
+    full = task(goal, cand, options, [21, 19, 19])
+    full["deployment_id"] = update["deployments"][cand.key]
+    full["spare_lanes"], full["iteration"], full["used_benchmarks"] = spares, 1, [probed.measurement.benchmark_id]
+    update, seen = run_verify(db, full)
+    (outcome,) = update["results"]
+    m = outcome.measurement
+    assert not outcome.failed, outcome.error
+    assert m.lanes == 3 and len(m.latencies_s) == 59 and len(set(m.benchmark_ids)) == 3
+    assert not [d for kind, d in seen if kind == "deploy"]  # no new node: the spares were the lanes
+    assert sum(1 for kind, _ in seen if kind == "replan") >= 2  # u8 -> the run's plan, on each spare node
+    assert update["spare_lanes"] == dict.fromkeys(spares, "")  # no longer spare
+    alive = [d.id for d in Store(db).list_deployments(alive_only=True)]
+    assert alive == [outcome.deployment_id]
+    asyncio.run(_teardown(db, outcome.deployment_id))

@@ -1,0 +1,35 @@
+"""The belief's run-to-run noise: its measured prior, and what full runs' samples teach it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from worldtune.policies import belief_noise
+from worldtune.policies.calibration import shipped_profile
+
+
+def test_shipped_noise_is_the_measured_spread_with_its_basis() -> None:
+    cv, _ = belief_noise.measured_noise()
+    h200 = shipped_profile("H200")
+    assert h200.noise_cv == cv
+    assert h200.basis_of("noise_cv").kind == "measured"
+    assert "H200-1gpu-2026-12-03.noise.json" in h200.basis_of("noise_cv").source
+    assert belief_noise.prior_df(h200) == pytest.approx(belief_noise.PRIOR_DF, rel=1e-2)
+
+
+def test_samples_with_more_noise_widen_the_noise_and_its_quantile_narrows_to_normal() -> None:
+    prior = shipped_profile("H200")
+    rng = np.random.default_rng(3)
+    noisy = [list(100 * np.exp(0.05 * rng.standard_normal(90)))]
+    learned = belief_noise.learn(prior, [(noisy[0], 1.0)])
+    assert learned.learned and learned.samples == 90
+    assert 0.04 < learned.cv < 0.06
+    assert belief_noise.prior(prior).quantile(95) > learned.quantile(95) > 1.64  # t with 4 df, then ~normal
+    calm = belief_noise.learn(prior, [(list(100 * np.exp(0.0026 * rng.standard_normal(90))), 1.0)])
+    assert calm.cv < 0.004
+
+
+def test_a_profile_without_a_noise_basis_knows_its_noise() -> None:
+    truth = shipped_profile("H200").model_copy(update={"basis": {}})
+    assert belief_noise.learn(truth, [([100.0, 120.0, 80.0], 1.0)]).cv == truth.noise_cv

@@ -1,0 +1,120 @@
+"""The claim's run in lanes (policies/lanes.py): dealt so the lanes end together, chosen by time and cost."""
+
+from __future__ import annotations
+
+from worldtune.policies import lanes, search
+from worldtune.tools.offers import all_offers
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.workload import anchor_workload
+
+GOAL = dict(latency_bound_s=150, gpus=["H200"], capacities=["spot"], budget_usd=300,
+            workload=anchor_workload("cosmos3-super"))  # fmt: skip
+
+
+def candidate(goal: Goal) -> tuple[search.SearchState, search.Candidate]:
+    state = search.initial_state(goal, all_offers())
+    cand = next(c for c in search.candidates(state) if c.plan == "cfg2-u4-vae8" and c.offer.gpu_count == 8)
+    return state, cand
+
+
+def test_lanes_cut_the_wall_time_and_pay_one_start_each() -> None:
+    _, cand = candidate(Goal(**GOAL))
+    one = lanes.plan(cand, 59, 1, deployed=True)
+    four = lanes.plan(cand, 59, 4, deployed=True)
+    assert sum(four.requests) == 59 and four.requests[0] > four.requests[-1]  # the live lane starts first
+    assert four.seconds < one.seconds / 2
+    start = search.start_seconds(cand, False) * lanes.SAFETY * cand.offer.gpu_count / 3600
+    # GPU-hours rise by about one provisioning and cold load per extra lane, not by more
+    assert 2.5 * start < four.gpu_hours - one.gpu_hours < 3.5 * start
+
+
+def test_a_deadline_buys_the_fewest_lanes_that_meet_it() -> None:
+    state, cand = candidate(Goal(**GOAL, answer_within_s=2 * 3600))
+    chosen = lanes.choose(state, cand, 59, True, False, 300.0)
+    assert chosen.seconds <= 2 * 3600
+    if chosen.lanes > 1:
+        assert lanes.plan(cand, 59, chosen.lanes - 1, True).seconds > 2 * 3600  # one fewer would be late
+    unbounded = lanes.choose(state, cand, 59, True, False, 300.0)
+    assert unbounded.lanes == chosen.lanes
+    poor = lanes.choose(state, cand, 59, True, False, 1.0)  # no budget for a second lane
+    assert poor.lanes == 1
+
+
+def test_without_a_deadline_extra_gpu_hours_stay_within_the_default_share() -> None:
+    state, cand = candidate(Goal(**GOAL))
+    chosen = lanes.choose(state, cand, 59, True, False, 300.0)
+    one = lanes.plan(cand, 59, 1, True)
+    assert chosen.lanes > 1 and chosen.gpu_hours - one.gpu_hours <= lanes.DEFAULT_EXTRA * one.gpu_hours + 1e-9
+    assert "lane" in chosen.why
+
+
+def test_lanes_launched_with_the_probe_before_the_run_start_sooner_and_bill_only_their_start() -> None:
+    _, cand = candidate(Goal(**GOAL))
+    cold = search.start_seconds(cand, False)
+    now = lanes.plan(cand, 59, 4, deployed=True)
+    early = lanes.plan(cand, 59, 4, deployed=True, head_s=cold)  # up when the run starts
+    assert early.seconds < now.seconds - 0.5 * cold * lanes.SAFETY
+    assert abs(early.node_seconds - now.node_seconds) < 1e-6 * now.node_seconds  # the same starts, billed
+    # a longer probe: they are launched later in it, so they are up at its end and wait for nothing
+    later = lanes.plan(cand, 59, 4, deployed=True, head_s=2 * cold)
+    assert later.seconds == early.seconds and later.node_seconds == early.node_seconds
+
+
+def test_spare_nodes_serve_first_and_their_start_is_not_billed_again() -> None:
+    _, cand = candidate(Goal(**GOAL))
+    other = f"{cand.offer.id}|u8"
+    starts = lanes.extra_starts(cand, 4, spare=[cand.key, other, "elsewhere|u8"])
+    assert starts[0] == (0.0, 0.0)  # the same plan, up: nothing to wait for or bill
+    assert starts[1] == (cand.load_s, cand.load_s)  # another plan on the offer: a warm load
+    assert starts[2] == (search.start_seconds(cand, False),) * 2  # a node of another offer does not count
+    spare = lanes.plan(cand, 59, 3, deployed=True, spare=[cand.key, cand.key])
+    fresh = lanes.plan(cand, 59, 3, deployed=True)
+    assert spare.seconds < fresh.seconds and spare.node_seconds < fresh.node_seconds
+
+
+def test_a_decision_keeps_only_the_spare_nodes_its_runs_use() -> None:
+    _, cand = candidate(Goal(**GOAL))
+    full = search.Action(key=cand.key, kind="full", expected_usd=1, expected_s=1, needs_deploy=False, reason="")
+    probe = full.model_copy(update={"kind": "probe", "key": "other-offer|u8"})
+    spare = [cand.key, f"{cand.offer.id}|u8", "other-offer|u8"]
+    assert lanes.kept_spares(spare, [full]) == spare[:2]
+    assert lanes.kept_spares(spare, [probe]) == []  # a probe launching nothing keeps nothing
+    assert lanes.kept_spares(spare, [probe.model_copy(update={"early_lanes": 1})]) == []  # it needs no spare
+    assert lanes.kept_spares(spare, [probe.model_copy(update={"spares_held": 1})]) == spare[2:]  # it holds one
+    held = full.model_copy(update={"kind": "probe", "spares_held": 1})
+    assert lanes.kept_spares(spare, [held]) == spare[:1]  # as many as it holds, no more
+
+
+def test_the_search_launches_the_runs_lanes_with_the_probe_before_it() -> None:
+    """Searching the main job against its own belief: the probe the search makes just before the full run it has
+    in view launches nodes for that run, and the run's lanes count them (its spare nodes)."""
+    goal = Goal(latency_bound_s=150, gpus=["H200", "B200"], capacities=["spot", "on-demand"], budget_usd=300,
+                workload=anchor_workload("cosmos3-super"))  # fmt: skip
+    state = search.initial_state(goal, all_offers())
+    early = None
+    for _ in range(6):
+        decision = search.decide(state)
+        assert decision.actions, decision.stop_reason
+        action = decision.actions[0]
+        if action.kind == "full":
+            break
+        cand = next(c for c in search.candidates(state) if c.key == action.key)
+        state = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
+                                                        fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
+        spare = [f"{cand.offer.id}|{action.early_plan}"] * action.early_lanes
+        early = early or (action if action.early_lanes else None)
+        state = state.model_copy(update={"deployed": [cand.key], "spare_lanes": state.spare_lanes + spare,
+                                         "elapsed_s": state.elapsed_s + action.expected_s})  # fmt: skip
+    assert early is not None and early.early_plan and "launched with this probe" in early.reason
+    assert early.early_after_s >= 0 and "likeliest optimum" in early.reason
+    assert action.kind == "full" and action.key.split("|", 1)[0] == early.key.split("|", 1)[0]
+    assert action.lanes >= early.early_lanes + 1  # the nodes launched for it are among its lanes
+
+
+def test_the_search_asks_for_its_full_run_in_lanes() -> None:
+    state, cand = candidate(Goal(**GOAL))
+    probed = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
+                                                    fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
+    probed = probed.model_copy(update={"deployed": [cand.key]})
+    full = [a for a in search.decide(probed).actions if a.kind == "full"]
+    assert full and full[0].lanes > 1 and sum(full[0].lane_requests) == full[0].requests == 59
