@@ -29,7 +29,7 @@ class ToolsClient(Protocol):
 
 def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
     """The goal as the run will use it: the command line's budget and cloud win over the text."""
-    from worldtune.tools.spend import check_tuning
+    from worldtune.tools.plans.spend import check_tuning
     from worldtune.tools.words.infra import Infra
 
     where = Infra.parse(options.infra)
@@ -56,7 +56,7 @@ def check_options(options: TuneOptions) -> None:
     if options.twin_profile and options.engine != "twin":
         raise InvalidInput("twin_profile", options.twin_profile, "only with --engine twin")
     if options.twin_profile:  # read once, here: a file that is not a profile stops the run before anything starts
-        from worldtune.tools.profile_paths import load_profile
+        from worldtune.tools.plans.profile_paths import load_profile
 
         for path in options.twin_profiles():  # each file given, or each profile in a folder given
             load_profile(path, "cli", "twin_profile")

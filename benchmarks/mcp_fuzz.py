@@ -35,7 +35,7 @@ def fuzz(examples: int, seed: int, max_calls: int) -> dict[str, Any]:
     from hypothesis import strategies as st
     from mcp_fuzz_cases import Tally, call_strategy, plant_secrets, run_calls
 
-    from worldtune.tools import deploy as deploying
+    from worldtune.tools.deployments import deploy as deploying
 
     work = Path(tempfile.mkdtemp(prefix="wt-fuzz-bench-"))
     os.environ.pop("WORLDTUNE_GUARDRAILS", None)

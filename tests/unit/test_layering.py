@@ -19,7 +19,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ROOMS = ("tools", "policies", "sky", "agent")
-PACKAGES = {f"worldtune.{room}" for room in ROOMS} | {"worldtune.tools.words"}
+# tools/ is rooms of its own (tools/words/, tools/mcp/, tools/store/, ...): a package, not a module
+TOOLS_ROOMS = sorted(p.parent.name for p in (ROOT / "tools").glob("*/__init__.py"))
+PACKAGES = {f"worldtune.{room}" for room in ROOMS} | {f"worldtune.tools.{room}" for room in TOOLS_ROOMS}
 MODULE_STRING = re.compile(r"worldtune\.(?:tools|policies|sky|agent)(?:\.[A-Za-z_]\w*)*")
 
 # The words: every module of tools/words/ (and the tools package itself, which only names the room).
@@ -55,7 +57,7 @@ def _modules_in(tree: ast.AST) -> set[str]:
 def module_of(name: str) -> str:
     """worldtune.tools.words.plan.Plan -> worldtune.tools.words.plan, worldtune.sky.render.x -> worldtune.sky.render
     (a room's module, the unit the rules speak of)."""
-    return ".".join(name.split(".")[: 4 if name.startswith("worldtune.tools.words.") else 3])
+    return ".".join(name.split(".")[: 4 if name.startswith("worldtune.tools.") else 3])
 
 
 def dependencies(room: str) -> set[tuple[str, str]]:
@@ -103,14 +105,15 @@ def test_the_agent_imports_tools_and_the_search_policy() -> None:
 
 
 # Issue 16 item 5: the agent reaches the world and the database only through the MCP tools. No agent module opens
-# the results database (tools/store.py and its record families, tools/store_*.py): a run's record, its fleet
+# the results database (tools/store/database.py and its record families, tools/store/*.py): a run's record, its fleet
 # rehearsal's twins and samples and the report's data go through the MCP tools and the capabilities behind them
-# (tools/tuning_jobs.py, tools/run_records.py, tools/fleet_rehearsal.py, tools/report_data.py).
+# (tools/results/tuning_jobs.py, tools/results/run_records.py, tools/deployments/fleet_rehearsal.py,
+# tools/results/report_data.py).
 def agent_modules_opening_the_database() -> list[str]:
     return sorted(
         f"{file}: {module}"
         for file, module in dependencies("agent")
-        if module == "worldtune.tools.store" or module.startswith("worldtune.tools.store_")
+        if in_room(module, "tools.store") and module != "worldtune.tools.store.db_path"
     )
 
 
@@ -123,15 +126,15 @@ def test_the_database_check_finds_an_agent_module_that_opens_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "agent").mkdir()
-    (tmp_path / "agent" / "fine.py").write_text("from worldtune.tools.db_path import default_db_path\n")
+    (tmp_path / "agent" / "fine.py").write_text("from worldtune.tools.store.db_path import default_db_path\n")
     (tmp_path / "agent" / "lazy.py").write_text(
-        "def f():\n    from worldtune.tools.store import Store\n    return Store\n"
+        "def f():\n    from worldtune.tools.store.database import Store\n    return Store\n"
     )
-    (tmp_path / "agent" / "named.py").write_text("NAME = 'worldtune.tools.store_runs'\n")
+    (tmp_path / "agent" / "named.py").write_text("NAME = 'worldtune.tools.store.runs'\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert agent_modules_opening_the_database() == [
-        "agent/lazy.py: worldtune.tools.store",
-        "agent/named.py: worldtune.tools.store_runs",
+        "agent/lazy.py: worldtune.tools.store.database",
+        "agent/named.py: worldtune.tools.store.runs",
     ]
 
 

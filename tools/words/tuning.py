@@ -73,7 +73,7 @@ class Tuner(Protocol):
 
     def stop_run(self, run_id: str, reason: str) -> bool:
         """Stop one run driven in this process at its next safe point and wait for its teardown; False when no
-        thread of this process drives it (tools/run_heartbeat.py abandons runs whose client is gone)."""
+        thread of this process drives it (tools/results/run_heartbeat.py abandons runs whose client is gone)."""
         ...
 
     def write_report(self, run_id: str, db_path: str) -> dict[str, str]:

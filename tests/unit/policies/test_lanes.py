@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worldtune.policies import lanes, search
-from worldtune.tools.offers import all_offers
+from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_fuzz_cases import Tally, call_strategy, plant_secrets, run_calls
 
-from worldtune.tools import deploy as deploying
-from worldtune.tools.spend import GUARDRAILS_ENV
+from worldtune.tools.deployments import deploy as deploying
+from worldtune.tools.plans.spend import GUARDRAILS_ENV
 
 SECRETS = plant_secrets(Path(tempfile.mkdtemp(prefix="wt-fuzz-secrets-")))
 

@@ -18,10 +18,10 @@ import fake_cloud
 import pytest
 from mcp import Client
 
-from worldtune.tools import deploy as deploying
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.spend import GUARDRAILS_ENV
-from worldtune.tools.store import Store
+from worldtune.tools.deployments import deploy as deploying
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.plans.spend import GUARDRAILS_ENV
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
