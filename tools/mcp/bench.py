@@ -6,11 +6,10 @@ The workload and the spec are assembled by tools/bench/request.py; this layer ma
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import anyio
 import anyio.to_thread
-from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
@@ -31,19 +30,17 @@ from worldtune.tools.mcp.common import (
     SeedArg,
     SizeArg,
     TaskArg,
-    ToolSpec,
     WidthArg,
-    add_tools,
     refusals,
+    tool,
 )
+from worldtune.tools.mcp.session import session_of
 from worldtune.tools.words.errors import describe
 
-if TYPE_CHECKING:
-    from worldtune.tools.mcp.session import Session
 
-
+@tool("Start a benchmark", STARTS)
 def start_benchmark(
-    session: Session,
+    ctx: Context,
     deployment_id: Annotated[str, Field(description="the ready deployment to measure (from deploy)")],
     steps: Annotated[int, Field(ge=1, le=200, description="denoising steps of the full runs")] = 35,
     repeats: Annotated[int, Field(ge=1, le=1000, description="requests per client per level and per probe")] = 3,
@@ -86,6 +83,7 @@ def start_benchmark(
     for status, progress and the result; every request is written to the results database as it
     completes, so nothing measured is lost; get_result's config holds the workload that was sent.
     """
+    session = session_of(ctx)
     from worldtune.tools.bench.request import benchmark_spec, benchmark_workload, start_on_deployment
     from worldtune.tools.deployments import deploy as deploying
 
@@ -106,8 +104,8 @@ def start_benchmark(
         return start_on_deployment(current, spec, session.store, wait=wait)
 
 
+@tool("Get a benchmark", READ_ONLY)
 async def get_benchmark(
-    session: Session,
     ctx: Context,
     benchmark_id: Annotated[str, Field(description="id returned by start_benchmark")],
     wait_s: Annotated[
@@ -116,6 +114,7 @@ async def get_benchmark(
 ) -> BenchmarkStatus:
     """A benchmark's status (running, completed, failed), progress from 0 to 1, requests done, and its result
     (final once completed, partial from the stored samples before)."""
+    session = session_of(ctx)
     from worldtune.tools.bench import benchmark as benchmarking
 
     session.benchmark_row(benchmark_id)  # a readable error for an unknown id
@@ -128,14 +127,3 @@ async def get_benchmark(
             return status
         await ctx.report_progress(status.progress, 1.0, status.message or "running")
         await anyio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    (start_benchmark, "Start a benchmark", STARTS),
-    (get_benchmark, "Get a benchmark", READ_ONLY),
-)
-
-
-def register(server: MCPServer, session: Session) -> None:
-    """Add this family's tools to `server`, sharing `session`."""
-    add_tools(server, session, TOOLS)

@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
+from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field, ValidationError
 
 from worldtune.tools.deployments import capacity
 from worldtune.tools.deployments.capacity import DEFAULT_PREEMPTIONS_PER_NODE_HOUR, CapacityPlan
 from worldtune.tools.deployments.fleet_rehearsal import FleetRehearsal
-from worldtune.tools.mcp.common import READ_ONLY, STARTS, ModelArg, ToolSpec, add_tools, allowed_profile, refusals
+from worldtune.tools.mcp.common import READ_ONLY, STARTS, ModelArg, allowed_profile, refusals, tool
+from worldtune.tools.mcp.session import session_of
 from worldtune.tools.words.errors import InvalidInput, describe
 from worldtune.tools.words.fleet import Fleet
 from worldtune.tools.words.goal import Goal
@@ -21,13 +23,12 @@ from worldtune.tools.words.workload import anchor_workload
 M = TypeVar("M", bound=BaseModel)
 
 if TYPE_CHECKING:
-    from mcp.server import MCPServer
-
-    from worldtune.tools.mcp.session import Session
+    pass
 
 
+@tool("Plan a fleet for traffic", READ_ONLY)
 async def plan_capacity(
-    session: Session,
+    ctx: Context,
     shape: Annotated[Shape, Field(description="poisson | daily_window | bursts | trace (give `trace`)")],
     e2e_bound_s: Annotated[
         float | None, Field(gt=0, allow_inf_nan=False, description="end-to-end bound incl. queueing (s)")
@@ -53,6 +54,7 @@ async def plan_capacity(
     """The cheapest fleet (plan, offer, capacity, replica range, autoscaler) whose simulated days meet the
     traffic's end-to-end percentile bound, with SkyServe's default autoscaling beside it. Offline and free:
     every figure is simulated over the performance model's predictions (see the result's basis)."""
+    session = session_of(ctx)
     with refusals():
         fields: dict[str, object] = dict(
             shape=shape, e2e_bound_s=e2e_bound_s, e2e_percentile=e2e_percentile, rate_per_hour=rate_per_hour,
@@ -81,8 +83,9 @@ def _read(model: type[M], data: dict[str, Any], field: str) -> M:
         raise InvalidInput(field, "(given)", f"a {model.__name__} as its model reads it", describe(exc)) from exc
 
 
+@tool("Rehearse a fleet on local twins", STARTS)
 async def rehearse_fleet(
-    session: Session,
+    ctx: Context,
     goal: Annotated[
         dict[str, Any], Field(description="the goal with traffic the fleet serves, as the Goal model reads it")
     ],
@@ -103,6 +106,7 @@ async def rehearse_fleet(
     """Rehearse a fleet on local twins: its warm nodes start as twin processes on this machine, the traffic's
     peak rate arrives open loop, then they are torn down. Free (twins only): the measured end-to-end percentile,
     queue wait, latency per request and billed daily cost beside the model's prediction for the same fleet."""
+    session = session_of(ctx)
     from worldtune.tools.deployments.fleet_rehearsal import rehearse_on_first_profile
 
     with refusals():
@@ -118,15 +122,3 @@ async def rehearse_fleet(
 
     with refusals():
         return await anyio.to_thread.run_sync(run)
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    (plan_capacity, "Plan a fleet for traffic", READ_ONLY),
-    (rehearse_fleet, "Rehearse a fleet on local twins", STARTS),
-)
-
-
-def register(server: MCPServer, session: Session) -> None:
-    """Add plan_capacity and rehearse_fleet to `server`; a trace or profile file is checked against `session`'s
-    client (tools/words/traffic.py, tools/plans/profile_paths.py)."""
-    add_tools(server, session, TOOLS)

@@ -1,23 +1,20 @@
 """What every MCP tool module shares: the annotations, the flat arguments, refusals, progress and binding.
 
-A tool is a module-level function whose first parameter is the server's Session; `add_tools` binds it and
-registers it with its title and annotations, so the schema the client sees is the rest of its signature.
+A tool is a module-level function decorated with `@tool(title, annotations)`; registry.py registers it on each
+server as it is, and it reaches the server's Session through its Context (session.session_of).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
-from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
@@ -181,39 +178,22 @@ def allowed_profile(session: Session, path: str | None, field: str = "profile") 
     return str(allowed_profile_path(path, session.origin, field)) if path else None
 
 
-# A tool: its function (first parameter: the Session), its title and its annotations.
+# Every tool, as its family module's `@tool` recorded it: "module.function" -> (function, title, annotations).
 ToolSpec = tuple[Callable[..., Any], str, ToolAnnotations]
+TOOLS: dict[str, ToolSpec] = {}
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def bound(session: Session, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` with its first parameter (the session) given, showing the SDK the rest of its signature."""
-    signature = inspect.signature(fn)
-    names = fn.__globals__
-    params = [
-        p.replace(annotation=eval(p.annotation, names) if isinstance(p.annotation, str) else p.annotation)
-        for p in list(signature.parameters.values())[1:]
-    ]
-    ret = signature.return_annotation
-    ret = eval(ret, names) if isinstance(ret, str) else ret
+def tool(title: str, annotations: ToolAnnotations) -> Callable[[F], F]:
+    """Make the module-level function below an MCP tool, with its title and annotations.
 
-    if inspect.iscoroutinefunction(fn):
+    registry.py adds it to each server as it is (the SDK's own `server.tool()`), so the schema a client sees is
+    the function's signature; its `ctx: Context` parameter is the SDK's and is not shown, and gives the
+    server's Session (session.session_of).
+    """
 
-        @functools.wraps(fn)
-        async def tool(*args: Any, **kwargs: Any) -> Any:
-            return await fn(session, *args, **kwargs)
+    def record(fn: F) -> F:
+        TOOLS[f"{fn.__module__}.{fn.__qualname__}"] = (fn, title, annotations)
+        return fn
 
-    else:
-
-        @functools.wraps(fn)
-        def tool(*args: Any, **kwargs: Any) -> Any:
-            return fn(session, *args, **kwargs)
-
-    tool.__signature__ = signature.replace(parameters=params, return_annotation=ret)  # type: ignore[attr-defined]
-    tool.__annotations__ = {p.name: p.annotation for p in params} | {"return": ret}
-    return tool
-
-
-def add_tools(server: MCPServer, session: Session, tools: Sequence[ToolSpec]) -> None:
-    """Register each tool on `server`, bound to `session`, under its function's name."""
-    for fn, title, hints in tools:
-        server.tool(title=title, annotations=hints)(bound(session, fn))
+    return record

@@ -11,7 +11,6 @@ import threading
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio.to_thread
-from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
@@ -28,13 +27,13 @@ from worldtune.tools.mcp.common import (
     InfraArg,
     ModelArg,
     PlanArg,
-    ToolSpec,
     UsdPerHourArg,
-    add_tools,
     in_thread_with_progress,
     refusals,
+    tool,
     while_caller_waits,
 )
+from worldtune.tools.mcp.session import session_of
 from worldtune.tools.plans.spend import SpendQuote
 from worldtune.tools.words.deployment import Deployment, Progress
 
@@ -88,8 +87,8 @@ def would(spend: SpendQuote, what: str) -> str:
     )
 
 
+@tool("Deploy a plan", STARTS)
 async def deploy(
-    session: Session,
     ctx: Context,
     gpu: GpuArg,
     plan: PlanArg,
@@ -118,6 +117,7 @@ async def deploy(
     the offer, price per hour and expected hours (provisioning + model load + `hours`) and cost, and it
     respects the budget guardrails (policies/guardrails.yaml).
     """
+    session = session_of(ctx)
     from worldtune.tools.plans.spend import needs_confirmation
 
     spend = quote_or_refuse(
@@ -150,12 +150,14 @@ async def deploy(
     )
 
 
+@tool("Get a deployment", READ_ONLY_LIVE)
 def get_deployment(
-    session: Session,
+    ctx: Context,
     deployment_id: Annotated[str, Field(description="id returned by deploy, e.g. wt-1a2b3c4d")],
 ) -> Deployment:
     """One deployment: its plan, offer, state (pending, loading, ready, failed, preempted, terminated),
     endpoints and price per hour."""
+    session = session_of(ctx)
     from worldtune.tools.deployments import deploy as deploying
 
     session.deployment(deployment_id)  # a readable error for an unknown id
@@ -163,18 +165,20 @@ def get_deployment(
         return deploying.get_deployment(deployment_id, store=session.store)
 
 
+@tool("List deployments", READ_ONLY)
 def list_deployments(
-    session: Session,
+    ctx: Context,
     run_id: Annotated[str | None, Field(description="only this tuning run's deployments")] = None,
     alive_only: Annotated[bool, Field(description="only those not terminated or failed")] = False,
 ) -> DeploymentList:
     """Deployments in the results database, oldest first, with their state and endpoints."""
+    session = session_of(ctx)
     found = session.store.list_deployments(run_id=run_id, alive_only=alive_only)
     return DeploymentList(count=len(found), deployments=found)
 
 
+@tool("Tear down a deployment", DESTROYS)
 async def teardown(
-    session: Session,
     ctx: Context,
     deployment_id: Annotated[str, Field(description="id returned by deploy")],
     confirm: ConfirmArg = False,
@@ -183,6 +187,7 @@ async def teardown(
 
     Without confirm=true it only says what it would stop and what it has cost so far.
     """
+    session = session_of(ctx)
     from worldtune.tools.plans.spend import run_spent_usd
 
     current = session.deployment(deployment_id)
@@ -211,8 +216,8 @@ async def teardown(
     )
 
 
+@tool("Rent GPUs and start vLLM-Omni", RENTS)
 async def provision(
-    session: Session,
     ctx: Context,
     gpu: GpuArg,
     plan: PlanArg,
@@ -230,6 +235,7 @@ async def provision(
     (provisioning + model load + `hours`) and cost. Refused when the budget guardrails
     (policies/guardrails.yaml, $WORLDTUNE_GUARDRAILS) do not allow it.
     """
+    session = session_of(ctx)
     spend = quote_or_refuse(
         session, "provision", gpu=gpu, plan=plan, infra=infra, engine="vllm-omni", capacity=capacity,
         model=model, hours=hours, run_id=run_id, usd_per_hour=usd_per_hour,
@@ -237,20 +243,6 @@ async def provision(
     if not confirm:
         return DeployOutcome(done=False, needs_confirmation=True, message=would(spend, "rent"), quote=spend)
     return await deploy(
-        session, ctx, gpu=gpu, plan=plan, infra=infra, engine="vllm-omni", capacity=capacity, model=model,
+        ctx, gpu=gpu, plan=plan, infra=infra, engine="vllm-omni", capacity=capacity, model=model,
         hours=hours, run_id=run_id, confirm=True, usd_per_hour=usd_per_hour,
     )  # fmt: skip
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    (deploy, "Deploy a plan", STARTS),
-    (get_deployment, "Get a deployment", READ_ONLY_LIVE),
-    (list_deployments, "List deployments", READ_ONLY),
-    (teardown, "Tear down a deployment", DESTROYS),
-    (provision, "Rent GPUs and start vLLM-Omni", RENTS),
-)
-
-
-def register(server: MCPServer, session: Session) -> None:
-    """Add this family's tools to `server`, sharing `session`."""
-    add_tools(server, session, TOOLS)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from worldtune.tools.mcp.common import RECORDS, ToolSpec, add_tools, refusals
+from worldtune.tools.mcp.common import RECORDS, refusals, tool
+from worldtune.tools.mcp.session import session_of
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp.session import Session
@@ -64,8 +64,8 @@ def _client(row: dict[str, object]) -> RunClient:
     )
 
 
+@tool("Heartbeat a run", RECORDS)
 def heartbeat_run(
-    session: Session,
     ctx: Context,
     run_id: Annotated[str, Field(min_length=1, max_length=100, description="the run's id")],
     grace_s: GraceArg = None,
@@ -81,6 +81,7 @@ def heartbeat_run(
     from worldtune.tools.mcp.client_hooks import connection_of, session_key
     from worldtune.tools.results import run_heartbeat
 
+    session = session_of(ctx)
     row = run_heartbeat.get(session.store, run_id) or {}
     here = session_key(connection_of(ctx.request_context.session))
     keep = bool(row.get("detach")) if detach is None else detach  # unset: the terms it was bound with
@@ -90,11 +91,3 @@ def heartbeat_run(
     if row and row["session"] == here and (keep, hours, grace) == bound:
         return _client(row)  # bound here already on these terms: the middleware has just stamped its heartbeat
     return bind_here(session, ctx, run_id, grace, keep, hours)
-
-
-TOOLS: tuple[ToolSpec, ...] = ((heartbeat_run, "Heartbeat a run", RECORDS),)
-
-
-def register(server: MCPServer, session: Session) -> None:
-    """Add this family's tools to `server`, sharing `session`."""
-    add_tools(server, session, TOOLS)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
-from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from worldtune.tools.mcp.common import READ_ONLY, CapacityArg, ToolSpec, add_tools, refusals
+from worldtune.tools.mcp.common import READ_ONLY, CapacityArg, refusals, tool
 from worldtune.tools.words.offer import Offer
-
-if TYPE_CHECKING:
-    from worldtune.tools.mcp.session import Session
 
 
 class OfferEntry(Offer):
@@ -27,8 +24,9 @@ class OfferList(BaseModel):
     offers: list[OfferEntry]
 
 
+@tool("List GPU offers", READ_ONLY)
 def list_offers(
-    session: Session,
+    ctx: Context,
     gpu: Annotated[str | None, Field(description="GPU type, e.g. H200 or B200; all when omitted")] = None,
     gpus: Annotated[int | None, Field(ge=1, le=8, description="exact GPUs per node; any when omitted")] = None,
     infra: Annotated[str | None, Field(description="only this infra, e.g. nebius, aws, lambda")] = None,
@@ -50,11 +48,3 @@ def list_offers(
             source=source,
         )  # fmt: skip
     return OfferList(count=len(found), offers=[OfferEntry(**o.model_dump(), offer_id=o.id) for o in found])
-
-
-TOOLS: tuple[ToolSpec, ...] = ((list_offers, "List GPU offers", READ_ONLY),)
-
-
-def register(server: MCPServer, session: Session) -> None:
-    """Add this family's tools to `server`, sharing `session`."""
-    add_tools(server, session, TOOLS)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
-from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from worldtune.tools.mcp.common import (
@@ -15,20 +15,18 @@ from worldtune.tools.mcp.common import (
     PlanArg,
     ProfileArg,
     StepsArg,
-    ToolSpec,
-    add_tools,
     allowed_profile,
     refusals,
+    tool,
 )
+from worldtune.tools.mcp.session import session_of
 from worldtune.tools.plans.estimate import Estimate, PlanCheck
 from worldtune.tools.plans.frontier import PlanList
 
-if TYPE_CHECKING:
-    from worldtune.tools.mcp.session import Session
 
-
+@tool("Validate a parallelism plan", READ_ONLY)
 def validate_plan(
-    session: Session,
+    ctx: Context,
     plan: PlanArg,
     model: ModelArg = "cosmos3-super",
     gpu: GpuArg = "H200",
@@ -41,6 +39,7 @@ def validate_plan(
     A refused plan is an answer, not an error: `valid` is false, `message` says which rule it
     breaks with the values, and `alternative` names a nearby plan that is valid.
     """
+    session = session_of(ctx)
     from worldtune.tools.plans.estimate import check_plan, resolve_profile
     from worldtune.tools.words.gpus import get_gpu
     from worldtune.tools.words.plan import Plan
@@ -53,8 +52,9 @@ def validate_plan(
         return check_plan(workload, spec.name, Plan.parse(plan), truth, gpus)
 
 
+@tool("Estimate one plan", READ_ONLY)
 def estimate(
-    session: Session,
+    ctx: Context,
     plan: PlanArg,
     model: ModelArg = "cosmos3-super",
     gpu: GpuArg = "H200",
@@ -67,6 +67,7 @@ def estimate(
 
     A plan vLLM-Omni would refuse comes back with valid=false and the rule's reason.
     """
+    session = session_of(ctx)
     from worldtune.tools.plans.estimate import estimate as predict
 
     with refusals():
@@ -74,8 +75,9 @@ def estimate(
         return predict(model=model, gpu=gpu, plan=plan, steps=steps, profile_path=path, capacity=capacity)
 
 
+@tool("List plans and their Pareto frontier", READ_ONLY)
 def list_plans(
-    session: Session,
+    ctx: Context,
     model: ModelArg = "cosmos3-super",
     gpu: GpuArg = "H200",
     gpus: Annotated[int, Field(ge=1, le=8, description="GPUs on the node the plans must use")] = 8,
@@ -96,6 +98,7 @@ def list_plans(
     (latency vs cost per clip vs throughput) and the cheapest plan meeting an optional latency bound or
     throughput floor. Free: nothing is started.
     """
+    session = session_of(ctx)
     from worldtune.tools.plans.frontier import plan_frontier
 
     with refusals():
@@ -105,15 +108,3 @@ def list_plans(
             latency_bound_s=latency_bound_s, throughput_floor=throughput_floor, frontier_only=frontier_only, sort=sort,
             limit=limit,
         )  # fmt: skip
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    (validate_plan, "Validate a parallelism plan", READ_ONLY),
-    (estimate, "Estimate one plan", READ_ONLY),
-    (list_plans, "List plans and their Pareto frontier", READ_ONLY),
-)
-
-
-def register(server: MCPServer, session: Session) -> None:
-    """Add this family's tools to `server`, sharing `session`."""
-    add_tools(server, session, TOOLS)

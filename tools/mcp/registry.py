@@ -6,43 +6,40 @@ error with nothing spent. Tools that rent GPUs or stop things need `confirm=true
 answer with what they would do and what it would cost. tools/mcp/server.py imports this module only
 when a client calls a tool (or lists tools with no cached listing), so start-up stays fast.
 
-One module per capability family holds its tools (tools/mcp/<family>.py, each with `register`); what they
-share (annotations, flat arguments, refusals, progress) is tools/mcp/common.py. The domain logic is in the
-capabilities they call (tools/plans/frontier.py, tools/bench/request.py, tools/results/compare.py, ...).
+One module per capability family holds its tools (tools/mcp/<family>.py: module-level functions decorated with
+`@tool(title, annotations)`); what they share (annotations, flat arguments, refusals, progress, `@tool`) is
+tools/mcp/common.py. Every module of tools/mcp/ that is not shared is a family: adding one is adding the file.
+The domain logic is in the capabilities they call (tools/plans/frontier.py, tools/bench/request.py,
+tools/results/compare.py, ...).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import pkgutil
 
 from mcp.server import MCPServer
 
-if TYPE_CHECKING:
-    from worldtune.tools.mcp.session import Session
+# the modules of tools/mcp/ that hold no tools: the server, its session, resources and prompts, what families share,
+# and the middleware that counts a call carrying a run id as its client's heartbeat (client_hooks.py)
+SHARED = frozenset({"server", "session", "resources", "common", "registry", "client_hooks"})
 
 
-def register_tools(mcp: MCPServer, session: Session) -> None:
-    """Add every worldtune tool to `mcp`; they share `session` (the results database)."""
-    from worldtune.tools.mcp import bench as mcp_bench
-    from worldtune.tools.mcp import capacity as mcp_capacity
-    from worldtune.tools.mcp import deploy as mcp_deploy
-    from worldtune.tools.mcp import heartbeat as mcp_heartbeat
-    from worldtune.tools.mcp import offers as mcp_offers
-    from worldtune.tools.mcp import plans as mcp_plans
-    from worldtune.tools.mcp import replan as mcp_replan
-    from worldtune.tools.mcp import report as mcp_report
-    from worldtune.tools.mcp import results as mcp_results
-    from worldtune.tools.mcp import runs as mcp_runs
-    from worldtune.tools.mcp import tuning as mcp_tuning
+def families() -> list[str]:
+    """Every tool family module of tools/mcp/, by name."""
+    import worldtune.tools.mcp as package
 
-    mcp_offers.register(mcp, session)
-    mcp_plans.register(mcp, session)
-    mcp_deploy.register(mcp, session)
-    mcp_bench.register(mcp, session)
-    mcp_results.register(mcp, session)
-    mcp_tuning.register(mcp, session)
-    mcp_capacity.register(mcp, session)  # plan_capacity: fleets for traffic (tools/deployments/capacity.py)
-    mcp_replan.register(mcp, session)  # replan_deployment: keep the node, change the plan (tools/deployments/replan.py)
-    mcp_runs.register(mcp, session)  # record_run, mark_run: a tuning run's record (tools/results/run_records.py)
-    mcp_heartbeat.register(mcp, session)  # heartbeat_run: a run belongs to its client (tools/results/run_heartbeat.py)
-    mcp_report.register(mcp, session)  # write_report: the report file, drawn on the server by its Tuner
+    return sorted(
+        f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if m.name not in SHARED
+    )
+
+
+def register_tools(mcp: MCPServer) -> None:
+    """Add every worldtune tool to `mcp`, family by family, each as its module defines it."""
+    from worldtune.tools.mcp.common import TOOLS
+
+    for family in families():
+        importlib.import_module(family)
+        for name, (fn, title, hints) in TOOLS.items():
+            if name.rpartition(".")[0] == family:
+                mcp.tool(title=title, annotations=hints)(fn)

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
-from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from worldtune.tools.deployments.replan import ReplanCheck
-from worldtune.tools.mcp.common import ConfirmArg, HoursArg, ToolSpec, add_tools, in_thread_with_progress, refusals
+from worldtune.tools.mcp.common import ConfirmArg, HoursArg, in_thread_with_progress, refusals, tool
+from worldtune.tools.mcp.session import session_of
 from worldtune.tools.words.deployment import Deployment, Progress
-
-if TYPE_CHECKING:
-    from worldtune.tools.mcp.session import Session
 
 # stops the running engine (its requests fail) but rents nothing: destructive, not idempotent
 REPLANS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True)
@@ -30,8 +27,8 @@ class ReplanOutcome(BaseModel):
     deployment: Deployment | None = None
 
 
+@tool("Change a deployment's plan in place", REPLANS)
 async def replan_deployment(
-    session: Session,
     ctx: Context,
     deployment_id: Annotated[str, Field(description="the live deployment (from deploy)")],
     plan: Annotated[str, Field(description="the new plan, e.g. tp8 or cfg2-u4-hsdp8; at most the node's GPUs")],
@@ -51,6 +48,7 @@ async def replan_deployment(
     owner, ledger row and commitment stay. A plan needing more GPUs than the node has is refused. On paid
     infra, without confirm=true it only says what it would do.
     """
+    session = session_of(ctx)
     from worldtune.tools.deployments import replan as replanning
     from worldtune.tools.plans.spend import needs_confirmation
 
@@ -78,11 +76,3 @@ async def replan_deployment(
         done=True, needs_confirmation=False, check=check, deployment=ready,
         message=f"{what}: {ready.state} at {', '.join(ready.endpoints) or '-'}",
     )  # fmt: skip
-
-
-TOOLS: tuple[ToolSpec, ...] = ((replan_deployment, "Change a deployment's plan in place", REPLANS),)
-
-
-def register(server: MCPServer, session: Session) -> None:
-    """Add `replan_deployment` to `server` (it shares `session`'s results database)."""
-    add_tools(server, session, TOOLS)

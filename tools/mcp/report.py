@@ -9,16 +9,14 @@ database; a client over HTTP gets their paths (it names no path itself) and the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import anyio.to_thread
-from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from worldtune.tools.mcp.common import RECORDS, ToolSpec, add_tools, refusals
-
-if TYPE_CHECKING:
-    from worldtune.tools.mcp.session import Session
+from worldtune.tools.mcp.common import RECORDS, refusals, tool
+from worldtune.tools.mcp.session import session_of
 
 HTML_LIMIT = 1_000_000  # characters of report.html returned inline
 
@@ -31,24 +29,18 @@ class ReportFiles(BaseModel):
     html: str | None = Field(default=None, description="report.html's text (images referenced by file name)")
 
 
+@tool("Write a run's report", RECORDS)
 async def write_report(
-    session: Session, run_id: Annotated[str, Field(min_length=1, max_length=100, description="a completed run's id")]
+    ctx: Context, run_id: Annotated[str, Field(min_length=1, max_length=100, description="a completed run's id")]
 ) -> ReportFiles:
     """Write a completed tuning run's report on the server: an HTML page, PNG plots of latency vs throughput
     and cost per clip, the JSON record and the recommended deployment's YAML. Returns their paths and the page."""
     from worldtune.tools.mcp.tuning import tuner
 
+    session = session_of(ctx)
     driver = tuner(session)  # refused on a server built without the agent
     with refusals():
         files = await anyio.to_thread.run_sync(lambda: driver.write_report(run_id, str(session.store.path)))
     page = Path(files["html"]) if files.get("html") else None
     html = page.read_text()[:HTML_LIMIT] if page is not None and page.is_file() else None
     return ReportFiles(run_id=run_id, files=files, html=html)
-
-
-TOOLS: tuple[ToolSpec, ...] = ((write_report, "Write a run's report", RECORDS),)
-
-
-def register(server: MCPServer, session: Session) -> None:
-    """Add this family's tools to `server`, sharing `session`."""
-    add_tools(server, session, TOOLS)

@@ -1,6 +1,6 @@
 """The MCP tool server: worldtune's capabilities for IDE assistants, scripts and the agent.
 
-The tools themselves live in tools/mcp/registry.py and its families, tools/mcp/*.py. An IDE starts this
+The tools themselves live in their families, tools/mcp/*.py, wired by tools/mcp/registry.py. An IDE starts this
 server often and waits for its tool list, so those modules (and the deployment, benchmark and model code
 they import) are loaded only when a tool is called: `tools/list` is answered from a cached listing, keyed
 by the source of tools/ and the SDK and pydantic installs, whenever one matches; otherwise the tools are
@@ -116,8 +116,11 @@ def tools_cache_key() -> str:
 class WorldtuneServer(MCPServer):
     """An MCPServer whose tools are registered on first use, with `tools/list` served from a cache."""
 
-    def __init__(self, register_tools: Callable[[MCPServer], None], cache: Path | None, **settings: Any) -> None:
+    def __init__(
+        self, register_tools: Callable[[MCPServer], None], cache: Path | None, session: Session, **settings: Any
+    ) -> None:
         super().__init__(**settings)
+        self.worldtune_session = session  # what every tool call reads through its Context (session.session_of)
         self._register_tools = register_tools
         self._tools_registered = False
         self._tools_cache = cache
@@ -225,11 +228,18 @@ def build_server(
     def register(server: MCPServer) -> None:
         from worldtune.tools.mcp.registry import register_tools
 
-        register_tools(server, session)
+        register_tools(server)
 
     cache = tools_cache_dir() / f"mcp-tools-{tools_cache_key()}.json" if cache_tools else None
     mcp = WorldtuneServer(
-        register, cache, name=SERVER_NAME, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING", **auth
+        register,
+        cache,
+        session,
+        name=SERVER_NAME,
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        log_level="WARNING",
+        **auth,
     )
 
     if bearer_token:

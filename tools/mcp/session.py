@@ -1,12 +1,14 @@
 """What the MCP tools share in one server: the results database, the tuner (if any) and who the clients are.
 
-Every tool family (tools/mcp/*.py) takes a Session; the server (tools/mcp/server.py) makes one per server.
+Every tool family (tools/mcp/*.py) gets it from its call's Context (`session_of`); the server (tools/mcp/server.py)
+makes one per server.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 if TYPE_CHECKING:
@@ -47,3 +49,11 @@ class Session:
             hint = f"recent: {', '.join(known)}" if known else "no benchmarks yet: call start_benchmark first"
             raise ToolError(f"benchmark_id={benchmark_id!r} is not valid: no such benchmark ({hint})")
         return row
+
+
+def session_of(ctx: Context) -> Session:
+    """The Session of the server this tool call came to (build_server gives each server its own)."""
+    found = getattr(ctx.mcp_server, "worldtune_session", None)
+    if not isinstance(found, Session):
+        raise ToolError("this tool runs only on a worldtune server (tools/mcp/server.py build_server)")
+    return found

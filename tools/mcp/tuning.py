@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 import anyio.to_thread
-from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
@@ -21,12 +20,12 @@ from worldtune.tools.mcp.common import (
     READ_ONLY,
     STARTS,
     InfraArg,
-    ToolSpec,
-    add_tools,
     allowed_profile,
     refusals,
+    tool,
 )
 from worldtune.tools.mcp.heartbeat import GraceArg, HoldHoursArg, bind_here
+from worldtune.tools.mcp.session import session_of
 from worldtune.tools.words.tuning import SpendEstimate
 
 if TYPE_CHECKING:
@@ -69,8 +68,8 @@ def tuning_status(session: Session, run_id: str) -> TuningStatus:
         return TuningStatus.model_validate(tuning_jobs.tuning_status(session.store, driver, run_id))
 
 
+@tool("Start a tuning run", STARTS)
 def start_tuning(
-    session: Session,
     ctx: Context,
     goal: Annotated[
         str,
@@ -116,6 +115,7 @@ def start_tuning(
     heartbeat_run) comes for grace_s, it is stopped, everything it started torn down, and marked abandoned
     (samples kept); unless detach=true, and then, with hold_hours, only after that long unheard.
     """
+    session = session_of(ctx)
     from worldtune.tools.plans.spend import needs_confirmation
     from worldtune.tools.results import run_heartbeat, tuning_jobs
     from worldtune.tools.words.traffic import goal_traces
@@ -144,8 +144,8 @@ def start_tuning(
     return tuning_status(session, run_id)
 
 
+@tool("Get a tuning run", READ_ONLY)
 async def get_tuning(
-    session: Session,
     ctx: Context,
     run_id: Annotated[str, Field(description="id returned by start_tuning")],
     wait_s: Annotated[
@@ -154,6 +154,7 @@ async def get_tuning(
 ) -> TuningStatus:
     """A tuning run's status, what it did so far (events, measurements, spend), whether it waits for approval,
     and once completed its recommendation with the measured and predicted figures."""
+    session = session_of(ctx)
     deadline = time.monotonic() + wait_s
     while True:
         status = await anyio.to_thread.run_sync(lambda: tuning_status(session, run_id))
@@ -164,12 +165,14 @@ async def get_tuning(
         await anyio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
+@tool("Approve or stop a tuning run", DECIDES)
 def approve_tuning(
-    session: Session,
+    ctx: Context,
     run_id: Annotated[str, Field(description="a run waiting for approval (get_tuning says so)")],
     approve: Annotated[bool, Field(description="true: go ahead and spend; false: stop the run")],
 ) -> TuningStatus:
     """Answer a tuning run's approval question: approve its spend estimate (it continues) or decline (it stops)."""
+    session = session_of(ctx)
     current = tuning_status(session, run_id)
     if not current.waiting_for_approval:
         raise ToolError(f"run_id={run_id!r} is not valid: it is {current.status}, not waiting for approval")
@@ -178,15 +181,3 @@ def approve_tuning(
     with refusals():
         tuning_jobs.resume_tuning(session.store, tuner(session), run_id, approve, session.db_path)
     return tuning_status(session, run_id)
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    (start_tuning, "Start a tuning run", STARTS),
-    (get_tuning, "Get a tuning run", READ_ONLY),
-    (approve_tuning, "Approve or stop a tuning run", DECIDES),
-)
-
-
-def register(server: MCPServer, session: Session) -> None:
-    """Add this family's tools to `server`, sharing `session`."""
-    add_tools(server, session, TOOLS)

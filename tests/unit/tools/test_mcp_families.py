@@ -1,5 +1,6 @@
-"""The MCP layer's shape (issue 16): one small module per capability family, each with `register`, wired by
-tools/mcp/registry.register_tools; the cached tool listing is rebuilt when any of them changes."""
+"""The MCP layer's shape (issues 16 and 27): one small module per capability family, its tools module-level
+functions decorated with `@tool`, every family found and registered by tools/mcp/registry.register_tools; the
+cached tool listing is rebuilt when any of them changes."""
 
 from __future__ import annotations
 
@@ -11,22 +12,25 @@ from pathlib import Path
 
 import pytest
 
+from worldtune.tools.mcp import registry
 from worldtune.tools.mcp import server as mcp_server
+from worldtune.tools.mcp.common import TOOLS
 
 MCP_DIR = Path(mcp_server.__file__).resolve().parent
-# not tool families: the server, the wiring, what families share, the resources and prompts, and the middleware
-# that counts a call carrying a run id as its client's heartbeat
-SHARED = {"__init__", "server", "registry", "common", "session", "resources", "client_hooks"}
+# not tool families: the server, the wiring, what families share, the resources and prompts, the middleware
+SHARED = {"__init__", *registry.SHARED}
 FAMILIES = sorted(p.stem for p in MCP_DIR.glob("*.py") if p.stem not in SHARED)
 
 
 def test_every_family_registers_its_tools_and_register_tools_wires_them_all() -> None:
     assert FAMILIES, "no tools/mcp/<family>.py modules"
     names: list[str] = []
+    assert registry.families() == [f"worldtune.tools.mcp.{family}" for family in FAMILIES]
     for family in FAMILIES:
         module = importlib.import_module(f"worldtune.tools.mcp.{family}")
-        assert callable(module.register), family
-        names += [fn.__name__ for fn, _title, _annotations in module.TOOLS]
+        mine = [fn for fn, _title, _hints in TOOLS.values() if fn.__module__ == module.__name__]
+        assert mine, f"{family} decorates no tool"
+        names += [fn.__name__ for fn in mine]
     assert len(names) == len(set(names)), "a tool is registered by two families"
     listed = asyncio.run(mcp_server.build_server().list_tools())
     assert sorted(t.name for t in listed) == sorted(names)
