@@ -3,7 +3,7 @@
 Not a test module. `RecordingCloudBackend` implements the Backend protocol the way SkyPilotBackend
 records things (a ledger row before launch, the deployment ready with an endpoint, gone after
 teardown) but starts nothing; every launch is appended to LAUNCHED so a test can count them. Tests
-point `worldtune.tools.deployments.deploy.SKY_BACKEND` at it with monkeypatch.
+point `worldtune.tools.backends.registry.SKY_BACKEND` at it with monkeypatch.
 """
 
 from __future__ import annotations

@@ -14,22 +14,23 @@ Public API (plain, typed, pydantic out; the MCP server and the agent call these)
     backend_for(infra, store, options=None) -> Backend
     deploy_for_caller(caller_gone, **deploy_arguments) -> Deployment   # torn down if the caller went away
 
-The backend is chosen by infra: "local" -> LocalBackend (twin processes here); "slurm/<name>" and SkyPilot
-clouds -> worldtune.sky.backend.SkyPilotBackend; "kubernetes" -> worldtune.sky.kubernetes.KubernetesBackend
-(both imported only when used). Input is checked before anything starts, by the one set of deploy checks
-(tools/deployments/checks.py, which `worldtune deploy --dry-run` uses too: the plan valid for the GPU and model by
-vLLM-Omni's rules and memory, what the infra cannot do such as vllm-omni on infra local), and the commitment
-must fit the budget guardrails (tools/plans/spend.py), whoever calls: CLI, MCP, agent or Python.
+The backend is chosen by infra from the one table of backends (tools/backends/registry.py): "local" ->
+LocalBackend (twin processes here); "slurm/<name>" and SkyPilot clouds -> worldtune.sky.backend.SkyPilotBackend;
+"kubernetes" -> worldtune.sky.kubernetes.KubernetesBackend (each imported only when used). Input is checked before
+anything starts, by the one set of deploy checks (tools/deployments/checks.py, which `worldtune deploy --dry-run` uses
+too: the plan valid for the GPU and model by vLLM-Omni's rules and memory, what the infra cannot do such as vllm-omni on
+infra local), and the commitment must fit the budget guardrails (tools/plans/spend.py), whoever calls: CLI, MCP, agent
+or Python.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
+from worldtune.tools.backends import registry as backends
 from worldtune.tools.deployments.checks import check_deploy_inputs
 from worldtune.tools.plans.profile_paths import allowed_profile_path
 from worldtune.tools.plans.spend import SpendQuote, check_commitment, quote, reference_offer
@@ -39,9 +40,6 @@ from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 from worldtune.tools.words.infra import Infra
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
-
-SKY_BACKEND = ("worldtune.sky.backend", "SkyPilotBackend")
-K8S_BACKEND = ("worldtune.sky.kubernetes", "KubernetesBackend")
 
 
 def infra_kind(infra: str) -> str:
@@ -56,19 +54,16 @@ def backend_for(infra: str, store: Store, options: Any = None) -> Backend:
     Either way the backend renders with the model's numbers for each deployment (the start-up allowance from the
     predicted cold load, SkyServe's target from the predicted service time): tools/deployments/preview.py."""
     kind = infra_kind(infra)
-    if kind == "local":
-        from worldtune.tools.backends.local import LocalBackend
-
-        return LocalBackend(store)
-    module_name, class_name = K8S_BACKEND if kind == "kubernetes" else SKY_BACKEND
+    module_name, class_name = backends.backend_named(kind)
     try:
-        module = importlib.import_module(module_name)
-        backend_class = getattr(module, class_name)
+        backend_class = backends.backend_class(kind)
     except (ImportError, AttributeError) as exc:
         raise InvalidInput(
             "infra", infra, f"an infra whose backend ({module_name}.{class_name}) is installed",
             f"it could not be imported: {exc}; infra local runs the twin engine without it",
         ) from exc  # fmt: skip
+    if kind == "local":
+        return cast(Backend, backend_class(store))
     from worldtune.tools.deployments import preview as deploy_preview
 
     predicted = deploy_preview.k8s_options if kind == "kubernetes" else deploy_preview.render_options

@@ -17,6 +17,7 @@ from pathlib import Path
 import fake_cloud
 import pytest
 
+from worldtune.tools.backends import registry as backend_registry
 from worldtune.tools.deployments import deploy as deploying
 from worldtune.tools.plans.spend import GUARDRAILS_ENV, check_commitment, check_tuning, needs_confirmation, quote
 from worldtune.tools.store.database import Store
@@ -28,7 +29,7 @@ from worldtune.tools.words.infra import Infra
 @pytest.fixture(autouse=True)
 def _recording_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(GUARDRAILS_ENV, raising=False)
-    monkeypatch.setattr(deploying, "SKY_BACKEND", fake_cloud.SEAM)
+    monkeypatch.setattr(backend_registry, "SKY_BACKEND", fake_cloud.SEAM)
     fake_cloud.LAUNCHED.clear()
 
 
