@@ -251,3 +251,66 @@ def test_the_cycle_check_finds_a_circle(tmp_path: Path, monkeypatch: pytest.Monk
     (tmp_path / "sky" / "y.py").write_text("from worldtune.sky.x import f\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert import_cycles() == [["worldtune.tools.a", "worldtune.tools.b"]]
+
+
+# ---- issue 27: tools/ is rooms -----------------------------------------------------------------------------------
+# What each room of tools/ may import besides itself (each room's __init__ docstring says the same in words). The
+# words stand on nothing; the store on the words; the MCP layer may use every room and no room uses it.
+TOOLS_ROOM_MAY_IMPORT: dict[str, set[str]] = {
+    "words": set(),
+    "store": {"words"},
+    "plans": {"words", "policies"},
+    "twin": {"words", "policies", "plans", "store"},
+    "backends": {"words", "policies", "sky", "plans", "store"},
+    "results": {"words", "policies", "sky", "store", "deployments"},
+    "bench": {"words", "policies", "plans", "store", "twin", "results", "backends", "deployments"},
+    "deployments": {"words", "policies", "sky", "plans", "store", "bench", "backends"},
+    "mcp": {"words", "policies", "plans", "store", "twin", "backends", "results", "bench", "deployments"},
+}
+
+
+def room_of(module: str) -> str:
+    """worldtune.tools.mcp.server -> mcp, worldtune.policies.search -> policies, worldtune.tools -> words (the
+    package that only names the rooms)."""
+    parts = module.split(".")
+    if parts[1] != "tools":
+        return parts[1]
+    return parts[2] if len(parts) > 2 and parts[2] in TOOLS_ROOMS else "words"
+
+
+def tools_room_offenders() -> list[str]:
+    found = []
+    for file, module in dependencies("tools"):
+        parts = Path(file).parts
+        room = parts[1] if len(parts) > 2 else "words"
+        other = room_of(module)
+        if other != room and other not in TOOLS_ROOM_MAY_IMPORT.get(room, set()):
+            found.append(f"{file}: {module} (tools/{room}/ may import {sorted(TOOLS_ROOM_MAY_IMPORT.get(room, ()))})")
+    return sorted(found)
+
+
+def test_every_room_of_tools_is_known_and_says_what_lives_there() -> None:
+    rooms = set(TOOLS_ROOMS)
+    assert rooms == set(TOOLS_ROOM_MAY_IMPORT), f"say what a new room may import: {rooms ^ set(TOOLS_ROOM_MAY_IMPORT)}"
+    for room in rooms:
+        doc = ast.get_docstring(ast.parse((ROOT / "tools" / room / "__init__.py").read_text()))
+        assert doc and "import" in doc, f"tools/{room}/__init__.py: say what lives there and what it may import"
+
+
+def test_no_module_sits_in_the_tools_root() -> None:
+    loose = sorted(p.name for p in (ROOT / "tools").glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"put these in a room of tools/ (docs/layout.md): {loose}"
+
+
+def test_each_room_of_tools_imports_only_the_rooms_it_may() -> None:
+    assert not tools_room_offenders(), tools_room_offenders()
+
+
+def test_the_room_check_finds_a_room_reaching_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for room in ("store", "mcp"):
+        (tmp_path / "tools" / room).mkdir(parents=True)
+        (tmp_path / "tools" / room / "__init__.py").write_text('"""x"""\n')
+    (tmp_path / "tools" / "store" / "bad.py").write_text("def f():\n    from worldtune.tools.mcp.server import x\n")
+    (tmp_path / "tools" / "mcp" / "fine.py").write_text("from worldtune.tools.store.database import Store\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert [o.split(" (")[0] for o in tools_room_offenders()] == ["tools/store/bad.py: worldtune.tools.mcp.server"]
