@@ -175,9 +175,8 @@ B200_D2D = (
 def _tp_terms(gpu: str) -> tuple[dict[str, float], dict[str, ParamBasis]]:
     """Issue 26's terms: the non-GEMM work's HBM rate, sharded GEMMs, attention at 8 heads a GPU, the all-reduce's
     bus bandwidth. H200's measured here or published; B200's from B200 figures where they exist, else assumed."""
-    shard, backends = mech_terms.shard_and_copy_terms(), mech_terms.load_mech(mech_terms.H200_BACKENDS)
-    narrow = mech_terms.narrow_attention_term(backends, mech_terms.H200_BACKENDS.name)
-    cudnn_narrow = mech_terms.narrow_attention_term(backends, mech_terms.H200_BACKENDS.name, "cudnn")
+    shard = mech_terms.shard_and_copy_terms()
+    narrow, cudnn_narrow = mech_terms.narrow_attention_pooled(), mech_terms.narrow_attention_pooled("cudnn")
     if gpu == "H200":
         terms = {**shard, "attn_narrow_factor": narrow}
         values = {name: t.value for name, t in terms.items()}
@@ -187,15 +186,24 @@ def _tp_terms(gpu: str) -> tuple[dict[str, float], dict[str, ParamBasis]]:
         return values, basis
     spec, h200 = get_gpu(gpu), get_gpu("H200")
     ratio = spec.bf16_tflops / h200.bf16_tflops
+    graph_share = shard["rest_gbps"].value / shard["rest_gbps"].detail["copy"]
     loss = (1 - shard["tp_shard_efficiency"].value) * ratio  # a per-kernel cost fixed in time weighs more when faster
     values = {
-        "rest_gbps": 6000.0 if gpu == "B200" else shard["rest_gbps"].value * HBM_TBPS.get(gpu, 4.8) / HBM_TBPS["H200"],
+        # the fused graph runs at the copy ceiling's share measured on H200 (rest over copy-hidden)
+        "rest_gbps": 6000.0 * graph_share
+        if gpu == "B200"
+        else shard["rest_gbps"].value * HBM_TBPS.get(gpu, 4.8) / HBM_TBPS["H200"],
         "tp_shard_efficiency": max(0.5, 1 - loss),
         "attn_narrow_factor": cudnn_narrow.value,
         "allreduce_gbps": 470.0 * spec.link_gbps / h200.link_gbps,
     }
     basis = {
-        "rest_gbps": ParamBasis(kind="published", source=B200_D2D, sigma=0.15)
+        "rest_gbps": ParamBasis(
+            kind="published",
+            source=f"{B200_D2D}; x {graph_share:.3f}, H200's fused-graph rate over its copy ceiling "
+            f"({shard['rest_gbps'].source})",
+            sigma=0.15,
+        )
         if gpu == "B200"
         else ParamBasis(kind="assumed", source="the H200 copy ceiling scaled by the datasheets' HBM bandwidth"),
         "tp_shard_efficiency": ParamBasis(
@@ -219,15 +227,35 @@ def _tp_terms(gpu: str) -> tuple[dict[str, float], dict[str, ParamBasis]]:
     return values, basis
 
 
+# Published per-step compute ratios over H200 on one engine where they exist: the whole model on one GPU, another
+# engine's batch path, ~21 s/step on H200 and ~11.3 s/step on B200 (REFERENCE.md section 5). The datasheets' BF16
+# ratio (2.27) is what a GPU without such a figure takes.
+PUBLISHED_COMPUTE_RATIO: dict[str, float] = {}
+COMPUTE_RATIO_SOURCE = (
+    "published: one engine's single-GPU per-step times, ~21 s on H200 and ~11.3 s on B200 (REFERENCE.md s5)"
+)
+
+
+def compute_ratio(gpu: str, reference: str) -> float:
+    """How many times faster `gpu` computes than `reference`: a published same-engine figure where there is one
+    (over H200), else the datasheets' BF16 ratio."""
+    spec, ref_spec = get_gpu(gpu), get_gpu(reference)
+    if reference == "H200" and spec.name in PUBLISHED_COMPUTE_RATIO:
+        return PUBLISHED_COMPUTE_RATIO[spec.name]
+    return spec.bf16_tflops / ref_spec.bf16_tflops
+
+
 def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, dict[str, Prior]]:
     """A starting profile and priors for a GPU type, from its datasheet (and a fitted reference GPU)."""
     spec = get_gpu(gpu)
     # ~63% of datasheet BF16 is what the H200 floor measured; links ~80% of NVLink per direction.
     if reference is not None:
         ref_spec = get_gpu(reference.gpu)
-        ratio = spec.bf16_tflops / ref_spec.bf16_tflops
+        ratio = compute_ratio(gpu, reference.gpu)
         linear = reference.linear_tflops * ratio
         attention = reference.attn_tflops * ratio
+        if reference.attn_backend_default == "fa" and gpu != reference.gpu:  # this GPU's default is cuDNN class
+            attention *= _kernel_terms()["attn_cudnn_kernel_ratio"].value  # the cuDNN kernel's rate, not FA3's
         link = reference.link_gbps * spec.link_gbps / ref_spec.link_gbps
         other = reference.text_encode_s + reference.mux_s
         # tokens at half rate = a fixed per-operation time x the rate: the same overhead on a faster GPU costs

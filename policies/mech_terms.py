@@ -237,18 +237,63 @@ def raw_ops(path: Path = H200_RAW) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in data["ops"]}
 
 
-def shard_and_copy_terms(path: Path = H200_RAW) -> dict[str, Term]:
-    """tp_shard_efficiency (a tp=8 rank's linear layers at every token over the whole layer's rate) and rest_gbps
-    (the card's device copy ceiling: a fused elementwise pass reads and writes at about that rate)."""
-    ops, name = raw_ops(path), path.name
-    whole = ops["linear-t44160"]["tflops"]
-    shards = {f"tp{tp}": ops[f"linear-tp{tp}-t44160"]["tflops"] / whole for tp in (2, 4, 8)}
+# The 2026-12-03 H200 run (issue 26; torch 2.11.0+cu130, cuDNN 9.19, fa3-fwd 0.0.3): the generator's linears at TP
+# ranks' sharded shapes (mech_tp.tp_gemms), a layer's non-GEMM work at each rank's shape (mech_tp.rank_rest), the
+# backends again at u1/u2/u4/u8 (8 query heads and 1 KV head a GPU at u8)
+H200_TP = MEASURED_DIR / "H200-1gpu-2026-12-03.mechbench-tp.json"
+H200_RANK = MEASURED_DIR / "H200-1gpu-2026-12-03.mechbench-rank.json"
+H200_BACKENDS_2 = MEASURED_DIR / "H200-1gpu-2026-12-03.mechbench-backends.json"
+TP_OPS = ("q", "k", "v", "o", "gate", "up", "down")  # vLLM-Omni 0.30's separate projections (transformer_cosmos3.py)
+
+
+def tp_shard_term(data: dict[str, Any], name: str) -> Term:
+    """tp_shard_efficiency: a tp=8 rank's seven linears (every token, N/tp or K/tp) over the unsharded layer's
+    FLOP rate, BF16 (detail: tp 2 and 4, and FP8 at tp 8; sigma: the spread of tp 2 and 4 below 1)."""
+    recs = _by_name(data)
+
+    def rate(tp: int, dtype: str = "bf16") -> float:
+        names = [f"tp{tp}-{op}-{dtype}" for op in TP_OPS]
+        return float(sum(recs[n]["flops"] for n in names) / sum(recs[n]["median_ms"] for n in names))
+
+    whole = rate(1)
+    detail = {f"tp{tp}": round(rate(tp) / whole, 4) for tp in (2, 4, 8)}
+    detail["fp8-tp8"] = round(rate(8, "fp8") / rate(1, "fp8"), 4)
+    sigma = max(0.02, 1 - min(detail["tp2"], detail["tp4"]))
+    source = f"measured: {name} tp8-{{q,k,v,o,gate,up,down}}-bf16 over tp1-* (vLLM-Omni's separate projections)"
+    return Term(rate(8) / whole, sigma, source, detail)
+
+
+def rest_rate_term(data: dict[str, Any], name: str) -> Term:
+    """rest_gbps: the rate a torch.compile'd layer's non-GEMM, non-attention work moves its least bytes at a TP
+    rank's shape (rest-tp{1,2,4,8}-compiled: bytes_min over the time; median, sigma their spread), the layer as
+    vLLM-Omni runs it (FP32 input/post RMSNorm, q/k norms, RoPE, K/V joined to the prompt's, SwiGLU's gate,
+    residuals)."""
+    recs = _by_name(data)
+    rates = {tp: recs[f"rest-tp{tp}-compiled"]["bytes_min"] / recs[f"rest-tp{tp}-compiled"]["median_ms"] / 1e6
+             for tp in (1, 2, 4, 8)}  # fmt: skip
+    mid = statistics.median(rates.values())
+    detail = {f"tp{tp}": round(r, 1) for tp, r in rates.items()}
+    for u in (2, 4, 8):
+        rec = recs[f"rest-u{u}-compiled"]
+        detail[f"u{u}"] = round(rec["bytes_min"] / rec["median_ms"] / 1e6, 1)
+    detail["copy"] = round(recs["copy-hidden"]["bytes_min"] / recs["copy-hidden"]["median_ms"] / 1e6, 1)
+    spread = (max(rates.values()) - min(rates.values())) / mid
+    return Term(mid, max(0.03, spread), f"measured: {name} rest-tp{{1,2,4,8}}-compiled (bytes_min / time)", detail)
+
+
+def narrow_attention_pooled(kernel: str = "fa3-varlen") -> Term:
+    """attn_narrow_factor from both backend runs (2026-12-02 and 2026-12-03): the mean of their u8 ratios, sigma
+    the larger of their difference and each run's wide spread."""
+    terms = [narrow_attention_term(load_mech(p), p.name, kernel) for p in (H200_BACKENDS, H200_BACKENDS_2)]
+    value = statistics.mean(t.value for t in terms)
+    sigma = max(abs(terms[0].value - terms[1].value), *(t.sigma for t in terms))
+    source = f"measured: {H200_BACKENDS.name} and {H200_BACKENDS_2.name} backend-{kernel}-u8 over -u1/u2/u4 (mean)"
+    return Term(value, sigma, source, {f"run{i + 1}": round(t.value, 4) for i, t in enumerate(terms)})
+
+
+def shard_and_copy_terms() -> dict[str, Term]:
+    """tp_shard_efficiency and rest_gbps, from the 2026-12-03 run (tp and rank sections)."""
     return {
-        "tp_shard_efficiency": Term(
-            shards["tp8"],
-            0.02,
-            f"measured: {name} linear-tp8-t44160 over linear-t44160 (fused q/k/v shapes)",
-            {k: round(v, 4) for k, v in shards.items()},
-        ),
-        "rest_gbps": Term(ops["copy"]["gbps"], 0.15, f"measured: {name} copy (device copy ceiling, read + write)", {}),
+        "tp_shard_efficiency": tp_shard_term(load_mech(H200_TP), H200_TP.name),
+        "rest_gbps": rest_rate_term(load_mech(H200_RANK), H200_RANK.name),
     }

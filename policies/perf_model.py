@@ -101,22 +101,30 @@ def kv_heads_padded(tower: TowerShape, ulysses: int) -> int:
     return math.ceil(tower.kv_heads / ulysses) * ulysses
 
 
-REST_PASSES_HIDDEN = 10  # BF16 passes over the hidden state a layer: 2 norms (read, write), 2 residual adds (3 each)
-REST_PASSES_HEADS = 4  # q/k norms and RoPE: a read and a write of q and k, and K/V joined to the prompt's
+# BF16 passes a layer's non-GEMM work makes, as torch.compile fuses it (mech_tp.layer_rest_fn, measured at every rank
+# shape on H200 2026-12-03: its least bytes moved at rest_gbps): the hidden state's three reads (input, attention
+# output, MLP output) and three writes (the two RMSNorms' outputs, the residual sum); q read and written once (its
+# norm and RoPE); k read, written after RoPE and joined to the prompt's keys and values (four passes of K/V)
+REST_PASSES_HIDDEN = 6
+REST_PASSES_Q = 2
+REST_PASSES_KV = 4
+REST_PASSES_FFN = 3  # SwiGLU's SiLU(gate) x up: gate and up read, the product written (split by TP as they are)
 
 
 def rest_bytes_per_token(tower: TowerShape, tp: int) -> float:
     """HBM bytes a layer moves per token besides its GEMMs and attention (torch.compile fuses each group into one
-    pass): the hidden-width work a TP rank does whole, the head-width work on its 1/tp. SwiGLU's SiLU(gate) x up is
-    not here: the linear rate carries it (the single-operation floor timed it with the GEMMs), split as they are."""
+    pass): the hidden-width work a TP rank does whole, the head-width and FFN-width work on its 1/tp (SwiGLU's
+    SiLU(gate) x up is here: the linear rate is the GEMMs' alone, measured so)."""
     hidden = REST_PASSES_HIDDEN * tower.hidden
-    heads = REST_PASSES_HEADS * (tower.q_heads + tower.kv_heads) * tower.head_dim / tp
+    heads = (REST_PASSES_Q * tower.q_heads + REST_PASSES_KV * tower.kv_heads) * tower.head_dim / tp
+    heads += REST_PASSES_FFN * tower.ffn / tp
     return (hidden + heads) * memory.BYTES_BF16
 
 
 def tp_shard_factor(tp: int, profile: Profile) -> float:
     """GEMM rate of a TP rank's sharded shapes (N/tp, K/tp) over the whole shapes': tp_shard_efficiency at tp = 8,
-    by log2 of tp between (measured on H200 at tp 2, 4, 8: 0.98, 0.99, 0.96 of the unsharded rate)."""
+    by log2 of tp between (measured on H200 2026-12-03, vLLM-Omni's seven separate projections, BF16: 0.971, 0.979,
+    0.911 of the unsharded rate at tp 2, 4, 8; the rule is below the measured tp 4 by 4%: only tp 8 is published)."""
     return float(profile.tp_shard_efficiency ** (math.log2(tp) / 3)) if tp > 1 else 1.0
 
 
