@@ -152,6 +152,7 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             if action.kind == "full" and out.hit_usd is None and is_near(cand.key, truth, best):
                 out.hit_usd, out.hit_gpu_hours = twin.usd, twin.gpu_hours
         out.seconds += max(walls)  # one decision's actions run side by side
+        state = state.model_copy(update={"elapsed_s": out.seconds})  # as agent/graph.learn: lanes and deadlines see it
     out.measured_candidates = len({m.key for m in state.measurements})
     out.extra = {"probes": sum(m.kind == "probe" for m in state.measurements), "full_runs": len(measured),
                  "stop_reason": decision.stop_reason}  # fmt: skip
