@@ -143,6 +143,9 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
     result = (record.get("benchmark") or {}).get("result") or {}
     if kind == "probe":
         fit = result.get("fit") or {}
+        # the server's own time when it reports one, as the full run's samples
+        probed = [(s.steps, float(s.server_time_s if s.server_time_s is not None else s.latency_s or 0.0))
+                  for s in samples_of(record) if s.phase == "probe" and s.ok]  # fmt: skip
         return Measurement(
             key=cand.key,
             kind="probe",
@@ -150,6 +153,7 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
             fixed_s=fit.get("fixed_s"),
             benchmark_id=bench_id,
             repeats=max(1, int((record.get("config") or {}).get("repeats") or 1)),
+            probe_points=probed,
         )
     samples = [s for s in samples_of(record) if s.phase == "full"]
     # The server's own time when it reports one (the stage time published figures use), else the client's.

@@ -127,7 +127,7 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
                 wall_s = seconds
                 slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
                 m = search.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
-                                   repeats=search.PROBE_REPEATS)  # fmt: skip
+                                   repeats=search.PROBE_REPEATS, probe_points=points)  # fmt: skip
                 seconds += action.spares_held * wall_s  # spare nodes kept up through the probe, waiting
                 if action.early_lanes:  # nodes for the claim's run launched with the probe (agent/verify.py)
                     key = f"{cand.offer.id}|{action.early_plan}"
