@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from worldtune.tools.db_path import default_db_path
+from worldtune.tools.store.db_path import default_db_path
 
 # A 120-s clip takes 120 / 300 = 0.4 s of wall time on the local twin: fast, yet well above the HTTP and
 # video-encoding overhead of one request, which the time scale would otherwise magnify into model seconds.

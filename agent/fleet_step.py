@@ -1,11 +1,12 @@
 """After a tuning run whose goal has traffic: plan the fleet (simulated) and rehearse it open-loop on twins.
 
 Kept out of the tuning graph: the graph finds and verifies one replica's plan; this step sizes a fleet of
-plans for the goal's traffic (tools/capacity.py) and, on infra local with the twin, runs the chosen fleet's
-warm nodes as twins under open-loop arrivals (the MCP tool rehearse_fleet over tools/fleet_rehearsal.py, in-process
-over the run's database, or on the run's server with `--mcp-url`), so `worldtune tune` ends with the fleet, its
-predicted and measured percentile and its daily cost side by side; the fleet goes into the run's record through
-the MCP tool record_fleet. Planning (tools/capacity.py) is an offline simulation with no state: it runs here.
+plans for the goal's traffic (tools/deployments/capacity.py) and, on infra local with the twin, runs the chosen fleet's
+warm nodes as twins under open-loop arrivals (the MCP tool rehearse_fleet over tools/deployments/fleet_rehearsal.py,
+in-process over the run's database, or on the run's server with `--mcp-url`), so `worldtune tune` ends with the fleet,
+its predicted and measured percentile and its daily cost side by side; the fleet goes into the run's record through
+the MCP tool record_fleet. Planning (tools/deployments/capacity.py) is an offline simulation with no state: it runs
+here.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from worldtune.tools.capacity import FleetChoice, plan_capacity, skyserve_service_yaml
-from worldtune.tools.fleet_rehearsal import FleetRehearsal
+from worldtune.tools.deployments.capacity import FleetChoice, plan_capacity, skyserve_service_yaml
+from worldtune.tools.deployments.fleet_rehearsal import FleetRehearsal
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.profile import Profile
 

@@ -25,8 +25,8 @@ from worldtune.agent.goal_reader import (
     Reader,
     first_line,
 )
-from worldtune.tools.offers import CATALOG_CLOUDS
-from worldtune.tools.profile_paths import SHIPPED_DIR
+from worldtune.tools.plans.offers import CATALOG_CLOUDS
+from worldtune.tools.plans.profile_paths import SHIPPED_DIR
 from worldtune.tools.words.goal import PERCENTILES, Goal
 from worldtune.tools.words.gpus import GPUS
 from worldtune.tools.words.workload import SUPPORTED_SIZES, anchor_workload

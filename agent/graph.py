@@ -49,7 +49,7 @@ async def read_goal(state: TuneState, runtime: Runtime[Context]) -> dict[str, An
         await open_record(runtime.context.tools, state["run_id"], goal.model_dump(mode="json"))
         made = {"goal": goal, "options": options}
         return {k: v for k, v in made.items() if v is not state.get(k)}
-    from worldtune.tools.spend import needs_confirmation
+    from worldtune.tools.plans.spend import needs_confirmation
 
     # as start_tuning does: a free run (the local twin) needs no approval, a paid one asks
     if "yes" not in options.model_fields_set:

@@ -51,7 +51,7 @@ def _features(plan: Plan, guardrails: bool) -> set[str]:
 
 def assumed_terms(gpu: str, plan: str, guardrails: bool) -> list[str]:
     """The shipped profile's assumed (not fitted, not measured) terms that enter this plan's prediction."""
-    from worldtune.tools.estimate import resolve_profile
+    from worldtune.tools.plans.estimate import resolve_profile
     from worldtune.tools.words.errors import WorldtuneError
 
     try:

@@ -21,15 +21,15 @@ from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
 
 
-class ToolsClient(Protocol):
-    """What the record needs of the agent's MCP client (agent/tools_client.py)."""
+class ToolCaller(Protocol):
+    """What the record needs of whatever calls the tools: agent/tools_client.py ToolsClient, or its one-call session."""
 
     async def call(self, tool: str, **arguments: Any) -> dict[str, Any]: ...
 
 
 def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
     """The goal as the run will use it: the command line's budget and cloud win over the text."""
-    from worldtune.tools.spend import check_tuning
+    from worldtune.tools.plans.spend import check_tuning
     from worldtune.tools.words.infra import Infra
 
     where = Infra.parse(options.infra)
@@ -56,29 +56,29 @@ def check_options(options: TuneOptions) -> None:
     if options.twin_profile and options.engine != "twin":
         raise InvalidInput("twin_profile", options.twin_profile, "only with --engine twin")
     if options.twin_profile:  # read once, here: a file that is not a profile stops the run before anything starts
-        from worldtune.tools.profile_paths import load_profile
+        from worldtune.tools.plans.profile_paths import load_profile
 
         for path in options.twin_profiles():  # each file given, or each profile in a folder given
             load_profile(path, "cli", "twin_profile")
 
 
-async def open_record(tools: ToolsClient, run_id: str, goal: dict[str, Any]) -> None:
+async def open_record(tools: ToolCaller, run_id: str, goal: dict[str, Any]) -> None:
     """The run's record opened (MCP record_run): running, owned by the process serving the tools."""
     await tools.call("record_run", run_id=run_id, goal=goal)
 
 
-async def mark_waiting(tools: ToolsClient, run_id: str, spend_estimate: dict[str, Any] | None) -> None:
+async def mark_waiting(tools: ToolCaller, run_id: str, spend_estimate: dict[str, Any] | None) -> None:
     """The run waits for its spend to be approved: nothing is started, so its owner lets go meanwhile."""
     await tools.call("mark_run", run_id=run_id, status="waiting_for_approval",
                      summary={"spend_estimate": spend_estimate})  # fmt: skip
 
 
-async def mark_approved(tools: ToolsClient, run_id: str) -> None:
+async def mark_approved(tools: ToolCaller, run_id: str) -> None:
     """The spend is approved: the run is running again, owned by the process serving the tools."""
     await tools.call("mark_run", run_id=run_id, status="running")
 
 
-async def write_record(tools: ToolsClient, run_id: str, summary: dict[str, Any]) -> None:
+async def write_record(tools: ToolCaller, run_id: str, summary: dict[str, Any]) -> None:
     """The run's record, completed: its owner lets go (whoever drove the graph: the runner or Studio)."""
     await tools.call("mark_run", run_id=run_id, status="completed", summary=summary)
 

@@ -6,7 +6,7 @@ Plots (matplotlib, Agg): latency vs clips/hour per node and cost per clip vs lat
 colour is the GPU type, marker the capacity, size and edge how it is known (predicted, probed, full runs,
 drawn in that order so runs stay on top); the Pareto frontier labelled by plan; the chosen point. The record,
 the frontiers and the SkyPilot service/task YAML and serve commands (sky/render.py, exactly what `worldtune deploy`
-would launch) come from the report-data capability (tools/report_data.py): this module draws and writes.
+would launch) come from the report-data capability (tools/results/report_data.py): this module draws and writes.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from worldtune.agent.report_fleet import fleet_html, write_fleet_day
 from worldtune.agent.report_interactive import write_interactive
 
 if TYPE_CHECKING:
-    from worldtune.tools.report_data import ReportData
+    from worldtune.tools.results.report_data import ReportData
 
 
 GPU_COLOURS = {"H200": "#1f77b4", "B200": "#d62728", "H100": "#2ca02c", "B300": "#9467bd"}
@@ -49,7 +49,7 @@ def _plot(
     record: dict[str, Any], x_key: str, y_key: str, x_label: str, y_label: str, path: Path, front: list[dict[str, Any]]
 ) -> None:
     """One scatter of every candidate: colour = GPU type, marker = capacity, size/edge = how it is known; `front`:
-    the candidates on its Pareto frontier, in order of x (tools/report_data.py)."""
+    the candidates on its Pareto frontier, in order of x (tools/results/report_data.py)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -47,7 +47,7 @@ def _num(value: Any, digits: int) -> str:
 
 def write_interactive(record: dict[str, Any], path: Path, front: list[dict[str, Any]]) -> bool:
     """Write the page; False (and nothing written) when plotly is not installed. `front`: the candidates on the
-    latency / cost-per-clip Pareto frontier, in order of latency (tools/report_data.py)."""
+    latency / cost-per-clip Pareto frontier, in order of latency (tools/results/report_data.py)."""
     try:
         import plotly.graph_objects as go
     except ImportError:

@@ -143,6 +143,9 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
     result = (record.get("benchmark") or {}).get("result") or {}
     if kind == "probe":
         fit = result.get("fit") or {}
+        # the server's own time when it reports one, as the full run's samples
+        probed = [(s.steps, float(s.server_time_s if s.server_time_s is not None else s.latency_s or 0.0))
+                  for s in samples_of(record) if s.phase == "probe" and s.ok]  # fmt: skip
         return Measurement(
             key=cand.key,
             kind="probe",
@@ -150,6 +153,7 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
             fixed_s=fit.get("fixed_s"),
             benchmark_id=bench_id,
             repeats=max(1, int((record.get("config") or {}).get("repeats") or 1)),
+            probe_points=probed,
         )
     samples = [s for s in samples_of(record) if s.phase == "full"]
     # The server's own time when it reports one (the stage time published figures use), else the client's.
@@ -257,7 +261,7 @@ def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> fl
 def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:
     """The hours a deployment (or a replanned node) is asked for: this action's modelled seconds with half again
     as margin, at least --hold-hours, at most its share of the budget: on SkyPilot they are the cluster's hard
-    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/lease.py): the
+    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/deployments/lease.py): the
     modelled seconds are divided by its time scale."""
     scale = options.time_scale if options.twin else 1.0
     hours = max(options.hold_hours, 1.5 * action.expected_s / scale / 3600.0)

@@ -80,7 +80,7 @@ async def connect(
     if mcp_url:
         target: Any = mcp_url
     else:
-        from worldtune.tools.mcp_server import build_server
+        from worldtune.tools.mcp.server import build_server
 
         # origin "cli": the run's twin profile was checked against its caller's allow-list when the run started.
         # No tuner: a run's own tools never start, resume or stop runs (their tools answer that they are not
@@ -120,7 +120,7 @@ class SessionPerCall:
         if self.mcp_url:
             return self.mcp_url
         if self._server is None:
-            from worldtune.tools.mcp_server import build_server
+            from worldtune.tools.mcp.server import build_server
 
             self._server = build_server(self.db_path)  # no tuner, as in connect()
         return self._server

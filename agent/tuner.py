@@ -1,6 +1,6 @@
 """The agent as the MCP server's Tuner (tools/words/tuning.py): cheap to import, the graph loads on first use.
 
-tools/tuning_jobs.py records each run (before it starts, and its failure) and asks this Tuner to read the goal,
+tools/results/tuning_jobs.py records each run (before it starts, and its failure) and asks this Tuner to read the goal,
 run the graph and say what the run's checkpoint holds; the agent opens no database of its own.
 """
 
@@ -61,7 +61,7 @@ class AgentTuner:
 
     def write_report(self, run_id: str, db_path: str) -> dict[str, str]:
         from worldtune.agent.report import write_report
-        from worldtune.tools.report_data import report_data
+        from worldtune.tools.results.report_data import report_data
 
         return write_report(report_data(run_id, db_path))
 

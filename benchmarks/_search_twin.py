@@ -2,7 +2,7 @@
 
 A Scenario is what is true (the twin's profile per GPU, the offers) where the agent believes the shipped
 calibrated profiles. Twin serves measurements from that truth with seeded noise (perf_model.predict on the
-truth profile, noise of profile.noise_cv on the per-step and fixed parts: what tools/twin.py serves) and
+truth profile, noise of profile.noise_cv on the per-step and fixed parts: what tools/twin/server.py serves) and
 bills them like a deployment (provisioning, cold or warm model load, every request, for the whole node).
 truth_table is every candidate's true objective and feasibility; Outcome is one strategy's run on one
 scenario, with what it spent until it verified a near-optimal candidate (within NEAR of the optimum).

@@ -22,8 +22,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from worldtune.tools.capacity import CONFIRM_SEEDS, judge_fleet, plan_capacity
-from worldtune.tools.offers import cheapest_fitting_offer
+from worldtune.tools.deployments.capacity import CONFIRM_SEEDS, judge_fleet, plan_capacity
+from worldtune.tools.plans.offers import cheapest_fitting_offer
 from worldtune.tools.words.fleet import Autoscaler
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.traffic import Traffic

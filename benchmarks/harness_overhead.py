@@ -1,7 +1,7 @@
 """What the benchmark harness itself costs: client overhead per request, and the most clients it sustains.
 
 Runs a real `worldtune twin` on loopback at a large time scale and drives it with worldtune's own
-benchmark client (tools/benchmark.py, the code `worldtune bench` runs):
+benchmark client (tools/bench/benchmark.py, the code `worldtune bench` runs):
 
 1. overhead per request: at one client, wall latency minus the twin's scaled sleep (its reported model
    time / K). This is what the harness adds to every measurement: multipart encoding, HTTP on loopback,
@@ -33,8 +33,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
-from worldtune.tools.store import Store
+from worldtune.tools.bench.benchmark import BenchmarkSpec, run_benchmark
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.workload import anchor_workload
 
 

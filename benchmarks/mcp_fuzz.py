@@ -35,14 +35,14 @@ def fuzz(examples: int, seed: int, max_calls: int) -> dict[str, Any]:
     from hypothesis import strategies as st
     from mcp_fuzz_cases import Tally, call_strategy, plant_secrets, run_calls
 
-    from worldtune.tools import deploy as deploying
+    from worldtune.tools.backends import registry as backend_registry
 
     work = Path(tempfile.mkdtemp(prefix="wt-fuzz-bench-"))
     os.environ.pop("WORLDTUNE_GUARDRAILS", None)
     os.environ["XDG_CACHE_HOME"] = str(work / "cache")
     os.environ["WORLDTUNE_PROFILE_DIR"] = str(work / "profiles")
-    deploying.SKY_BACKEND = fake_cloud.SEAM  # type: ignore[misc]
-    deploying.K8S_BACKEND = fake_cloud.SEAM  # type: ignore[misc]
+    backend_registry.SKY_BACKEND = fake_cloud.SEAM  # type: ignore[misc]
+    backend_registry.K8S_BACKEND = fake_cloud.SEAM  # type: ignore[misc]
     secrets = plant_secrets(work / "secrets")
     tally = Tally()
     sequences = [0]

@@ -42,7 +42,7 @@ import search_efficiency as se
 
 from worldtune.policies import belief, search
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.offers import all_offers
+from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import anchor_workload

@@ -10,7 +10,7 @@ verified by a full run, the total spent, and the final regret of what it recomme
 
 Measurements are simulated from the twin's own timing model: perf_model.predict on the scenario's
 twin profile with seeded noise of profile.noise_cv on the per-step and fixed parts, which is exactly
-what the twin engine (tools/twin.py) serves. Costs count provisioning (the offer's provision_s), model
+what the twin engine (tools/twin/server.py) serves. Costs count provisioning (the offer's provision_s), model
 load (the truth profile's load time of the plan: cold on a new node, warm on a node already held) and
 every request, priced from the offer, for the whole node. Every strategy keeps a node it holds for the
 next candidate on the same offer (worldtune as agent/graph.decide does; a sweep while its next candidate
@@ -43,7 +43,7 @@ from _search_twin import truth_candidates as truth_candidates
 from worldtune.agent.graph import _reused_nodes  # the graph's rule, not a copy of it
 from worldtune.policies import search
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.offers import all_offers
+from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import anchor_workload
@@ -127,7 +127,7 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
                 wall_s = seconds
                 slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
                 m = search.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
-                                   repeats=search.PROBE_REPEATS)  # fmt: skip
+                                   repeats=search.PROBE_REPEATS, probe_points=points)  # fmt: skip
                 seconds += action.spares_held * wall_s  # spare nodes kept up through the probe, waiting
                 if action.early_lanes:  # nodes for the claim's run launched with the probe (agent/verify.py)
                     key = f"{cand.offer.id}|{action.early_plan}"

@@ -9,7 +9,8 @@ model's, or its probe's); measured candidates keep their measured values. From t
   plan the search would verify now by the margin, or the best predicted before any probe), and the value of
   measuring it: its own expected improvement plus the share of the others' it would resolve (rho^2 of their
   draws with its own), per expected dollar.
-Once something is verified, the most likely optimum gets its full run once its probe pins it. Before, the full
+Once something is verified, the most likely optimum gets its full run once its probe pins it, if it could alone
+keep the search from stopping (P(it beats the verified best by more than the margin) >= STOP_LEVEL). Before, the full
 run (many probes' worth) goes to the probed candidate whose verification would most likely let the search stop
 (P(no open candidate beats it by the margin)). Either way, an unprobed candidate goes first when P(it beats the
 full run's plan by the margin) x the full run's cost exceeds its probe's cost, so the claim's requests are not
@@ -156,19 +157,20 @@ def p_stop_if_verified(d: Draws, open_: np.ndarray, indices: list[int], margin: 
     return np.asarray(out)
 
 
-def _probe_first(
-    state: SearchState, d: Draws, order: list[tuple[float, int, str]], full: int, ready: set[str],
-    open_: np.ndarray, held: set[str], requests: int, margin: float,
-) -> list[tuple[float, int, str]]:  # fmt: skip
-    """Before a full run of `full` (many probes' worth): an unprobed open candidate whose probe costs less than
-    what it would likely save goes first. The saving is P(it is feasible and beats `full` by the margin) x the full
-    run's cost, since that full run would then be spent on a plan the search does not end on."""
+def _worth_first(
+    state: SearchState, d: Draws, full: int, ready: set[str], open_: np.ndarray, held: set[str], requests: int,
+    margin: float,
+) -> list[tuple[float, int]]:  # fmt: skip
+    """(gain, index) of each unprobed open candidate whose probe costs less than what it would likely save before
+    a full run of `full` (many probes' worth), in the candidates' order. The saving is P(it is feasible and beats
+    `full` by the margin) x the full run's cost, since that full run would then be spent on a plan the search does
+    not end on."""
     cands = d.cands
     target = cands[full]
     _, full_usd = action_cost(target, "full", target.key in state.deployed, requests=requests,
                                  node_held=target.offer.id in held)  # fmt: skip
     own = d.objective[full]
-    best_gain, pick = 0.0, None
+    worth: list[tuple[float, int]] = []
     for i, c in enumerate(cands):
         if i == full or not open_[i] or c.key in ready:
             continue
@@ -176,11 +178,20 @@ def _probe_first(
         if p * full_usd <= 0.0:
             continue
         _, probe_usd = action_cost(c, "probe", c.key in state.deployed, node_held=c.offer.id in held)
-        gain = p * full_usd - probe_usd
-        if gain > best_gain:
-            best_gain, pick = gain, i
-    if pick is None:
+        if p * full_usd - probe_usd > 0.0:
+            worth.append((p * full_usd - probe_usd, i))
+    return worth
+
+
+def _probe_first(
+    state: SearchState, d: Draws, order: list[tuple[float, int, str]], full: int, ready: set[str],
+    open_: np.ndarray, held: set[str], requests: int, margin: float,
+) -> list[tuple[float, int, str]]:  # fmt: skip
+    """Before a full run of `full`: the unprobed candidate most worth probing first (_worth_first) goes first."""
+    worth = _worth_first(state, d, full, ready, open_, held, requests, margin)
+    if not worth:
         return order
+    pick = max(worth, key=lambda g: g[0])[1]
     kept = [entry for entry in order if entry[2] != "likeliest optimum"]
     return [(1e300, pick, "could displace the likeliest optimum"), *kept]
 
@@ -243,8 +254,12 @@ def _choose(
         # the probe the search makes just before the full run it has in view: that run's lanes start with it
         before_run = why in ("likeliest optimum", "could displace the likeliest optimum")
         if kind == "probe" and not actions and lead_full is not None and before_run:
-            target = _run_after(cand, cands, p_best, lead_full)
-            early = _early_lanes(state, cand, target, seconds, left - usd, requests, p_best, cands)
+            run = _run_after(i, cands, p_best, lead_full)
+            # nodes are launched only with the last probe worth making before that run: with another challenger
+            # still worth a probe, they would wait through its probe too (kept spares only if that is cheaper)
+            rivals = [j for _, j in _worth_first(state, d, run, ready, open_, held, requests, margin) if j != i]
+            early = _early_lanes(state, cand, cands[run], seconds, left - usd, requests, p_best, cands,
+                                 launch=not rivals)  # fmt: skip
             if early is not None:
                 seconds, usd = seconds + early.seconds, usd + early.usd
         if goal.answer_within_s is not None and state.elapsed_s + seconds > goal.answer_within_s:
@@ -293,9 +308,15 @@ def _order(
         pool = [i for i in range(len(cands)) if open_[i]]
         top = max(pool, key=lambda i: (p_best[i], -mean_objective[i]), default=None)
         best_share = p_best[[i for i, c in enumerate(cands) if c.key == best.key]].sum()
-        # once something is verified, only a probed challenger that wins at least as many draws displaces it
+        # once something is verified, only a probed challenger that wins at least as many draws displaces it, and
+        # only when it alone could keep the search from stopping: P(it beats the best by more than the margin) at
+        # least STOP_LEVEL. A challenger within the margin is no better an answer; its full run buys nothing the
+        # stop needs (the probes of the others resolve the rest, and its value per dollar still ranks it)
+        value_best = objective_value(state.goal, best)
         if top is not None and cands[top].key in ready and p_best[top] > 0 and p_best[top] >= best_share:
-            order.append((1e300, top, "likeliest optimum"))
+            beats = d.feasible[top] & (d.objective[top] < value_best - margin * abs(value_best))
+            if float(beats.mean()) >= STOP_LEVEL:
+                order.append((1e300, top, "likeliest optimum"))
     full = next((i for score, i, why in order if why == "likeliest optimum"), None)
     if full is not None:
         order = _probe_first(state, d, order, full, ready, open_, held, requests, margin)
@@ -325,40 +346,42 @@ class _Early(NamedTuple):
     after_s: float  # modelled seconds into the probe at which they are launched
 
 
-def _run_after(cand: Candidate, cands: list[Candidate], p_best: np.ndarray, lead: int | None) -> Candidate:
-    """The full run likely after `cand`'s probe on its offer: the likeliest optimum when it is there, else the
-    plan there that wins the most draws."""
-    if lead is not None and cands[lead].offer.id == cand.offer.id:
-        return cands[lead]
-    there = [i for i, c in enumerate(cands) if c.offer.id == cand.offer.id]
-    return cands[max(there, key=lambda i: float(p_best[i]))] if there else cand
+def _run_after(probe: int, cands: list[Candidate], p_best: np.ndarray, lead: int | None) -> int:
+    """The full run likely after the probe of candidate `probe` on its offer: the likeliest optimum when it is
+    there, else the plan there that wins the most draws; the probed plan itself when it wins more draws."""
+    offer = cands[probe].offer.id
+    there = [i for i, c in enumerate(cands) if c.offer.id == offer]
+    target = lead if lead is not None and cands[lead].offer.id == offer else max(there, key=lambda i: float(p_best[i]))
+    return probe if float(p_best[probe]) > float(p_best[target]) else target
 
 
 def _early_lanes(
     state: SearchState, cand: Candidate, target: Candidate, probe_s: float, left_usd: float, requests: int,
-    p_best: np.ndarray, cands: list[Candidate],
+    p_best: np.ndarray, cands: list[Candidate], launch: bool = True,
 ) -> _Early | None:  # fmt: skip
     """New nodes of `target`'s offer to launch with `cand`'s probe, when the claim's run of `target` (the
     likeliest optimum) would be dealt over lanes: their provisioning and cold load then overlap the probe
     instead of delaying the run. Only for a probe on the same offer (a node serves either plan: a warm load
-    replans it) and when the optimum is likely (EARLY_P) on that offer; None when no lane is worth launching."""
+    replans it) and when the optimum is likely (EARLY_P) on that offer; None when no lane is worth launching.
+    `launch` False (another probe is likely before the run): no new node, and a spare node already up is kept
+    through this probe only when that costs less than starting it again."""
     if cand.offer.id != target.offer.id or requests <= Plan.parse(target.plan).replicas:
         return None
     on_offer = float(sum(p for p, c in zip(p_best, cands, strict=True) if c.offer.id == target.offer.id))
     if on_offer < EARLY_P:
         return None
-    # they start under the plan more likely to be run in full (the other one would replan them: a warm load)
-    share = {c.key: float(p) for p, c in zip(p_best, cands, strict=True)}
-    run = cand if share.get(cand.key, 0.0) > share.get(target.key, 0.0) else target
+    run = target  # they start under the plan likely run in full (_run_after; another one replans them warm)
     head = probe_s / lanes.SAFETY
     own = run.key == cand.key  # the probe's node is the run's first lane (else it is replanned to it)
     choice = lanes.choose(state, run, requests, own, not own, left_usd, state.elapsed_s + head, head_s=head)
+    cold = start_seconds(run, False) * lanes.SAFETY  # launched late enough in the probe to be up at its end
     up = sum(1 for key in state.spare_lanes if key.split("|", 1)[0] == run.offer.id)
     spare = min(up, choice.lanes - 1)  # kept through the probe (billed while it runs); more are freed
-    new = choice.lanes - 1 - spare
+    if not launch and probe_s >= cold:
+        spare = 0  # holding them through this probe costs more than starting them again
+    new = choice.lanes - 1 - spare if launch else 0
     if new <= 0 and spare == 0:
         return None
-    cold = start_seconds(run, False) * lanes.SAFETY  # launched late enough in the probe to be up at its end
     usd = run.offer.usd_per_hour * (new * cold + spare * probe_s) / 3600.0
     if usd > left_usd:
         return None

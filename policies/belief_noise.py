@@ -3,8 +3,9 @@
 A profile's `noise_cv` is the coefficient of variation of each part of a request's time (per-step and fixed, as
 perf_model.noisy_parts draws them). Its `basis` entry says how it is known; its sigma (the relative one-sigma of
 the cv) is the prior's strength: a scaled-inverse-chi-square prior on the variance with `df = 1 / (2 sigma^2)`
-degrees of freedom (the relative spread of a standard deviation estimated from df degrees of freedom). Every full
-run on a GPU type adds its samples: (n - 1) degrees of freedom of the log latency's variance, turned into the
+degrees of freedom (the relative spread of a standard deviation estimated from df degrees of freedom). Every group
+of requests of one shape on a GPU type (a full run; a probe's repeats at one step count, so that a noisy GPU shows
+before any full run) adds its samples: (n - 1) degrees of freedom of the log latency's variance, turned into the
 parts' cv by the plan's split of fixed and per-step time, pooled per GPU type (the conjugate update). A percentile
 of a request's latency is then the Student-t quantile with the posterior's degrees of freedom: wide while the
 noise is barely known, the normal quantile once many samples say what it is. No basis entry: df infinite (the
@@ -53,7 +54,7 @@ class Noise:
     def describe(self) -> str:
         if not self.learned:
             return f"noise cv {self.cv:.4f}: prior ({self.prior_df:g} df), nothing learned yet"
-        return (f"noise cv {self.cv:.4f}: learned from {self.samples} samples of {self.runs} full run(s) "
+        return (f"noise cv {self.cv:.4f}: learned from {self.samples} samples in {self.runs} group(s) of one shape "
                 f"(prior {self.prior_cv:.4f} with {self.prior_df:g} df; posterior {self.df:g} df)")  # fmt: skip
 
     def basis(self) -> ParamBasis:
@@ -83,9 +84,10 @@ def prior(profile: Profile) -> Noise:
 
 
 def learn(profile: Profile, runs: Iterable[tuple[list[float], float]]) -> Noise:
-    """The posterior noise of a GPU type: the profile's prior and the full runs' samples on it, pooled.
+    """The posterior noise of a GPU type: the profile's prior and the samples on it, pooled by group of one shape
+    (a full run; a probe's requests at one step count).
 
-    `runs`: each full run's latencies and its plan's share ratio sqrt(f^2 + s^2) / (f + s) of fixed (f) and
+    `runs`: each group's latencies and its plan's share ratio sqrt(f^2 + s^2) / (f + s) of fixed (f) and
     per-step (s) seconds, which turns the latency's cv into each part's (both parts carry noise of the same cv)."""
     start = prior(profile)
     if start.df >= MAX_DF:  # known exactly: nothing to learn

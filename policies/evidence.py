@@ -138,17 +138,22 @@ def observations(state: SearchState, gpu: str) -> list[belief_fit.Observation]:
 
 
 def noise(state: SearchState, gpu: str) -> belief_noise.Noise:
-    """One GPU type's run-to-run noise: the prior profile's, updated by the samples of every full run on it."""
+    """One GPU type's run-to-run noise: the prior profile's, updated by the samples of every full run on it and by
+    the repeats of every probe (the requests of one step count: the same shape, so their spread is the noise)."""
     prior = state.prior(gpu)
     runs = []
     for m in state.measurements:
-        if m.kind != "full" or len(m.latencies_s) < 2:
-            continue
         shape, plan_text = hardware_key(m.key).split("|", 1)
         if shape.split(":")[0] != gpu:
             continue
-        p = perf_model.predict(state.goal.workload, Plan.parse(plan_text), prior)
-        runs.append((m.latencies_s, belief_noise.share_ratio(p.fixed_s, p.latency_s - p.fixed_s)))
+        groups = [(state.goal.workload.steps, m.latencies_s)] if m.kind == "full" else [
+            (steps, [v for s, v in m.probe_points if s == steps]) for steps in sorted({s for s, _ in m.probe_points})
+        ]  # fmt: skip
+        for steps, latencies in groups:
+            if len(latencies) < 2:
+                continue
+            p = perf_model.predict(state.goal.workload.with_changes(steps=steps), Plan.parse(plan_text), prior)
+            runs.append((latencies, belief_noise.share_ratio(p.fixed_s, p.latency_s - p.fixed_s)))
     return belief_noise.learn(prior, runs)
 
 

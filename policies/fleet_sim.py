@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from worldtune.tools.words.fleet import Fleet, FleetDay, Sample
+from worldtune.tools.words.fleet import Fleet, FleetDay, FleetMoment
 
 SAMPLE_EVERY_S = 300.0
 Gen = Generator[simpy.Event, Any, None]
@@ -76,7 +76,7 @@ class _Sim:
         self.requests: list[_Request] = []
         self.recent: deque[float] = deque()
         self.cold_starts = self.preemptions = self.answered = 0
-        self.timeline: list[Sample] = []
+        self.timeline: list[FleetMoment] = []
         self.up_since: float | None = None
         self.down_since: float | None = None
         cv = fleet.service_cv
@@ -247,7 +247,7 @@ class _Sim:
         while self.env.now <= until:
             billed = [n for n in self.nodes if n.ended is None]
             queued = len(self.pending) + sum(len(s.queue) for n in billed for s in n.servers)
-            self.timeline.append(Sample(t_s=self.env.now, nodes=len(billed), ready=sum(n.ready for n in billed),
+            self.timeline.append(FleetMoment(t_s=self.env.now, nodes=len(billed), ready=sum(n.ready for n in billed),
                                         queued=queued))  # fmt: skip
             yield self.env.timeout(SAMPLE_EVERY_S)
 

@@ -80,7 +80,7 @@ def _measure(
         points = [(s, _latency(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
         m = Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
-                           repeats=PROBE_REPEATS)  # fmt: skip
+                           repeats=PROBE_REPEATS, probe_points=points)  # fmt: skip
         wall = start + sum(v for _, v in points)
         return m, wall, wall
     n = action.requests or full_requests(state.goal)

@@ -16,7 +16,10 @@ fastest allowed. The search's full-run Action carries the choice (`lanes`, `lane
 
 Lanes launched early: the probe the search makes just before the claim's run it has in view launches the
 run's extra nodes during it (policies/acquisition._early_lanes), late enough to be up when it ends, so that
-their provisioning and cold load overlap the probe (`head_s`);
+their provisioning and cold load overlap the probe (`head_s`). Only the last probe worth making before that run
+launches them (no other candidate is then worth probing first, acquisition._worth_first): nodes launched with an
+earlier one would wait through the next probes, billed. A later probe keeps the spares only when holding them
+through it costs less than starting them again;
 they are then the search's spare nodes (`SearchState.spare_lanes`), which the run deals to first (the same
 plan: up, nothing more to bill; another plan of the offer: a warm load), and a decision that runs nothing on
 their offer frees them (`kept_spares`; their start is sunk).

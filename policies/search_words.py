@@ -77,6 +77,9 @@ class Measurement(BaseModel):
     predicted_before: float | None = Field(default=None, description="what the belief predicted for this measure")
     requested: int = Field(default=0, description="full requests asked for (0: not known)")
     repeats: int = Field(default=1, ge=1, description="probes: requests per step count")
+    probe_points: list[tuple[int, float]] = Field(
+        default_factory=list, description="probes: (steps, seconds) of every request; their repeats teach the noise"
+    )
     failed_requests: int = 0
     contaminated: int = Field(default=0, description="answers that waited behind load that was not ours")
     engine_problem: str = Field(default="", description="what the deployment check found wrong, if anything")

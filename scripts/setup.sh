@@ -22,7 +22,7 @@ stamp=.venv/.worldtune-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -m pip install -q -e '.[agent,sky,dev]' 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c 'import worldtune.tools.estimate, worldtune.policies.perf_model' \
+  .venv/bin/python -c 'import worldtune.tools.plans.estimate, worldtune.policies.perf_model' \
     || { echo "setup: worldtune did not install" >&2; exit 1; }
   touch "$stamp"
 fi
@@ -35,6 +35,6 @@ if [ -f "${torch_wheel[0]}" ] && ! .venv/bin/python -c 'import torch' 2>/dev/nul
 fi
 # An IDE waits on `worldtune mcp`'s tools/list: write the tool listing for this code now, so even the
 # first start answers from it (the server rebuilds it by itself whenever tools/ changes).
-.venv/bin/python -c 'import asyncio; from worldtune.tools.mcp_server import build_server
+.venv/bin/python -c 'import asyncio; from worldtune.tools.mcp.server import build_server
 asyncio.run(build_server(cache_tools=True).list_tools())' || echo "setup: MCP tool listing not cached (first start is slower)" >&2
 echo "setup: .venv/bin/worldtune ready"

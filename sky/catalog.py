@@ -92,7 +92,7 @@ def vms_csv(rows: Iterable[dict[str, Any]], cloud: str) -> str:
 
 def write_catalog(home: Path, snapshot: Path, overwrite: bool = False) -> list[Path]:
     """Write the catalog files into `home`'s SkyPilot catalog folder from the offers snapshot file `snapshot`
-    (tools/offers.py SNAPSHOT_FILE); returns the files written.
+    (tools/plans/offers.py SNAPSHOT_FILE); returns the files written.
 
     Existing files are kept unless `overwrite` (a user's own, fresher catalog wins).
     """

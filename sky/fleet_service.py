@@ -30,8 +30,8 @@ def render_fleet_service(
 ) -> dict[str, Any]:
     """A SkyServe service config (validate with sky/dryrun.validate_task) for `fleet`.
 
-    `options` must carry the model's cold load (the readiness probe's delay; tools/capacity.py fills it in); the
-    replica policy is the fleet's, so the service time defaults to the fleet's own."""
+    `options` must carry the model's cold load (the readiness probe's delay; tools/deployments/capacity.py fills it in);
+    the replica policy is the fleet's, so the service time defaults to the fleet's own."""
     servers = fleet.servers_per_node
     plan = Plan.parse(fleet.plan).single_replica().model_copy(update={"replicas": servers})
     deployment = Deployment(gpu=fleet.gpu, plan=str(plan), model=model, engine=engine,

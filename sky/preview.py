@@ -2,7 +2,7 @@
 
 `preview_deploy` is the typed core of `worldtune deploy --dry-run` (and of the first half of a real
 deploy): given a checked Deployment (the deploy capability checks the plan and picks the offer:
-tools/deploy_preview.py, which also fills in the model's numbers the rendering needs), it renders the
+tools/deployments/preview.py, which also fills in the model's numbers the rendering needs), it renders the
 SkyPilot task (or the SkyServe service, or the Kubernetes manifests), has SkyPilot validate the task,
 and, where the infra can be priced offline, asks SkyPilot's optimizer which node it would rent and its
 price. `write_preview` writes what would be applied into a folder.
@@ -54,7 +54,7 @@ def preview_deploy(
 ) -> DeployPreview:
     """Render and check what `deployment` would apply. SkyPilot must already be importable (sky/home.py).
 
-    `options` must carry the model's cold load (and, for serverless, the service time): tools/deploy_preview.py
+    `options` must carry the model's cold load (and, for serverless, the service time): tools/deployments/preview.py
     fills them in. On Kubernetes `reference_offer` is the rented node the price is quoted from (None: no such
     offer), and `k8s_options` must carry the cold load too."""
     opts = options or render.RenderOptions()

@@ -92,7 +92,7 @@ HF_TOKEN = "HF_TOKEN"
 
 def cold_load_s(given: float | None) -> float:
     """The model's load from disk on the deployment's GPU type (RenderOptions.cold_load_s, K8sOptions.cold_load_s):
-    the deploy capability predicts it from the calibrated profile (tools/deploy_preview.py); rendering refuses
+    the deploy capability predicts it from the calibrated profile (tools/deployments/preview.py); rendering refuses
     without it."""
     if given is None:
         raise InvalidInput(

@@ -3,7 +3,7 @@
 Not a test module. `RecordingCloudBackend` implements the Backend protocol the way SkyPilotBackend
 records things (a ledger row before launch, the deployment ready with an endpoint, gone after
 teardown) but starts nothing; every launch is appended to LAUNCHED so a test can count them. Tests
-point `worldtune.tools.deploy.SKY_BACKEND` at it with monkeypatch.
+point `worldtune.tools.backends.registry.SKY_BACKEND` at it with monkeypatch.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from worldtune.tools.store import Store
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment, Progress
 
 LAUNCHED: list[Deployment] = []

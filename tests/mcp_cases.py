@@ -12,7 +12,7 @@ from typing import Any
 
 from mcp import Client
 
-from worldtune.tools.store import Store
+from worldtune.tools.store.database import Store
 
 TUNING_TOOLS = {"start_tuning", "get_tuning", "approve_tuning"}
 GOAL = "Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, cheapest per clip, H200 or B200, spot ok, budget $300"
@@ -69,7 +69,7 @@ async def refused(client: Client, tool: str, args: dict[str, Any], *words: str) 
 
 def cleanup(store: Store) -> None:
     """Tear down whatever a failed test left alive, so no twin outlives it."""
-    from worldtune.tools.deploy import teardown
+    from worldtune.tools.deployments.deploy import teardown
 
     for deployment in store.list_deployments(alive_only=True):
         teardown(deployment.id, store)

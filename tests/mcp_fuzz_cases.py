@@ -235,7 +235,7 @@ def _snapshot(store: Any) -> tuple[int, int, dict[str, str]]:
 
 
 def _commitment(d: Any) -> float:
-    """What a deployment commits, defined here independently of tools/spend.py (the code under test):
+    """What a deployment commits, defined here independently of tools/plans/spend.py (the code under test):
     while it lives, price x hours asked (or what it billed, if more); once gone, what it billed."""
     end = d.terminated_at or time.time()
     billed = d.usd_per_hour * max(0.0, end - d.created_at) / 3600.0
@@ -314,8 +314,8 @@ def run_calls(calls: list[tuple[str, dict[str, Any]]], db: Path, tally: Tally) -
     """Play `calls` against a fresh in-process server over `db`, checking every property after each."""
     import fake_cloud
 
-    from worldtune.tools.mcp_server import build_server
-    from worldtune.tools.store import Store
+    from worldtune.tools.mcp.server import build_server
+    from worldtune.tools.store.database import Store
 
     tally.live = {}  # commitments are per database: a sequence starts with nothing live
 
@@ -334,7 +334,7 @@ def run_calls(calls: list[tuple[str, dict[str, Any]]], db: Path, tally: Tally) -
         anyio.run(main)
     finally:
         fake_cloud.STATUS_OVERRIDE.clear()
-        from worldtune.tools.owners import HEARTBEAT
+        from worldtune.tools.store.owners import HEARTBEAT
 
         for path, owner in HEARTBEAT.held():  # this process's heartbeat stops stamping the sequence's database,
             if Path(path) == db:  # which its caller removes next (a beat mid-removal re-created -wal files)

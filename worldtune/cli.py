@@ -118,7 +118,7 @@ def estimate(
     as_json: JsonOpt = False,
 ) -> None:
     """Predict latency, per-step and fixed time, memory, throughput and cost per clip of one plan."""
-    from worldtune.tools.estimate import estimate as run_estimate
+    from worldtune.tools.plans.estimate import estimate as run_estimate
 
     try:
         result = run_estimate(model=model, gpu=gpu, plan=plan, steps=steps, profile_path=profile, capacity=capacity)
@@ -194,7 +194,7 @@ def plans(
     as_json: JsonOpt = False,
 ) -> None:
     """Every plan vLLM-Omni 0.30 would accept on GPUS GPUs of one node, and why the others are refused."""
-    from worldtune.tools.estimate import list_plans
+    from worldtune.tools.plans.estimate import list_plans
 
     keys = {
         "latency": lambda e: e.latency_s,

@@ -60,7 +60,7 @@ def twin(
     """
     import asyncio
 
-    from worldtune.tools.twin import TwinConfig, replica_count, serve
+    from worldtune.tools.twin.server import TwinConfig, replica_count, serve
 
     try:
         config = TwinConfig.from_env(
@@ -69,7 +69,7 @@ def twin(
             api_key=api_key or None,
         )  # fmt: skip
         count = replica_count(config, replicas)
-        from worldtune.tools.twin import TwinEngine
+        from worldtune.tools.twin.server import TwinEngine
 
         engine = TwinEngine(config)  # validates model, plan and profile before binding ports
         _check_twin_plan(engine, config.plan)
@@ -96,14 +96,14 @@ def twin(
 
 def _check_twin_plan(engine: Any, plan: str) -> None:
     """A twin stands in for vLLM-Omni, so it refuses the plans vLLM-Omni refuses (tp3: 3 does not divide 8 KV heads)."""
-    from worldtune.tools.estimate import check_plan
+    from worldtune.tools.plans.estimate import check_plan
     from worldtune.tools.words.errors import InvalidInput
     from worldtune.tools.words.plan import Plan
     from worldtune.tools.words.workload import anchor_workload
 
     verdict = check_plan(anchor_workload(engine.spec.key), engine.profile.gpu, Plan.parse(plan), engine.profile)
     # vLLM-Omni refuses bad parallel flags at start, but a plan too big for the GPU passes them and runs out
-    # of memory while loading: the twin does the same (tools/twin_engine.py), so memory is not refused here
+    # of memory while loading: the twin does the same (tools/twin/engine.py), so memory is not refused here
     if not verdict.valid and verdict.rule != "memory":
         raise InvalidInput("plan", plan, f"a plan vLLM-Omni accepts on {verdict.gpu}", verdict.message)
 
@@ -167,8 +167,8 @@ def bench(
 ) -> None:
     """Run the controlled anchor benchmark against vLLM-Omni (or twin) endpoints; store every sample."""
     from worldtune.cli_bench_spec import only_endpoints_with_spec, spec_from_json
-    from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
-    from worldtune.tools.store import Store
+    from worldtune.tools.bench.benchmark import BenchmarkSpec, run_benchmark
+    from worldtune.tools.store.database import Store
     from worldtune.tools.words.workload import anchor_workload
 
     try:
@@ -273,7 +273,7 @@ def results_list(
     as_json: JsonOpt = False,
 ) -> None:
     """Benchmarks in the database, newest first."""
-    from worldtune.tools.store import Store
+    from worldtune.tools.store.database import Store
 
     store = Store(db)
     rows = store.list_benchmarks(limit=limit)
@@ -307,7 +307,7 @@ def results_show(
     as_json: JsonOpt = False,
 ) -> None:
     """One benchmark's result (recomputed from its samples if it never finished)."""
-    from worldtune.tools.benchmark import get_benchmark
+    from worldtune.tools.bench.benchmark import get_benchmark
 
     try:
         status = get_benchmark(benchmark_id, store_path=db)
@@ -331,7 +331,7 @@ def results_export(
     db: DbOpt = None,
 ) -> None:
     """Export a benchmark: its samples as CSV, or config + result + samples as JSON."""
-    from worldtune.tools.store import Store
+    from worldtune.tools.store.database import Store
 
     store = Store(db)
     row = store.get_benchmark(benchmark_id)

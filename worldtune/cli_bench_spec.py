@@ -27,7 +27,7 @@ def only_endpoints_with_spec(ctx: typer.Context) -> None:
 def spec_from_json(text: str, endpoints: list[str]) -> Any:
     from pydantic import ValidationError
 
-    from worldtune.tools.benchmark import BenchmarkSpec
+    from worldtune.tools.bench.benchmark import BenchmarkSpec
     from worldtune.tools.words.errors import InvalidInput, describe
 
     try:

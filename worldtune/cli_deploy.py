@@ -50,9 +50,9 @@ def deploy(
     from worldtune.sky.catalog import write_catalog
     from worldtune.sky.k8s_manifests import K8sOptions
     from worldtune.sky.preview import is_skypilot_infra, write_preview
-    from worldtune.tools.deploy_preview import build_deployment, preview
-    from worldtune.tools.offers import SNAPSHOT_FILE
-    from worldtune.tools.store import Store
+    from worldtune.tools.deployments.preview import build_deployment, preview
+    from worldtune.tools.plans.offers import SNAPSHOT_FILE
+    from worldtune.tools.store.database import Store
 
     try:
         store = None if dry_run else Store(db)  # resolved before HOME may change for SkyPilot
@@ -103,7 +103,7 @@ def _launch(
 ) -> None:
     """Quote under the guardrails, ask (or take --yes), then build the backend, launch, and say where it is and
     how to tear it down."""
-    from worldtune.tools import deploy as deploying
+    from worldtune.tools.deployments import deploy as deploying
 
     where = {k: guarded[k] for k in ("gpu", "plan", "infra")}
     try:  # the guardrails bind the command line as they bind MCP and the agent: refused before anything starts
@@ -137,7 +137,7 @@ def _launch(
 
 def _backend(infra: str, store: Any, k8s: Any, options: Any) -> Any:
     """The deploy capability's backend for `infra`, rendering with this command's options."""
-    from worldtune.tools.deploy import backend_for
+    from worldtune.tools.deployments.deploy import backend_for
     from worldtune.tools.words.infra import Infra
 
     kind = Infra.parse(infra).kind
@@ -186,10 +186,10 @@ def gc(
     as_json: JsonOpt = False,
 ) -> None:
     """Tear down everything whose owner (a run, or the command that deployed it) no longer heartbeats, and every
-    deployment whose paid hours (`--hours`, MCP `hours`) have run out (tools/lease.py)."""
-    from worldtune.tools import lease
-    from worldtune.tools.garbage import collect_garbage, dead_runs, garbage
-    from worldtune.tools.store import Store
+    deployment whose paid hours (`--hours`, MCP `hours`) have run out (tools/deployments/lease.py)."""
+    from worldtune.tools.deployments import lease
+    from worldtune.tools.deployments.garbage import collect_garbage, dead_runs, garbage
+    from worldtune.tools.store.database import Store
 
     store = Store(db)
     found = garbage(store)

@@ -265,7 +265,7 @@ def report(
     """Write the run's report: an HTML page, PNG plots, the JSON record and the deployment's YAML."""
     need_extra("worldtune report", "matplotlib", "agent", as_json)
     from worldtune.agent.report import write_report
-    from worldtune.tools.report_data import report_data
+    from worldtune.tools.results.report_data import report_data
 
     try:
         written = write_report(report_data(run_id, db), out)

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.sky import catalog, home
-from worldtune.tools.benchmark import BenchmarkSpec, Here
-from worldtune.tools.deploy_preview import build_deployment, render_options
-from worldtune.tools.offers import SNAPSHOT_FILE
-from worldtune.tools.store import Store
+from worldtune.tools.bench.benchmark import BenchmarkSpec, Here
+from worldtune.tools.deployments.preview import build_deployment, render_options
+from worldtune.tools.plans.offers import SNAPSHOT_FILE
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 
 
@@ -110,8 +110,8 @@ def lanes(db: str, infra: str, time_scale: float) -> int:
     from worldtune.agent.tools_client import ToolsClient
     from worldtune.agent.verify import verify
     from worldtune.policies.search import Action, candidates, initial_state
-    from worldtune.tools.mcp_server import build_server
-    from worldtune.tools.offers import all_offers
+    from worldtune.tools.mcp.server import build_server
+    from worldtune.tools.plans.offers import all_offers
     from worldtune.tools.words.goal import Goal
     from worldtune.tools.words.workload import anchor_workload
 
@@ -196,7 +196,7 @@ def main() -> int:
         )
         say("benchmarked", benchmark_id=benchmark_id, result=result.model_dump(mode="json"), fault=fault)
         if args.mode == "replan":
-            from worldtune.tools.replan import replan
+            from worldtune.tools.deployments.replan import replan
 
             began = time.time()
             final = replan(ready.id, "tp8", store=store, progress=progress, backend=backend)

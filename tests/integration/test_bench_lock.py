@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_bench_twin import WORLDTUNE, twin
 
-from worldtune.tools.benchmark_lock import lock_target
-from worldtune.tools.store import Store
+from worldtune.tools.bench.lock import lock_target
+from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools import deploy as deploying
-from worldtune.tools.benchmark import BenchmarkSpec, benchmark_deployment
-from worldtune.tools.local_backend import LocalBackend, _alive
-from worldtune.tools.store import Store
+from worldtune.tools.backends.local import LocalBackend, _alive
+from worldtune.tools.bench.benchmark import BenchmarkSpec, benchmark_deployment
+from worldtune.tools.deployments import deploy as deploying
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment, Progress
 
 pytestmark = pytest.mark.integration

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from worldtune.policies import perf_model
-from worldtune.tools.benchmark import get_benchmark
-from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.store import Store
+from worldtune.tools.bench.benchmark import get_benchmark
+from worldtune.tools.plans.estimate import resolve_profile
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.workload import anchor_workload
 

@@ -22,9 +22,9 @@ from worldtune.agent.state import VerifyTask
 from worldtune.agent.tools_client import ToolsClient
 from worldtune.agent.verify import verify
 from worldtune.policies.search import Action, Candidate, candidates, initial_state, record
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.offers import all_offers
-from worldtune.tools.store import Store
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.plans.offers import all_offers
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 

@@ -11,9 +11,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from worldtune.tools import owners
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.store import Store
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.store import owners
+from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.fleet_rehearsal import rehearse_fleet
-from worldtune.tools.store import Store
+from worldtune.tools.deployments.fleet_rehearsal import rehearse_fleet
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.fleet import Autoscaler, Fleet
 from worldtune.tools.words.traffic import Traffic
 from worldtune.tools.words.workload import anchor_workload

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from worldtune.tools.store import Store
+from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The hours paid for, enforced on local twins (and by the same code on Kubernetes): tools/lease.py.
+"""The hours paid for, enforced on local twins (and by the same code on Kubernetes): tools/deployments/lease.py.
 
 A deployment with `hours` is torn down once they have run out after it was ready or after its last benchmark,
 never while a benchmark measures it: by `lease.expire` (what `worldtune gc` and the MCP server's sweep call),
@@ -20,10 +20,11 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_cases import TWIN, cleanup, ok
 
-from worldtune.tools import benchmark_lock, lease
-from worldtune.tools import deploy as deploying
-from worldtune.tools.local_backend import _alive
-from worldtune.tools.store import Store
+from worldtune.tools.backends.local import _alive
+from worldtune.tools.bench import lock as benchmark_lock
+from worldtune.tools.deployments import deploy as deploying
+from worldtune.tools.deployments import lease
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.errors import InvalidInput
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_cases import EXPECTED_TOOLS, cleanup, ok, pure_tools, spending_refusals, tuning_round_trip, twin_round_trip
 
-from worldtune.tools.store import Store
+from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
 

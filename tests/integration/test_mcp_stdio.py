@@ -15,8 +15,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_cases import EXPECTED_TOOLS, cleanup, ok, pure_tools, spending_refusals, tuning_round_trip, twin_round_trip
 
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.store import Store
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from mcp import Client
 from mcp_cases import ok
 from test_mcp_http import mcp_http
 
-from worldtune.tools.store import Store
+from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def test_a_remote_traffic_goal_writes_nothing_locally_and_the_documented_session
     store = Store(server_db)
     with mcp_http(server_db) as url:
         # Every place the client could keep state is in its own folder: a local twin would log to <db folder>/logs
-        # (tools/local_backend.py), a local store would be a database file there.
+        # (tools/backends/local.py), a local store would be a database file there.
         env = {**os.environ, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "WORLDTUNE_DB": str(local_db),
                "XDG_DATA_HOME": str(client / "data"), "XDG_CACHE_HOME": str(client / "cache")}  # fmt: skip
         done = subprocess.run([str(WORLDTUNE), "tune", GOAL, "--mcp-url", url, "--yes", "--json", "--db",

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from worldtune.sky import render
-from worldtune.tools.deploy_preview import build_deployment, render_options
+from worldtune.tools.deployments.preview import build_deployment, render_options
 from worldtune.tools.words.deployment import API_KEY_ENV
 
 pytestmark = pytest.mark.integration

@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from worldtune.tools import deploy as deploying
-from worldtune.tools import replan as replanning
-from worldtune.tools.local_backend import _alive
-from worldtune.tools.store import Store
+from worldtune.tools.backends.local import _alive
+from worldtune.tools.deployments import deploy as deploying
+from worldtune.tools.deployments import replan as replanning
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.errors import InvalidInput
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ import pytest
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.report import write_report
 from worldtune.agent.runner import tune
-from worldtune.tools.report_data import report_data
+from worldtune.tools.results.report_data import report_data
 
 pytestmark = pytest.mark.integration
 

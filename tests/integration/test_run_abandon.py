@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from test_mcp_http import mcp_http
 
-from worldtune.tools.store import Store
+from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ import pytest
 
 from worldtune.agent.steps import measurement_of
 from worldtune.policies import search
-from worldtune.tools import deploy as deploying
-from worldtune.tools.benchmark import BenchmarkSpec, start_benchmark, wait_benchmark
-from worldtune.tools.local_backend import _alive
-from worldtune.tools.offers import all_offers
-from worldtune.tools.store import Store
+from worldtune.tools.backends.local import _alive
+from worldtune.tools.bench.benchmark import BenchmarkSpec, start_benchmark, wait_benchmark
+from worldtune.tools.deployments import deploy as deploying
+from worldtune.tools.plans.offers import all_offers
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from worldtune.tools.store import Store
+from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
 

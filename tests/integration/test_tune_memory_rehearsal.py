@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.store import Store
+from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
 

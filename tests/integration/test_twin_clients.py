@@ -19,11 +19,11 @@ from test_twin_http import twin
 
 from worldtune.agent.steps import every_request_failed
 from worldtune.sky import render
-from worldtune.tools.benchmark import BenchmarkSpec, run_benchmark
-from worldtune.tools.deploy_preview import render_options
-from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.local_backend import DeploymentFailed, LocalBackend, free_port
-from worldtune.tools.store import Store
+from worldtune.tools.backends.local import DeploymentFailed, LocalBackend, free_port
+from worldtune.tools.bench.benchmark import BenchmarkSpec, run_benchmark
+from worldtune.tools.deployments.preview import render_options
+from worldtune.tools.plans.estimate import resolve_profile
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.workload import anchor_workload
 

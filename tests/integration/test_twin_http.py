@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.video import check_mp4
+from worldtune.tools.plans.estimate import resolve_profile
+from worldtune.tools.twin.video import check_mp4
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from test_twin_http import twin
 
-from worldtune.tools.video import check_mp4
+from worldtune.tools.twin.video import check_mp4
 
 pytestmark = pytest.mark.integration
 openai = pytest.importorskip("openai")

@@ -179,7 +179,7 @@ def test_mcp_start_tuning_names_the_agent_extra_and_starts_nothing(bare: dict[st
 import anyio, json
 from mcp import Client
 from worldtune.agent.tuner import AgentTuner
-from worldtune.tools.mcp_server import build_server
+from worldtune.tools.mcp.server import build_server
 
 async def main():
     async with Client(build_server(tuner=AgentTuner())) as client:

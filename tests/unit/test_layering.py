@@ -19,7 +19,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ROOMS = ("tools", "policies", "sky", "agent")
-PACKAGES = {f"worldtune.{room}" for room in ROOMS} | {"worldtune.tools.words"}
+# tools/ is rooms of its own (tools/words/, tools/mcp/, tools/store/, ...): a package, not a module
+TOOLS_ROOMS = sorted(p.parent.name for p in (ROOT / "tools").glob("*/__init__.py"))
+PACKAGES = {f"worldtune.{room}" for room in ROOMS} | {f"worldtune.tools.{room}" for room in TOOLS_ROOMS}
 MODULE_STRING = re.compile(r"worldtune\.(?:tools|policies|sky|agent)(?:\.[A-Za-z_]\w*)*")
 
 # The words: every module of tools/words/ (and the tools package itself, which only names the room).
@@ -55,7 +57,7 @@ def _modules_in(tree: ast.AST) -> set[str]:
 def module_of(name: str) -> str:
     """worldtune.tools.words.plan.Plan -> worldtune.tools.words.plan, worldtune.sky.render.x -> worldtune.sky.render
     (a room's module, the unit the rules speak of)."""
-    return ".".join(name.split(".")[: 4 if name.startswith("worldtune.tools.words.") else 3])
+    return ".".join(name.split(".")[: 4 if name.startswith("worldtune.tools.") else 3])
 
 
 def dependencies(room: str) -> set[tuple[str, str]]:
@@ -103,14 +105,15 @@ def test_the_agent_imports_tools_and_the_search_policy() -> None:
 
 
 # Issue 16 item 5: the agent reaches the world and the database only through the MCP tools. No agent module opens
-# the results database (tools/store.py and its record families, tools/store_*.py): a run's record, its fleet
+# the results database (tools/store/database.py and its record families, tools/store/*.py): a run's record, its fleet
 # rehearsal's twins and samples and the report's data go through the MCP tools and the capabilities behind them
-# (tools/tuning_jobs.py, tools/run_records.py, tools/fleet_rehearsal.py, tools/report_data.py).
+# (tools/results/tuning_jobs.py, tools/results/run_records.py, tools/deployments/fleet_rehearsal.py,
+# tools/results/report_data.py).
 def agent_modules_opening_the_database() -> list[str]:
     return sorted(
         f"{file}: {module}"
         for file, module in dependencies("agent")
-        if module == "worldtune.tools.store" or module.startswith("worldtune.tools.store_")
+        if in_room(module, "tools.store") and module != "worldtune.tools.store.db_path"
     )
 
 
@@ -123,15 +126,15 @@ def test_the_database_check_finds_an_agent_module_that_opens_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "agent").mkdir()
-    (tmp_path / "agent" / "fine.py").write_text("from worldtune.tools.db_path import default_db_path\n")
+    (tmp_path / "agent" / "fine.py").write_text("from worldtune.tools.store.db_path import default_db_path\n")
     (tmp_path / "agent" / "lazy.py").write_text(
-        "def f():\n    from worldtune.tools.store import Store\n    return Store\n"
+        "def f():\n    from worldtune.tools.store.database import Store\n    return Store\n"
     )
-    (tmp_path / "agent" / "named.py").write_text("NAME = 'worldtune.tools.store_runs'\n")
+    (tmp_path / "agent" / "named.py").write_text("NAME = 'worldtune.tools.store.runs'\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert agent_modules_opening_the_database() == [
-        "agent/lazy.py: worldtune.tools.store",
-        "agent/named.py: worldtune.tools.store_runs",
+        "agent/lazy.py: worldtune.tools.store.database",
+        "agent/named.py: worldtune.tools.store.runs",
     ]
 
 
@@ -248,3 +251,66 @@ def test_the_cycle_check_finds_a_circle(tmp_path: Path, monkeypatch: pytest.Monk
     (tmp_path / "sky" / "y.py").write_text("from worldtune.sky.x import f\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert import_cycles() == [["worldtune.tools.a", "worldtune.tools.b"]]
+
+
+# ---- issue 27: tools/ is rooms -----------------------------------------------------------------------------------
+# What each room of tools/ may import besides itself (each room's __init__ docstring says the same in words). The
+# words stand on nothing; the store on the words; the MCP layer may use every room and no room uses it.
+TOOLS_ROOM_MAY_IMPORT: dict[str, set[str]] = {
+    "words": set(),
+    "store": {"words"},
+    "plans": {"words", "policies"},
+    "twin": {"words", "policies", "plans", "store"},
+    "backends": {"words", "policies", "sky", "plans", "store"},
+    "results": {"words", "policies", "sky", "store", "deployments"},
+    "bench": {"words", "policies", "plans", "store", "twin", "results", "backends", "deployments"},
+    "deployments": {"words", "policies", "sky", "plans", "store", "bench", "backends"},
+    "mcp": {"words", "policies", "plans", "store", "twin", "backends", "results", "bench", "deployments"},
+}
+
+
+def room_of(module: str) -> str:
+    """worldtune.tools.mcp.server -> mcp, worldtune.policies.search -> policies, worldtune.tools -> words (the
+    package that only names the rooms)."""
+    parts = module.split(".")
+    if parts[1] != "tools":
+        return parts[1]
+    return parts[2] if len(parts) > 2 and parts[2] in TOOLS_ROOMS else "words"
+
+
+def tools_room_offenders() -> list[str]:
+    found = []
+    for file, module in dependencies("tools"):
+        parts = Path(file).parts
+        room = parts[1] if len(parts) > 2 else "words"
+        other = room_of(module)
+        if other != room and other not in TOOLS_ROOM_MAY_IMPORT.get(room, set()):
+            found.append(f"{file}: {module} (tools/{room}/ may import {sorted(TOOLS_ROOM_MAY_IMPORT.get(room, ()))})")
+    return sorted(found)
+
+
+def test_every_room_of_tools_is_known_and_says_what_lives_there() -> None:
+    rooms = set(TOOLS_ROOMS)
+    assert rooms == set(TOOLS_ROOM_MAY_IMPORT), f"say what a new room may import: {rooms ^ set(TOOLS_ROOM_MAY_IMPORT)}"
+    for room in rooms:
+        doc = ast.get_docstring(ast.parse((ROOT / "tools" / room / "__init__.py").read_text()))
+        assert doc and "import" in doc, f"tools/{room}/__init__.py: say what lives there and what it may import"
+
+
+def test_no_module_sits_in_the_tools_root() -> None:
+    loose = sorted(p.name for p in (ROOT / "tools").glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"put these in a room of tools/ (docs/layout.md): {loose}"
+
+
+def test_each_room_of_tools_imports_only_the_rooms_it_may() -> None:
+    assert not tools_room_offenders(), tools_room_offenders()
+
+
+def test_the_room_check_finds_a_room_reaching_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for room in ("store", "mcp"):
+        (tmp_path / "tools" / room).mkdir(parents=True)
+        (tmp_path / "tools" / room / "__init__.py").write_text('"""x"""\n')
+    (tmp_path / "tools" / "store" / "bad.py").write_text("def f():\n    from worldtune.tools.mcp.server import x\n")
+    (tmp_path / "tools" / "mcp" / "fine.py").write_text("from worldtune.tools.store.database import Store\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert [o.split(" (")[0] for o in tools_room_offenders()] == ["tools/store/bad.py: worldtune.tools.mcp.server"]

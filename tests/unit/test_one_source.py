@@ -19,8 +19,8 @@ import yaml
 
 from worldtune.policies import perf_model
 from worldtune.policies.instruments import LOCAL_ONLY, device_files, devkit, microbench, model_sizes, shapes, step_plan
-from worldtune.tools import benchmark
-from worldtune.tools.estimate import resolve_profile
+from worldtune.tools.bench import benchmark
+from worldtune.tools.plans.estimate import resolve_profile
 from worldtune.tools.words import deployment, memory, models, plan_rules
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.workload import Workload, anchor_workload
@@ -87,7 +87,7 @@ def test_validation_errors_have_one_formatter_for_the_cli_and_mcp() -> None:
     import pytest
     from pydantic import ValidationError
 
-    from worldtune.tools import mcp_common
+    from worldtune.tools.mcp import common as mcp_common
     from worldtune.tools.words.errors import describe
 
     with pytest.raises(ValidationError) as caught:

@@ -1,5 +1,5 @@
 """What a benchmark is asked to do (BenchmarkSpec) and where it stands (BenchmarkStatus): the words of the
-benchmark capability, shared by its request loop (tools/bench_runner.py) and its job API (tools/benchmark.py).
+benchmark capability, shared by its request loop (tools/bench/runner.py) and its job API (tools/bench/benchmark.py).
 """
 
 from __future__ import annotations

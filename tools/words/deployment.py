@@ -2,7 +2,7 @@
 
 Infra backends (local processes, SkyPilot clusters, Kubernetes) share `Backend`: launch, status,
 replan (restart the engine under another plan on the node(s) already held), teardown. Every cluster a
-backend starts is written to the ledger (tools/store.py) before launch and marked gone after teardown, so
+backend starts is written to the ledger (tools/store/database.py) before launch and marked gone after teardown, so
 nothing is ever left running unnoticed.
 """
 
@@ -112,7 +112,7 @@ class CutShort(WorldtuneError):
 
 class MeasureHere(Protocol):
     """How to measure a deployment from this machine, and where a benchmark's samples are kept; the benchmark
-    capability (tools/benchmark.py) passes one to `Backend.benchmark`. A backend that measures elsewhere
+    capability (tools/bench/benchmark.py) passes one to `Backend.benchmark`. A backend that measures elsewhere
     (SkyPilot: next to the server) keeps what it copies back with `keep`."""
 
     def measure(self, spec: BenchmarkSpec, benchmark_id: str, attempt: int) -> BenchmarkResult:

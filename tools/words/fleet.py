@@ -109,7 +109,7 @@ class Fleet(BaseModel):
                 f"{self.autoscaler.describe()}")  # fmt: skip
 
 
-class Sample(BaseModel):
+class FleetMoment(BaseModel):
     """The fleet at one moment of the simulated day."""
 
     t_s: float
@@ -136,7 +136,7 @@ class FleetDay(BaseModel):
     cost_usd: float = 0.0
     usd_per_clip: float | None = None
     max_nodes: int = 0
-    timeline: list[Sample] = Field(default_factory=list)
+    timeline: list[FleetMoment] = Field(default_factory=list)
     answers: list[tuple[float, float]] = Field(
         default_factory=list, description="(arrival s, end to end s) of every request: kept with the timeline"
     )

@@ -18,7 +18,7 @@ from worldtune.tools.words.errors import InvalidInput
 InfraKind = Literal["local", "slurm", "kubernetes", "cloud"]
 
 # SkyPilot 0.14's clouds that rent GPU nodes. Only these can be a `CLOUD` or `CLOUD/REGION` infra;
-# whether worldtune has prices for one is the spend quote's question (tools/spend.py), not the parser's.
+# whether worldtune has prices for one is the spend quote's question (tools/plans/spend.py), not the parser's.
 SKYPILOT_CLOUDS: tuple[str, ...] = (
     "aws", "azure", "cudo", "do", "fluidstack", "gcp", "hyperbolic", "ibm", "lambda", "nebius", "oci",
     "paperspace", "primeintellect", "runpod", "scp", "seeweb", "shadeform", "vast", "vsphere",

@@ -1,6 +1,6 @@
 """What the performance model says of a plan, as a word every room can read: its prediction (Estimate, with
 the step's Breakdown) and whether vLLM-Omni would accept it (PlanCheck). Made by the estimate capability
-(tools/estimate.py); read by the search's frontier and goal checks (policies/pareto.py), the planners and the
+(tools/plans/estimate.py); read by the search's frontier and goal checks (policies/pareto.py), the planners and the
 MCP tools.
 """
 

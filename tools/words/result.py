@@ -233,7 +233,7 @@ class BenchmarkResult(BaseModel):
     latency: LatencySummary | None = None
     server_time: LatencySummary | None = None
     load: dict[str, Any] = Field(
-        default_factory=dict, description="what else measured the same deployment meanwhile (tools/benchmark_lock.py)"
+        default_factory=dict, description="what else measured the same deployment meanwhile (tools/bench/lock.py)"
     )
     latency_ci: Interval | None = None
     clips_per_hour: float | None = Field(default=None, description="best steady rate over the closed-loop levels")

@@ -1,8 +1,8 @@
 """Sample: one measured request of a benchmark, as the request loop records it and the Store keeps it.
 
-Every sample is written the moment its request ends (tools/bench_runner.py), one row per (benchmark, seq) whose
+Every sample is written the moment its request ends (tools/bench/runner.py), one row per (benchmark, seq) whose
 JSON body is `Sample.record()`: the fields the loop set, and nothing else, so the database format is the one the
-loop always wrote. `Store.samples()` returns Samples; the Result (tools/result_compute.py), the backends that
+loop always wrote. `Store.samples()` returns Samples; the Result (tools/results/compute.py), the backends that
 copy samples from a cluster (sky/bench_remote.py) and the MCP tool get_result read them by attribute.
 
 Clocks and units. Model seconds are the profile's time: against a real server they are wall seconds; against a

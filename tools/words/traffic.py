@@ -5,7 +5,7 @@ Poisson inside the window, nothing outside), bursts (`bursts of 50 every 2 hours
 once, every period) and a trace (a CSV of arrival times in seconds from the start of the day, one a line,
 an optional header). The end-to-end bound counts the queue wait, any cold start and the service time.
 
-A trace is a file the caller names: its path passes checks like tools/profile_paths.py's (who asks,
+A trace is a file the caller names: its path passes checks like tools/plans/profile_paths.py's (who asks,
 length, /proc /sys /dev, regular file, suffix, size) and no refusal ever quotes the file's contents.
 """
 

@@ -20,7 +20,7 @@ from worldtune.policies.search import (
     initial_state,
     spend_estimate,
 )
-from worldtune.tools.offers import list_offers
+from worldtune.tools.plans.offers import list_offers
 from worldtune.tools.words.goal import Goal
 
 MAIN = "Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, cheapest per clip, H200 or B200, spot ok, budget $300"

@@ -8,7 +8,7 @@ from typing import Any
 
 from worldtune.agent.provenance import assumed_terms, labels, provenance
 from worldtune.agent.report import _plot, _readable_log_axis, readable_event
-from worldtune.tools.report_data import frontier
+from worldtune.tools.results.report_data import frontier
 
 
 def _record(engine: str = "twin", plan: str = "cfg2-r4-vae8", samples: int = 5) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from worldtune.agent.steps import bill, finished_benchmark, get_deployment
 from worldtune.agent.tools_client import ToolsClient
 from worldtune.agent.verify import start_s, verify
 from worldtune.policies.search import Action, Candidate, candidates, initial_state
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.offers import all_offers
-from worldtune.tools.result_compute import compute_result
-from worldtune.tools.store import Store
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.plans.offers import all_offers
+from worldtune.tools.results.compute import compute_result
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload

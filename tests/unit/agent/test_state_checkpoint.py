@@ -28,7 +28,7 @@ from worldtune.agent.state import (
     VerifyTask,
 )
 from worldtune.policies.search import Action, Measurement, candidates, decide, initial_state, record
-from worldtune.tools.offers import all_offers
+from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.tuning import SpendEstimate, SpendForecast
 from worldtune.tools.words.workload import anchor_workload

@@ -58,7 +58,7 @@ def test_read_goal_parses_the_text_and_records_the_run(tmp_path: Path) -> None:
     from langgraph.runtime import ExecutionInfo, Runtime
 
     from worldtune.agent.graph import read_goal
-    from worldtune.tools.store import Store
+    from worldtune.tools.store.database import Store
 
     db = tmp_path / "r.db"
 

@@ -11,7 +11,7 @@ from worldtune.agent.record import build_summary
 from worldtune.agent.state import Outcome, TuneState, merge_deployments
 from worldtune.cli_tune import _output
 from worldtune.policies.search import Measurement, candidates, initial_state, record
-from worldtune.tools.offers import all_offers
+from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 

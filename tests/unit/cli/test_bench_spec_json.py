@@ -11,8 +11,8 @@ from typing import Any
 from typer.testing import CliRunner
 
 from worldtune.cli_bench_spec import spec_from_json
-from worldtune.tools.benchmark import BenchmarkSpec
-from worldtune.tools.store import Store
+from worldtune.tools.bench.benchmark import BenchmarkSpec
+from worldtune.tools.store.database import Store
 
 
 def _app() -> Any:

@@ -20,7 +20,7 @@ from worldtune.policies.search import (
     recommendation,
     record,
 )
-from worldtune.tools.offers import all_offers
+from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words import stats
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.gpus import get_gpu
@@ -160,7 +160,7 @@ def test_statistics_module_matches_order_statistic_rules() -> None:
 
 
 def test_estimate_shows_predicted_uncertainty_and_marks_plans_resting_on_assumed_terms(tmp_path: Path) -> None:
-    from worldtune.tools.estimate import estimate
+    from worldtune.tools.plans.estimate import estimate
     from worldtune.tools.words.profile import ParamBasis
 
     # FP8's linear speed-up has a measured basis in the shipped profile (issue 13); a profile that only assumes

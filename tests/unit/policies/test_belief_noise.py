@@ -33,3 +33,34 @@ def test_samples_with_more_noise_widen_the_noise_and_its_quantile_narrows_to_nor
 def test_a_profile_without_a_noise_basis_knows_its_noise() -> None:
     truth = shipped_profile("H200").model_copy(update={"basis": {}})
     assert belief_noise.learn(truth, [([100.0, 120.0, 80.0], 1.0)]).cv == truth.noise_cv
+
+
+def test_a_probes_repeats_teach_the_noise_before_any_full_run() -> None:
+    """The requests of one step count in a probe have one shape: their spread is the noise (policies/evidence.noise),
+    so a GPU five times noisier than its prior shows after one probe, and a calm one stays calm."""
+    from worldtune.policies import evidence, search
+    from worldtune.tools.plans.offers import all_offers
+    from worldtune.tools.words.goal import Goal
+    from worldtune.tools.words.workload import anchor_workload
+
+    goal = Goal(latency_bound_s=150, gpus=["H200"], capacities=["spot"], budget_usd=300,
+                workload=anchor_workload("cosmos3-super"))  # fmt: skip
+    state = search.initial_state(goal, all_offers())
+    cand = next(c for c in search.candidates(state) if c.plan == "cfg2-u4-vae8" and c.offer.gpu_count == 8)
+    rng = np.random.default_rng(5)
+    prior = evidence.noise(state, "H200")
+    assert not prior.learned
+
+    def probed(cv: float) -> belief_noise.Noise:
+        points = [(s, (cand.fixed_s + s * cand.per_step_s) * float(np.exp(cv * rng.standard_normal())))
+                  for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)]  # fmt: skip
+        m = search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s,
+                               repeats=search.PROBE_REPEATS, probe_points=points)  # fmt: skip
+        return evidence.noise(state.model_copy(update={"measurements": [m, m.model_copy()]}), "H200")
+
+    noisy = probed(0.05)
+    assert noisy.learned and noisy.samples == 2 * search.PROBE_REPEATS * len(search.PROBE_STEPS)
+    assert noisy.cv > 4 * prior.cv and noisy.df > prior.df
+    assert probed(0.002).cv < 2 * prior.cv
+    no_points = search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
+    assert not evidence.noise(state.model_copy(update={"measurements": [no_points]}), "H200").learned

@@ -7,7 +7,7 @@ import numpy as np
 
 from worldtune.policies import belief, forecast, search
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.offers import all_offers
+from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worldtune.policies import lanes, search
-from worldtune.tools.offers import all_offers
+from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 
@@ -118,3 +118,26 @@ def test_the_search_asks_for_its_full_run_in_lanes() -> None:
     probed = probed.model_copy(update={"deployed": [cand.key]})
     full = [a for a in search.decide(probed).actions if a.kind == "full"]
     assert full and full[0].lanes > 1 and sum(full[0].lane_requests) == full[0].requests == 59
+
+
+def test_with_more_probes_likely_before_the_run_the_probe_launches_no_node() -> None:
+    """A probe launches the run's nodes only when it is the last worth making before the run: with other
+    challengers still worth a probe the nodes would wait through theirs. A spare node already up is then kept
+    through the probe only when that costs less than starting it again."""
+    from worldtune.policies import acquisition
+
+    state, cand = candidate(Goal(**GOAL))
+    n = len(search.candidates(state))
+    p_best = [0.0] * n
+    p_best[next(i for i, c in enumerate(search.candidates(state)) if c.key == cand.key)] = 1.0
+    cands = search.candidates(state)
+    cold = search.start_seconds(cand, False) * lanes.SAFETY
+    args = (state, cand, cand, 0.5 * cold, 1e4, 59, p_best, cands)
+    last = acquisition._early_lanes(*args)
+    assert last is not None and last.lanes.lanes - 1 - last.spare > 0  # the last probe launches the nodes
+    assert acquisition._early_lanes(*args, launch=False) is None  # nothing up, nothing launched
+    spared = state.model_copy(update={"spare_lanes": [cand.key] * 2})
+    short = acquisition._early_lanes(spared, *args[1:], launch=False)
+    assert short is not None and short.spare == 2 and short.lanes.lanes - 1 - short.spare == 0
+    # a probe longer than a start: holding the spares through it costs more than starting them again
+    assert acquisition._early_lanes(spared, cand, cand, 2 * cold, 1e4, 59, p_best, cands, launch=False) is None

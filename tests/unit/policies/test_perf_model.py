@@ -6,7 +6,7 @@ import pytest
 
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import fit_all, load_published, shipped_profile
-from worldtune.tools.offers import cheapest_offer
+from worldtune.tools.plans.offers import cheapest_offer
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.workload import anchor_workload
 

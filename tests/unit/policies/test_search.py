@@ -18,7 +18,7 @@ from worldtune.policies.search import (
     record,
     tolerance_bound,
 )
-from worldtune.tools.offers import all_offers
+from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile

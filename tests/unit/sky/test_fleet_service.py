@@ -15,7 +15,7 @@ home.import_skypilot(Path(os.environ['WORLDTUNE_SKY_HOME']))
 from worldtune.sky.dryrun import validate_task
 from worldtune.sky.fleet_service import render_fleet_service
 from worldtune.sky.replicas import RenderOptions
-from worldtune.tools.deploy_preview import predicted_cold_load_s
+from worldtune.tools.deployments.preview import predicted_cold_load_s
 from worldtune.tools.words.fleet import Autoscaler, Fleet
 options = RenderOptions(cold_load_s=predicted_cold_load_s('H200', 'cosmos3-super'))
 out = []

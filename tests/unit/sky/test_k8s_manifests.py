@@ -23,8 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from worldtune.sky.k8s_manifests import GPU_RESOURCE, K8sOptions, render_manifests
 from worldtune.sky.kubernetes import KubernetesBackend
 from worldtune.sky.render import startup_allowance_s
-from worldtune.tools.deploy_preview import deployment_cold_load_s, k8s_options
-from worldtune.tools.store import Store
+from worldtune.tools.deployments.preview import deployment_cold_load_s, k8s_options
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 
@@ -200,8 +200,8 @@ def test_backend_replaces_existing_objects_and_sees_preemption_mocked_k8s_api(tm
 
 
 def test_paid_hours_run_out_on_kubernetes_mocked_k8s_api(tmp_path: Path) -> None:
-    """Kubernetes has no autodown: tools/lease.py deletes the objects once the hours asked have run out."""
-    from worldtune.tools import lease
+    """Kubernetes has no autodown: tools/deployments/lease.py deletes the objects once the hours asked have run out."""
+    from worldtune.tools.deployments import lease
 
     store = Store(tmp_path / "wt.db")
     apps, core, custom = mock.Mock(), mock.Mock(), mock.Mock()

@@ -18,12 +18,12 @@ from worldtune.sky.k8s_manifests import K8sOptions
 from worldtune.sky.k8s_replan import HOSTNAME_LABEL, PLAN_ANNOTATION, render_replan
 from worldtune.sky.kubernetes import KubernetesBackend
 from worldtune.sky.render import ALL_READY_MARKER
-from worldtune.tools.deploy_preview import k8s_options, render_options
-from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.offers import cheapest_fitting_offer
-from worldtune.tools.replan import check_replan
-from worldtune.tools.store import Store
-from worldtune.tools.twin_engine import TwinConfig, TwinEngine
+from worldtune.tools.deployments.preview import k8s_options, render_options
+from worldtune.tools.deployments.replan import check_replan
+from worldtune.tools.plans.estimate import resolve_profile
+from worldtune.tools.plans.offers import cheapest_fitting_offer
+from worldtune.tools.store.database import Store
+from worldtune.tools.twin.engine import TwinConfig, TwinEngine
 from worldtune.tools.words.deployment import Deployment, replan_target
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.models import get_model
@@ -178,7 +178,7 @@ def test_a_replan_with_new_hours_is_bound_by_the_guardrails_and_resets_skypilots
     engine stops, stored as the new lease and commitment, and the cluster's hard autodown set to them (a
     SkyPilot that refuses leaves the earlier, shorter timer, and says so)."""
     from worldtune.sky.backend import hard_down_minutes
-    from worldtune.tools import replan as replanning
+    from worldtune.tools.deployments import replan as replanning
 
     backend = object.__new__(SkyPilotBackend)  # no SkyPilot home: the fake client stands in
     store = Store(tmp_path / "r.db")

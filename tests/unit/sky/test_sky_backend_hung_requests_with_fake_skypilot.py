@@ -17,8 +17,8 @@ from worldtune.sky import backend as sky_backend
 from worldtune.sky import bench_remote
 from worldtune.sky.backend import RequestTimeout, SkyPilotBackend, launch_timeout_s
 from worldtune.sky.bench_job import RESULT_MARKER, SAMPLE_MARKER
-from worldtune.tools.benchmark import BenchmarkSpec, Here
-from worldtune.tools.store import Store
+from worldtune.tools.bench.benchmark import BenchmarkSpec, Here
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 

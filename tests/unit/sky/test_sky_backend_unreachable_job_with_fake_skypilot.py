@@ -15,8 +15,8 @@ from fake_sky import FakeSkyBase
 from worldtune.sky import bench_remote
 from worldtune.sky.backend import SkyPilotBackend
 from worldtune.sky.bench_job import SAMPLE_MARKER
-from worldtune.tools.benchmark import BenchmarkSpec, Here
-from worldtune.tools.store import Store
+from worldtune.tools.bench.benchmark import BenchmarkSpec, Here
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 
 SPEC = BenchmarkSpec(endpoints=["http://127.0.0.1:18000"], steps=35)

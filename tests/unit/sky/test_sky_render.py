@@ -11,9 +11,9 @@ import pytest
 
 from worldtune.sky import catalog, render
 from worldtune.sky.bench_job import new_samples
-from worldtune.tools.deploy_preview import build_deployment, deployment_cold_load_s, render_options
-from worldtune.tools.offers import SNAPSHOT_FILE
-from worldtune.tools.store import Store
+from worldtune.tools.deployments.preview import build_deployment, deployment_cold_load_s, render_options
+from worldtune.tools.plans.offers import SNAPSHOT_FILE
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.plan import Plan
@@ -177,7 +177,7 @@ def test_bench_job_reads_new_samples_from_the_benchmark_database(tmp_path: Path)
 def test_the_model_s_numbers_come_from_the_deploy_capability_and_rendering_refuses_without_them() -> None:
     """sky/ stands on the words: the cold load (start-up allowance) and the service time (SkyServe's target) are
     the calibrated profile's, filled in by tools/deploy_preview; a render without them names the missing field."""
-    from worldtune.tools.estimate import resolve_profile
+    from worldtune.tools.plans.estimate import resolve_profile
     from worldtune.tools.words.models import get_model
 
     dep = build_deployment("H200", "8x1gpu", infra="nebius", capacity="serverless")

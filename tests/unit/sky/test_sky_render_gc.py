@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from worldtune.sky import backend, bench_remote, launch, local_cluster
-from worldtune.tools import garbage
-from worldtune.tools.deploy_preview import build_deployment
-from worldtune.tools.store import Store
+from worldtune.tools.deployments import garbage
+from worldtune.tools.deployments.preview import build_deployment
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
@@ -21,7 +21,9 @@ WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 
 def launched_by_a_gone_process(db: Path, cluster: str, backend: str, deployment_id: str | None = None) -> None:
     """A ledger row written by a standalone deploy process that has exited since."""
-    code = f"from worldtune.tools.store import Store; Store({str(db)!r}).ledger_launch({cluster!r}, {backend!r}, "
+    code = (
+        f"from worldtune.tools.store.database import Store; Store({str(db)!r}).ledger_launch({cluster!r}, {backend!r}, "
+    )
     subprocess.run([sys.executable, "-c", code + f"{deployment_id!r})"], check=True, timeout=60)
 
 
@@ -92,7 +94,7 @@ def test_gc_settles_a_dead_runs_records_even_with_nothing_launched(tmp_path: Pat
     a 'running' run. gc marks the deployment terminated and the run interrupted (resume continues it)."""
     db = tmp_path / "wt.db"
     code = (
-        "from worldtune.tools.store import Store\nfrom worldtune.tools.words.deployment import Deployment\n"
+        "from worldtune.tools.store.database import Store\nfrom worldtune.tools.words.deployment import Deployment\n"
         f"store = Store({str(db)!r})\nstore.add_run('run-killed', 'tune')\n"
         "store.save_deployment(Deployment(id='wt-pending', gpu='H200', plan='tp8', run_id='run-killed'))"
     )

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from worldtune.sky import render
-from worldtune.tools.benchmark import auth_headers
-from worldtune.tools.deploy_preview import build_deployment, render_options
-from worldtune.tools.estimate import estimate_plan, resolve_profile
+from worldtune.tools.bench.benchmark import auth_headers
+from worldtune.tools.deployments.preview import build_deployment, render_options
+from worldtune.tools.plans.estimate import estimate_plan, resolve_profile
 from worldtune.tools.words.deployment import API_KEY_ENV
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.workload import anchor_workload
@@ -68,7 +68,7 @@ def test_benchmark_sends_the_key_from_the_environment(monkeypatch: pytest.Monkey
 
 def test_kubernetes_dry_run_prices_validates_and_writes_task_yaml(tmp_path: Path) -> None:
     from worldtune.sky.preview import write_preview
-    from worldtune.tools.deploy_preview import preview as preview_of
+    from worldtune.tools.deployments.preview import preview as preview_of
 
     deployment = build_deployment("B200", "2xtp4", infra="kubernetes")
     preview = preview_of(deployment)
@@ -87,7 +87,7 @@ def test_a_launch_from_python_carries_its_secrets_inline(tmp_path: Path, monkeyp
     The backend's config carries the values; HF_TOKEN only when it is set."""
     from worldtune.sky.backend import SkyPilotBackend
     from worldtune.sky.dryrun import validate_task
-    from worldtune.tools.store import Store
+    from worldtune.tools.store.database import Store
 
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     monkeypatch.delenv(render.HF_TOKEN, raising=False)

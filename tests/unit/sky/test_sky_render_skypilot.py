@@ -97,7 +97,7 @@ def test_paid_launch_without_yes_is_refused_after_showing_the_price(tmp_path: Pa
     out = run(tmp_path, "deploy", "--gpu", "H200", "--plan", "cfg2-u4-hsdp8", "--infra", "nebius")
     assert out.returncode == 2
     assert "$28.00/h" in out.stdout and "--yes" in out.stderr
-    ledger = subprocess.run([sys.executable, "-c", "import sys; from worldtune.tools.store import Store; "
+    ledger = subprocess.run([sys.executable, "-c", "import sys; from worldtune.tools.store.database import Store; "
                              "print(len(Store(sys.argv[1]).ledger()))", str(tmp_path / "wt.db")],
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert ledger.stdout.strip() == "0"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.benchmark import BenchmarkSpec, Here, benchmark_deployment
-from worldtune.tools.store import Store
+from worldtune.tools.bench.benchmark import BenchmarkSpec, Here, benchmark_deployment
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import (
     MAX_RECOVERIES,
     Deployment,

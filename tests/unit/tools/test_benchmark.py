@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from worldtune.tools.bench_answers import error_kind
-from worldtune.tools.bench_runner import Runner
-from worldtune.tools.benchmark import BenchmarkSpec, get_benchmark
-from worldtune.tools.store import Store
+from worldtune.tools.bench.answers import error_kind
+from worldtune.tools.bench.benchmark import BenchmarkSpec, get_benchmark
+from worldtune.tools.bench.runner import Runner
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.result import fit_affine
 
@@ -122,7 +122,7 @@ def test_a_benchmark_ending_between_the_two_looks_is_completed_not_gone(
 def test_an_endpoint_that_never_answers_fails_clearly_and_is_recorded(tmp_path: Path) -> None:
     import socket
 
-    from worldtune.tools.benchmark import run_benchmark
+    from worldtune.tools.bench.benchmark import run_benchmark
 
     with socket.socket() as sock:  # a loopback port with nothing listening
         sock.bind(("127.0.0.1", 0))
@@ -141,8 +141,8 @@ def test_the_twin_engine_clock_is_not_stretched_by_a_loaded_machine(monkeypatch:
     import asyncio
     import time
 
-    from worldtune.tools.estimate import resolve_profile
-    from worldtune.tools.twin_engine import TwinConfig, TwinEngine, TwinRequest
+    from worldtune.tools.plans.estimate import resolve_profile
+    from worldtune.tools.twin.engine import TwinConfig, TwinEngine, TwinRequest
 
     engine = TwinEngine(TwinConfig(time_scale=1000.0, load_time_s=0.0, guardrails=False),
                         resolve_profile("H200").with_changes(noise_cv=0.0))  # fmt: skip

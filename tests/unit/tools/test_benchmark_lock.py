@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools import benchmark_lock
-from worldtune.tools.benchmark import BenchmarkSpec, start_benchmark
-from worldtune.tools.benchmark_lock import BenchmarkBusy, acquire, load_seen, lock_target
-from worldtune.tools.store import Store
+from worldtune.tools.bench import lock as benchmark_lock
+from worldtune.tools.bench.benchmark import BenchmarkSpec, start_benchmark
+from worldtune.tools.bench.lock import BenchmarkBusy, acquire, load_seen, lock_target
+from worldtune.tools.store.database import Store
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_results_record_the_load_they_saw(store: Store) -> None:
 def test_a_benchmark_whose_pid_was_recycled_counts_as_gone(holder_process: subprocess.Popen[bytes]) -> None:
     """The config records the process's start time as well as its pid: a live process with that pid but another
     start time is not the benchmark (tools/owners.process_alive), so its lock no longer holds."""
-    from worldtune.tools import owners
+    from worldtune.tools.store import owners
 
     started = owners.start_time(holder_process.pid)
     assert started is not None

@@ -11,8 +11,8 @@ import pytest
 from mcp import Client
 
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.capacity import plan_capacity
-from worldtune.tools.mcp_server import build_server
+from worldtune.tools.deployments.capacity import plan_capacity
+from worldtune.tools.mcp.server import build_server
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.profile import Profile
@@ -123,7 +123,7 @@ def test_a_measured_latency_rescales_that_plan_and_only_that_plan(planned: Any) 
 
 
 def _rehearsal(measured: float | None, sem: float | None, predicted: float = 100.0) -> Any:
-    from worldtune.tools.fleet_rehearsal import FleetRehearsal
+    from worldtune.tools.deployments.fleet_rehearsal import FleetRehearsal
 
     return FleetRehearsal(nodes=1, servers=1, requests=10, answered=10, time_scale=300, percentile=95,
                           measured_p_s=200.0, predicted_p_s=190.0, measured_wait_mean_s=12.0,
@@ -144,7 +144,7 @@ def test_the_fleet_step_feeds_a_disagreeing_rehearsal_back_and_tries_each_twin_p
 ) -> None:
     """The rehearsal goes through the MCP tool rehearse_fleet (in-process), which tries each twin profile."""
     from worldtune.agent import fleet_step
-    from worldtune.tools import fleet_rehearsal
+    from worldtune.tools.deployments import fleet_rehearsal
 
     calls: list[Any] = []
 
@@ -190,7 +190,7 @@ def test_rehearse_fleet_refuses_a_goal_without_traffic_a_bad_fleet_and_an_unread
 ) -> None:
     from mcp_cases import refused
 
-    from worldtune.tools.mcp_server import build_server
+    from worldtune.tools.mcp.server import build_server
 
     fleet = planned.chosen.fleet.model_dump(mode="json")
     goal = Goal(gpus=["H200"], traffic=TRAFFIC).model_dump(mode="json")
@@ -222,7 +222,7 @@ def test_the_report_draws_the_chosen_fleets_simulated_day(planned: Any, tmp_path
 
 
 def test_a_learned_profile_sets_the_fleets_service_times(planned: Any, tmp_path: Path) -> None:
-    from worldtune.tools.estimate import estimate_plan
+    from worldtune.tools.plans.estimate import estimate_plan
     from worldtune.tools.words.plan import Plan
 
     slow = shipped_profile("H200").with_changes(attn_tflops=shipped_profile("H200").attn_tflops * 0.7)

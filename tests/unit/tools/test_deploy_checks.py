@@ -14,12 +14,12 @@ import anyio
 import pytest
 from mcp import Client
 
-from worldtune.tools import deploy as deploying
-from worldtune.tools import deploy_checks
-from worldtune.tools.deploy_preview import build_deployment
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.spend import quote
-from worldtune.tools.store import Store
+from worldtune.tools.deployments import checks as deploy_checks
+from worldtune.tools.deployments import deploy as deploying
+from worldtune.tools.deployments.preview import build_deployment
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.plans.spend import quote
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.errors import InvalidInput
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
@@ -105,7 +105,7 @@ def test_both_paths_check_through_the_one_function(monkeypatch: pytest.MonkeyPat
         seen.append(str(args[2] if len(args) > 2 else kwargs["infra"]))
         return real(*args, **kwargs)
 
-    import worldtune.tools.deploy_preview as preview
+    import worldtune.tools.deployments.preview as preview
 
     monkeypatch.setattr(deploying, "check_deploy_inputs", counting)
     monkeypatch.setattr(preview, "check_deploy_inputs", counting)

@@ -1,7 +1,7 @@
 """Guardrails bind commitments, in the capability: price x hours asked, per run and for everything live.
 
 The cloud is the recording stand-in in tests/fake_cloud.py (no cloud can be reached here); every
-deploy below goes through worldtune.tools.deploy.deploy, the one path the CLI, MCP and agent share.
+deploy below goes through worldtune.tools.deployments.deploy.deploy, the one path the CLI, MCP and agent share.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from pathlib import Path
 import fake_cloud
 import pytest
 
-from worldtune.tools import deploy as deploying
-from worldtune.tools.spend import GUARDRAILS_ENV, check_commitment, check_tuning, needs_confirmation, quote
-from worldtune.tools.store import Store
+from worldtune.tools.backends import registry as backend_registry
+from worldtune.tools.deployments import deploy as deploying
+from worldtune.tools.plans.spend import GUARDRAILS_ENV, check_commitment, check_tuning, needs_confirmation, quote
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.infra import Infra
@@ -28,7 +29,7 @@ from worldtune.tools.words.infra import Infra
 @pytest.fixture(autouse=True)
 def _recording_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(GUARDRAILS_ENV, raising=False)
-    monkeypatch.setattr(deploying, "SKY_BACKEND", fake_cloud.SEAM)
+    monkeypatch.setattr(backend_registry, "SKY_BACKEND", fake_cloud.SEAM)
     fake_cloud.LAUNCHED.clear()
 
 
@@ -198,7 +199,7 @@ def test_the_skypilot_launch_downs_the_cluster_at_the_end_of_the_hours(tmp_path:
         "from worldtune.sky.backend import SkyPilotBackend, hard_down_minutes\n"
         "from worldtune.tools.words.deployment import Deployment\n"
         "backend = object.__new__(SkyPilotBackend)\n"
-        "from worldtune.tools.deploy_preview import render_options\n"
+        "from worldtune.tools.deployments.preview import render_options\n"
         "backend.autodown, backend.options, backend.predicted = True, None, render_options\n"
         "dep = Deployment(gpu='H200', plan='cfg2-u4-hsdp8', infra='nebius', engine='vllm-omni', hold_hours=2.0)\n"
         "held = backend.autodown_arguments(dep)\n"

@@ -21,11 +21,11 @@ import pytest
 from mcp import Client
 from mcp_cases import ok, refused
 
-from worldtune.tools.estimate import estimate
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.store import Store
-from worldtune.tools.twin import TwinConfig, create_app
-from worldtune.tools.video import make_mp4
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.plans.estimate import estimate
+from worldtune.tools.store.database import Store
+from worldtune.tools.twin.server import TwinConfig, create_app
+from worldtune.tools.twin.video import make_mp4
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.workload import Workload, anchor_workload
 
@@ -169,7 +169,7 @@ def test_the_benchmark_sends_a_deployments_generated_api_key(tmp_path: Path, mon
     own benchmark must send it, read from beside the database, or every request is 401 (a twin guarded by the
     key stands in for the GPU server here, over real HTTP)."""
     from worldtune.sky.api_key import deployment_api_key
-    from worldtune.tools.benchmark import BenchmarkSpec, auth_headers, run_benchmark
+    from worldtune.tools.bench.benchmark import BenchmarkSpec, auth_headers, run_benchmark
     from worldtune.tools.words.deployment import API_KEY_ENV
 
     monkeypatch.delenv(API_KEY_ENV, raising=False)

@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from worldtune.policies.pareto import pareto_frontier
-from worldtune.tools.bench_request import benchmark_spec, benchmark_workload, ready_endpoints, size_fields
-from worldtune.tools.plan_frontier import plan_frontier
-from worldtune.tools.result_compare import compare, summary_from_row, usd_per_clip
+from worldtune.tools.bench.request import benchmark_spec, benchmark_workload, ready_endpoints, size_fields
+from worldtune.tools.plans.frontier import plan_frontier
+from worldtune.tools.results.compare import compare, summary_from_row, usd_per_clip
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_fuzz_cases import Tally, call_strategy, plant_secrets, run_calls
 
-from worldtune.tools import deploy as deploying
-from worldtune.tools.spend import GUARDRAILS_ENV
+from worldtune.tools.backends import registry as backend_registry
+from worldtune.tools.plans.spend import GUARDRAILS_ENV
 
 SECRETS = plant_secrets(Path(tempfile.mkdtemp(prefix="wt-fuzz-secrets-")))
 
@@ -27,8 +27,8 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(GUARDRAILS_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("WORLDTUNE_PROFILE_DIR", str(tmp_path / "profiles"))
-    monkeypatch.setattr(deploying, "SKY_BACKEND", fake_cloud.SEAM)  # SkyPilot and Kubernetes cannot run here
-    monkeypatch.setattr(deploying, "K8S_BACKEND", fake_cloud.SEAM)
+    monkeypatch.setattr(backend_registry, "SKY_BACKEND", fake_cloud.SEAM)  # SkyPilot and Kubernetes cannot run here
+    monkeypatch.setattr(backend_registry, "K8S_BACKEND", fake_cloud.SEAM)
 
 
 @settings(

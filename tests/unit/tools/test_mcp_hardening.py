@@ -18,10 +18,10 @@ import fake_cloud
 import pytest
 from mcp import Client
 
-from worldtune.tools import deploy as deploying
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.spend import GUARDRAILS_ENV
-from worldtune.tools.store import Store
+from worldtune.tools.backends import registry as backend_registry
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.plans.spend import GUARDRAILS_ENV
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
@@ -32,7 +32,7 @@ PAID = {"gpu": "H200", "plan": "cfg2-u4-hsdp8", "infra": "nebius", "hours": 3.2}
 def _recording_cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(GUARDRAILS_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(deploying, "SKY_BACKEND", fake_cloud.SEAM)
+    monkeypatch.setattr(backend_registry, "SKY_BACKEND", fake_cloud.SEAM)
     fake_cloud.LAUNCHED.clear()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from worldtune.policies.pareto import goal_violations, meets_goal, pareto_frontier
-from worldtune.tools.estimate import estimate, list_plans
+from worldtune.tools.plans.estimate import estimate, list_plans
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload

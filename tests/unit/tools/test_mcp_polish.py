@@ -13,7 +13,7 @@ import anyio
 from mcp import Client
 from starlette.testclient import TestClient
 
-from worldtune.tools.mcp_server import build_server
+from worldtune.tools.mcp.server import build_server
 
 TOKEN = "s3cret-test-token"
 URL = "http://127.0.0.1:8765"

@@ -11,9 +11,9 @@ import anyio
 from mcp import Client
 from mcp_cases import ok, refused
 
-from worldtune.tools import owners
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.store import Store
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.store import owners
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.goal import Goal
 
 GOAL: dict[str, Any] = Goal(latency_bound_s=150.0, budget_usd=50.0).model_dump(mode="json")

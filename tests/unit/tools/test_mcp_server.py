@@ -16,9 +16,9 @@ from mcp import Client
 from mcp_cases import EXPECTED_TOOLS, ok, pure_tools, refused, spending_refusals
 
 from worldtune.cli_mcp import is_loopback, serve, transport_security
-from worldtune.tools.mcp_server import StaticTokenVerifier, WorldtuneServer, build_server
-from worldtune.tools.result_compute import compute_result
-from worldtune.tools.store import Store
+from worldtune.tools.mcp.server import StaticTokenVerifier, WorldtuneServer, build_server
+from worldtune.tools.results.compute import compute_result
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.offer import Offer

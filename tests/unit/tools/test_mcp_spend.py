@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.spend import (
+from worldtune.tools.plans.spend import (
     GUARDRAILS_ENV,
     check_spend,
     load_guardrails,

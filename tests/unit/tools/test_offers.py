@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.offers import all_offers, cheapest_offer, list_offers
+from worldtune.tools.plans.offers import all_offers, cheapest_offer, list_offers
 from worldtune.tools.words.errors import InvalidInput
 
 

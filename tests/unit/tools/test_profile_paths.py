@@ -9,8 +9,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.profile_paths import PROFILE_DIR_ENV, allowed_profile_path, load_profile
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.plans.profile_paths import PROFILE_DIR_ENV, allowed_profile_path, load_profile
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.profile import Profile
 

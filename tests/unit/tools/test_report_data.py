@@ -1,5 +1,6 @@
-"""The report-data capability (tools/report_data.py): the completed run's record from the database, its frontiers
-and folder, and clear refusals for an unknown or unfinished run; agent/report.py only draws what it is given."""
+"""The report-data capability (tools/results/report_data.py): the completed run's record from the database, its
+frontiers and folder, and clear refusals for an unknown or unfinished run; agent/report.py only draws what it is
+given."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.tools.report_data import report_data
-from worldtune.tools.store import Store
+from worldtune.tools.results.report_data import report_data
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
 

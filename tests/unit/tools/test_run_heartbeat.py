@@ -1,4 +1,4 @@
-"""A run belongs to its client (tools/run_heartbeat.py, tools/run_client_hooks.py, tools/mcp_heartbeat.py).
+"""A run belongs to its client (tools/results/run_heartbeat.py, tools/mcp/client_hooks.py, tools/mcp/heartbeat.py).
 
 In-process: the SDK's client against build_server, the results database in tmp_path, no process started (the
 deployments are recorded local ones with no process behind them, so their teardown only settles the record).
@@ -16,9 +16,9 @@ import pytest
 from mcp import Client
 from mcp_cases import ok, refused
 
-from worldtune.tools import run_heartbeat
-from worldtune.tools.mcp_server import build_server
-from worldtune.tools.store import Store
+from worldtune.tools.mcp.server import build_server
+from worldtune.tools.results import run_heartbeat
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal

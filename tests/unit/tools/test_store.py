@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from worldtune.tools.store import Store
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 
 
@@ -91,7 +91,7 @@ CREATE TABLE ledger (cluster TEXT PRIMARY KEY, backend TEXT NOT NULL, deployment
 
 def in_a_process_that_exits(db: Path, code: str) -> None:
     """Run `code` (with `store` bound to the database) in a child process that then exits."""
-    script = f"from worldtune.tools.store import Store\nstore = Store({str(db)!r})\n{code}"
+    script = f"from worldtune.tools.store.database import Store\nstore = Store({str(db)!r})\n{code}"
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
 
 
@@ -138,7 +138,7 @@ def test_a_heartbeat_never_creates_a_database_where_one_was_removed(tmp_path: Pa
     the file is gone must not create an empty one (which also raced folder removal: 'Directory not empty')."""
     import pytest
 
-    from worldtune.tools import owners
+    from worldtune.tools.store import owners
 
     db = tmp_path / "wt.db"
     store = Store(db)
@@ -161,7 +161,7 @@ def test_a_benchmark_whose_process_is_gone_reads_failed_everywhere(tmp_path: Pat
     config = "{'pid': os.getpid(), 'pid_start': owners.start_time(os.getpid()), 'host': owners.host()}"
     in_a_process_that_exits(
         db,
-        "import os\nfrom worldtune.tools import owners\n"
+        "import os\nfrom worldtune.tools.store import owners\n"
         f"store.create_benchmark('b-dead', {config})\n"
         f"store.create_benchmark('b-done', {config})\n"
         "store.update_benchmark('b-done', status='completed')",

@@ -1,5 +1,6 @@
-"""The tuning-jobs capability (tools/tuning_jobs.py) keeps a run's record around the Tuner that runs it: recorded
-before it starts, failed when it dies of an error, its status read back; tested with a Tuner that runs nothing."""
+"""The tuning-jobs capability (tools/results/tuning_jobs.py) keeps a run's record around the Tuner that runs it:
+recorded before it starts, failed when it dies of an error, its status read back; tested with a Tuner that runs
+nothing."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from worldtune.tools import owners, tuning_jobs
-from worldtune.tools.store import Store
+from worldtune.tools.results import tuning_jobs
+from worldtune.tools.store import owners
+from worldtune.tools.store.database import Store
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.tuning import Failed, TuningJob, TuningRequest

@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from worldtune.policies import perf_model
-from worldtune.tools.estimate import resolve_profile
-from worldtune.tools.twin import TwinConfig, TwinEngine, create_app, replica_count
-from worldtune.tools.twin_engine import LoadOutOfMemory
-from worldtune.tools.video import check_mp4, make_mp4
+from worldtune.tools.plans.estimate import resolve_profile
+from worldtune.tools.twin.engine import LoadOutOfMemory
+from worldtune.tools.twin.server import TwinConfig, TwinEngine, create_app, replica_count
+from worldtune.tools.twin.video import check_mp4, make_mp4
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import anchor_workload

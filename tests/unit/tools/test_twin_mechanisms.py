@@ -12,8 +12,8 @@ import pytest
 
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.twin import TwinConfig, create_app
-from worldtune.tools.video import make_mp4
+from worldtune.tools.twin.server import TwinConfig, create_app
+from worldtune.tools.twin.video import make_mp4
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import anchor_workload

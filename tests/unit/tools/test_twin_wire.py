@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from worldtune.tools.twin import TwinConfig, create_app
-from worldtune.tools.twin_form import image_size
-from worldtune.tools.video import check_mp4, served_frames, served_size
+from worldtune.tools.twin.form import image_size
+from worldtune.tools.twin.server import TwinConfig, create_app
+from worldtune.tools.twin.video import check_mp4, served_frames, served_size
 
 SCALE = 2000.0
 

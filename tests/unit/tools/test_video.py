@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worldtune.tools.video import check_mp4, make_mp4
+from worldtune.tools.twin.video import check_mp4, make_mp4
 from worldtune.tools.words.errors import InvalidInput
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from worldtune.tools.result_compute import compute_result
+from worldtune.tools.results.compute import compute_result
 from worldtune.tools.words.result import fit_affine, quantile_interval, samples_needed, summarize
 
 

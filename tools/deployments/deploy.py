@@ -1,0 +1,258 @@
+"""Deploy: start, look up, list and tear down deployments on any infra (the capability the MCP server exposes).
+
+Public API (plain, typed, pydantic out; the MCP server and the agent call these):
+
+    quote_deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
+                 hours=1.0, run_id=None, usd_per_hour=None, store=None, action="deploy", time_scale=1.0,
+                 twin_profile=None) -> SpendQuote   # checks, starts nothing
+    deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
+           twin_profile=None, time_scale=1.0, run_id=None, store=None, progress=None, hours=1.0,
+           usd_per_hour=None, profile_origin="cli") -> Deployment
+    get_deployment(deployment_id, store=None, refresh=True) -> Deployment
+    list_deployments(run_id=None, alive_only=False, store=None) -> list[Deployment]
+    teardown(deployment_id, store=None) -> Deployment
+    backend_for(infra, store, options=None) -> Backend
+    deploy_for_caller(caller_gone, **deploy_arguments) -> Deployment   # torn down if the caller went away
+
+The backend is chosen by infra from the one table of backends (tools/backends/registry.py): "local" ->
+LocalBackend (twin processes here); "slurm/<name>" and SkyPilot clouds -> worldtune.sky.backend.SkyPilotBackend;
+"kubernetes" -> worldtune.sky.kubernetes.KubernetesBackend (each imported only when used). Input is checked before
+anything starts, by the one set of deploy checks (tools/deployments/checks.py, which `worldtune deploy --dry-run` uses
+too: the plan valid for the GPU and model by vLLM-Omni's rules and memory, what the infra cannot do such as vllm-omni on
+infra local), and the commitment must fit the budget guardrails (tools/plans/spend.py), whoever calls: CLI, MCP, agent
+or Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any, cast
+
+from worldtune.tools.backends import registry as backends
+from worldtune.tools.deployments.checks import check_deploy_inputs
+from worldtune.tools.plans.profile_paths import allowed_profile_path
+from worldtune.tools.plans.spend import SpendQuote, check_commitment, quote, reference_offer
+from worldtune.tools.store.database import Store
+from worldtune.tools.words.deployment import Backend, Deployment, Progress, new_deployment_id
+from worldtune.tools.words.errors import InvalidInput, WorldtuneError
+from worldtune.tools.words.infra import Infra
+from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.profile import Profile
+
+
+def infra_kind(infra: str) -> str:
+    """'local', 'kubernetes', 'slurm' or 'cloud' (Infra.parse: a malformed infra is refused)."""
+    return Infra.parse(infra).kind
+
+
+def backend_for(infra: str, store: Store, options: Any = None) -> Backend:
+    """The Backend that hosts deployments on `infra` (SkyPilot and Kubernetes imported lazily).
+
+    `options`: how SkyPilot or Kubernetes renders (sky's RenderOptions or K8sOptions; None: the infra's defaults).
+    Either way the backend renders with the model's numbers for each deployment (the start-up allowance from the
+    predicted cold load, SkyServe's target from the predicted service time): tools/deployments/preview.py."""
+    kind = infra_kind(infra)
+    module_name, class_name = backends.backend_named(kind)
+    try:
+        backend_class = backends.backend_class(kind)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInput(
+            "infra", infra, f"an infra whose backend ({module_name}.{class_name}) is installed",
+            f"it could not be imported: {exc}; infra local runs the twin engine without it",
+        ) from exc  # fmt: skip
+    if kind == "local":
+        return cast(Backend, backend_class(store))
+    from worldtune.tools.deployments import preview as deploy_preview
+
+    predicted = deploy_preview.k8s_options if kind == "kubernetes" else deploy_preview.render_options
+    try:
+        backend: Backend = backend_class(store, options, predicted=predicted)
+    except Exception as exc:  # e.g. no kubeconfig, no SkyPilot home: say which infra and why, start nothing
+        raise InvalidInput("infra", infra, f"an infra {class_name} can reach", f"{type(exc).__name__}: {exc}") from exc
+    return backend
+
+
+def quote_deploy(
+    gpu: str,
+    plan: str,
+    infra: str = "local",
+    engine: str = "twin",
+    capacity: str = "on-demand",
+    model: str = "cosmos3-super",
+    hours: float = 1.0,
+    run_id: str | None = None,
+    usd_per_hour: float | None = None,
+    store: Store | None = None,
+    action: str = "deploy",
+    time_scale: float = 1.0,
+    twin_profile: str | None = None,
+) -> SpendQuote:
+    """What `deploy` with these arguments would commit, refused now if a guardrail would refuse it then.
+
+    Checks every input deploy checks (tools/deployments/checks.py, the same checks as `worldtune deploy --dry-run`'s
+    build_deployment: engine, capacity and infra, what the infra cannot do, the plan against vLLM-Omni's rules and
+    memory) and the commitment against the guardrails, counting every live deployment in the Store.
+    """
+    store = store or Store()
+    inputs = check_deploy_inputs(gpu, plan, infra, engine, capacity, model, time_scale, twin_profile)
+    spend = quote(
+        action, inputs.gpu.name, str(inputs.plan), infra=str(inputs.infra), capacity=capacity,
+        model=inputs.model.key, hours=hours, usd_per_hour=usd_per_hour,
+    )  # fmt: skip
+    check_commitment(spend, store.list_deployments(), run_id)
+    return spend
+
+
+def deploy(
+    gpu: str,
+    plan: str,
+    infra: str = "local",
+    engine: str = "twin",
+    capacity: str = "on-demand",
+    model: str = "cosmos3-super",
+    twin_profile: str | None = None,
+    time_scale: float = 1.0,
+    run_id: str | None = None,
+    store: Store | None = None,
+    progress: Progress | None = None,
+    hours: float = 1.0,
+    usd_per_hour: float | None = None,
+    profile_origin: str = "cli",
+    backend: Backend | None = None,
+    deployment_id: str | None = None,
+) -> Deployment:
+    """Start `plan` on `gpu` under `engine` on `infra`; return the deployment once ready (or raise).
+
+    Bound by the guardrails whoever calls it: the commitment (price x (provisioning + load + `hours`)) is
+    checked against the per-action, per-run and everything-live caps and recorded in the same database
+    transaction, before anything starts. Local twins cost nothing (usd_per_hour 0); `offer` still names
+    the node the plan would rent, so cost per clip can be computed from a rehearsal. `twin_profile` passes
+    the profile allow-list for `profile_origin` (a remote MCP client may only name a profile). `backend`:
+    one the caller configured (the CLI's render options); else the infra's default.
+    """
+    store = store or Store()
+    spend = quote_deploy(
+        gpu, plan, infra, engine, capacity, model, hours, run_id, usd_per_hour, store,
+        time_scale=time_scale, twin_profile=twin_profile,
+    )  # fmt: skip
+    where = Infra.parse(spend.infra)
+    truth_path = None
+    if twin_profile:
+        truth_path = allowed_profile_path(twin_profile, profile_origin, "twin_profile")
+        truth = Profile.load(truth_path, field="twin_profile")
+        if truth.gpu.lower() != spend.gpu.lower():
+            raise InvalidInput("twin_profile", twin_profile, f"a profile for {spend.gpu}", f"it is for {truth.gpu}")
+    offer = spend.offer or reference_offer(spend.gpu, Plan.parse(spend.plan), capacity)
+    deployment = Deployment(
+        id=deployment_id or new_deployment_id(),
+        run_id=run_id,
+        model=spend.model,
+        gpu=spend.gpu,
+        plan=spend.plan,
+        infra=str(where),
+        engine="twin" if engine == "twin" else "vllm-omni",
+        capacity=capacity,
+        offer=offer,
+        usd_per_hour=spend.usd_per_hour,
+        hold_hours=spend.hold_hours,
+        committed_usd=spend.expected_usd,
+        twin_profile=str(truth_path) if truth_path else None,
+        time_scale=float(time_scale),
+        state="pending",
+    )
+    host = backend or backend_for(str(where), store)
+    # checked again inside the write lock: another caller may have committed since the quote
+    store.reserve_deployment(deployment, lambda stored: check_commitment(spend, stored, run_id))
+    try:
+        return host.launch(deployment, progress)
+    except Exception:
+        # A launch that failed must not keep counting as committed, nor leave what it had started running:
+        # stop it through its backend first (which finds its processes or cluster from the record's detail,
+        # so the detail is kept), then record it failed. Backends that said so themselves win.
+        tear_down_failed_start(store, host, deployment)
+        raise
+
+
+def _find(deployment_id: str, store: Store) -> Deployment:
+    found = store.get_deployment(deployment_id)
+    if found is None:
+        known = [d.id for d in store.list_deployments()][-10:]
+        raise InvalidInput(
+            "deployment_id", deployment_id, "an id returned by deploy", f"known: {', '.join(known) or 'none'}"
+        )
+    return found
+
+
+def get_deployment(deployment_id: str, store: Store | None = None, refresh: bool = True) -> Deployment:
+    """One deployment; when alive and `refresh`, its state is checked with its backend first."""
+    store = store or Store()
+    found = _find(deployment_id, store)
+    if refresh and found.alive and found.state != "pending":
+        return backend_for(found.infra, store).status(found)
+    return found
+
+
+def list_deployments(
+    run_id: str | None = None, alive_only: bool = False, store: Store | None = None
+) -> list[Deployment]:
+    """Deployments in the Store, oldest first (states as last recorded)."""
+    return (store or Store()).list_deployments(run_id=run_id, alive_only=alive_only)
+
+
+def teardown(deployment_id: str, store: Store | None = None) -> Deployment:
+    """Stop everything a deployment started and mark it terminated; calling it again is harmless."""
+    store = store or Store()
+    found = _find(deployment_id, store)
+    gone = backend_for(found.infra, store).teardown(found)
+    store.save_deployment(gone)  # the SkyPilot backend returns the terminated word without storing it
+    return gone
+
+
+class CallerGone(WorldtuneError):
+    """The caller of a deploy went away before it was ready; what had started was torn down."""
+
+
+def deploy_for_caller(caller_gone: threading.Event, **arguments: Any) -> Deployment:
+    """deploy(), for a caller that may go away (an MCP client that timed out, cancelled or disconnected).
+
+    Once `caller_gone` is set the launch is abandoned at its next progress report, or torn down as soon
+    as it is ready: nobody holds the id of such a deployment, so it must not stay up (and bill).
+    """
+    store: Store = arguments.pop("store", None) or Store()
+    passed: Progress | None = arguments.pop("progress", None)
+    deployment_id = new_deployment_id()
+
+    def progress(message: str, fraction: float | None) -> None:
+        if caller_gone.is_set():
+            raise CallerGone(f"deployment {deployment_id}: the caller went away while it was starting")
+        if passed is not None:
+            passed(message, fraction)
+
+    try:
+        ready = deploy(**arguments, store=store, progress=progress, deployment_id=deployment_id)
+    except BaseException:
+        if caller_gone.is_set() and store.get_deployment(deployment_id) is not None:
+            with contextlib.suppress(Exception):  # the launch's own error is the one to report
+                teardown(deployment_id, store)
+        raise
+    if caller_gone.is_set():
+        teardown(deployment_id, store)
+        raise CallerGone(f"deployment {deployment_id} came up after its caller went away: torn down")
+    return ready
+
+
+def tear_down_failed_start(store: Store, host: Backend, deployment: Deployment) -> None:
+    """After a launch or replan raised: stop what it left running through its backend, then record it failed.
+
+    The record is re-read first (a backend that already said so wins); the caller re-raises the start's own
+    error, so a teardown that fails too is not reported over it.
+    """
+    current = store.get_deployment(deployment.id) or deployment
+    if current.alive:
+        with contextlib.suppress(Exception):
+            current = host.teardown(current)
+        store.save_deployment(
+            current.model_copy(update={"state": "failed", "terminated_at": current.terminated_at or time.time()})
+        )
