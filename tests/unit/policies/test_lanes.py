@@ -141,3 +141,56 @@ def test_with_more_probes_likely_before_the_run_the_probe_launches_no_node() -> 
     assert short is not None and short.spare == 2 and short.lanes.lanes - 1 - short.spare == 0
     # a probe longer than a start: holding the spares through it costs more than starting them again
     assert acquisition._early_lanes(spared, cand, cand, 2 * cold, 1e4, 59, p_best, cands, launch=False) is None
+
+
+def test_a_challenger_within_the_margin_of_the_verified_best_gets_no_full_run() -> None:
+    """Once a plan is verified, a probed challenger that wins the draws is run in full only when it could beat the
+    best by more than the margin (P >= STOP_LEVEL): a plan 1% better is no better an answer, a plan 10% better is."""
+    import numpy as np
+
+    from worldtune.policies import acquisition
+    from worldtune.policies.candidates import assess, best_verified, held_offers
+    from worldtune.policies.draws import Draws, draws
+
+    state, best = candidate(Goal(**GOAL))
+    rival = next(c for c in search.candidates(state) if c.offer.id == best.offer.id and c.plan == "cfg2-u4-hsdp2-vae8")
+    for cand in (best, rival):
+        state = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
+                                                        fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
+    state = search.record(state, search.Measurement(key=best.key, kind="full", requested=59,
+                                                    latencies_s=[best.latency_s] * 59))  # fmt: skip
+    assessed = assess(state)
+    cands = [a.cand for a in assessed]
+    verified = best_verified(state, cands)
+    assert verified is not None and verified.key == best.key
+    d = draws(state, assessed)
+    i = next(k for k, c in enumerate(cands) if c.key == rival.key)
+    open_ = np.asarray([c.stage != "measured" for c in cands])
+    value_best = search.objective_value(state.goal, verified)
+
+    def order_for(ratio: float) -> list[tuple[float, int, str]]:
+        feasible = d.feasible.copy()
+        feasible[open_] = False  # the rival alone is open and feasible: it wins every draw
+        feasible[i] = True
+        objective = d.objective.copy()
+        objective[i] = ratio * value_best
+        rigged = Draws(assessed=assessed, objective=objective, feasible=feasible, log_latency=d.log_latency)
+        masked = np.where(feasible, objective, np.inf)
+        p_best = np.bincount(np.argmin(masked, axis=0), minlength=len(cands)) / objective.shape[1]
+        order, _ = acquisition._order(
+            state,
+            rigged,
+            np.zeros(len(cands)),
+            open_,
+            verified,
+            None,
+            acquisition._ready(state, cands),
+            p_best,
+            held_offers(state),
+            59,
+            0.03,
+        )
+        return order  # fmt: skip
+
+    assert (1e300, i, "likeliest optimum") not in order_for(0.99)  # within the margin: no full run bought first
+    assert (1e300, i, "likeliest optimum") in order_for(0.90)  # beats it by 10%: its full run goes first
