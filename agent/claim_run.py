@@ -36,6 +36,7 @@ from worldtune.agent.steps import (
     measured_figures,
     measurement_of,
     replan,
+    samples_of,
     start_s,
     teardown,
 )
@@ -61,12 +62,36 @@ class Lane:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     running: bool = False
     dropped: str = ""
+    cut_s: float | None = None  # on a twin, the claim's decision on the run's model clock: later answers do not count
 
     def latencies(self, cand: Candidate) -> list[float]:
-        return [x for b, r in self.records.items() for x in measurement_of(cand, "full", b, r).latencies_s]
+        if self.cut_s is None:
+            return [x for b, r in self.records.items() for x in measurement_of(cand, "full", b, r).latencies_s]
+        return [latency for done, _, latency in self.timed() if latency is not None and done <= self.cut_s]
 
     def busy_s(self) -> float:
-        return sum(busy_model_s(r) for r in self.records.values())
+        if self.cut_s is None:
+            return sum(busy_model_s(r) for r in self.records.values())
+        cut = self.cut_s
+        return max((min(cut, done) for done in self.clock().values()), default=0.0)
+
+    def timed(self) -> list[tuple[float, str, float | None]]:
+        """Every answer of the run on the lane's model clock: (when it was done, model seconds since the run
+        began, on its replica: that replica's server seconds so far; its replica; its latency, None if it
+        failed). The server's seconds are the twin's modelled stage times, so this clock is the same on an idle
+        and on a loaded machine, whatever order the lanes' answers reached us in."""
+        busy: dict[str, float] = {}
+        out: list[tuple[float, str, float | None]] = []
+        for record in self.records.values():
+            for sample in sorted((s for s in samples_of(record) if s.phase == "full"), key=lambda s: s.seq):
+                took = float(sample.server_time_s if sample.server_time_s is not None else sample.latency_s or 0.0)
+                busy[sample.endpoint] = busy.get(sample.endpoint, 0.0) + took
+                out.append((busy[sample.endpoint], sample.endpoint, took if sample.ok else None))
+        return out
+
+    def clock(self) -> dict[str, float]:
+        """Each replica's model clock: the server seconds of the answers it has given so far."""
+        return {endpoint: done for done, endpoint, _ in sorted(self.timed())}
 
 
 def pool_key(d: Deployment) -> tuple[str, str, str, str]:
@@ -246,8 +271,17 @@ async def _run(
                 if state not in ("ready", "loading"):
                     lane.dropped = f"deployment {lane.deployment.id} is {state} during benchmark {bench}"
             lane.running = not ended and not lane.dropped
+        if goal.latency_bound_s is not None and options.twin:
+            decision = _decided_on_model_clock(lanes, goal, replicas)
+            if decision is not None:
+                cut_s, reason = decision
+                for lane in lanes:
+                    await teardown(runtime, lane.deployment.id)  # stop at once: every lane is freed
+                    lane.running, lane.cut_s = False, cut_s
+                emit(runtime, "decided", key=cand.key, reason=reason, at_model_s=round(cut_s, 1))
+                return reason
         pooled = [x for lane in lanes for x in lane.latencies(cand)]
-        if goal.latency_bound_s is not None:
+        if goal.latency_bound_s is not None and not options.twin:  # real GPUs: what has answered, in wall order
             check = stats.check_claim(pooled, goal.latency_percentile, goal.confidence, goal.latency_bound_s)
             if check.state == "failed":
                 for lane in lanes:
@@ -264,6 +298,38 @@ async def _run(
                 lane.running = False
             return "over"
     return ""
+
+
+def _decided_on_model_clock(lanes: list[Lane], goal: Any, replicas: int) -> tuple[float, str] | None:
+    """On a twin: the model time at which the claim failed and why, once that is settled; else None.
+
+    The pooled answers are taken in the order they were done on the lanes' model clocks (not the order they
+    reached us, which a loaded machine shuffles): the claim fails at the answer that puts one more sample above
+    the bound than it allows. That is settled once every lane still running has answered past that time on every
+    replica (an earlier answer above the bound could still come from a lagging lane); until then the run goes on.
+    Only the answers done by then count, and each lane is billed up to then: the same figures on an idle and on a
+    loaded machine."""
+    bound = goal.latency_bound_s
+    answers = sorted((done, latency) for lane in lanes for done, _, latency in lane.timed() if latency is not None)
+    allowed = stats.check_claim([], goal.latency_percentile, goal.confidence, bound).allowed_above
+    above = 0
+    cut_s: float | None = None
+    for done, latency in answers:
+        above += latency > bound
+        if above > allowed:
+            cut_s = done
+            break
+    if cut_s is None:
+        return None
+    for lane in lanes:
+        if not lane.running:
+            continue
+        clock = lane.clock()
+        if len(clock) < replicas or min(clock.values()) < cut_s:
+            return None  # a replica of a running lane has not yet answered past the cut
+    pooled = [latency for done, latency in answers if done <= cut_s]
+    check = stats.check_claim(pooled, goal.latency_percentile, goal.confidence, bound)
+    return cut_s, check.reason
 
 
 async def _state(tools: Any, deployment_id: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ from rich.table import Table
 
 from worldtune.policies import gpu_calibration as gc
 from worldtune.policies.calibration import shipped_profile
+
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' helpers, also when run by path
+from _run_clock import stamped
 
 MEASURED = Path(__file__).resolve().parents[1] / "policies" / "profiles" / "measured"
 FIELDS = (*gc.COMPUTE_FIELDS, *gc.COLLECTIVE_FIELDS)
@@ -56,7 +60,7 @@ def main() -> None:
         "fit_cells": {name: run["profile"].fit.get("cells", []) for name, run in runs.items()},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    Path(args.out).write_text(json.dumps(stamped(result), indent=2, default=str) + "\n")
     console.print(f"saved {args.out}")
 
 

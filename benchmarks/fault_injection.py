@@ -59,6 +59,7 @@ from _fault_probes import (
     wait_until,
     worldtune,
 )
+from _run_clock import stamped
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = "Cosmos3-Super, 720p 189-frame clips, p95 under 150 s, cheapest per clip, H200 or B200, spot ok, budget $300"
@@ -361,7 +362,7 @@ def main() -> None:
     }
     print_report(report)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps(stamped(report), indent=2) + "\n")
     print(f"saved {args.out}")
 
 

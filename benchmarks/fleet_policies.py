@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from worldtune.tools.plans.offers import cheapest_fitting_offer
 from worldtune.tools.words.fleet import Autoscaler
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.traffic import Traffic
+
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' helpers, also when run by path
+from _run_clock import stamped
 
 LEVELS = (
     Traffic(shape="poisson", rate_per_hour=10, e2e_bound_s=600),
@@ -67,11 +71,11 @@ def main() -> None:
         table.add_row(r["traffic"].split(",")[0], r["policy"], r["fleet"], f"{r['daily_cost_usd']:.2f}",
                       f"{r['p95_e2e_s']:.0f}", str(r["meets"]))  # fmt: skip
     Console(width=200).print(table)
-    OUT.write_text(json.dumps({
+    OUT.write_text(json.dumps(stamped({
         "basis": "simulated: policies/fleet_sim.py over the performance model (predicted service times), offer "
                  "snapshot prices, spot preemptions assumed at 0.1 per node-hour; 4 seeded days per fleet",
         "rows": rows,
-    }, indent=1) + "\n")  # fmt: skip
+    }), indent=1) + "\n")  # fmt: skip
     print(f"wrote {OUT}")
 
 

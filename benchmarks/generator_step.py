@@ -29,6 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' helpers, also when run by path
+from _run_clock import stamped
+
 REPO = Path(__file__).resolve().parents[1]
 try:
     from worldtune.policies.instruments import devkit, step_plan, step_runner
@@ -153,7 +156,7 @@ def compare(
         "step (not the HSDP gather, which runs under the compute), scaled to 64 layers[/]"
     )
     results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    results.write_text(json.dumps(stamped(result), indent=2, default=str) + "\n")
     console.print(f"saved {results}")
     return result
 

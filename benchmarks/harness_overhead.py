@@ -37,6 +37,9 @@ from worldtune.tools.bench.benchmark import BenchmarkSpec, run_benchmark
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.workload import anchor_workload
 
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' helpers, also when run by path
+from _run_clock import stamped
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -150,7 +153,7 @@ def main() -> None:
     console.print(f"largest concurrency without errors: {sustained} ({report['ramp_stopped_by']})")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out.write_text(json.dumps(stamped(report), indent=2) + "\n")
     console.print(f"saved {out}")
 
 

@@ -28,6 +28,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' helpers, also when run by path
+from _run_clock import stamped
+
 RESULTS = Path(__file__).parent / "results" / "main_job.json"
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 MAIN_GOAL = (
@@ -96,12 +99,12 @@ def main() -> None:
                                                        "confidence", "stop_kind", "recommendation")))  # fmt: skip
     Console().print(table)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    RESULTS.write_text(json.dumps(stamped({
         "before": before, "after": after, "measured": "counts (lanes, requests, recommendation, stop) from the records",
         "simulated": "the twin served every request; GPU-h, $ and time to answer are modelled from its model-seconds",
         "command": " ".join(["benchmarks/main_job.py", *sys.argv[1:]]),
         "before_from": "main at 3d0b4be, run with --before-bin /work/main/.venv/bin/worldtune",
-    }, indent=2) + "\n")  # fmt: skip
+    }), indent=2) + "\n")  # fmt: skip
 
 
 if __name__ == "__main__":

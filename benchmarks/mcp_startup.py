@@ -33,6 +33,9 @@ from mcp import Client, StdioServerParameters
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' helpers, also when run by path
+from _run_clock import stamped
+
 ROOT = Path(__file__).resolve().parents[1]
 WORLDTUNE = ROOT / ".venv" / "bin" / "worldtune"
 ESTIMATE_ARGS = {"model": "cosmos3-super", "gpu": "H200", "plan": "cfg2-u4-hsdp8", "steps": 35}
@@ -161,7 +164,7 @@ def main() -> None:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    out.write_text(json.dumps(stamped(record), indent=2) + "\n")
 
     table = Table(title=f"worldtune mcp over stdio: {args.runs} cold starts ({record['tools']} tools)")
     for name in ("figure", "min s", "median s", "max s"):

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _run_clock import stamped
 from rich.console import Console
 from rich.table import Table
 
@@ -93,12 +94,12 @@ def main() -> None:
         for k in ("gpu_hours", "usd", "answer_hours", "deployments")
     }
     print("main job, after vs before: " + ", ".join(f"{k} {v:+.0%}" for k, v in change.items() if v is not None))
-    RESULTS.write_text(json.dumps({
+    RESULTS.write_text(json.dumps(stamped({
         "benchmark": "node_reuse", "date": time.strftime("%Y-%m-%d"), "goal": MAIN_GOAL, "rows": rows,
         "main_change": change, "issue_before": ISSUE_BEFORE,
         "basis": "modelled: GPU-h, $ and answer hours are the twin's model-seconds x offer price/GPUs (time scale 300, "
                  "no GPU rented); counts are from the run records; estimates are policies/nodes.py before approval",
-    }, indent=2, default=str))  # fmt: skip
+    }), indent=2, default=str))  # fmt: skip
     print(f"saved {RESULTS}")
 
 

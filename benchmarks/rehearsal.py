@@ -39,6 +39,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
 import search_efficiency as se
+from _run_clock import stamped
 
 from worldtune.policies import belief, search
 from worldtune.policies.calibration import shipped_profile
@@ -264,8 +265,8 @@ def main() -> None:
                           str(r["wall_s"]), str(r["recommendation"]))  # fmt: skip
         Console(width=220).print(table)
         path = RESULTS.with_name("rehearsal_graph.json")
-        path.write_text(json.dumps({"benchmark": "rehearsal_graph", "date": time.strftime("%Y-%m-%d"),
-                                    "rows": rows}, indent=2, default=str))  # fmt: skip
+        path.write_text(json.dumps(stamped({"benchmark": "rehearsal_graph", "date": time.strftime("%Y-%m-%d"),
+                                            "rows": rows}), indent=2, default=str))  # fmt: skip
         print(f"saved {path}")
         return
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 40
@@ -298,7 +299,7 @@ def main() -> None:
               "own timing model); the real graph on the twin is not part of this run",
               "summary": summary, **result}  # fmt: skip
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(record, indent=2, default=str))
+    RESULTS.write_text(json.dumps(stamped(record), indent=2, default=str))
     print(f"saved {RESULTS}")
 
 

@@ -1,6 +1,6 @@
 """Quick rehearsal: worldtune's search alone on rehearsal truths, against the grid's cost on each.
 
-    .venv/bin/python benchmarks/rehearsal_quick.py [TRUTHS] [SEEDS] [--truth-seed S]
+    .venv/bin/python benchmarks/rehearsal_quick.py [TRUTHS] [SEEDS] [--truth-seed S] [--jobs N]
 
 The truths are benchmarks/rehearsal.py's (the two named ones and TRUTHS drawn around the belief with the
 generator seeded by S; the default 7 gives rehearsal.py's own, any other S truths that no tuning of the search
@@ -9,14 +9,21 @@ the grid's (every candidate on a fresh deployment) and over an oracle's (one pro
 run of the true best plan, with the lanes the search's claim took; feasible truths only), the modelled time to its
 verdict, its probes and full runs. Measurements are SIMULATED as the
 twin serves them (perf_model.predict on the truth with seeded noise; benchmarks/search_efficiency.py's Twin).
+The runs are spread over N processes (default: one per core); each is seeded and reads no clock, so its row is the
+same whatever N is and whatever else the machine is doing. The JSON records the wall time (elapsed_s) and the CPU
+seconds of every process (cpu_s).
 Prints a table and saves benchmarks/results/rehearsal_quick-seed<S>.json.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import resource
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +34,52 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).parent))
 import rehearsal
 import search_efficiency as se
+from _run_clock import stamped
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def run(truths: int, seeds: int, truth_seed: int) -> dict[str, Any]:
-    rows: list[dict[str, Any]] = []
+def _row(task: tuple[int, int]) -> dict[str, Any]:
+    """One run of the search on truth number i with seed `seed` (deterministic: seeded twin, no clock)."""
+    i, seed = task
+    scenario, goal = _TRUTHS[i]
+    grid = se.run_grid(scenario, goal, 0)
+    feasible = any(ok for _, ok in se.truth_table(scenario, goal).values())
+    w = se.run_worldtune(scenario, goal, seed)
+    return {
+        "truth": scenario.name, "seed": seed, "feasible": feasible, "stop": w.stop, "regret": w.regret,
+        "share_of_grid": w.total_gpu_hours / grid.total_gpu_hours, "gpu_hours": w.total_gpu_hours,
+        "probes": w.extra["probes"], "full_runs": w.extra["full_runs"],
+        **rehearsal.against_oracle(scenario, goal, w),
+    }  # fmt: skip
+
+
+_TRUTHS: list[Any] = []
+
+
+def run(truths: int, seeds: int, truth_seed: int, jobs: int = 0) -> dict[str, Any]:
+    """Every (truth, seed) run, spread over `jobs` processes (0: one per core); each run is seeded and reads no
+    clock, so the rows do not depend on how many ran at once or on the machine's load."""
     started = time.time()
-    for scenario, goal in rehearsal.truths(truths, seed=truth_seed):
-        grid = se.run_grid(scenario, goal, 0)
-        feasible = any(ok for _, ok in se.truth_table(scenario, goal).values())
-        for seed in range(seeds):
-            w = se.run_worldtune(scenario, goal, seed)
-            rows.append({
-                "truth": scenario.name, "seed": seed, "feasible": feasible, "stop": w.stop, "regret": w.regret,
-                "share_of_grid": w.total_gpu_hours / grid.total_gpu_hours, "gpu_hours": w.total_gpu_hours,
-                "probes": w.extra["probes"], "full_runs": w.extra["full_runs"],
-                **rehearsal.against_oracle(scenario, goal, w),
-            })  # fmt: skip
-            print(f"{scenario.name} seed {seed}: {rows[-1]}", file=sys.stderr)
+    cpu_started = time.process_time()
+    _TRUTHS[:] = list(rehearsal.truths(truths, seed=truth_seed))
+    tasks = [(i, seed) for i in range(len(_TRUTHS)) for seed in range(seeds)]
+    jobs = jobs or min(len(tasks), os.cpu_count() or 1)
+    rows: list[dict[str, Any]] = []
+    if jobs <= 1:
+        results: Iterable[dict[str, Any]] = map(_row, tasks)
+        pool = None
+    else:
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        results = pool.imap(_row, tasks)
+    try:
+        for row in results:
+            rows.append(row)
+            print(f"{row['truth']} seed {row['seed']}: {row}", file=sys.stderr)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
     feasible_rows = [r for r in rows if r["feasible"]]
     regrets = [r["regret"] if r["regret"] is not None else np.inf for r in feasible_rows]
     summary = {
@@ -66,7 +100,9 @@ def run(truths: int, seeds: int, truth_seed: int) -> dict[str, Any]:
     return {
         "benchmark": "rehearsal_quick", "date": time.strftime("%Y-%m-%d"), "truths": truths, "seeds": seeds,
         "truth_seed": truth_seed, "measurement": "simulated (the twin's timing model on each truth, seeded noise)",
-        "summary": summary, "rows": rows, "elapsed_s": round(time.time() - started, 1),
+        "summary": summary, "rows": rows, "elapsed_s": round(time.time() - started, 1), "jobs": jobs,
+        "cpu_s": round(time.process_time() - cpu_started
+                       + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime, 1),
     }  # fmt: skip
 
 
@@ -77,9 +113,14 @@ def main() -> None:
         i = args.index("--truth-seed")
         truth_seed = int(args[i + 1])
         del args[i : i + 2]
+    jobs = 0
+    if "--jobs" in args:
+        i = args.index("--jobs")
+        jobs = int(args[i + 1])
+        del args[i : i + 2]
     truths = int(args[0]) if args else 40
     seeds = int(args[1]) if len(args) > 1 else 1
-    record = run(truths, seeds, truth_seed)
+    record = run(truths, seeds, truth_seed, jobs)
     s = record["summary"]
     table = Table(title=f"Quick rehearsal: worldtune on {s['runs']} runs (truth seed {truth_seed}; simulated)")
     for column in ("runs", "regret <= 5%", "converged, regret > 5%", "infeasible found", "GPU-h / grid p50",
@@ -94,7 +135,7 @@ def main() -> None:
     Console().print(table)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"rehearsal_quick-seed{truth_seed}.json"
-    out.write_text(json.dumps(record, indent=2, default=str))
+    out.write_text(json.dumps(stamped(record), indent=2, default=str))
     print(f"saved {out}")
 
 

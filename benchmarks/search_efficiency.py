@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _run_clock import stamped
 from _search_twin import NEAR, Outcome, Scenario, Twin, finish, is_near, truth_table
 from _search_twin import oracle as oracle  # rehearsal.py reads these here
 from _search_twin import truth_candidates as truth_candidates
@@ -352,7 +353,7 @@ def main(seeds: int = 3) -> dict[str, Any]:
         "runs": [r.__dict__ for r in rows],
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(record, indent=2, default=str))
+    RESULTS.write_text(json.dumps(stamped(record), indent=2, default=str))
     console.print(f"saved {RESULTS}")
     return record
 

@@ -251,7 +251,7 @@ def _predictive(post: Posterior, prior: Profile, workload: Workload, plan: Plan)
         step = -FD_STEP if x[i] + FD_STEP > post.upper[i] else FD_STEP
         xi = x.copy()
         xi[i] += step
-        p = perf_model.predict(workload, plan, post.profile(prior, xi))
+        p = perf_model.timing(workload, plan, post.profile(prior, xi))
         g_lat[i] = (math.log(p.latency_s) - lat0) / step
         g_svc[i] = (math.log(p.service_s) - svc0) / step
     return Predictive(base, lat0, svc0, g_lat, g_svc)

@@ -45,7 +45,7 @@ class Observation(BaseModel):
     label: str = ""
 
 
-def _quantity(p: perf_model.Prediction, quantity: str) -> float:
+def _quantity(p: perf_model.Prediction | perf_model.Timing, quantity: str) -> float:
     if quantity == "per_step":
         return p.per_step_s
     if quantity == "fixed":
@@ -57,7 +57,7 @@ def _log_errors(post: Posterior, prior: Profile, obs: list[Observation], x: np.n
     profile = post.profile(prior, x)
     out = []
     for o in obs:
-        predicted = _quantity(perf_model.predict(o.workload, Plan.parse(o.plan), profile), o.quantity)
+        predicted = _quantity(perf_model.timing(o.workload, Plan.parse(o.plan), profile), o.quantity)
         out.append(math.log(max(predicted, 1e-9)) - math.log(o.value))
     return np.asarray(out)
 

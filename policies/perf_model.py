@@ -13,8 +13,10 @@ tools/words/memory.py (the plan rules' memory fit reads the same definition), re
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from worldtune.tools.words import memory
@@ -191,15 +193,25 @@ def vae_tile_shapes(latent_h: int, latent_w: int) -> list[tuple[int, int]]:
 
 def vae_tiles(latent_h: int, latent_w: int) -> list[int]:
     """Latent areas of vLLM-Omni's tiled-decode tiles."""
-    return [h * w for h, w in vae_tile_shapes(latent_h, latent_w)]
+    return list(_vae_tiles(latent_h, latent_w))
+
+
+@lru_cache(maxsize=256)
+def _vae_tiles(latent_h: int, latent_w: int) -> tuple[int, ...]:
+    return tuple(h * w for h, w in vae_tile_shapes(latent_h, latent_w))
 
 
 def busiest_rank(costs: list[float], ranks: int) -> float:
-    """The largest load when tiles are handed out largest first to the least loaded rank (balanced by work)."""
-    loads = [0.0] * ranks
+    """The largest load when tiles are handed out largest first to the least loaded rank (balanced by work).
+
+    The least loaded rank is the lowest-numbered of the least loaded, as a scan of the ranks finds it: a heap of
+    (load, rank) gives the same assignment and the same sums in O(log ranks) a tile (the search predicts this
+    for every plan it weighs, thousands of times a decision)."""
+    heap = [(0.0, rank) for rank in range(ranks)]
     for cost in sorted(costs, reverse=True):
-        loads[loads.index(min(loads))] += cost
-    return max(loads)
+        load, rank = heap[0]
+        heapq.heapreplace(heap, (load + cost, rank))
+    return max(load for load, _ in heap)
 
 
 def vae_time_s(workload: Workload, plan: Plan, profile: Profile) -> float:
@@ -214,12 +226,30 @@ def vae_time_s(workload: Workload, plan: Plan, profile: Profile) -> float:
         return whole
     if profile.vae_tile_area_cost <= 0:  # a profile from before the tile model
         return whole / (1.0 + (plan.vae - 1) * profile.vae_parallel_efficiency)
+    # Everything the tiled decode's time depends on; a fit moves other terms far more often than these, so the
+    # same decode is asked for again and again (the cache holds the value computed below, bit for bit).
+    key = (workload.width, workload.height, workload.num_frames, workload.latent_frames, plan.vae,
+           profile.vae_decode_s, profile.vae_tile_fixed_share, profile.vae_tile_area_cost,
+           profile.bandwidth("allgather"), profile.collective_latency_us)  # fmt: skip
+    found = _VAE_CACHE.get(key)
+    if found is None:
+        if len(_VAE_CACHE) >= _VAE_CACHE_MAX:
+            _VAE_CACHE.clear()
+        found = _VAE_CACHE[key] = _tiled_vae_s(workload, plan, profile, frames_ratio)
+    return found
+
+
+_VAE_CACHE: dict[tuple[float, ...], float] = {}
+_VAE_CACHE_MAX = 50_000
+
+
+def _tiled_vae_s(workload: Workload, plan: Plan, profile: Profile, frames_ratio: float) -> float:
     _, latent_h, latent_w = vae_latent(workload)
     anchor_area = math.ceil(720 / VAE_SPATIAL) * math.ceil(1280 / VAE_SPATIAL)
     per_tile = profile.vae_decode_s * frames_ratio
     costs = [
         per_tile * (profile.vae_tile_fixed_share + profile.vae_tile_area_cost * area / anchor_area)
-        for area in vae_tiles(latent_h, latent_w)
+        for area in _vae_tiles(latent_h, latent_w)
     ]
     rgb = workload.width * workload.height * workload.num_frames * RGB_BYTES
     gather = _collective_s(rgb * (plan.vae - 1) / plan.vae, "allgather", profile)
@@ -259,12 +289,20 @@ def load_time_s(spec: ModelSpec, profile: Profile, cold: bool = False, plan: Pla
     return profile.load_time_s(spec.weights_gib_bf16, cold, plan.tp if plan is not None else 1)
 
 
-def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | None = None) -> Prediction:
-    """Predict one replica of `plan` serving `workload` on the profile's GPU type.
+@dataclass(frozen=True)
+class Timing:
+    """The time parts of a prediction alone: what a fit or a sensitivity needs, without memory and loads."""
 
-    node_gpus: GPUs of the node the plan runs on; per-node throughput counts the replicas the plan
-    puts there (its Nx prefix), which is what a node of that size pays for.
-    """
+    step: Breakdown
+    per_step_s: float
+    fixed_s: float
+    guardrail_s: float
+    latency_s: float
+    service_s: float
+
+
+def timing(workload: Workload, plan: Plan, profile: Profile) -> Timing:
+    """Per-step, fixed, guardrail, latency and service seconds of one replica (predict's, computed the same way)."""
     spec = get_model(workload.model)
     step = step_breakdown(spec, workload, plan, profile)
     per_step = step.total_s
@@ -272,21 +310,32 @@ def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | N
     guard = guardrail_time_s(workload, profile)
     latency = fixed + workload.steps * per_step + guard
     service = max(latency - profile.pipelined_s, workload.steps * per_step)
-    per_replica = 3600.0 / service
+    return Timing(step, per_step, fixed, guard, latency, service)
+
+
+def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | None = None) -> Prediction:
+    """Predict one replica of `plan` serving `workload` on the profile's GPU type.
+
+    node_gpus: GPUs of the node the plan runs on; per-node throughput counts the replicas the plan
+    puts there (its Nx prefix), which is what a node of that size pays for.
+    """
+    spec = get_model(workload.model)
+    t = timing(workload, plan, profile)
+    per_replica = 3600.0 / t.service_s
     notes: list[str] = []
     replicas = plan.replicas
     if node_gpus is not None and plan.gpus < node_gpus:
         notes.append(f"uses {plan.gpus} of {node_gpus} GPUs on the node")
     return Prediction(
-        per_step_s=per_step,
-        fixed_s=fixed,
-        guardrail_s=guard,
-        latency_s=latency,
-        service_s=service,
+        per_step_s=t.per_step_s,
+        fixed_s=t.fixed_s,
+        guardrail_s=t.guardrail_s,
+        latency_s=t.latency_s,
+        service_s=t.service_s,
         load_s=load_time_s(spec, profile, plan=plan),
         cold_load_s=load_time_s(spec, profile, cold=True, plan=plan),
         memory=memory_breakdown(spec, workload, plan, profile),
-        step=step,
+        step=t.step,
         clips_per_hour_per_replica=per_replica,
         clips_per_hour_per_node=per_replica * replicas,
         notes=notes,

@@ -68,7 +68,21 @@ class Plan(BaseModel):
     # ---- the grammar ---------------------------------------------------------------------------
     @classmethod
     def parse(cls, text: str) -> Plan:
-        """Parse a plan string such as 'cfg2-u4-hsdp8', '8x1gpu' or '2xtp4' (any token order)."""
+        """Parse a plan string such as 'cfg2-u4-hsdp8', '8x1gpu' or '2xtp4' (any token order).
+
+        A Plan is frozen, so a string parsed once is answered from a cache (the search parses the same few
+        hundred plan strings many thousand times a decision); a string that is refused is never cached."""
+        found = _PARSED.get(text) if cls is Plan else None
+        if found is None:
+            found = cls._parse(text)
+            if cls is Plan:
+                if len(_PARSED) >= _PARSED_MAX:
+                    _PARSED.clear()
+                _PARSED[text] = found
+        return found
+
+    @classmethod
+    def _parse(cls, text: str) -> Plan:
         raw = text.strip().lower()
         if not raw:
             raise InvalidInput("plan", text, PLAN_GRAMMAR)
@@ -152,3 +166,7 @@ class Plan(BaseModel):
         if self.attn != "auto":
             flags += [release.attention_backend, ATTN_BACKENDS[self.attn]]
         return flags
+
+
+_PARSED: dict[str, Plan] = {}
+_PARSED_MAX = 4096
