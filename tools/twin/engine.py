@@ -317,7 +317,8 @@ class TwinEngine:
             async with self.lock:
                 start, held = self.clock.start(queued), [0.0]
                 try:
-                    queued_s = await self._hold(request, workload, timing, tail, arrived, on_started, budget_s, held)
+                    queued_s = await self._hold(request, workload, timing, tail, arrived if queued else None,
+                                                on_started, budget_s, held)  # fmt: skip
                 finally:  # before the next request takes the engine (no await in between)
                     self.clock.release(start + held[0])
         finally:
@@ -336,17 +337,21 @@ class TwinEngine:
         workload: Workload,
         timing: _Timing,
         tail: float,
-        arrived: float,
+        arrived: float | None,
         on_started: Any,
         budget_s: float | None,
         held: list[float],
     ) -> float:
-        """The part of a request that holds the engine: its queue wait (model s); `held` sums its stage times."""
+        """The part of a request that holds the engine: its queue wait (model s); `held` sums its stage times.
+
+        `arrived` is the wall time a request that had to queue arrived, None for one that found the engine free:
+        that one waited for nothing, and is charged nothing (not the scaled microseconds a loaded machine takes
+        between its arrival and its turn, which at time scale K would add K times the scheduler's jitter)."""
         memory = timing.prediction.memory
         static = memory.weights_gib + memory.hsdp_buffers_gib + memory.runtime_gib
         capacity = self.gpu.memory_gib
         # queue time is the wait for the lock only (a free lock is taken at once: no loop jitter counted)
-        queued_s = (time.monotonic() - arrived) * self.scale
+        queued_s = 0.0 if arrived is None else (time.monotonic() - arrived) * self.scale
         used = queued_s
 
         async def sleep(model_s: float) -> None:
