@@ -118,7 +118,11 @@ def top_functions(prof: Path, top: int) -> list[dict[str, Any]]:
         rows.append({"function": f"{where}:{line}({name})", "calls": calls, "cpu_s": round(tottime, 2),
                      "cumulative_cpu_s": round(cumtime, 2)})  # fmt: skip
     rows.sort(key=lambda r: -r["cpu_s"])
-    return rows[:top]
+    # a thread blocked in these waits is not computing, whatever a profiler's clock charged to the call
+    return [r for r in rows if not any(w in r["function"] for w in WAITS)][:top]
+
+
+WAITS = ("time.sleep", "select", "poll", "acquire", "wait", "epoll")
 
 
 def main() -> None:

@@ -1,33 +1,56 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (venv, Debian packages, services) and run every check:
-# ruff, mypy --strict, unit tests, then integration tests. Exit non-zero on any failure.
+# ruff, mypy --strict (scripts/check.sh), then every test, unit and integration, in one pytest run over
+# pytest-xdist workers (--dist loadgroup: the tests that share an exclusive resource, the Slurm cluster or the
+# bare wheel install, run in one group on one worker). Exit non-zero on any failure; print the total time and the
+# 25 slowest tests at the end.
+#   WORLDTUNE_TEST_WORKERS=N   pytest-xdist workers (default 3: the Slurm tests mostly wait on SkyPilot, so a
+#                              third worker keeps both cores busy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SKYPILOT_DISABLE_USAGE_COLLECTION=1
+began=$(date +%s)
 bash scripts/setup.sh
+echo "test.sh: setup done after $(( $(date +%s) - began )) s"
 
 # ---- MCP Inspector CLI (npm) for tests/integration/test_mcp_inspector.py; pinned, installed once ----
-# (Its package.json asks for node >= 22.19; its CLI runs on this machine's node 20, npm only warns.)
+# (Its package.json asks for node >= 22.19; its CLI runs on this machine's node 20, npm only warns.) It installs
+# in the background while ruff and mypy run.
 INSPECTOR_VERSION=2.12.0
+npm_pid=""
+mkdir -p .cache
 if ! grep -qs "\"version\": \"$INSPECTOR_VERSION\"" .cache/npm/node_modules/@modelcontextprotocol/inspector/package.json; then
-    npm install --prefix .cache/npm --no-audit --no-fund "@modelcontextprotocol/inspector@$INSPECTOR_VERSION"
+    npm install --prefix .cache/npm --no-audit --no-fund "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" \
+        > .cache/npm-install.log 2>&1 &
+    npm_pid=$!
 fi
 # ---- end MCP Inspector ----
 
-echo "== ruff"
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
+# ---- the local Slurm cluster (tests/integration/test_slurm_skypilot.py): brought up once, in the background,
+# while ruff and mypy run (its fixture finds it up); taken down at the end if this run brought it up ----
+slurm_pid=""
+# the same SkyPilot client home and API port as the tests' fixture (tests/integration/test_slurm_skypilot.py)
+slurm() { WORLDTUNE_SKY_HOME="$PWD/.cache/sky-home-tests" WORLDTUNE_SKY_API_PORT=46592 bash scripts/slurm-cluster.sh "$@"; }
+if [ "$(id -u)" = 0 ] && ! slurm status 2>/dev/null | grep -q "slurmctld              up"; then
+    slurm up > .cache/slurm-up.log 2>&1 &
+    slurm_pid=$!
+    trap 'slurm down > /dev/null 2>&1 || true' EXIT
+fi
 
-echo "== mypy (strict) on the package"
-# The rooms install under worldtune.* through package-dir; mypy reads them through a link tree.
-tree=.cache/typecheck/worldtune
-rm -rf .cache/typecheck && mkdir -p "$tree"
-ln -s "$PWD/worldtune/"*.py "$tree/"
-for room in tools policies sky agent; do ln -s "$PWD/$room" "$tree/$room"; done
-(cd .cache/typecheck && ../../.venv/bin/mypy --config-file ../../pyproject.toml -p worldtune)
+WORLDTUNE_CHECK_NO_UNIT=1 bash scripts/check.sh
 
-echo "== unit tests"
-.venv/bin/pytest -q -m "not integration" tests
+if [ -n "$npm_pid" ] && ! wait "$npm_pid"; then
+    tail -40 .cache/npm-install.log >&2
+    echo "test.sh: the MCP Inspector did not install" >&2
+    exit 1
+fi
+if [ -n "$slurm_pid" ] && ! wait "$slurm_pid"; then
+    tail -40 .cache/slurm-up.log >&2  # the fixture tries again and fails the Slurm tests with the reason
+fi
 
-echo "== integration tests"
-.venv/bin/pytest -q -m integration tests
+echo "== tests: unit and integration, ${WORLDTUNE_TEST_WORKERS:-3} workers"
+status=0
+.venv/bin/pytest -q -p no:cacheprovider -n "${WORLDTUNE_TEST_WORKERS:-3}" --dist loadgroup --durations=25 tests \
+    || status=$?
+echo "test.sh: total $(( $(date +%s) - began )) s (setup, lint, types and every test), pytest exit $status"
+exit "$status"

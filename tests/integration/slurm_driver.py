@@ -6,7 +6,7 @@ with the private SkyPilot home in its environment (never the test process's own 
 
     python slurm_driver.py run   --db FILE   launch the twin (H200:8), benchmark next to it, tear down
     python slurm_driver.py fault --db FILE   the same, with the Slurm job scancel'ed mid-benchmark
-    python slurm_driver.py replan --db FILE  launch, benchmark, change the plan in place (tp8), benchmark, tear down
+    python slurm_driver.py replan --db FILE  as run, then change the plan in place (tp8), benchmark, tear down
     python slurm_driver.py lanes --db FILE   one claim's full run over two lanes (two clusters) through the agent's
                                              verify node and the MCP tools; both torn down
 """
@@ -177,7 +177,7 @@ def main() -> int:
     ready = backend.launch(dep, progress)
     store.save_deployment(ready)
     say("ready", deployment=ready.model_dump(mode="json"), launch_s=round(time.time() - started, 1))
-    if args.mode == "run":
+    if args.mode in ("run", "replan"):
         say("guarded", **guard_check(ready, Path(args.db)))
     benchmark_id = f"bm-slurm-{args.mode}-{dep.id}"
     fault: dict[str, Any] = {}

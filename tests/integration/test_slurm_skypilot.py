@@ -20,7 +20,8 @@ import pytest
 
 from worldtune.tools.store.database import Store
 
-pytestmark = pytest.mark.integration
+# one worker runs this file's tests one after another: they share its module fixture (Slurm and the API server)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("slurm")]
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("slurm_driver.py")
@@ -116,28 +117,6 @@ def free_the_node(slurm_env: dict[str, str]) -> Iterator[None]:
         subprocess.run(["scancel", job], capture_output=True)
 
 
-def test_launch_benchmark_next_to_the_twin_and_tear_down(slurm_env: dict[str, str], tmp_path: Path) -> None:
-    db = tmp_path / "wt.db"
-    steps = drive(slurm_env, db, "run", "--time-scale", "100", "--repeats", "3")
-    ready = next(s for s in steps if s["step"] == "ready")["deployment"]
-    assert ready["state"] == "ready" and ready["cluster"] == f"worldtune-{ready['id']}"
-    assert ready["endpoints"][0].startswith("http://127.0.0.1:")
-    # issue 15: the launched servers are guarded by the deployment's key; the bench job on the cluster sends it
-    guarded = next(s for s in steps if s["step"] == "guarded")
-    assert guarded["has_key"] and guarded["none"] == guarded["wrong"] == [401] and guarded["key"] == [200]
-    done = next(s for s in steps if s["step"] == "benchmarked")
-    store = Store(db)
-    samples = store.samples(done["benchmark_id"])
-    assert len(samples) == 3 and all(s.ok and s.attempt == 1 for s in samples)
-    assert all(s.endpoint.startswith("http://127.0.0.1:") for s in samples)
-    bench = store.get_benchmark(done["benchmark_id"])
-    assert bench is not None and bench["status"] == "completed" and bench["result"] == done["result"]
-    down = next(s for s in steps if s["step"] == "down")
-    assert down["ledger_open"] == [] and [r["state"] for r in down["ledger"]] == ["gone"]
-    assert store.ledger(open_only=True) == []
-    assert no_worldtune_slurm_jobs()
-
-
 def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
     slurm_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -161,11 +140,27 @@ def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
     assert no_worldtune_slurm_jobs()
 
 
-def test_replan_in_place_benchmarks_both_plans_with_one_cluster(slurm_env: dict[str, str], tmp_path: Path) -> None:
-    """Issue 18: the serve job is replaced under tp8 on the same cluster (sky.cancel + sky.exec), one sky.launch."""
+def test_launch_benchmark_next_to_the_twin_replan_in_place_and_tear_down(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """One launch of the twin (H200:8), its servers guarded by the deployment's key, a benchmark next to it; then
+    (issue 18) the serve job replaced under tp8 on the same cluster (sky.cancel + sky.exec), benchmarked again, and
+    torn down. (Issue 35 merged the launch-benchmark-teardown test into this one: one launch asserts both.)"""
     db = tmp_path / "wt.db"
     steps = drive(slurm_env, db, "replan", "--time-scale", "100", "--repeats", "3")
     ready = next(s for s in steps if s["step"] == "ready")["deployment"]
+    assert ready["state"] == "ready" and ready["cluster"] == f"worldtune-{ready['id']}"
+    assert ready["endpoints"][0].startswith("http://127.0.0.1:")
+    # issue 15: the launched servers are guarded by the deployment's key; the bench job on the cluster sends it
+    guarded = next(s for s in steps if s["step"] == "guarded")
+    assert guarded["has_key"] and guarded["none"] == guarded["wrong"] == [401] and guarded["key"] == [200]
+    first = next(s for s in steps if s["step"] == "benchmarked")
+    store = Store(db)
+    samples = store.samples(first["benchmark_id"])
+    assert len(samples) == 3 and all(s.ok and s.attempt == 1 for s in samples)
+    assert all(s.endpoint.startswith("http://127.0.0.1:") for s in samples)
+    bench = store.get_benchmark(first["benchmark_id"])
+    assert bench is not None and bench["status"] == "completed" and bench["result"] == first["result"]
     replanned = next(s for s in steps if s["step"] == "replanned")
     after = replanned["deployment"]
     assert after["id"] == ready["id"] and after["cluster"] == ready["cluster"] and after["plan"] == "tp8"
@@ -174,7 +169,6 @@ def test_replan_in_place_benchmarks_both_plans_with_one_cluster(slurm_env: dict[
     assert calls.count("launch") == 1 and calls.count("cancel") == 1 and calls[-2:] == ["cancel", "exec"]
     done = [s for s in steps if s["step"] == "benchmarked"]
     assert len(done) == 2 and done[1]["plan"] == "tp8"
-    store = Store(db)
     for step in done:
         bench = store.get_benchmark(step["benchmark_id"])
         assert bench is not None and bench["status"] == "completed"

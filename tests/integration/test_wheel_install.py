@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-pytestmark = pytest.mark.integration
+# one worker runs this file's tests, one after another: they share its module fixture (the bare install)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("wheel")]
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND_S = 300  # one subprocess; a loaded 2-core machine builds the wheel in ~5 s and makes a venv in ~10 s
