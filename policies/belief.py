@@ -152,8 +152,11 @@ class Posterior(BaseModel):
 
         model_copy skips validation on purpose: the finite-difference steps may sit a hair past a bound.
         """
-        xs = np.asarray(self.mean) if x is None else x
-        update = {n: _from_x(float(v), t) for n, v, t in zip(self.names, xs, self.transforms, strict=True)}
+        xs: list[float] = list(self.mean) if x is None else x.tolist()  # the same floats float(v) would give
+        exp = math.exp  # _from_x, inlined: the search builds this profile ~100,000 times a run
+        update = {
+            n: exp(v) if t == "log" else 1.0 - exp(v) for n, v, t in zip(self.names, xs, self.transforms, strict=True)
+        }
         return prior.model_copy(update=update)
 
     def summary(self, top: int = 6) -> str:

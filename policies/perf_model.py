@@ -111,6 +111,27 @@ def cfg_gather_bytes(tokens: int) -> int:
 
 def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> Breakdown:
     """Per-step time of one replica, by component (the slowest GPU's view; all GPUs are symmetric)."""
+    return _breakdown(_step_parts(spec, workload, plan, profile))
+
+
+StepParts = tuple[float, float, float, float, float, float, float, float]
+"""A step's seconds by component, in Breakdown's field order (linear, attention, ulysses, tp, ring, hsdp, cfg,
+overhead): the search computes these for thousands of plans a decision and reads only their total."""
+
+
+def _breakdown(parts: StepParts) -> Breakdown:
+    linear, attention, ulysses, tp, ring, hsdp, cfg, overhead = parts
+    return Breakdown.model_construct(linear_s=linear, attention_s=attention, ulysses_s=ulysses, tp_s=tp, ring_s=ring,
+                                     hsdp_s=hsdp, cfg_s=cfg, overhead_s=overhead)  # fmt: skip
+
+
+def _step_total(parts: StepParts) -> float:
+    """Breakdown.total_s of these parts, summed in its order (compute, then communication, then overhead)."""
+    linear, attention, ulysses, tp, ring, hsdp, cfg, overhead = parts
+    return (linear + attention) + (ulysses + tp + ring + hsdp + cfg) + overhead
+
+
+def _step_parts(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> StepParts:
     g = spec.generator
     branches = workload.cfg_branches
     passes = max(1, branches // plan.cfg)  # forward passes each GPU group runs per step
@@ -158,16 +179,8 @@ def step_breakdown(spec: ModelSpec, workload: Workload, plan: Plan, profile: Pro
     if plan.cfg > 1 and branches > 1:
         cfg_s = _collective_s(bus_bytes("allgather", cfg_gather_bytes(tokens), branches), "allgather", profile)
     scale = passes * g.layers
-    return Breakdown.model_construct(
-        linear_s=linear_s * scale,
-        attention_s=attention_s * scale,
-        ulysses_s=ulysses_s * scale,
-        tp_s=tp_s * scale,
-        ring_s=ring_s * scale,
-        hsdp_s=hsdp_s * scale,
-        cfg_s=cfg_s,
-        overhead_s=profile.step_overhead_s,
-    )
+    return (linear_s * scale, attention_s * scale, ulysses_s * scale, tp_s * scale, ring_s * scale, hsdp_s * scale,
+            cfg_s, profile.step_overhead_s)  # fmt: skip
 
 
 def attention_factor(plan: Plan, profile: Profile) -> float:
@@ -293,7 +306,7 @@ def load_time_s(spec: ModelSpec, profile: Profile, cold: bool = False, plan: Pla
 class Timing:
     """The time parts of a prediction alone: what a fit or a sensitivity needs, without memory and loads."""
 
-    step: Breakdown
+    parts: StepParts
     per_step_s: float
     fixed_s: float
     guardrail_s: float
@@ -304,8 +317,8 @@ class Timing:
 def timing(workload: Workload, plan: Plan, profile: Profile) -> Timing:
     """Per-step, fixed, guardrail, latency and service seconds of one replica (predict's, computed the same way)."""
     spec = get_model(workload.model)
-    step = step_breakdown(spec, workload, plan, profile)
-    per_step = step.total_s
+    step = _step_parts(spec, workload, plan, profile)
+    per_step = _step_total(step)
     fixed = fixed_time_s(spec, workload, plan, profile)
     guard = guardrail_time_s(workload, profile)
     latency = fixed + workload.steps * per_step + guard
@@ -335,7 +348,7 @@ def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | N
         load_s=load_time_s(spec, profile, plan=plan),
         cold_load_s=load_time_s(spec, profile, cold=True, plan=plan),
         memory=memory_breakdown(spec, workload, plan, profile),
-        step=t.step,
+        step=_breakdown(t.parts),
         clips_per_hour_per_replica=per_replica,
         clips_per_hour_per_node=per_replica * replicas,
         notes=notes,

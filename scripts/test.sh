@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (venv, Debian packages, services) and run every check:
 # ruff, mypy --strict (scripts/check.sh), then every test, unit and integration, in one pytest run over
-# pytest-xdist workers (--dist loadgroup: the tests that share an exclusive resource, the Slurm cluster or the
-# bare wheel install, run in one group on one worker). Exit non-zero on any failure; print the total time and the
-# 25 slowest tests at the end.
+# pytest-xdist workers (--dist loadfile: each file's tests on one worker, one after another, so the tests that
+# share a module fixture, the Slurm cluster and its SkyPilot API server or the bare wheel install, never run at
+# once; --no-loadscope-reorder keeps tests/conftest.py's order, the longest files first). (--dist loadgroup does not
+# group with pytest 9.2 and pytest-xdist 3.8.0: an xdist_group test ran on every worker, checked here.) Exit
+# non-zero on any failure; print the total time and the 25 slowest tests at the end.
 #   WORLDTUNE_TEST_WORKERS=N   pytest-xdist workers (default 3: the Slurm tests mostly wait on SkyPilot, so a
 #                              third worker keeps both cores busy)
 set -euo pipefail
@@ -50,7 +52,8 @@ fi
 
 echo "== tests: unit and integration, ${WORLDTUNE_TEST_WORKERS:-3} workers"
 status=0
-.venv/bin/pytest -q -p no:cacheprovider -n "${WORLDTUNE_TEST_WORKERS:-3}" --dist loadgroup --durations=25 tests \
+.venv/bin/pytest -q -p no:cacheprovider -n "${WORLDTUNE_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
+    --durations=25 tests \
     || status=$?
 echo "test.sh: total $(( $(date +%s) - began )) s (setup, lint, types and every test), pytest exit $status"
 exit "$status"

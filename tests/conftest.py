@@ -14,7 +14,7 @@ os.environ.setdefault("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="worldtune-test-cache-")
 
 
-# The longest tests first (each file's order kept), so that with both cores (pytest-xdist, --dist loadgroup in
+# The longest files first (each file's order kept), so that with both cores (pytest-xdist, --dist loadfile in
 # scripts/test.sh) the long ones start at once and the short ones fill the gaps at the end. Seconds are from a run
 # on 2 cores (issue 35's note); a file not listed runs after these, the unit tests last.
 LONGEST_FIRST = (

@@ -20,8 +20,7 @@ import pytest
 
 from worldtune.tools.store.database import Store
 
-# one worker runs this file's tests one after another: they share its module fixture (Slurm and the API server)
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("slurm")]
+pytestmark = pytest.mark.integration  # scripts/test.sh runs each file on one worker (--dist loadfile)
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("slurm_driver.py")

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-# one worker runs this file's tests, one after another: they share its module fixture (the bare install)
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("wheel")]
+pytestmark = pytest.mark.integration  # scripts/test.sh runs each file on one worker (--dist loadfile)
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND_S = 300  # one subprocess; a loaded 2-core machine builds the wheel in ~5 s and makes a venv in ~10 s

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,22 @@ PROGRESS_EVERY_S = 2.0  # progress while loading, even unchanged
 
 # Processes this process started (pid -> Popen), so it can reap them; another process finds them by pgid.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+_HEALTH: Any = None  # one httpx.Client for every /health check of this process (health_code)
+_HEALTH_LOCK = threading.Lock()
+
+
+def health_code(url: str) -> int:
+    """The status of GET url/health on a loopback twin, through one client for the whole process. A bare
+    httpx.get builds a new client and with it a TLS context (the CA bundle read and parsed, ~10-20 ms of CPU)
+    each time; polled ten times a second while twins load, that was over half of a tuning run's CPU (issue 35,
+    benchmarks/profile_main_job.py). No connection is kept: each check is a fresh connection, as before."""
+    global _HEALTH
+    import httpx
+
+    with _HEALTH_LOCK:
+        if _HEALTH is None:
+            _HEALTH = httpx.Client(timeout=2.0, limits=httpx.Limits(max_keepalive_connections=0))
+    return int(_HEALTH.get(f"{url}/health").status_code)
 
 
 class DeploymentFailed(WorldtuneError):
@@ -224,7 +241,7 @@ class LocalBackend(BenchmarksFromHere):
             for url in list(pending):
                 # a loading server refuses connections (vLLM-Omni listens only once loaded); 503 means a dead engine
                 with contextlib.suppress(httpx.HTTPError):
-                    code = httpx.get(f"{url}/health", timeout=2.0).status_code
+                    code = health_code(url)
                     if code == 200:
                         pending.remove(url)
                     elif code == 503:
@@ -315,7 +332,7 @@ class LocalBackend(BenchmarksFromHere):
         codes = []
         for url in deployment.endpoints:
             with contextlib.suppress(httpx.HTTPError):  # refused: still loading (it listens once loaded)
-                codes.append(httpx.get(f"{url}/health", timeout=2.0).status_code)
+                codes.append(health_code(url))
         if 503 in codes:  # vLLM-Omni's /health is 503 only when the engine is dead
             return self._saved_if_alive(deployment.model_copy(update={"state": "failed"}))
         state = "ready" if codes.count(200) == len(deployment.endpoints) else "loading"

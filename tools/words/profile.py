@@ -153,7 +153,14 @@ class Profile(BaseModel):
 
     def bandwidth(self, collective: str) -> float:
         """Bus bandwidth for 'a2a', 'allreduce' or 'allgather', in bytes per second."""
-        value = {"a2a": self.a2a_gbps, "allreduce": self.allreduce_gbps, "allgather": self.allgather_gbps}[collective]
+        if collective == "a2a":
+            value = self.a2a_gbps
+        elif collective == "allreduce":
+            value = self.allreduce_gbps
+        elif collective == "allgather":
+            value = self.allgather_gbps
+        else:
+            raise KeyError(collective)
         return (value or self.link_gbps) * 1e9
 
     @classmethod
