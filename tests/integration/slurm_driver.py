@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from worldtune.sky import catalog, home
 from worldtune.tools.bench.benchmark import BenchmarkSpec, Here
 from worldtune.tools.deployments.preview import build_deployment, render_options
@@ -148,12 +150,30 @@ def lanes(db: str, infra: str, time_scale: float) -> int:
     return 0
 
 
+def fast_load_profile() -> str:
+    """The shipped H200 profile with a load of ~10 model seconds, for a run at a low time scale whose subject is not
+    the load (the scancel test: at time scale 8 the shipped cold load took ~60 s of wall time, twice). Written in
+    the repository's .cache, which the cluster's job user can read (a pytest tmp_path is private to root)."""
+    from worldtune.policies.calibration import shipped_profile
+
+    fast = shipped_profile("H200").model_copy(update={
+        "load_base_s": 5.0, "load_gib_per_s_warm": 1000.0, "load_gib_per_s_cold": 1000.0, "guardrail_startup_s": 0.0,
+        "source": "tests/integration/slurm_driver.py: the shipped H200 profile with a ~5 s load (test only)",
+    })  # fmt: skip
+    path = Path(__file__).resolve().parents[2] / ".cache" / "slurm-fast-load-H200.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(fast.model_dump(mode="json"), sort_keys=False))
+    path.chmod(0o644)
+    return str(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["run", "fault", "replan", "lanes"])
     parser.add_argument("--db", required=True)
     parser.add_argument("--time-scale", type=float, default=100.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--fast-load", action="store_true", help="twins load in ~10 model-s (fast_load_profile)")
     args = parser.parse_args()
     sky_home = Path(os.environ["WORLDTUNE_SKY_HOME"])
     catalog.write_catalog(sky_home, SNAPSHOT_FILE)  # GPU requests need common/accelerators.csv, even on Slurm
@@ -164,7 +184,8 @@ def main() -> int:
     infra = os.environ.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
     if args.mode == "lanes":
         return lanes(args.db, infra, args.time_scale)
-    dep = build_deployment("H200", "cfg2-u4-hsdp8", infra=infra, engine="twin", time_scale=args.time_scale)
+    dep = build_deployment("H200", "cfg2-u4-hsdp8", infra=infra, engine="twin", time_scale=args.time_scale,
+                           twin_profile=fast_load_profile() if args.fast_load else None)  # fmt: skip
     backend = SkyPilotBackend(store, poll_s=1.0, predicted=render_options)  # as tools/deploy.backend_for makes it
     counting = CountingSky(backend.sky)
     backend.sky = counting

@@ -122,7 +122,8 @@ def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
     db = tmp_path / "wt.db"
     # Time scale 8: a 4-step clip takes ~3.3 s, so the 14 clips after the cut point leave ~45 s for squeue +
     # scancel to land even on a loaded machine (at 25 they left ~14 s, and a loaded run finished first).
-    steps = drive(slurm_env, db, "fault", "--time-scale", "8", "--repeats", "16")
+    # --fast-load: the twins load in ~5 model-s instead of the profile's cold load (~60 s of wall at scale 8, twice)
+    steps = drive(slurm_env, db, "fault", "--time-scale", "8", "--repeats", "16", "--fast-load")
     cancel = next(s for s in steps if s["step"] == "scancel")
     assert cancel["jobs"] and cancel["samples_at_cancel"] >= 2
     done = next(s for s in steps if s["step"] == "benchmarked")
