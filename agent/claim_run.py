@@ -73,7 +73,7 @@ class Lane:
         if self.cut_s is None:
             return sum(busy_model_s(r) for r in self.records.values())
         cut = self.cut_s
-        return max((min(cut, done) for done in self.clock().values()), default=0.0)
+        return max((min(cut, done) for done in replica_clocks(self.timed()).values()), default=0.0)
 
     def timed(self) -> list[tuple[float, str, float | None]]:
         """Every answer of the run on the lane's model clock: (when it was done, model seconds since the run
@@ -89,9 +89,11 @@ class Lane:
                 out.append((busy[sample.endpoint], sample.endpoint, took if sample.ok else None))
         return out
 
-    def clock(self) -> dict[str, float]:
-        """Each replica's model clock: the server seconds of the answers it has given so far."""
-        return {endpoint: done for done, endpoint, _ in sorted(self.timed())}
+
+def replica_clocks(timed: list[tuple[float, str, float | None]]) -> dict[str, float]:
+    """Each replica's model clock from a lane's timed answers: the server seconds of those it has given so far
+    (its last answer's time; each replica's times only grow)."""
+    return {endpoint: done for done, endpoint, _ in timed}
 
 
 def pool_key(d: Deployment) -> tuple[str, str, str, str]:
@@ -280,8 +282,8 @@ async def _run(
                     lane.running, lane.cut_s = False, cut_s
                 emit(runtime, "decided", key=cand.key, reason=reason, at_model_s=round(cut_s, 1))
                 return reason
-        pooled = [x for lane in lanes for x in lane.latencies(cand)]
         if goal.latency_bound_s is not None and not options.twin:  # real GPUs: what has answered, in wall order
+            pooled = [x for lane in lanes for x in lane.latencies(cand)]
             check = stats.check_claim(pooled, goal.latency_percentile, goal.confidence, goal.latency_bound_s)
             if check.state == "failed":
                 for lane in lanes:
@@ -310,7 +312,8 @@ def _decided_on_model_clock(lanes: list[Lane], goal: Any, replicas: int) -> tupl
     Only the answers done by then count, and each lane is billed up to then: the same figures on an idle and on a
     loaded machine."""
     bound = goal.latency_bound_s
-    answers = sorted((done, latency) for lane in lanes for done, _, latency in lane.timed() if latency is not None)
+    timed = [lane.timed() for lane in lanes]  # each lane's samples read once a poll
+    answers = sorted((done, latency) for each in timed for done, _, latency in each if latency is not None)
     allowed = stats.check_claim([], goal.latency_percentile, goal.confidence, bound).allowed_above
     above = 0
     cut_s: float | None = None
@@ -321,10 +324,10 @@ def _decided_on_model_clock(lanes: list[Lane], goal: Any, replicas: int) -> tupl
             break
     if cut_s is None:
         return None
-    for lane in lanes:
+    for lane, each in zip(lanes, timed, strict=True):
         if not lane.running:
             continue
-        clock = lane.clock()
+        clock = replica_clocks(each)
         if len(clock) < replicas or min(clock.values()) < cut_s:
             return None  # a replica of a running lane has not yet answered past the cut
     pooled = [latency for done, latency in answers if done <= cut_s]

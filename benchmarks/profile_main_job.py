@@ -118,8 +118,13 @@ def top_functions(prof: Path, top: int) -> list[dict[str, Any]]:
         rows.append({"function": f"{where}:{line}({name})", "calls": calls, "cpu_s": round(tottime, 2),
                      "cumulative_cpu_s": round(cumtime, 2)})  # fmt: skip
     rows.sort(key=lambda r: -r["cpu_s"])
-    # a thread blocked in these waits is not computing, whatever a profiler's clock charged to the call
-    return [r for r in rows if not any(w in r["function"] for w in WAITS)][:top]
+    return [r for r in rows if not _blocked(r["function"])][:top]
+
+
+def _blocked(function: str) -> bool:
+    """A builtin wait: a thread blocked there is not computing, whatever a profiler's clock charged to the call
+    (only builtins: a function of ours named _wait_ready or poll_... computes, and is kept)."""
+    return function.startswith("~:0(") and any(w in function for w in WAITS)
 
 
 WAITS = ("time.sleep", "select", "poll", "acquire", "wait", "epoll")

@@ -72,7 +72,12 @@ def _rate(peak_tflops: float, tokens_per_gpu: float, profile: Profile) -> float:
 
 
 def _collective_s(bytes_moved: float, collective: str, profile: Profile, calls: int = 1) -> float:
-    return calls * profile.collective_latency_us * 1e-6 + bytes_moved / profile.bandwidth(collective)
+    return _transfer_s(bytes_moved, profile.collective_latency_us, profile.bandwidth(collective), calls)
+
+
+def _transfer_s(bytes_moved: float, latency_us: float, bytes_per_s: float, calls: int = 1) -> float:
+    """Seconds of `calls` collectives moving `bytes_moved` in all, at this latency each and this bus bandwidth."""
+    return calls * latency_us * 1e-6 + bytes_moved / bytes_per_s
 
 
 # ---- per-layer message sizes: the one definition (the GPU micro-benchmark times these same sizes, handed to
@@ -239,34 +244,27 @@ def vae_time_s(workload: Workload, plan: Plan, profile: Profile) -> float:
         return whole
     if profile.vae_tile_area_cost <= 0:  # a profile from before the tile model
         return whole / (1.0 + (plan.vae - 1) * profile.vae_parallel_efficiency)
-    # Everything the tiled decode's time depends on; a fit moves other terms far more often than these, so the
-    # same decode is asked for again and again (the cache holds the value computed below, bit for bit).
-    key = (workload.width, workload.height, workload.num_frames, workload.latent_frames, plan.vae,
-           profile.vae_decode_s, profile.vae_tile_fixed_share, profile.vae_tile_area_cost,
-           profile.bandwidth("allgather"), profile.collective_latency_us)  # fmt: skip
-    found = _VAE_CACHE.get(key)
-    if found is None:
-        if len(_VAE_CACHE) >= _VAE_CACHE_MAX:
-            _VAE_CACHE.clear()
-        found = _VAE_CACHE[key] = _tiled_vae_s(workload, plan, profile, frames_ratio)
-    return found
-
-
-_VAE_CACHE: dict[tuple[float, ...], float] = {}
-_VAE_CACHE_MAX = 50_000
-
-
-def _tiled_vae_s(workload: Workload, plan: Plan, profile: Profile, frames_ratio: float) -> float:
     _, latent_h, latent_w = vae_latent(workload)
-    anchor_area = math.ceil(720 / VAE_SPATIAL) * math.ceil(1280 / VAE_SPATIAL)
-    per_tile = profile.vae_decode_s * frames_ratio
-    costs = [
-        per_tile * (profile.vae_tile_fixed_share + profile.vae_tile_area_cost * area / anchor_area)
-        for area in _vae_tiles(latent_h, latent_w)
-    ]
     rgb = workload.width * workload.height * workload.num_frames * RGB_BYTES
-    gather = _collective_s(rgb * (plan.vae - 1) / plan.vae, "allgather", profile)
-    return busiest_rank(costs, plan.vae) + gather
+    return _tiled_vae_s(latent_h, latent_w, frames_ratio, rgb, plan.vae, profile.vae_decode_s,
+                        profile.vae_tile_fixed_share, profile.vae_tile_area_cost, profile.collective_latency_us,
+                        profile.bandwidth("allgather"))  # fmt: skip
+
+
+@lru_cache(maxsize=50_000)
+def _tiled_vae_s(
+    latent_h: int, latent_w: int, frames_ratio: float, rgb_bytes: int, ranks: int, decode_s: float,
+    tile_fixed_share: float, tile_area_cost: float, latency_us: float, allgather_bytes_per_s: float,
+) -> float:  # fmt: skip
+    """The tiled decode over `ranks`, from numbers alone, so the cache's key is exactly what it depends on: a fit
+    moves other terms far more often than these, and the search asks for the same decode again and again."""
+    anchor_area = math.ceil(720 / VAE_SPATIAL) * math.ceil(1280 / VAE_SPATIAL)
+    per_tile = decode_s * frames_ratio
+    costs = [
+        per_tile * (tile_fixed_share + tile_area_cost * area / anchor_area) for area in _vae_tiles(latent_h, latent_w)
+    ]
+    gather = _transfer_s(rgb_bytes * (ranks - 1) / ranks, latency_us, allgather_bytes_per_s)
+    return busiest_rank(costs, ranks) + gather
 
 
 def fixed_time_s(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> float:
