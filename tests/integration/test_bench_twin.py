@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from worldtune.policies import perf_model
+from worldtune.tools.backends.local import free_port
 from worldtune.tools.bench.benchmark import get_benchmark
 from worldtune.tools.plans.estimate import resolve_profile
 from worldtune.tools.store.database import Store
@@ -27,12 +27,6 @@ from worldtune.tools.words.workload import anchor_workload
 pytestmark = pytest.mark.integration
 
 WORLDTUNE = [sys.executable, "-m", "worldtune.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

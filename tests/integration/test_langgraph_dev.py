@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from worldtune.tools.backends.local import free_port
 from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
@@ -31,12 +31,6 @@ GOAL = "Cosmos3-Super 480p 121-frame clips, p95 under 60 s, cheapest per clip, H
 START_BOUND_S = 180  # the server imports the graph and LangGraph's API; ~10 s idle, more on a loaded machine
 RUN_BOUND_S = 480  # the run itself: 20-80 s here
 UNREGISTERED = "Deserializing unregistered type"  # LangGraph's warning for a checkpoint type nobody allowed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

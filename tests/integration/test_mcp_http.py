@@ -24,6 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_cases import EXPECTED_TOOLS, cleanup, ok, pure_tools, spending_refusals, tuning_round_trip, twin_round_trip
 
+from worldtune.tools.backends.local import free_port
 from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration
@@ -44,12 +45,6 @@ def leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
     return [exc, *([exc.__cause__] if exc.__cause__ else [])]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from worldtune.tools.backends.local import free_port
+
 pytestmark = pytest.mark.integration
 
 WORLDTUNE = Path(sys.executable).parent / "worldtune"
@@ -28,12 +30,6 @@ CLIENT = {"name": "t", "version": "0"}
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": CLIENT}}  # fmt: skip
 SECRET = "SECRET-MARKER-http-91ab"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from worldtune.sky import render
+from worldtune.tools.backends.local import free_port
 from worldtune.tools.deployments.preview import build_deployment, render_options
 from worldtune.tools.words.deployment import API_KEY_ENV
 
@@ -33,12 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 BOUND_S = 120  # setup runs pip once; the twin loads in 2 model s at time scale 1000
 KEY = "test-key-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _shims(folder: Path, wheels: Path) -> Path:

@@ -14,6 +14,7 @@ import pytest
 from worldtune.agent.goal_parser import GoalQuestion
 from worldtune.agent.tuner import AgentTuner
 from worldtune.policies.calibration import shipped_profile
+from worldtune.tools.backends.local import free_port
 from worldtune.tools.results.tuning_jobs import start_tuning, tuning_status
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.tuning import TuningRequest
@@ -82,20 +83,12 @@ def test_start_tuning_returns_at_once_and_get_tuning_follows_it(tmp_path: Path) 
     assert status["stop_reason"].startswith("converged") and status["measurements"] >= 2
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_tune_through_a_remote_mcp_server(tmp_path: Path) -> None:
     """--mcp-url: the agent drives `worldtune mcp --transport http` on loopback; every action goes over HTTP."""
     import socket
 
     db = tmp_path / "wt.db"
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [WORLDTUNE, "mcp", "--transport", "http", "--port", str(port), "--db", str(db)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from worldtune.tools.backends.local import free_port
 from worldtune.tools.plans.estimate import resolve_profile
 from worldtune.tools.twin.video import check_mp4
 
@@ -28,12 +28,6 @@ ANCHOR_FORM = [
     "-F", "size=1280x720", "-F", "num_frames=189", "-F", "fps=24", "-F", "num_inference_steps=35",
     "-F", "guidance_scale=6.0", "-F", "flow_shift=10.0", "-F", "seed=17", "-F", f"extra_params={EXTRA}",
 ]  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

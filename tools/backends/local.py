@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -72,9 +73,40 @@ def cluster_name(deployment: Deployment) -> str:
     return f"local-{deployment.id}"
 
 
-def free_port(host: str = HOST) -> int:
-    """A port the kernel says is free right now (bound and released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (what connect() and bind(0) draw from)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = HOST, count: int = 1) -> int:
+    """The first of `count` consecutive ports that are free right now, chosen below the ephemeral range.
+
+    A port from bind(0) is an ephemeral one, which every outgoing connection on the machine also draws from:
+    between this check and the server's own bind, a connection elsewhere can take it (EADDRINUSE, seen in CI
+    with three test workers). Below that range only listeners bind, and a random start keeps two callers'
+    picks apart.
+    """
+    high = _ephemeral_low() - count
+    low = max(1024, high - 16384)
+    rng = random.SystemRandom()
+    for _ in range(256):
+        first = rng.randint(low, high) if high > low else low
+        if all(_bindable(host, first + i) for i in range(count)):
+            return first
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded range: let the kernel choose
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
