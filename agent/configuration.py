@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from worldtune.tools.store.db_path import default_db_path
+from worldtune.tools.store.db_path import check_db_path, resolve_db_path
 
 # A 120-s clip takes 120 / 300 = 0.4 s of wall time on the local twin: fast, yet well above the HTTP and
 # video-encoding overhead of one request, which the time scale would otherwise magnify into model seconds.
@@ -74,12 +74,12 @@ class TuneOptions(BaseModel):
 
     def db_file(self) -> Path:
         """The results database the run's in-process tools open (db_path, else $WORLDTUNE_DB or the default)."""
-        return Path(self.db_path) if self.db_path else default_db_path()
+        return resolve_db_path(self.db_path)
 
     def checkpoint_path(self) -> Path:
-        """LangGraph checkpoints live next to the results database, in their own file."""
+        """LangGraph checkpoints live next to the results database, in their own file (both checked first)."""
         db = self.db_file()
-        return db.with_name(db.stem + "-checkpoints.sqlite")
+        return check_db_path(db.with_name(db.stem + "-checkpoints.sqlite"), "db (its checkpoints file)")
 
 
 Progress = Callable[[str, dict[str, Any]], None]

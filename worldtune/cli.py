@@ -267,7 +267,11 @@ def main() -> None:
     """Entry point of the `worldtune` script."""
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(app)
-    app()
+    try:
+        app()
+    except WorldtuneError as exc:  # a refusal a command did not catch itself: one line, never a traceback
+        err_console.print(f"[bold red]error:[/] {escape(describe(exc))}")
+        raise SystemExit(EXIT_INVALID) from None
 
 
 if __name__ == "__main__":

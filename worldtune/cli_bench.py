@@ -10,7 +10,6 @@ import csv
 import io
 import json
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -332,8 +331,14 @@ def results_export(
 ) -> None:
     """Export a benchmark: its samples as CSV, or config + result + samples as JSON."""
     from worldtune.tools.store.database import Store
+    from worldtune.tools.store.db_path import check_out_file
+    from worldtune.tools.words.errors import WorldtuneError
 
-    store = Store(db)
+    try:
+        target = check_out_file(out) if out else None  # before the database is opened or anything is written
+        store = Store(db)
+    except WorldtuneError as exc:
+        raise fail(exc) from exc
     row = store.get_benchmark(benchmark_id)
     if row is None:
         raise fail(f"benchmark={benchmark_id!r} is not valid: no such benchmark in {store.path}")
@@ -345,10 +350,7 @@ def results_export(
         text = samples_csv(samples)
     else:
         raise fail(f"format={fmt!r} is not valid: expected csv or json")
-    if out:
-        target = Path(out)
-        if not target.parent.is_dir():
-            raise fail(f"out={out!r} is not valid: a file in an existing folder ({target.parent} does not exist)")
+    if target is not None:
         try:
             target.write_text(text)
         except OSError as exc:  # a folder, a read-only place: say so, no traceback

@@ -238,7 +238,13 @@ def _calibrate(
     from worldtune.policies import gpu_calibration
     from worldtune.policies.instruments.microbench import mechanisms_path
     from worldtune.policies.mech_terms import load_mech
+    from worldtune.tools.store.db_path import check_out_file
 
+    if out is not None:  # before a minute of measuring, not after it
+        try:
+            check_out_file(out)
+        except WorldtuneError as exc:
+            raise fail(exc, as_json) from exc
     workdir = Path.cwd()
     mech_path = Path(from_mech) if from_mech else None
     if from_raw is None:

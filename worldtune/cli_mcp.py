@@ -177,7 +177,10 @@ def register(app: typer.Typer) -> None:
 
         if transport not in ("stdio", "http"):
             raise fail(f"transport={transport!r} is not valid: expected one of stdio, http")
+        from worldtune.tools.store.db_path import resolve_db_path
+
         try:
+            resolve_db_path(db)  # refused before the server starts, not at the first tool call
             serve(
                 "stdio" if transport == "stdio" else "http",
                 host=host,

@@ -193,6 +193,7 @@ def tune(
             # `or` would read --time-scale 0 as unset (300): only a missing option takes the default
             time_scale=(LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0) if time_scale is None else time_scale,
         )  # fmt: skip
+        options.checkpoint_path()  # the database and its checkpoints file, checked before anything is created
         parsed = goal_for(goal, options)
     except GoalQuestion as exc:
         raise fail(exc, as_json, {"questions": exc.questions}) from exc
@@ -266,8 +267,11 @@ def report(
     need_extra("worldtune report", "matplotlib", "agent", as_json)
     from worldtune.agent.report import write_report
     from worldtune.tools.results.report_data import report_data
+    from worldtune.tools.store.db_path import check_out_folder
 
     try:
+        if out:
+            check_out_folder(out)
         written = write_report(report_data(run_id, db), out)
     except (WorldtuneError, ValueError) as exc:
         raise fail(exc, as_json) from exc

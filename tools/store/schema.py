@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from worldtune.tools.store.db_path import default_db_path
+from worldtune.tools.store.db_path import EXPECTED, resolve_db_path
+from worldtune.tools.words.errors import InvalidInput
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -58,7 +59,13 @@ class Database:
     """One results database file, its schema brought up to date on open."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path else default_db_path()
+        self.path = resolve_db_path(path)  # refused in one line, before any folder or file is created
+        try:
+            self._open()
+        except (OSError, sqlite3.DatabaseError) as exc:  # what the checks could not foresee (a full disk, a lock)
+            raise InvalidInput("db", str(self.path), EXPECTED, f"it could not be opened: {exc}") from None
+
+    def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
