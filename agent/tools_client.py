@@ -8,6 +8,7 @@ by hand exactly what the agent does, with the same tool names and arguments.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,64 @@ class ToolCallFailed(WorldtuneError):
     def __init__(self, tool: str, message: str) -> None:
         self.tool = tool
         super().__init__(f"{tool}: {message}")
+
+
+TOKEN_ENV = "WORLDTUNE_MCP_TOKEN"  # the bearer token a remote server demands (the server reads the same variable)
+
+
+class RemoteRefused(WorldtuneError):
+    """A remote MCP server could not be reached, or refused this client's token; says which and what to do."""
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc, *(_leaves(exc.__cause__) if exc.__cause__ else [])]
+
+
+@contextlib.asynccontextmanager
+async def open_client(target: Any) -> AsyncIterator[Any]:
+    """An MCP client session on an in-process server, or on a URL carrying the bearer token of $WORLDTUNE_MCP_TOKEN.
+
+    A server that answers 401 (no token, a wrong one) or nothing at all is reported in one line that says what
+    to set, not as the SDK's task-group traceback.
+    """
+    from mcp import Client
+
+    if not isinstance(target, str):
+        async with Client(target) as client:
+            yield client
+        return
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = os.environ.get(TOKEN_ENV) or None
+    statuses: list[int] = []
+
+    async def note(response: httpx2.Response) -> None:
+        statuses.append(response.status_code)
+
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+        timeout=httpx2.Timeout(30.0, read=300.0),  # the SDK's own defaults: a response stream may stay open
+        event_hooks={"response": [note]},
+    )
+    try:
+        async with http, Client(streamable_http_client(target, http_client=http)) as client:
+            yield client
+    except Exception as exc:
+        if 401 in statuses or 403 in statuses:
+            said = "refused the token (--mcp-token or $" + TOKEN_ENV + ")" if token else "needs a bearer token"
+            raise RemoteRefused(
+                f"mcp_url={target!r}: the server {said} (HTTP {401 if 401 in statuses else 403}); set ${TOKEN_ENV} "
+                "(or tune --mcp-token) to the token the server was started with"
+            ) from None
+        if any(isinstance(leaf, httpx2.ConnectError | httpx2.ConnectTimeout) for leaf in _leaves(exc)):
+            raise RemoteRefused(
+                f"mcp_url={target!r}: no MCP server answers there (start one with "
+                "`worldtune mcp --transport http`, or check the host and port)"
+            ) from None
+        raise
 
 
 class ToolsClient:
@@ -75,8 +134,6 @@ async def connect(
 
     With `mcp_url` and `run_id`, the run belongs to this session on the server: it heartbeats in the background
     while the session is open, and the server abandons the run when the beats stop or the session ends."""
-    from mcp import Client
-
     if mcp_url:
         target: Any = mcp_url
     else:
@@ -86,7 +143,7 @@ async def connect(
         # No tuner: a run's own tools never start, resume or stop runs (their tools answer that they are not
         # available here), so the tools client does not import the runner that drives it.
         target = build_server(db_path, origin="cli")
-    async with Client(target) as client:
+    async with open_client(target) as client:
         tools = ToolsClient(client)
         if not (mcp_url and run_id):
             yield tools
@@ -127,8 +184,6 @@ class SessionPerCall:
 
     async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
         """Call one tool in a session of its own; raise ToolCallFailed as ToolsClient does."""
-        from mcp import Client
-
         self.calls.append(tool)
-        async with Client(self._target()) as client:
+        async with open_client(self._target()) as client:
             return await ToolsClient(client).call(tool, **arguments)

@@ -6,6 +6,7 @@ Progress goes to stderr; with --json, stdout carries one JSON object and nothing
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Any
 
@@ -174,6 +175,13 @@ def tune(
     db: Annotated[str | None, typer.Option(help="results database (default $WORLDTUNE_DB)")] = None,
     parallel: Annotated[int, typer.Option(help="candidates verified at once on separate deployments")] = 1,
     mcp_url: Annotated[str | None, typer.Option(help="a remote worldtune MCP server (default: in-process)")] = None,
+    mcp_token: Annotated[
+        str | None,
+        typer.Option(
+            help="bearer token the --mcp-url server demands (default $WORLDTUNE_MCP_TOKEN; the variable "
+            "keeps it out of `ps`)"
+        ),
+    ] = None,
     time_scale: Annotated[float | None, typer.Option(help="twin only: sleeps / K (300)")] = None,
     reuse_nodes: Annotated[
         bool, typer.Option("--reuse-nodes/--no-reuse-nodes", help="keep a node and change its plan in place")
@@ -186,6 +194,7 @@ def tune(
     from worldtune.agent.record import goal_for
 
     try:
+        _use_token(mcp_token, mcp_url)
         options = TuneOptions(
             infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes, db_path=db,
             parallel=parallel, mcp_url=mcp_url, reuse_nodes=reuse_nodes,
@@ -204,6 +213,21 @@ def tune(
         for note in parsed.assumptions:
             err_console.print(f"  [yellow]assumed[/] {note}")
     _finish(_run_tune(parsed, options, as_json), as_json)
+
+
+def _use_token(token: str | None, mcp_url: str | None) -> None:
+    """--mcp-token: sent by this process's MCP client (agent/tools_client.py reads $WORLDTUNE_MCP_TOKEN); never
+    written to the run's checkpoint or record."""
+    from worldtune.agent.tools_client import TOKEN_ENV
+    from worldtune.tools.words.errors import InvalidInput
+
+    if token is None:
+        return
+    if not mcp_url:
+        raise InvalidInput("mcp_token", "(given)", "only with --mcp-url (the in-process tools need no token)")
+    if not token.strip() or any(c.isspace() for c in token):
+        raise InvalidInput("mcp_token", "(given)", "a bearer token without spaces, as the server was started with")
+    os.environ[TOKEN_ENV] = token
 
 
 def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:

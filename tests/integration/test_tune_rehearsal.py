@@ -4,6 +4,7 @@ server uses (tools/results/tuning_jobs.py over the agent's Tuner): real twin pro
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,8 +25,13 @@ pytestmark = pytest.mark.integration
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([WORLDTUNE, *args], capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL)
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`worldtune ARGS`; env (when given) replaces $WORLDTUNE_MCP_TOKEN and adds to the rest of the environment."""
+    environ = (
+        os.environ if env is None else {**{k: v for k, v in os.environ.items() if k != "WORLDTUNE_MCP_TOKEN"}, **env}
+    )
+    return subprocess.run([WORLDTUNE, *args], capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL,
+                          env=environ)  # fmt: skip
 
 
 def test_rehearsal_with_a_slower_twin_learns_and_reports_the_truth(tmp_path: Path) -> None:
@@ -84,14 +90,19 @@ def test_start_tuning_returns_at_once_and_get_tuning_follows_it(tmp_path: Path) 
 
 
 def test_tune_through_a_remote_mcp_server(tmp_path: Path) -> None:
-    """--mcp-url: the agent drives `worldtune mcp --transport http` on loopback; every action goes over HTTP."""
+    """--mcp-url: the agent drives `worldtune mcp --transport http` on loopback; every action goes over HTTP.
+
+    Issue 36.2: the server demands a bearer token (as it does off loopback); the agent sends the one in
+    $WORLDTUNE_MCP_TOKEN, and without it, or with a wrong one, the run is refused in one line before it starts.
+    """
     import socket
 
     db = tmp_path / "wt.db"
     port = free_port()
+    token = "t-" + os.urandom(8).hex()
     server = subprocess.Popen(
         [WORLDTUNE, "mcp", "--transport", "http", "--port", str(port), "--db", str(db)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "WORLDTUNE_MCP_TOKEN": token},
     )  # fmt: skip
     try:
         deadline = time.time() + 60
@@ -104,7 +115,16 @@ def test_tune_through_a_remote_mcp_server(tmp_path: Path) -> None:
             time.sleep(0.1)
         goal = "cheapest per clip, p95 under 150 s, spot ok"
         mine = tmp_path / "client.db"  # the agent's own database: only its checkpoints live beside it
-        out = run("tune", goal, "--yes", "--json", "--db", str(mine), "--mcp-url", f"http://127.0.0.1:{port}/mcp")
+        url = f"http://127.0.0.1:{port}/mcp"
+        for given in ({}, {"WORLDTUNE_MCP_TOKEN": "wrong"}):
+            refused = run("tune", goal, "--yes", "--db", str(mine), "--mcp-url", url, env=given)
+            said = refused.stdout + refused.stderr
+            assert refused.returncode == 2 and "Traceback" not in said, said[-3000:]
+            assert "HTTP 401" in said and "WORLDTUNE_MCP_TOKEN" in said and token not in said, said[-3000:]
+        assert Store(db).list_runs() == [] and Store(db).list_deployments() == []
+        out = run(
+            "tune", goal, "--yes", "--json", "--db", str(mine), "--mcp-url", url, env={"WORLDTUNE_MCP_TOKEN": token}
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         data = json.loads(out.stdout)
         assert data["recommendation"]["plan"] and data["spend"]["deployments"] >= 1
