@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from worldtune.tools.store.db_path import check_db_path, resolve_db_path
+from worldtune.tools.words.limits import MAX_BUDGET_USD
 
 # A 120-s clip takes 120 / 300 = 0.4 s of wall time on the local twin: fast, yet well above the HTTP and
 # video-encoding overhead of one request, which the time scale would otherwise magnify into model seconds.
@@ -35,7 +36,7 @@ class TuneOptions(BaseModel):
         "the agent never reads them (the deploy tool says which GPU type each is for)",
     )
     time_scale: float = Field(default=LOCAL_TWIN_TIME_SCALE, gt=0, description="twin only: sleeps divided by it")
-    budget_usd: float | None = Field(default=None, gt=0, description="overrides the goal's budget")
+    budget_usd: float | None = Field(default=None, gt=0, le=MAX_BUDGET_USD, description="overrides the goal's budget")
     confidence: float | None = Field(
         default=None, gt=0, lt=1, description="overrides the goal's confidence (claim and stopping rule), e.g. 0.99"
     )

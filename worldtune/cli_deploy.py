@@ -52,12 +52,14 @@ def deploy(
     from worldtune.sky.preview import is_skypilot_infra, write_preview
     from worldtune.tools.deployments.preview import build_deployment, preview
     from worldtune.tools.plans.offers import SNAPSHOT_FILE
+    from worldtune.tools.plans.spend import check_hold_hours
     from worldtune.tools.store.database import Store
     from worldtune.tools.store.db_path import check_out_folder
 
     try:
         if out:  # a dry run checks what the real one would write, before anything is written
             check_out_folder(out)
+        check_hold_hours(hours)  # what the real deploy's quote refuses (negative, not finite, past 720 h)
         store = None if dry_run else Store(db)  # resolved before HOME may change for SkyPilot
         deployment = build_deployment(
             gpu, plan, model=model, infra=infra, engine=engine, capacity=capacity,

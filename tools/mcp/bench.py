@@ -36,6 +36,7 @@ from worldtune.tools.mcp.common import (
 )
 from worldtune.tools.mcp.session import session_of
 from worldtune.tools.words.errors import describe
+from worldtune.tools.words.limits import MAX_LEVELS, MAX_PROBES
 
 
 @tool("Start a benchmark", STARTS)
@@ -45,11 +46,15 @@ def start_benchmark(
     steps: Annotated[int, Field(ge=1, le=200, description="denoising steps of the full runs")] = 35,
     repeats: Annotated[int, Field(ge=1, le=1000, description="requests per client per level and per probe")] = 3,
     concurrency: Annotated[
-        tuple[int, ...], Field(min_length=1, description="closed-loop levels (clients), e.g. [1, 2, 4]")
+        tuple[int, ...],
+        Field(min_length=1, max_length=MAX_LEVELS, description="closed-loop levels (clients), e.g. [1, 2, 4]"),
     ] = (1,),
     probe_steps: Annotated[
         tuple[int, ...],
-        Field(description="short step counts probed first to fit latency = fixed + steps x per_step"),
+        Field(
+            max_length=MAX_PROBES,
+            description="short step counts probed first to fit latency = fixed + steps x per_step",
+        ),
     ] = (4, 8),
     warmup: Annotated[int, Field(ge=0, le=100, description="warm-up requests per endpoint (not counted)")] = 2,
     run_id: Annotated[str | None, Field(description="tuning run the benchmark belongs to")] = None,

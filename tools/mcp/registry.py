@@ -16,9 +16,13 @@ tools/results/compare.py, ...).
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
+from typing import Any
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver.tools.base import Tool
+from pydantic import ConfigDict
 
 # the modules of tools/mcp/ that hold no tools: the server, its session, resources and prompts, what families share,
 # and the middleware that counts a call carrying a run id as its client's heartbeat (client_hooks.py)
@@ -43,3 +47,41 @@ def register_tools(mcp: MCPServer) -> None:
         for name, (fn, title, hints) in TOOLS.items():
             if name.rpartition(".")[0] == family:
                 mcp.tool(title=title, annotations=hints)(fn)
+                tool = mcp._tool_manager.get_tool(fn.__name__)  # mcp==2.3.0 (pinned): the Tool just made
+                if tool is not None:
+                    strict_arguments(tool)
+
+
+def strict_arguments(tool: Tool) -> None:
+    """A tool's arguments as a user meant them or refused (issue 36): an unknown or misspelt field (`stpes`) is an
+    error naming it, not dropped, and a value of the wrong type (`gpus: "8"`) is refused, not coerced.
+
+    The SDK builds each tool's argument model from its signature with pydantic's defaults (extra fields ignored,
+    lax types); this swaps in a subclass that forbids extras and is strict, and publishes its schema
+    (`additionalProperties: false`), so clients see the rule before they call. A whole number still passes
+    for a float (JSON has one number type), and a list sent as a JSON string is still read (the SDK's own
+    pre-parse, for clients that send it so).
+    """
+    base = tool.fn_metadata.arg_model
+    config = ConfigDict(**base.model_config)
+    config["extra"] = "forbid"
+    config["strict"] = True
+
+    def as_json(cls: Any, obj: Any, /, **kwargs: Any) -> Any:
+        # strict on JSON's own types: in Python mode strict would refuse a JSON array for a tuple field
+        if not isinstance(obj, dict):
+            return base.model_validate.__func__(cls, obj, **kwargs)  # type: ignore[attr-defined]
+        return cls.model_validate_json(json.dumps(obj, allow_nan=False, default=_unserialisable))
+
+    namespace = {
+        "model_config": config,
+        "__module__": base.__module__,
+        "model_validate": classmethod(as_json),
+    }
+    strict: Any = type(base.__name__, (base,), namespace)  # the SDK's name, so its errors read as before
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
+
+
+def _unserialisable(value: Any) -> Any:
+    raise TypeError(f"a value of type {type(value).__name__} is not JSON")

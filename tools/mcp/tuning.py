@@ -26,6 +26,7 @@ from worldtune.tools.mcp.common import (
 )
 from worldtune.tools.mcp.heartbeat import GraceArg, HoldHoursArg, bind_here
 from worldtune.tools.mcp.session import session_of
+from worldtune.tools.words.limits import MAX_BUDGET_USD
 from worldtune.tools.words.tuning import SpendEstimate
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ def start_tuning(
     ] = None,
     time_scale: Annotated[float, Field(gt=0, le=100000, description="twin only: divide its sleeps by this")] = 300.0,
     budget_usd: Annotated[
-        float | None, Field(gt=0, allow_inf_nan=False, description="overrides the goal's budget")
+        float | None,
+        Field(gt=0, le=MAX_BUDGET_USD, allow_inf_nan=False, description="overrides the goal's budget"),
     ] = None,
     confidence: Annotated[
         float | None,

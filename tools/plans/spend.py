@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from worldtune.tools.words.deployment import ALIVE_STATES, Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.infra import Infra
+from worldtune.tools.words.limits import MAX_HOLD_HOURS, at_most
 from worldtune.tools.words.offer import CAPACITIES, Offer
 from worldtune.tools.words.plan import Plan
 
@@ -180,11 +181,12 @@ def _price(
     )  # fmt: skip
 
 
-def _hold_hours(hours: Any) -> float:
+def check_hold_hours(hours: Any) -> float:
     """The hours asked to keep a deployment up: a finite number, zero or more (refused naming `hours`)."""
     hold = finite("hours", hours, "zero or more hours to keep it up")
     if hold < 0:
         raise InvalidInput("hours", hours, "zero or more hours to keep it up")
+    at_most("hours", hold, MAX_HOLD_HOURS, "hours to keep it up once ready")
     return hold
 
 
@@ -213,7 +215,7 @@ def quote(
     where = Infra.parse(infra)
     if capacity not in CAPACITIES:
         raise InvalidInput("capacity", capacity, f"one of {', '.join(CAPACITIES)}")
-    hold = _hold_hours(hours)
+    hold = check_hold_hours(hours)
     spec = get_gpu(gpu)
     parsed = Plan.parse(plan)
     load_s = load_time_s(get_model(model), resolve_profile(spec.name))
@@ -336,7 +338,7 @@ def check_commitment(spend: SpendQuote, deployments: list[Deployment], run_id: s
 def extension(deployment: Deployment, hours: float, load_s: float, now: float | None = None) -> SpendQuote:
     """What keeping a live deployment for `hours` more (after a restart of `load_s`) commits: its price x
     (load + hours), on top of what it has billed so far (a replan with new hours: nothing new is rented)."""
-    hold = _hold_hours(hours)
+    hold = check_hold_hours(hours)
     price = deployment.usd_per_hour
     expected_hours = load_s / 3600.0 + hold
     return SpendQuote(

@@ -7,9 +7,17 @@ from __future__ import annotations
 import secrets
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.limits import (
+    MAX_LEVELS,
+    MAX_PLANNED_REQUESTS,
+    MAX_POISSON_REQUESTS,
+    MAX_PROBES,
+    MAX_REPEATS,
+    at_most,
+)
 from worldtune.tools.words.result import BenchmarkResult
 from worldtune.tools.words.workload import Workload, anchor_workload
 
@@ -32,13 +40,19 @@ class BenchmarkSpec(BaseModel):
     endpoints: list[str] = Field(min_length=1, description="base URLs, one per replica (http://host:port)")
     workload: Workload = Field(default_factory=anchor_workload, description="the request; steps set below")
     steps: int = Field(default=35, ge=1, le=200, description="full-step count of the measured runs")
-    repeats: int = Field(default=3, ge=1, description="requests per client per level, and per probe step count")
-    concurrency: list[int] = Field(default_factory=lambda: [1], description="closed-loop levels (clients)")
+    repeats: int = Field(
+        default=3, ge=1, le=MAX_REPEATS, description="requests per client per level, and per probe step count"
+    )
+    concurrency: list[int] = Field(
+        default_factory=lambda: [1], max_length=MAX_LEVELS, description="closed-loop levels (clients)"
+    )
     poisson_rate_per_hour: float | None = Field(default=None, gt=0, description="open-loop arrivals per hour")
-    poisson_requests: int = Field(default=20, ge=1)
+    poisson_requests: int = Field(default=20, ge=1, le=MAX_POISSON_REQUESTS)
     seed: int = Field(default=17, description="seed of the Poisson arrivals")
-    probe_steps: list[int] = Field(default_factory=lambda: [4, 8], description="short step counts for the fit")
-    warmup: int = Field(default=2, ge=0, description="warm-up requests per endpoint (not counted)")
+    probe_steps: list[int] = Field(
+        default_factory=lambda: [4, 8], max_length=MAX_PROBES, description="short step counts for the fit"
+    )
+    warmup: int = Field(default=2, ge=0, le=100, description="warm-up requests per endpoint (not counted)")
     warmup_steps: int | None = Field(default=None, ge=1, le=200, description="default: the smallest probe")
     full: bool = Field(default=True, description="run the full-step closed-loop levels")
     check_video: bool = True
@@ -76,6 +90,12 @@ class BenchmarkSpec(BaseModel):
             if v < 1 or v > 4096:
                 raise InvalidInput("concurrency/probe_steps", v, "integers between 1 and 4096")
         return value
+
+    @model_validator(mode="after")
+    def _bounded(self) -> BenchmarkSpec:
+        what = "requests in one benchmark (warm-up + probes x repeats + levels x clients x repeats + arrivals)"
+        at_most("planned requests", self.planned_requests, MAX_PLANNED_REQUESTS, what)
+        return self
 
     @property
     def planned_requests(self) -> int:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from worldtune.tools.words.errors import InvalidInput, one_of
 from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.limits import MAX_BUDGET_USD
 from worldtune.tools.words.offer import CAPACITIES
 from worldtune.tools.words.traffic import Traffic
 from worldtune.tools.words.workload import Workload
@@ -27,7 +28,7 @@ class Goal(BaseModel):
     latency_bound_s: float | None = Field(default=None, gt=0)
     latency_percentile: int = 95
     throughput_floor_clips_per_hour: float | None = Field(default=None, gt=0)
-    budget_usd: float = Field(default=300.0, gt=0, description="most the search may spend")
+    budget_usd: float = Field(default=300.0, gt=0, le=MAX_BUDGET_USD, description="most the search may spend")
     gpus: list[str] = Field(default_factory=lambda: ["H200", "B200"])
     infras: list[str] = Field(default_factory=list, description="allowed infra; empty = any")
     capacities: list[str] = Field(default_factory=lambda: ["on-demand"])

@@ -1,5 +1,6 @@
 """The tuning agent as the MCP tools see it: a Tuner handed to the server, never an import of agent/.
 
+
 Dependencies point one way (agent -> tools), yet the server offers start_tuning, get_tuning and
 approve_tuning. Whoever builds the server and knows the agent (`worldtune mcp`, the agent's own
 in-process client) passes a Tuner; a server built without one refuses those three tools. The record of a
@@ -19,6 +20,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from worldtune.tools.words.limits import MAX_BUDGET_USD
+
 
 class TuningRequest(BaseModel):
     """What start_tuning passes on besides the goal text (checked by the MCP tool's schema first)."""
@@ -29,7 +32,7 @@ class TuningRequest(BaseModel):
     engine: str
     twin_profile: str | list[str] | None
     time_scale: float = Field(gt=0)
-    budget_usd: float | None = Field(gt=0)
+    budget_usd: float | None = Field(gt=0, le=MAX_BUDGET_USD)
     confidence: float | None = Field(default=None, gt=0, lt=1, description="overrides the goal's confidence")
     max_iterations: int = Field(ge=1)
     yes: bool = Field(description="the spend is approved up front")
