@@ -315,8 +315,12 @@ def _read(r: Reader) -> dict[str, Any]:
     read |= {"changes": _workload_changes(r), "objective": _objective(r)}
     read["gpus"], _excluded = _gpus(r)
     read |= {"capacities": _capacities(r), "infras": _infras(r), "max_gpus": _max_gpus(r)}
-    for word in r.leftovers():
-        r.ask(f"I could not read '{word}' in the goal: what does it ask for? (rephrase or remove it)")
+    unread = list(r.leftovers())
+    if unread:
+        r.ask(unread_question(unread, read, r.original))
+    negative = re.search(r"(?<![\w.])-\s*\$?\d[\d.]*", r.original)
+    if negative:  # a rule reads the digits, never the sign: "-3 clips per hour" must not become 3
+        r.ask(f"'{negative.group(0)}' is negative: numbers in a goal are positive. A goal that reads: {EXAMPLE_GOAL}")
     for run in re.findall(r"[^\x00-\x7f]+", r.text):  # the rules read English words and ASCII digits only
         r.ask(f"I could not read '{run.strip()}' in the goal: please write it in English words and digits.")
     shaped = "shape" in traffic_found
@@ -329,6 +333,51 @@ def _read(r: Reader) -> dict[str, Any]:
     if read["gpus"] == []:
         r.ask(f"Every GPU type is excluded: which may be used ({', '.join(GPUS)})?")
     return read
+
+
+EXAMPLE_GOAL = "'Cosmos3-Super, p95 under 150 s, cheapest per clip, budget $300'"
+
+
+def unread_question(words: list[str], read: dict[str, Any], text: str) -> str:
+    """One question for the words no rule read: which they are, what was read, what conflicts, a goal that reads."""
+    said = ", ".join(f"'{w}'" for w in words)
+    so_far = read_so_far(read)
+    question = f"I could not read {said} in the goal (read so far: {so_far or 'nothing'})"
+    lowered = [w.lower().strip(".,;:") for w in words]
+    hints = []
+    percentiles = [w for w in lowered if re.fullmatch(r"p\d{2}", w)]
+    if percentiles and read.get("bound") is not None:
+        hints.append(f"it conflicts with p{read['percentile']} <= {read['bound']:g} s, already read: give one latency "
+                     "bound, as 'under N s'")  # fmt: skip
+    elif percentiles:
+        hints.append(f"'{percentiles[0]}' needs a bound in seconds, e.g. '{percentiles[0]} under 150 s'")
+    if any(w.lstrip("$") in ("inf", "infinity", "nan", "unlimited") for w in lowered):
+        hints.append("a budget is a finite dollar amount, e.g. 'budget $300'")
+    if any(w in ("over", "above", "more", "least") for w in lowered) and not percentiles:
+        hints.append("a latency goal is an upper bound ('p95 under 150 s'), a throughput goal a floor ('at least "
+                     "40 clips per hour')")  # fmt: skip
+    hint = ": " + "; ".join(hints) if hints else ""
+    return f"{question}{hint}. Rephrase or remove it; a goal that reads: {EXAMPLE_GOAL}"
+
+
+def read_so_far(read: dict[str, Any]) -> str:
+    """What the rules read, in the goal's own terms (for a question about the rest)."""
+    parts = []
+    if read.get("model"):
+        parts.append(str(read["model"]))
+    if read.get("bound") is not None:
+        parts.append(f"p{read['percentile']} <= {read['bound']:g} s")
+    if read.get("throughput") is not None:
+        parts.append(f">= {read['throughput']:g} clips/h")
+    if read.get("objective"):
+        parts.append(str(read["objective"]).replace("_", " "))
+    if read.get("gpus"):
+        parts.append("GPUs " + "/".join(read["gpus"]))
+    if read.get("capacities"):
+        parts.append("capacity " + "/".join(read["capacities"]))
+    if read.get("budget") is not None:
+        parts.append(f"budget ${read['budget']:g}")
+    return ", ".join(parts)
 
 
 def _fields(

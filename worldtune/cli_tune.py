@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from worldtune.cli import emit_json, err_console, fail, need_extra
+from worldtune.cli import console, emit_json, err_console, fail, need_extra
 from worldtune.tools.words.errors import WorldtuneError
 
 EXIT_NOT_DONE = 3  # waiting for approval, or stopped without a verified recommendation
@@ -97,27 +97,30 @@ def _output(outcome: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print_outcome(outcome: dict[str, Any]) -> None:
+    """The answer, on stdout (progress went to stderr): the recommendation or why there is none, or the question."""
     from worldtune.agent.provenance import labels, provenance
 
     if outcome["status"] == "waiting_for_approval":
         question = outcome.get("question") or {}
-        err_console.print(f"[bold yellow]waiting for approval[/] of {question.get('spend_estimate')}")
-        err_console.print(f"approve with: worldtune resume {outcome['thread_id']} --yes   (or --no to decline)")
+        for line in approval_lines(question.get("spend_estimate") or {}):
+            console.print(line, markup=False, highlight=False)
+        console.print(f"approve with: worldtune resume {outcome['thread_id']} --yes   (or --no to decline)",
+                      markup=False, highlight=False)  # fmt: skip
         return
     s = outcome["summary"]
     rec = s.get("recommendation")
     spend = s["spend"]
     if rec is None:
-        err_console.print(
+        console.print(
             f"[bold red]no verified recommendation[/] ({s.get('stop_kind') or 'stopped'}): {s['stop_reason']}"
         )
         for o in s.get("nearest") or []:
-            err_console.print(f"  nearest: {o['plan']} on {o['gpu']} ({o['stage']}): p95 ~{o['latency_q_s']} s, "
+            console.print(f"  nearest: {o['plan']} on {o['gpu']} ({o['stage']}): p95 ~{o['latency_q_s']} s, "
                               f"meets {o['would_meet_s']} s at 95%, ${o['usd_per_clip']}/clip")  # fmt: skip
     else:
         m, p = s["measured"], s["predicted"]
         simulated = (s.get("provenance") or provenance(s))["simulated"]
-        err_console.print(
+        console.print(
             f"[bold green]recommendation[/] {rec['gpu']} plan {rec['plan']} x {rec['nodes']} node(s) "
             f"({rec['replicas']} replicas), {rec['capacity']} on {rec['offer']} at ${rec['usd_per_hour']:.2f}/h"
         )
@@ -126,23 +129,49 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
         evidence = f" (n={m['samples']}; {m.get('latency_p95_claim')}" if m.get("samples") else ""
         evidence += (f"; {', '.join(bounds)}, {m.get('parametric_assumption')})" if bounds else ")") if evidence else ""
         p95 = m["latency_p95_s"] if m["latency_p95_s"] is not None else "not claimable"
-        err_console.print(
+        console.print(
             f"  {'simulated on the twin' if simulated else 'measured'}: p50 {m['latency_p50_s']} s, "
             f"p95 {p95}{' s' if m['latency_p95_s'] is not None else ''}{evidence}, "
             f"{m['clips_per_hour_per_node']} clips/h/node, ${m['usd_per_clip']}/clip"
         )
-        err_console.print(
+        console.print(
             f"  predicted before measuring: p50 {p['latency_p50_s']} s, {p['clips_per_hour_per_node']} clips/h/node, "
             f"${p['usd_per_clip']}/clip"
         )
-        err_console.print(f"  why it stopped: {s['stop_reason']}")
+        console.print(f"  why it stopped: {s['stop_reason']}")
         for line in labels(s):
-            err_console.print(f"  [yellow]{escape(line.split(':', 1)[0])}[/]:{escape(line.split(':', 1)[1])}")
-    err_console.print(
+            console.print(f"  [yellow]{escape(line.split(':', 1)[0])}[/]:{escape(line.split(':', 1)[1])}")
+    console.print(
         f"  search cost: ${spend['usd']:.2f}, {spend['gpu_hours']:.2f} GPU-h ({spend['model_seconds']:.0f} model-s), "
         f"{spend['deployments']} deployments, {spend['benchmarks']} benchmarks"
     )
-    err_console.print(f"  report: worldtune report {s['run_id']}")
+    console.print(f"  report: worldtune report {s['run_id']}")
+
+
+def approval_lines(estimate: dict[str, Any]) -> list[str]:
+    """The spend a run asks approval for, in words (it was printed as a Python dict)."""
+    if not estimate:
+        return ["waiting for approval of the run's spend"]
+    basis = estimate.get("priced_as") or "the offers' prices"
+    lines = [
+        f"waiting for approval: at most ${estimate.get('usd', 0):,.2f} ({estimate.get('gpu_hours', 0):,.2f} GPU-h) of "
+        f"the ${estimate.get('budget_usd', 0):,.2f} budget, priced as {basis}",
+        f"  at most {estimate.get('deployments', 0)} deployment(s) ({estimate.get('cold_loads', 0)} cold and "
+        f"{estimate.get('warm_loads', 0)} warm load(s)), about {estimate.get('answer_hours', 0):.2f} h to a verified "
+        f"answer (modelled), {estimate.get('parallel', 1)} candidate(s) at a time",
+    ]
+    forecast = estimate.get("forecast") or {}
+    if forecast:
+        lines.append(
+            f"  likely ${forecast.get('usd', 0):,.2f} and {forecast.get('answer_hours', 0):.2f} h (simulated: the "
+            f"median of {forecast.get('runs', 0)} searches against truths drawn from the belief)"
+        )
+    if estimate.get("claim_requests"):
+        lines.append(
+            f"  the claim: {estimate['claim_requests']} requests at {estimate.get('confidence', 0.95):.0%} confidence "
+            f"over {estimate.get('claim_lanes', 1)} lane(s)"
+        )
+    return lines
 
 
 def register(app: typer.Typer) -> None:
@@ -324,7 +353,7 @@ def _finish(outcome: dict[str, Any], as_json: bool) -> None:
             from worldtune.agent.fleet_step import fleet_lines
 
             for line in fleet_lines(outcome["fleet"]):
-                err_console.print(escape(line))
+                console.print(line, markup=False, highlight=False)
     done = outcome["status"] == "completed" and outcome["summary"].get("recommendation") is not None
     if outcome["status"] == "completed" and outcome["summary"].get("stop_kind") == "infeasible":
         raise typer.Exit(EXIT_INFEASIBLE)
