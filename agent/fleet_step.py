@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from worldtune.tools.deployments.capacity import FleetChoice, plan_capacity, skyserve_service_yaml
+from worldtune.tools.deployments.capacity import CapacityPlan, FleetChoice, plan_capacity, skyserve_service_yaml
 from worldtune.tools.deployments.fleet_rehearsal import FleetRehearsal
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.profile import Profile
@@ -39,6 +39,7 @@ def fleet_for(
     twin_profiles: list[str] | None = None,
     learned_profiles: dict[str, dict[str, Any]] | None = None,
     mcp_url: str | None = None,
+    recommended: str | None = None,
 ) -> dict[str, Any] | None:
     """The capacity plan and (local twin only) its rehearsal, as JSON-ready data; None without traffic. The
     rehearsal's twins serve the first of `twin_profiles` the deploy accepts for the fleet's GPU type (as the
@@ -55,6 +56,8 @@ def fleet_for(
             out["note"] = "no simulated fleet meets the end-to-end bound"
             return out
         out["skyserve_service_yaml"] = skyserve_service_yaml(planned.chosen.fleet, goal.workload.model)
+        if recommended and planned.chosen.fleet.plan != recommended:
+            out["differs"] = why_the_fleet_differs(planned, recommended)
         if infra != "local" or engine != "twin":
             out["note"] = "rehearsal runs on local twins only: not rehearsed"
             return out
@@ -75,6 +78,24 @@ def fleet_for(
                 "latency; other plans keep the model's (not rehearsed)",
             }
         return out
+
+
+def why_the_fleet_differs(planned: CapacityPlan, recommended: str) -> str:
+    """Why the fleet's plan is not the verified recommendation's (issue 36: they name the same plan or say why)."""
+    assert planned.chosen is not None
+    chosen = planned.chosen
+    same = [c for c in [chosen, *planned.runners_up] if c.fleet.plan == recommended]
+    versus = (
+        f"; its best fleet simulated costs ${min(c.daily_cost_usd for c in same):.2f}/day against "
+        f"${chosen.daily_cost_usd:.2f}/day"
+        if same
+        else "; no fleet of it was among the cheapest simulated"
+    )
+    return (
+        f"the fleet runs {chosen.fleet.plan}, not the recommended {recommended}: the recommendation is the cheapest "
+        f"per clip verified one request at a time, the fleet the cheapest simulated day for this traffic (queueing, "
+        f"replicas per node and idle nodes included){versus}"
+    )
 
 
 @contextlib.contextmanager
@@ -137,6 +158,7 @@ def fleet_lines(fleet: dict[str, Any]) -> list[str]:
     lines = [
         f"fleet: {f['plan']} x{f['servers_per_node']} server(s)/node on {f['offer_id']} ({f['capacity']}), "
         f"{auto['policy']} {auto['min_replicas']}-{auto['max_replicas']} node(s)",
+        *([f"  {fleet['differs']}"] if fleet.get("differs") else []),
         f"  predicted (simulated): p{pct} {chosen['p_e2e_s']:.0f} s end to end (pessimistic "
         f"{chosen['p_e2e_pessimistic_s'] or float('nan'):.0f} s), ${chosen['daily_cost_usd']:.2f}/day, "
         f"{day['cold_starts']} cold starts, {day['preemptions']} preemptions on day 1",

@@ -198,6 +198,16 @@ def _infras(r: Reader) -> list[str]:
     return found
 
 
+def _allow_fp8(r: Reader) -> bool | None:
+    """'fp8 ok' allows the quality-changing FP8 plans; 'no fp8' / 'bf16 only' says so; silence is BF16."""
+    no = bool(r.take(r"\b(?:no|not|without|avoid)\s+fp8\b|\bbf16\s+only\b|\bonly\s+bf16\b"))
+    ok = bool(r.take(r"\bfp8\s+(?:is\s+)?(?:ok|okay|allowed|fine|acceptable)\b|\ballow(?:ing)?\s+fp8\b"))
+    if no and ok:
+        r.ask("The goal says both 'fp8 ok' and 'no fp8': may the generator run in FP8 (it changes the clips)?")
+        return None
+    return True if ok else (False if no else None)
+
+
 def _capacities(r: Reader) -> list[str] | None:
     caps: list[str] | None = None
     only_spot = bool(r.take(r"\b(?:spot\s+only|only\s+spot)\b"))
@@ -314,7 +324,7 @@ def _read(r: Reader) -> dict[str, Any]:
     read["bound"], read["percentile"] = _latency(r)
     read |= {"changes": _workload_changes(r), "objective": _objective(r)}
     read["gpus"], _excluded = _gpus(r)
-    read |= {"capacities": _capacities(r), "infras": _infras(r), "max_gpus": _max_gpus(r)}
+    read |= {"capacities": _capacities(r), "infras": _infras(r), "max_gpus": _max_gpus(r), "fp8": _allow_fp8(r)}
     unread = list(r.leftovers())
     if unread:
         r.ask(unread_question(unread, read, r.original))
@@ -424,6 +434,8 @@ def _fields(
         fields["max_gpus_per_node"] = read["max_gpus"]
     if read["answer_within"] is not None:
         fields["answer_within_s"] = read["answer_within"]
+    if read["fp8"]:
+        fields["allow_fp8"] = True
     if read["confidence"] is not None:
         fields["confidence"] = read["confidence"]
     budget = budget_usd if budget_usd is not None else read["budget"]

@@ -66,7 +66,9 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     """Offers (MCP list_offers) x valid plans, ranked by the performance model under the goal; a spend estimate."""
     goal, options = state["goal"], state["options"]
     offers = await listed_offers(runtime.context.tools, options.infra)
-    search = policy.initial_state(goal, offers).model_copy(update={"reuse_nodes": options.reuse_nodes})
+    search = policy.initial_state(goal, offers, include_fp8=goal.allow_fp8).model_copy(
+        update={"reuse_nodes": options.reuse_nodes}
+    )
     ranked = policy.candidates(search)
     feasible = [c for c in ranked if c.feasible]
     plan, lanes_why = policy.lanes_for_deadline(search, options.parallel, options.reuse_nodes)
@@ -116,6 +118,13 @@ async def approve(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     if state.get("stop_kind") == "deadline" and not state.get("approved", True):
         return {"approved": False, "events": ["refused before any spend: " + state.get("stop_reason", "")]}
     if state["options"].yes:
+        from worldtune.tools.plans.spend import needs_confirmation
+
+        if not needs_confirmation(state["options"].infra, state["options"].engine):
+            return {
+                "approved": True,
+                "events": ["no approval needed: the local twin bills nothing (its spend is modelled)"],
+            }
         return {"approved": True, "events": ["spend approved by --yes"]}
 
     tools = runtime.context.tools

@@ -200,6 +200,12 @@ def tune(
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="approve the spend estimate without asking")] = False,
+    ask: Annotated[
+        bool,
+        typer.Option(
+            "--ask", help="ask before a free run too (the local twin bills nothing: it is not asked by default)"
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
     db: Annotated[str | None, typer.Option(help="results database (default $WORLDTUNE_DB)")] = None,
     parallel: Annotated[int, typer.Option(help="candidates verified at once on separate deployments")] = 1,
@@ -221,11 +227,14 @@ def tune(
     from worldtune.agent.configuration import LOCAL_TWIN_TIME_SCALE, TuneOptions
     from worldtune.agent.goal_reader import GoalQuestion
     from worldtune.agent.record import goal_for
+    from worldtune.tools.plans.spend import needs_confirmation
 
     try:
         _use_token(mcp_token, mcp_url)
+        free = not needs_confirmation(infra, engine)  # as start_tuning: a run that bills nothing is not asked
         options = TuneOptions(
-            infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes, db_path=db,
+            infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes or (free and not ask),
+            db_path=db,
             parallel=parallel, mcp_url=mcp_url, reuse_nodes=reuse_nodes,
             confidence=confidence / 100.0 if confidence is not None and confidence > 1 else confidence,
             # `or` would read --time-scale 0 as unset (300): only a missing option takes the default
@@ -275,10 +284,12 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
         if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
             from worldtune.agent.fleet_step import fleet_for, record_fleet
 
+            recommended = (outcome["summary"].get("recommendation") or {}).get("plan")
             outcome["fleet"] = fleet_for(parsed.goal, options.infra, options.engine, options.time_scale, db,
                                          _printer(as_json), twin_profiles=options.twin_profiles(),
                                          learned_profiles=outcome["summary"].get("learned_profiles"),
-                                         mcp_url=options.mcp_url)  # fmt: skip
+                                         mcp_url=options.mcp_url,
+                                         recommended=recommended)  # fmt: skip
             # the report draws its day; over MCP, so a remote run's fleet is kept by its server
             record_fleet(outcome["run_id"], outcome["fleet"], db, options.mcp_url)
     except RunStopped as exc:

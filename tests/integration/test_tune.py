@@ -113,7 +113,7 @@ def test_ambiguous_goal_asks_and_starts_nothing(tmp_path: Path) -> None:
 
 def test_approval_interrupt_then_resume_in_a_new_process(tmp_path: Path) -> None:
     db = tmp_path / "wt.db"
-    first = run("tune", GOAL, "--json", "--db", str(db))
+    first = run("tune", GOAL, "--ask", "--json", "--db", str(db))
     assert first.returncode == 3, first.stderr[-3000:]
     waiting = json.loads(first.stdout)
     assert waiting["status"] == "waiting_for_approval"
@@ -128,7 +128,7 @@ def test_approval_interrupt_then_resume_in_a_new_process(tmp_path: Path) -> None
 
 def test_a_deadline_buys_lanes_in_the_estimate_shown_before_approval(tmp_path: Path) -> None:
     db = tmp_path / "wt.db"
-    first = run("tune", GOAL + ", answer within 6 hours", "--json", "--db", str(db))
+    first = run("tune", GOAL + ", answer within 6 hours", "--ask", "--json", "--db", str(db))
     waiting = json.loads(first.stdout)
     est = waiting["question"]["spend_estimate"]
     assert est["parallel"] >= 2 and "dollars for time" in est["parallel_why"], est
@@ -140,7 +140,7 @@ def test_a_deadline_buys_lanes_in_the_estimate_shown_before_approval(tmp_path: P
 
 def test_declined_spend_starts_nothing(tmp_path: Path) -> None:
     db = tmp_path / "wt.db"
-    first = run("tune", GOAL, "--json", "--db", str(db))
+    first = run("tune", GOAL, "--ask", "--json", "--db", str(db))
     thread = json.loads(first.stdout)["thread_id"]
     declined = run("resume", thread, "--no", "--json", "--db", str(db))
     assert declined.returncode == 3

@@ -20,6 +20,7 @@ from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.fleet import Autoscaler, Fleet, FleetDay
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.gpus import get_gpu
+from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.traffic import Traffic
 
 NODE_SIZES = (1, 2, 4, 8)
@@ -71,6 +72,8 @@ def _plans(goal: Goal, gpu: str, profile_path: str | None) -> list[Estimate]:
         valid = [e for e in list_plans(gpu=gpu, gpus=size, profile_path=profile_path, include_invalid=False,
                                        workload=goal.workload) if e.latency_s and e.service_s]  # fmt: skip
         valid = [e for e in valid if bound is None or (e.latency_s or math.inf) < bound]
+        # FP8 changes what the clips look like: a fleet uses it only when the goal allows it, as the search does
+        valid = [e for e in valid if goal.allow_fp8 or not Plan.parse(e.plan).fp8]
         picks = sorted(valid, key=lambda e: e.usd_per_clip or math.inf)[:PLANS_PER_SIZE]
         picks += sorted(valid, key=lambda e: e.latency_s or math.inf)[:1]
         chosen |= {e.plan: e for e in picks}

@@ -38,6 +38,11 @@ class Goal(BaseModel):
         default=0.95, allow_inf_nan=False,
         description="one level for the percentile claim and the stopping rule (order statistics), e.g. 0.99",
     )  # fmt: skip
+    allow_fp8: bool = Field(
+        default=False,
+        description="quality-changing choices may be made (FP8 quantization of the generator): only when the goal "
+        "says so ('fp8 ok'); BF16 otherwise, in the search and in a traffic goal's fleet alike",
+    )
     answer_within_s: float | None = Field(
         default=None, gt=0, allow_inf_nan=False,
         description="most modelled wall seconds from approval to a verified answer (provisioning, loads, requests)",
@@ -95,4 +100,6 @@ class Goal(BaseModel):
             parts.append(f"traffic {self.traffic.describe()}")
         if self.answer_within_s:
             parts.append(f"answer within {self.answer_within_s / 3600:g} h")
+        if self.allow_fp8:
+            parts.append("fp8 ok")
         return ", ".join(parts)

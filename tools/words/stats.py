@@ -4,7 +4,7 @@ A percentile is claimed by order statistics, never by a model of the distributio
 with no violation, the q-quantile is bounded above by the largest of n samples once q^n <= 1 - c,
 i.e. n >= ln(1 - c) / ln(q) (MLPerf's rule, REFERENCE.md section 7: P90 44, P95 90, P99 459 at 99%).
 With more samples a lower order statistic does: X_(k) for the smallest k with
-P(Binomial(n, q) <= k - 1) >= c. With fewer samples the percentile is "not claimable (n=.. < ..)".
+P(Binomial(n, q) <= k - 1) >= c. With fewer samples the percentile is "not claimable (n=.. < .. at ..% confidence)".
 
 Where the agent must judge a percentile from fewer samples it may use a parametric bound, and then it
 says so by name: `p95_upper_95conf_normal` is the one-sided normal tolerance bound (noncentral t) on
@@ -121,9 +121,13 @@ class PercentileVerdict(BaseModel):
         if self.parametric_upper is not None:
             return self.parametric_upper, (
                 f"{self.parametric_name} {self.parametric_upper:.1f} s ({self.parametric_assumption}); "
-                f"p{self.percentile} not claimable (n={self.n} < {self.needed})"
+                f"p{self.percentile} not claimable ({self._short()})"
             )
-        return None, f"p{self.percentile} not claimable (n={self.n} < {self.needed})"
+        return None, f"p{self.percentile} not claimable ({self._short()})"
+
+    def _short(self) -> str:
+        """n against the samples needed, at the confidence that needs them (bench claims at 99%, a goal at 95%)."""
+        return f"n={self.n} < {self.needed} at {self.claim_confidence * 100:g}% confidence"
 
 
 def percentile_verdict(
@@ -147,7 +151,7 @@ def percentile_verdict(
         estimate=float(np.percentile(np.asarray(data), percentile)) if data else None,
         parametric_name=parametric_name(percentile, tolerance),
         parametric_upper=normal_tolerance_upper(data, q, tolerance),
-        note="" if claimable else f"not claimable (n={len(data)} < {needed})",
+        note="" if claimable else f"not claimable (n={len(data)} < {needed} at {confidence * 100:g}% confidence)",
     )
 
 

@@ -152,7 +152,7 @@ def test_statistics_module_matches_order_statistic_rules() -> None:
     k = next(k for k in range(1, 201) if binom.cdf(k - 1, 200, 0.95) >= 0.99)
     assert stats.order_statistic_upper(many, 0.95) == float(k) and k < 200
     v = stats.percentile_verdict([100.0, 101.0, 99.0, 100.5, 100.2], 95)
-    assert not v.claimable and v.upper is None and v.note == "not claimable (n=5 < 90)"
+    assert not v.claimable and v.upper is None and v.note == "not claimable (n=5 < 90 at 99% confidence)"
     assert v.parametric_name == "p95_upper_95conf_normal" and v.parametric_upper is not None
     assert v.parametric_upper > max(100.0, 101.0) and "normal" in v.parametric_assumption
     bound, text = v.bound()
