@@ -96,7 +96,7 @@ def serve(
     sweeper = Sweeper(db)  # the hours a deploy asked for run out here too, not only at the next `worldtune gc`
     runs = run_heartbeat.RunSweeper(db, tuner.stop_run)  # a run whose client is gone is abandoned (torn down)
     if transport == "stdio":
-        with sweeper, runs, _session(tuner):
+        with sweeper, runs, _session(tuner, db):
             build_server(db, cache_tools=True, tuner=tuner).run()
         return
     import anyio
@@ -123,8 +123,9 @@ def serve(
 
 
 @contextmanager
-def _session(tuner: Any) -> Iterator[None]:
-    """The stdio session: its end (stdin closed, or a signal) stops the runs it drives, after their teardown."""
+def _session(tuner: Any, db: str | None = None) -> Iterator[None]:
+    """The stdio session: its end (stdin closed, or a signal) abandons the runs its client started (torn down,
+    marked `abandoned` with the reason, as when an HTTP client's session ends), then stops any other it drives."""
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -136,6 +137,15 @@ def _session(tuner: Any) -> Iterator[None]:
     except KeyboardInterrupt:
         pass  # a signal ends the session like a closed stdin
     finally:
+        from worldtune.tools.results import run_heartbeat
+        from worldtune.tools.store.database import Store
+
+        try:  # stdio has one client, bound as "client": its runs are due now
+            store = Store(db)
+            run_heartbeat.session_ended(store, "client")
+            run_heartbeat.sweep(store, tuner.stop_run)
+        except Exception as exc:  # a locked database: the runs are still stopped below, gc tears down the rest
+            logging.getLogger("worldtune.runs").warning("abandoning the session's runs failed: %s", exc)
         tuner.session_ended()
 
 

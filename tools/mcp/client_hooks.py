@@ -29,6 +29,10 @@ STARTS_FOR_RUN = frozenset(
     {"deploy", "provision", "start_benchmark", "replan_deployment", "record_run", "mark_run", "rehearse_fleet",
      "record_fleet", "heartbeat_run"}
 )  # fmt: skip
+# Of those, the ones that start something new (a node, a lane, a benchmark): held while the run's client has
+# missed its heartbeat, so a run whose client died buys nothing while it waits out its grace (issue 36).
+STARTS_NEW = frozenset({"deploy", "provision", "start_benchmark", "replan_deployment", "rehearse_fleet"})
+HELD_POLL_S = 0.5
 HOOKED = "worldtune_run_clients_hook"  # the Connection.state key: its end callback is pushed once
 
 
@@ -69,6 +73,27 @@ def _refusal(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
+async def _wait_while_missing(store: Any, run_id: str) -> str | None:
+    """Wait while the run's client has missed its heartbeat; the abandonment's reason if the run is abandoned
+    meanwhile (the sweep decides that at the grace), else None once the client is back."""
+    from worldtune.tools.results import run_heartbeat
+
+    said = False
+    while True:
+        missing, abandoned = await anyio.to_thread.run_sync(
+            lambda: (run_heartbeat.missed_heartbeat(store, run_id), run_heartbeat.abandoned_reason(store, run_id))
+        )
+        if abandoned is not None:
+            return abandoned
+        if missing is None:
+            return None
+        if not said:
+            run_heartbeat.log.warning("run %s: %s; nothing new starts until it is back or the run is abandoned",
+                                      run_id, missing)  # fmt: skip
+            said = True
+        await anyio.sleep(HELD_POLL_S)
+
+
 class RunClients:
     """The middleware: heartbeats from the bound session, refusals for abandoned runs."""
 
@@ -76,6 +101,9 @@ class RunClients:
         self.session = session
         self.beat_every_s = beat_every_s
         self.beats = beats  # False on a run's own in-process tools: they never keep the run alive
+
+    async def _held(self, run_id: str) -> str | None:
+        return await _wait_while_missing(self.session.store, run_id)
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params or {}
@@ -90,7 +118,12 @@ class RunClients:
         if reason is not None and params.get("name") in STARTS_FOR_RUN:
             return _refusal(f"Error executing tool {params.get('name')}: run_id={run_id!r} is not valid: the run "
                             f"was abandoned ({reason}); nothing more is started for it")  # fmt: skip
-        if not self.beats:
+        if not self.beats:  # a run's own tools: hold a start while its client is missing, until it is back or gone
+            if params.get("name") in STARTS_NEW:
+                reason = await self._held(run_id)
+                if reason is not None:
+                    return _refusal(f"Error executing tool {params.get('name')}: run_id={run_id!r} is not valid: "
+                                    f"the run was abandoned ({reason}); nothing more is started for it")  # fmt: skip
             return await call_next(ctx)
         key = session_key(connection_of(ctx.session))
 

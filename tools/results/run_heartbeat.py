@@ -123,6 +123,30 @@ def abandoned_reason(store: Store, run_id: str) -> str | None:
     return str(row["reason"]) if row is not None and row["abandoned_at"] is not None else None
 
 
+CLIENT_BEAT_S = 10.0  # how often a client beats at most (agent/tools_client.py HEARTBEAT_S; 4 beats per shorter grace)
+
+
+def missed_after_s(grace_s: float) -> float:
+    """Silence after which a client has missed its heartbeat: 2.5 beats (a loaded machine may be late by one),
+    never more than half the grace. At the default grace (120 s, a beat every 10 s): 25 s."""
+    beat = min(CLIENT_BEAT_S, max(0.5, grace_s / 4))
+    return min(grace_s / 2, 2.5 * beat)
+
+
+def missed_heartbeat(store: Store, run_id: str, now: float | None = None) -> str | None:
+    """Why the run's client looks gone while its grace is not yet out (it missed its beats, or its session ended),
+    or None: a run bound to no client, a detached one, an abandoned one (refused elsewhere) or a live client."""
+    row = get(store, run_id)
+    if row is None or row["detach"] or row["abandoned_at"] is not None or row["grace_s"] is None:
+        return None
+    if row["session_ended_at"] is not None:
+        return "its MCP session ended"
+    silent = (time.time() if now is None else now) - float(row["heartbeat_at"])
+    if silent > missed_after_s(float(row["grace_s"])):
+        return f"no heartbeat from its client for {silent:.0f} s (grace {float(row['grace_s']):g} s)"
+    return None
+
+
 def session_ended(store: Store, session: str) -> list[str]:
     """The client session ended: its runs that are not detached are due now (the sweep is woken)."""
     with _db(store) as db:

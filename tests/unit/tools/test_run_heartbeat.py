@@ -125,3 +125,66 @@ def test_a_runs_own_in_process_tools_never_keep_it_alive(tmp_path: Path) -> None
 
     with_client(db, "cli", body)  # the agent's own server (tools_client.connect without a URL)
     assert (run_heartbeat.get(store, "run-3") or {})["heartbeat_at"] == before
+
+
+def test_a_client_that_missed_its_beats_is_missing_before_its_grace_is_out(tmp_path: Path) -> None:
+    """Issue 36.6: 2.5 missed beats (25 s at the default 120 s grace) and the run starts nothing new."""
+    assert run_heartbeat.missed_after_s(120) == 25 and run_heartbeat.missed_after_s(2) == 1
+    store = Store(tmp_path / "r.db")
+    for run_id in ("a", "d", "s"):
+        recorded(store, run_id)
+    now = time.time()
+    run_heartbeat.bind(store, "a", "s1", grace_s=120)
+    run_heartbeat.bind(store, "d", "s1", detach=True, hold_hours=1)
+    run_heartbeat.bind(store, "s", "s2", grace_s=120)
+    assert run_heartbeat.missed_heartbeat(store, "a", now + 10) is None
+    assert "no heartbeat from its client for 3" in (run_heartbeat.missed_heartbeat(store, "a", now + 30) or "")
+    assert run_heartbeat.missed_heartbeat(store, "d", now + 3000) is None  # detached: meant to go on alone
+    run_heartbeat.session_ended(store, "s2")
+    assert run_heartbeat.missed_heartbeat(store, "s", now) == "its MCP session ended"
+    assert run_heartbeat.missed_heartbeat(store, "unbound", now + 1000) is None  # a local run has no client
+
+
+def test_a_start_for_a_run_whose_client_is_missing_is_held_then_refused_once_abandoned(tmp_path: Path) -> None:
+    """The run's own tools (origin cli) hold deploy while the client is missing; the abandonment refuses it and
+    nothing is started. A client that comes back releases the hold (the wait returns)."""
+    from worldtune.tools.mcp.client_hooks import _wait_while_missing
+
+    db = tmp_path / "r.db"
+    store = Store(db)
+    recorded(store, "run-1")
+    run_heartbeat.bind(store, "run-1", "s1", grace_s=2)
+    with run_heartbeat._db(store) as conn:  # its client has been silent for 1.5 s: past 1 s, within the grace
+        conn.execute("UPDATE run_clients SET heartbeat_at = ? WHERE run_id = 'run-1'", (time.time() - 1.5,))
+    result: Any = None
+
+    async def main() -> None:
+        nonlocal result
+        async with Client(build_server(str(db), origin="cli")) as client:
+
+            async def deploy() -> None:
+                nonlocal result
+                args = {"gpu": "H200", "plan": "tp8", "infra": "local", "engine": "twin", "run_id": "run-1"}
+                result = await client.call_tool("deploy", args)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(deploy)
+                await anyio.sleep(1.0)
+                assert result is None and store.list_deployments() == []  # held, not started
+                await anyio.to_thread.run_sync(lambda: run_heartbeat.abandon(store, "run-1", "test: client gone"))
+
+    anyio.run(main)
+    said = " ".join(getattr(c, "text", "") for c in result.content)
+    assert result.is_error and "abandoned (test: client gone)" in said, said
+    assert store.list_deployments() == []
+    recorded(store, "run-2")
+    run_heartbeat.bind(store, "run-2", "s1", grace_s=2)
+    with run_heartbeat._db(store) as conn:
+        conn.execute("UPDATE run_clients SET heartbeat_at = ? WHERE run_id = 'run-2'", (time.time() - 1.5,))
+
+    async def back() -> str | None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(anyio.to_thread.run_sync, lambda: run_heartbeat.beat_from(store, "run-2", "s1"))
+        return await _wait_while_missing(store, "run-2")
+
+    assert anyio.run(back) is None
