@@ -105,7 +105,8 @@ class ToolsClient:
         return {"result": content}
 
 
-HEARTBEAT_S = 10.0  # how often, at most, a remote run's client says it is there (4 beats per grace if shorter)
+HEARTBEAT_S = 2.0  # how often, at most, a remote run's client says it is there (4 beats per grace if shorter);
+# the server holds the run's starts after 2.5 missed beats (tools/results/run_heartbeat.py CLIENT_BEAT_S)
 
 
 async def _heartbeat(tools: ToolsClient, run_id: str, every_s: float) -> None:

@@ -51,6 +51,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+BENCHED_AFTER = "SELECT 1 FROM benchmarks WHERE run_id = ? AND started_at > ?"
+
+
 def query(db: Path, sql: str, *args: Any) -> list[dict[str, Any]]:
     with sqlite3.connect(db, timeout=30) as con:
         con.row_factory = sqlite3.Row
@@ -148,6 +151,9 @@ def trial(mode: str, db: Path, url: str, grace_s: float, env: dict[str, str], wo
         "alive_after": sum(1 for d in deployments if d["state"] not in ("terminated", "failed")),
         "ledger_rows": [{k: r[k] for k in ("cluster", "backend", "launched_at", "gone_at", "state")} for r in ledger],
         "node_hours_after_kill": round(sum(after) / 3600, 6),
+        # issue 36: a run whose client is gone starts nothing new while it waits out its grace
+        "launches_after_kill": sum(1 for r in ledger if float(r["launched_at"]) > killed),
+        "benchmarks_after_kill": len(query(db, BENCHED_AFTER, run_id, killed)),
         "billed_after_kill_usd": round(billed, 4),
         "assumed_8xh200_usd": round(sum(after) / 3600 * ASSUMED_USD_PER_NODE_HOUR, 4),
         "samples_at_kill": samples_at_kill,
@@ -192,7 +198,7 @@ def main() -> None:
     done = [r for r in rows if "error" not in r]
     print(f"grace {args.grace:g} s, sweep {args.sweep:g} s; local twins (measured), 8xH200 price assumed")
     print(f"{'mode':<13} {'abandoned s':>11} {'torn down s':>11} {'ledger s':>9} {'alive':>5} {'node-h after':>12} "
-          f"{'billed $':>8} {'@$28/h':>7} {'samples':>9}")  # fmt: skip
+          f"{'billed $':>8} {'@$28/h':>7} {'samples':>9} {'launched':>8} {'benched':>7}")  # fmt: skip
 
     def sec(v: float | None, width: int) -> str:
         return f"{v:>{width}.2f}" if v is not None else f"{'-':>{width}}"
@@ -201,7 +207,8 @@ def main() -> None:
         print(f"{r['mode']:<13} {r['kill_to_abandoned_s']:>11.2f} {sec(r['kill_to_torn_down_s'], 11)} "
               f"{sec(r['kill_to_ledger_closed_s'], 9)} {r['alive_after']:>5} {r['node_hours_after_kill']:>12.5f} "
               f"{r['billed_after_kill_usd']:>8.2f} {r['assumed_8xh200_usd']:>7.3f} "
-              f"{r['samples_at_kill']:>4}/{r['samples_kept']:<4}")  # fmt: skip
+              f"{r['samples_at_kill']:>4}/{r['samples_kept']:<4} {r['launches_after_kill']:>8} "
+              f"{r['benchmarks_after_kill']:>7}")  # fmt: skip
     for r in rows:
         if "error" in r:
             print(f"{r['mode']:<13} FAILED: {r['error']}")

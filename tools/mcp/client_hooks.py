@@ -97,7 +97,7 @@ async def _wait_while_missing(store: Any, run_id: str) -> str | None:
 class RunClients:
     """The middleware: heartbeats from the bound session, refusals for abandoned runs."""
 
-    def __init__(self, session: Session, beat_every_s: float = 5.0, beats: bool = True) -> None:
+    def __init__(self, session: Session, beat_every_s: float = 1.0, beats: bool = True) -> None:
         self.session = session
         self.beat_every_s = beat_every_s
         self.beats = beats  # False on a run's own in-process tools: they never keep the run alive

@@ -123,12 +123,13 @@ def abandoned_reason(store: Store, run_id: str) -> str | None:
     return str(row["reason"]) if row is not None and row["abandoned_at"] is not None else None
 
 
-CLIENT_BEAT_S = 10.0  # how often a client beats at most (agent/tools_client.py HEARTBEAT_S; 4 beats per shorter grace)
+CLIENT_BEAT_S = 2.0  # how often a client beats at most (agent/tools_client.py HEARTBEAT_S; 4 beats per shorter grace)
 
 
 def missed_after_s(grace_s: float) -> float:
     """Silence after which a client has missed its heartbeat: 2.5 beats (a loaded machine may be late by one),
-    never more than half the grace. At the default grace (120 s, a beat every 10 s): 25 s."""
+    never more than half the grace. At the default grace (120 s, a beat every 2 s): 5 s. A client that is only
+    slow costs the run that wait; one that died buys nothing after it."""
     beat = min(CLIENT_BEAT_S, max(0.5, grace_s / 4))
     return min(grace_s / 2, 2.5 * beat)
 
