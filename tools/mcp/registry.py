@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import pkgutil
 from typing import Any
 
@@ -71,7 +72,7 @@ def strict_arguments(tool: Tool) -> None:
         # strict on JSON's own types: in Python mode strict would refuse a JSON array for a tuple field
         if not isinstance(obj, dict):
             return base.model_validate.__func__(cls, obj, **kwargs)  # type: ignore[attr-defined]
-        return cls.model_validate_json(json.dumps(obj, allow_nan=False, default=_unserialisable))
+        return cls.model_validate_json(json.dumps(_finite(obj), allow_nan=False, default=_unserialisable))
 
     namespace = {
         "model_config": config,
@@ -81,6 +82,18 @@ def strict_arguments(tool: Tool) -> None:
     strict: Any = type(base.__name__, (base,), namespace)  # the SDK's name, so its errors read as before
     tool.fn_metadata.arg_model = strict
     tool.parameters = strict.model_json_schema(by_alias=True)
+
+
+def _finite(value: Any) -> Any:
+    """Arguments with a non-finite float (a JSON 1e400 parses to inf) as the string it was, so the strict number
+    check refuses it naming the field instead of json.dumps failing."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _unserialisable(value: Any) -> Any:

@@ -113,6 +113,21 @@ def tools_cache_key() -> str:
     return digest.hexdigest()[:24]
 
 
+def argument_refusal(tool: str, exc: ValidationError, fields: list[str]) -> CallToolResult:
+    """A tool call whose arguments do not validate, as one line per problem naming the field, the value and what
+    is valid (tools/words/errors.describe), with the tool's fields when one is unknown."""
+    from mcp_types import TextContent
+
+    from worldtune.tools.words.errors import describe
+
+    text = describe(exc).replace(f"is not a known field of {exc.title}", f"is not a field of {tool}")
+    if any(e.get("type") == "extra_forbidden" for e in exc.errors()):
+        text += f" (its fields: {', '.join(fields)})"
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"Error executing tool {tool}: {text}")], is_error=True
+    )
+
+
 class WorldtuneServer(MCPServer):
     """An MCPServer whose tools are registered on first use, with `tools/list` served from a cache."""
 
@@ -170,6 +185,12 @@ class WorldtuneServer(MCPServer):
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         self.ensure_tools()
+        tool = self._tool_manager.get_tool(name)  # mcp==2.3.0 (pinned); None: the SDK answers "Unknown tool"
+        if tool is not None:
+            try:  # the strict arguments (tools/mcp/registry.py), refused in one line instead of pydantic's block
+                tool.fn_metadata.validate_arguments(arguments)
+            except ValidationError as exc:
+                return argument_refusal(name, exc, list(tool.parameters.get("properties") or {}))
         return await super().call_tool(name, arguments, context)
 
     def _tool_input_schema(self, name: str) -> dict[str, Any] | None:

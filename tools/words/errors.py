@@ -83,5 +83,14 @@ def describe(exc: BaseException) -> str:
         elif error.get("type") == "extra_forbidden":
             parts.append(f"{field} is not a known field of {exc.title}")
         else:
-            parts.append(f"{field}={error.get('input')!r} is not valid: {rule}")
+            parts.append(f"{field}={shown(error.get('input'))} is not valid: {rule}")
     return "; ".join(parts)
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A value as a refusal quotes it: its repr, cut to `limit` characters (a list of 100,000 items is not echoed)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f", {len(value):,} items" if isinstance(value, list | tuple | dict | str) else ""
+    return f"{text[: limit - 20]}... ({len(text):,} characters{size})"
