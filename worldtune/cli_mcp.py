@@ -102,6 +102,7 @@ def serve(
     import anyio
     import uvicorn
 
+    run_heartbeat.hold_starts()  # an HTTP client is there only while it beats: a silent one's run starts nothing
     server = build_server(
         db,
         bearer_token=token,

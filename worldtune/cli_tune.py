@@ -253,6 +253,16 @@ def tune(
     _finish(_run_tune(parsed, options, as_json), as_json)
 
 
+def _release(run_id: str, db: str | None) -> None:
+    """Resuming a run its MCP client left (abandoned) takes it over: its starts are no longer refused."""
+    from worldtune.tools.results import run_heartbeat
+    from worldtune.tools.store.database import Store
+
+    store = Store(db)
+    if store.get_run(run_id) is not None and run_heartbeat.release(store, run_id):
+        err_console.print(f"{run_id}: resumed here; it no longer belongs to the MCP client that started it")
+
+
 def _use_token(token: str | None, mcp_url: str | None) -> None:
     """--mcp-token: sent by this process's MCP client (agent/tools_client.py reads $WORLDTUNE_MCP_TOKEN); never
     written to the run's checkpoint or record."""
@@ -313,6 +323,7 @@ def resume(
 
     approve = True if yes else (False if no else None)
     try:
+        _release(thread_id, db)
         outcome = run_resume(thread_id, db, approve, progress=_printer(as_json))
     except RunStopped as exc:
         raise _stopped(exc, as_json) from exc

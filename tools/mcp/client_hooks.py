@@ -119,7 +119,7 @@ class RunClients:
             return _refusal(f"Error executing tool {params.get('name')}: run_id={run_id!r} is not valid: the run "
                             f"was abandoned ({reason}); nothing more is started for it")  # fmt: skip
         if not self.beats:  # a run's own tools: hold a start while its client is missing, until it is back or gone
-            if params.get("name") in STARTS_NEW:
+            if params.get("name") in STARTS_NEW and run_heartbeat.HOLD["starts"]:
                 reason = await self._held(run_id)
                 if reason is not None:
                     return _refusal(f"Error executing tool {params.get('name')}: run_id={run_id!r} is not valid: "

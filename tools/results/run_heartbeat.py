@@ -134,6 +134,16 @@ def missed_after_s(grace_s: float) -> float:
     return min(grace_s / 2, 2.5 * beat)
 
 
+HOLD = {"starts": False}  # set by an HTTP server (worldtune/cli_mcp.py): hold a run's starts once its client is silent
+
+
+def hold_starts(on: bool = True) -> None:
+    """Whether this process holds the starts of a run whose client missed its heartbeat. An HTTP server does: its
+    clients are known to be there only by their beats. A stdio server does not: the pipe closing is its client
+    leaving, and abandons the run at once; a stdio client that only waits is still there."""
+    HOLD["starts"] = on
+
+
 def missed_heartbeat(store: Store, run_id: str, now: float | None = None) -> str | None:
     """Why the run's client looks gone while its grace is not yet out (it missed its beats, or its session ended),
     or None: a run bound to no client, a detached one, an abandoned one (refused elsewhere) or a live client."""
@@ -212,22 +222,34 @@ def tear_down_run(store: Store, run_id: str, settle_s: float = SETTLE_S) -> list
 Stopper = Callable[[str, str], bool]  # (run id, reason) -> whether a driver of this process was stopped
 
 
-def abandon(store: Store, run_id: str, reason: str, stop_driver: Stopper | None = None) -> dict[str, Any]:
-    """Abandon a run: refuse its starts, stop its driver here (it tears down at its next safe point), tear down
-    what is left, and mark it `abandoned` with the reason (its summary and samples kept)."""
-    _mark_abandoned(store, run_id, reason)
-    stopped = bool(stop_driver and stop_driver(run_id, f"abandoned: {reason}"))
-    torn = tear_down_run(store, run_id)
+def _record_abandoned(store: Store, run_id: str, reason: str) -> None:
     run = store.get_run(run_id)
     if run is not None:
         summary = run["summary"] if isinstance(run.get("summary"), dict) else {}
         store.finish_run(run_id, "abandoned", {**summary, "abandoned": reason, "error": f"abandoned: {reason}",
                                                "resume": f"worldtune resume {run_id}"})  # fmt: skip
+
+
+def abandon(store: Store, run_id: str, reason: str, stop_driver: Stopper | None = None) -> dict[str, Any]:
+    """Abandon a run: refuse its starts, stop its driver here (it tears down at its next safe point), tear down
+    what is left, and mark it `abandoned` with the reason (its summary and samples kept)."""
+    _mark_abandoned(store, run_id, reason)
+    _record_abandoned(store, run_id, reason)  # first: a server killed while its driver stops still says so
+    stopped = bool(stop_driver and stop_driver(run_id, f"abandoned: {reason}"))
+    torn = tear_down_run(store, run_id)
+    _record_abandoned(store, run_id, reason)  # again: the stopped driver may have marked it interrupted
     with _db(store) as db:
         db.execute("UPDATE run_clients SET torn_down_at = ?, teardown = ? WHERE run_id = ?",
                    (time.time(), repr(torn)[:2000], run_id))  # fmt: skip
     log.warning("run %s abandoned (%s): driver stopped=%s, torn down %s", run_id, reason, stopped, torn)
     return {"run_id": run_id, "reason": reason, "driver_stopped": stopped, "torn_down": torn}
+
+
+def release(store: Store, run_id: str) -> bool:
+    """A person resumes the run (`worldtune resume`): it no longer belongs to the client that left it, so its
+    starts are not refused as an abandoned run's. Its record keeps why it was abandoned; True if it was bound."""
+    with _db(store) as db:
+        return db.execute("DELETE FROM run_clients WHERE run_id = ?", (run_id,)).rowcount > 0
 
 
 def sweep(store: Store, stop_driver: Stopper | None = None, now: float | None = None) -> list[dict[str, Any]]:

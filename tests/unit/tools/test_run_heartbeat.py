@@ -145,11 +145,14 @@ def test_a_client_that_missed_its_beats_is_missing_before_its_grace_is_out(tmp_p
     assert run_heartbeat.missed_heartbeat(store, "unbound", now + 1000) is None  # a local run has no client
 
 
-def test_a_start_for_a_run_whose_client_is_missing_is_held_then_refused_once_abandoned(tmp_path: Path) -> None:
-    """The run's own tools (origin cli) hold deploy while the client is missing; the abandonment refuses it and
-    nothing is started. A client that comes back releases the hold (the wait returns)."""
+def test_a_start_for_a_run_whose_client_is_missing_is_held_then_refused_once_abandoned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an HTTP server the run's own tools (origin cli) hold deploy while the client is missing; the abandonment
+    refuses it and nothing is started. A client that comes back releases the hold (the wait returns)."""
     from worldtune.tools.mcp.client_hooks import _wait_while_missing
 
+    monkeypatch.setitem(run_heartbeat.HOLD, "starts", True)  # as `worldtune mcp --transport http` sets it
     db = tmp_path / "r.db"
     store = Store(db)
     recorded(store, "run-1")
