@@ -117,6 +117,7 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("estimate --gpu A100", ["estimate", "--plan", "tp8", "--gpu", "A100"], "gpu"),
     ("estimate --profile secret file", ["estimate", "--plan", "tp8", "--profile", "{secret}"], "profile"),
     ("deploy --plan tp8-hsdp8", ["deploy", "--gpu", "H200", "--plan", "tp8-hsdp8", "--dry-run"], "hsdp"),
+    ("deploy --dry-run slurm without a price", [*DEPLOY, "--infra", "slurm/x", "--dry-run"], "usd_per_hour"),
     ("deploy --engine tensorrt", [*DEPLOY, "--engine", "tensorrt", "--dry-run"], "engine"),
     ("deploy --capacity cheap", [*DEPLOY, "--capacity", "cheap", "--dry-run"], "capacity"),
     ("bench --endpoint ftp", ["bench", "--endpoint", "ftp://127.0.0.1:1", "--repeats", "1"], "endpoint"),

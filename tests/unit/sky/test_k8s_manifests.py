@@ -130,7 +130,7 @@ def test_twin_on_kubernetes_needs_an_image_with_worldtune() -> None:
 def test_cli_dry_run_writes_manifests_that_pass_kubernetes_validate_strict(tmp_path: Path) -> None:
     env = {**os.environ, "WORLDTUNE_SKY_HOME": str(tmp_path / "h"), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
     out = subprocess.run([WORLDTUNE, "deploy", "--gpu", "B200", "--plan", "2xtp4", "--infra", "kubernetes",
-                          "--dry-run", "--out", str(tmp_path / "out"), "--json"],
+                          "--usd-per-hour", "40", "--dry-run", "--out", str(tmp_path / "out"), "--json"],
                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr
     files = sorted((tmp_path / "out" / "manifests").glob("*.yaml"))

@@ -59,3 +59,12 @@ def test_a_dry_run_refuses_the_hours_the_real_deploy_refuses(tmp_path: Path, hou
     out = subprocess.run([worldtune, "deploy", "--gpu", "H200", "--plan", "tp8", "--dry-run", f"--hours={hours}"],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 2 and "hours=" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_dry_run_on_your_own_gpus_asks_the_price_the_real_deploy_asks(tmp_path: Path) -> None:
+    worldtune = str(Path(sys.executable).parent / "worldtune")
+    base = [worldtune, "deploy", "--gpu", "H200", "--plan", "tp8", "--infra", "slurm/x", "--dry-run"]
+    unpriced = subprocess.run(base, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert unpriced.returncode == 2 and "usd_per_hour" in unpriced.stderr, unpriced.stderr  # was: "$0.00/h", exit 0
+    priced = subprocess.run([*base, "--usd-per-hour", "30"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert priced.returncode == 0, priced.stderr
