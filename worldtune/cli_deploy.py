@@ -52,9 +52,9 @@ def deploy(
     from worldtune.sky.preview import is_skypilot_infra, write_preview
     from worldtune.tools.deployments.preview import build_deployment, preview
     from worldtune.tools.plans.offers import SNAPSHOT_FILE
-    from worldtune.tools.plans.spend import check_hold_hours, quote
+    from worldtune.tools.plans.spend import check_commitment, check_hold_hours, quote
     from worldtune.tools.store.database import Store
-    from worldtune.tools.store.db_path import check_out_folder
+    from worldtune.tools.store.db_path import check_out_folder, resolve_db_path
 
     try:
         if out:  # a dry run checks what the real one would write, before anything is written
@@ -76,9 +76,12 @@ def deploy(
                 write_catalog(sky_home, SNAPSHOT_FILE)
             home.import_skypilot(sky_home)
         k8s = K8sOptions(namespace=namespace, **({"image": image} if image else {}))
-        if dry_run:  # the price the real deploy's quote needs (own GPUs are not free), checked here too
-            quote("deploy", gpu, plan, infra=infra, capacity=capacity, model=model, hours=hours,
-                  usd_per_hour=usd_per_hour)  # fmt: skip
+        if dry_run:  # the real deploy's quote and guardrails (own GPUs are not free; the caps), checked here too
+            spend = quote("deploy", gpu, plan, infra=infra, capacity=capacity, model=model, hours=hours,
+                          usd_per_hour=usd_per_hour)  # fmt: skip
+            existing = resolve_db_path(db)
+            # against what is live in the database, if there is one: a dry run creates no database
+            check_commitment(spend, Store(existing).list_deployments() if existing.is_file() else [], None)
         shown = preview(deployment, options, k8s)
     except (WorldtuneError, ValueError) as exc:
         raise fail(exc, as_json, {"gpu": gpu, "plan": plan, "infra": infra}) from exc

@@ -68,3 +68,14 @@ def test_a_dry_run_on_your_own_gpus_asks_the_price_the_real_deploy_asks(tmp_path
     assert unpriced.returncode == 2 and "usd_per_hour" in unpriced.stderr, unpriced.stderr  # was: "$0.00/h", exit 0
     priced = subprocess.run([*base, "--usd-per-hour", "30"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert priced.returncode == 0, priced.stderr
+
+
+def test_a_dry_run_applies_the_guardrails_and_creates_no_database(tmp_path: Path) -> None:
+    import os
+
+    worldtune = str(Path(sys.executable).parent / "worldtune")
+    env = {**os.environ, "WORLDTUNE_DB": str(tmp_path / "wt.db"), "WORLDTUNE_SKY_HOME": str(tmp_path / "sky")}
+    command = [worldtune, "deploy", "--gpu", "H200", "--plan", "tp8", "--infra", "nebius", "--hours", "10", "--dry-run"]
+    long = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert long.returncode == 2 and "max_hours_per_action" in long.stderr, long.stderr  # as the launch refuses it
+    assert not (tmp_path / "wt.db").exists()
