@@ -40,12 +40,7 @@ def check_db_path(path: str | Path, field: str = "db") -> Path:
 
     Reads at most the first 16 bytes of an existing file (never echoed) and creates nothing.
     """
-    given = str(path)
-    if not given.strip():
-        raise InvalidInput(field, given, EXPECTED, f"it is empty; {EXAMPLE}")
-    if "\x00" in given:
-        raise InvalidInput(field, given, EXPECTED, "it contains a NUL byte")
-    target = Path(given).expanduser()
+    given, target = _given(path, field, EXPECTED, f"it is empty; {EXAMPLE}")
     try:
         if target.exists():
             _check_existing(target, given, field)
@@ -54,6 +49,16 @@ def check_db_path(path: str | Path, field: str = "db") -> Path:
     except OSError as exc:  # a name too long, a loop of links, a folder we may not look into
         raise InvalidInput(field, given, EXPECTED, f"it cannot be looked up: {exc.strerror or exc}") from None
     return target
+
+
+def _given(path: str | Path, field: str, expected: str, empty: str = "it is empty") -> tuple[str, Path]:
+    """The path as given and as a Path (~ expanded), refused when it is empty or holds a NUL byte."""
+    given = str(path)
+    if not given.strip():
+        raise InvalidInput(field, given, expected, empty)
+    if "\x00" in given:
+        raise InvalidInput(field, given, expected, "it contains a NUL byte")
+    return given, Path(given).expanduser()
 
 
 def _check_existing(target: Path, given: str, field: str) -> None:
@@ -99,10 +104,7 @@ def _read_only(folder: Path) -> bool:
 def check_out_folder(path: str | Path, field: str = "out") -> Path:
     """A folder to write output into (a report, rendered tasks): an existing writable folder or one that can be made."""
     expected = "a folder worldtune can write into (an existing one, or a new one in a writable folder)"
-    given = str(path)
-    if not given.strip() or "\x00" in given:
-        raise InvalidInput(field, given, expected, "it is empty" if not given.strip() else "it contains a NUL byte")
-    target = Path(given).expanduser()
+    given, target = _given(path, field, expected)
     try:
         if target.exists():
             if not target.is_dir():
@@ -119,10 +121,7 @@ def check_out_folder(path: str | Path, field: str = "out") -> Path:
 def check_out_file(path: str | Path, field: str = "out") -> Path:
     """A file to write (an export, a profile): a regular file to replace or a new one in an existing writable folder."""
     expected = "a file worldtune can write (a new file in a writable folder, or a regular file to replace)"
-    given = str(path)
-    if not given.strip() or "\x00" in given:
-        raise InvalidInput(field, given, expected, "it is empty" if not given.strip() else "it contains a NUL byte")
-    target = Path(given).expanduser()
+    given, target = _given(path, field, expected)
     try:
         if target.exists():
             if target.is_dir():
