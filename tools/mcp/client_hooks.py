@@ -102,9 +102,6 @@ class RunClients:
         self.beat_every_s = beat_every_s
         self.beats = beats  # False on a run's own in-process tools: they never keep the run alive
 
-    async def _held(self, run_id: str) -> str | None:
-        return await _wait_while_missing(self.session.store, run_id)
-
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params or {}
         arguments = params.get("arguments") if ctx.method == "tools/call" else None
@@ -115,15 +112,14 @@ class RunClients:
 
         store = self.session.store
         reason = await anyio.to_thread.run_sync(lambda: run_heartbeat.abandoned_reason(store, run_id))
-        if reason is not None and params.get("name") in STARTS_FOR_RUN:
-            return _refusal(f"Error executing tool {params.get('name')}: run_id={run_id!r} is not valid: the run "
-                            f"was abandoned ({reason}); nothing more is started for it")  # fmt: skip
-        if not self.beats:  # a run's own tools: hold a start while its client is missing, until it is back or gone
-            if params.get("name") in STARTS_NEW and run_heartbeat.HOLD["starts"]:
-                reason = await self._held(run_id)
-                if reason is not None:
-                    return _refusal(f"Error executing tool {params.get('name')}: run_id={run_id!r} is not valid: "
-                                    f"the run was abandoned ({reason}); nothing more is started for it")  # fmt: skip
+        name = params.get("name")
+        if not self.beats and reason is None and name in STARTS_NEW and run_heartbeat.HOLD["starts"]:
+            # a run's own tools: hold a start while its client is missing, until it is back or the run abandoned
+            reason = await _wait_while_missing(store, run_id)
+        if reason is not None and name in STARTS_FOR_RUN:
+            return _refusal(f"Error executing tool {name}: run_id={run_id!r} is not valid: the run was abandoned "
+                            f"({reason}); nothing more is started for it")  # fmt: skip
+        if not self.beats:
             return await call_next(ctx)
         key = session_key(connection_of(ctx.session))
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp.server import MCPServer
 from mcp.server.auth.provider import AccessToken
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, InputRequiredResult
 from mcp_types import Tool as MCPTool
 from pydantic import ValidationError
@@ -185,13 +186,16 @@ class WorldtuneServer(MCPServer):
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         self.ensure_tools()
-        tool = self._tool_manager.get_tool(name)  # mcp==2.3.0 (pinned); None: the SDK answers "Unknown tool"
-        if tool is not None:
-            try:  # the strict arguments (tools/mcp/registry.py), refused in one line instead of pydantic's block
-                tool.fn_metadata.validate_arguments(arguments)
-            except ValidationError as exc:
-                return argument_refusal(name, exc, list(tool.parameters.get("properties") or {}))
-        return await super().call_tool(name, arguments, context)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:  # the SDK's refusal of the arguments (tools/mcp/registry.py's strict model): one line
+            tool = self._tool_manager.get_tool(name)  # mcp==2.3.0 (pinned)
+            cause = exc.__cause__
+            if tool is None or not isinstance(cause, ValidationError):
+                raise
+            if cause.title != tool.fn_metadata.arg_model.__name__:  # a validation error of the tool's own work
+                raise
+            return argument_refusal(name, cause, list(tool.parameters.get("properties") or {}))
 
     def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
         self.ensure_tools()
