@@ -16,6 +16,8 @@
 #   WORLDTUNE_SKY_HOME         client HOME for SkyPilot   (default <repo>/.cache/sky-home)
 #   WORLDTUNE_SLURM_CLUSTER    SkyPilot Slurm cluster name (default worldtune-local)
 #   WORLDTUNE_SLURM_SSH_PORT   login sshd port on 127.0.0.1 (default 2222)
+#   WORLDTUNE_SLURM_GPUS       fake H200 GPUs the node claims (default 8; the tests use 16, so that two
+#                              8-GPU clusters, two test files on two pytest workers, fit at once)
 #   WORLDTUNE_SKY_API_PORT     port of the private SkyPilot API server (default 46581)
 #   WORLDTUNE_SLURM_STATE      state/log directory         (default /var/lib/worldtune-slurm)
 #   WORLDTUNE_SKY_CLI          `sky` executable used by `down` for `sky api stop`
@@ -37,10 +39,12 @@ NODE="$(hostname -s)"
 CTLD_PORT=6817
 SLURMD_PORT=6818
 PARTITION="gpu"
-CPUS=64
-MEM_MB=262144
+GPU_COUNT="${WORLDTUNE_SLURM_GPUS:-8}"
+[[ "$GPU_COUNT" =~ ^[1-9][0-9]?$ ]] || { echo "WORLDTUNE_SLURM_GPUS must be 1-99, not '$GPU_COUNT'" >&2; exit 2; }
+# 8 CPUs and 32 GiB per fake GPU (an H200:8 cluster asks SkyPilot's catalog for 32 CPUs, 128 GiB)
+CPUS=$((8 * GPU_COUNT))
+MEM_MB=$((32768 * GPU_COUNT))
 GPU_TYPE="h200"
-GPU_COUNT=8
 PYTHON="/usr/bin/python3"          # Debian's Python 3.11: runs uv's venv and SkyPilot's runtime venv
 SLURM_ETC="/etc/slurm"
 MARKER="Managed by scripts/slurm-cluster.sh (worldtune)"

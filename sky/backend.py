@@ -18,6 +18,7 @@ recovery is not used: its preemption check contacts public addresses (see PLATFO
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import socket
 import threading
@@ -64,9 +65,14 @@ AUTODOWN_IDLE_MINUTES = 10
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
 
 
-def _free_port_range(count: int, start: int = 18000, stop: int = 30000) -> int:
-    """The first port of `count` consecutive free loopback ports (Slurm here shares this machine's ports)."""
-    for base in range(start, stop, 10):
+def _free_port_range(count: int, key: str, start: int = 18000, stop: int = 30000) -> int:
+    """The first port of `count` consecutive free loopback ports (Slurm here shares this machine's ports).
+
+    The search starts at a place of its own for each deployment (`key`, its id), not at `start`: two deployments
+    launched at once probe before either binds, and from one start they would both take the same ports."""
+    bases = list(range(start, stop - count + 1, 10))
+    first = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") % len(bases)
+    for base in bases[first:] + bases[:first]:
         ok = True
         for port in range(base, base + count):
             with socket.socket() as probe:
@@ -85,7 +91,7 @@ def render_options_for(deployment: Deployment) -> RenderOptions:
     """Render options per infra: on Slurm the servers bind loopback on free ports and run this venv's worldtune."""
     if deployment.infra.startswith("slurm/"):
         base = os.environ.get(BASE_PORT_ENV)
-        port = int(base) if base else _free_port_range(Plan.parse(deployment.plan).replicas)
+        port = int(base) if base else _free_port_range(Plan.parse(deployment.plan).replicas, deployment.id)
         worldtune = f"{cluster_python()} -m worldtune.cli"
         return RenderOptions(host="127.0.0.1", base_port=port, worldtune=worldtune, open_ports=False)
     # Elsewhere this checkout travels as the workdir, so the benchmark client runs next to the server.
