@@ -55,10 +55,13 @@ def _quantity(p: perf_model.Prediction | perf_model.Timing, quantity: str) -> fl
 
 def _log_errors(post: Posterior, prior: Profile, obs: list[Observation], x: np.ndarray) -> np.ndarray:
     profile = post.profile(prior, x)
+    timings: dict[tuple[str, Workload], perf_model.Timing] = {}  # a probe's two quantities are one timing
     out = []
     for o in obs:
-        predicted = _quantity(perf_model.timing(o.workload, Plan.parse(o.plan), profile), o.quantity)
-        out.append(math.log(max(predicted, 1e-9)) - math.log(o.value))
+        timing = timings.get((o.plan, o.workload))
+        if timing is None:
+            timing = timings[(o.plan, o.workload)] = perf_model.timing(o.workload, Plan.parse(o.plan), profile)
+        out.append(math.log(max(_quantity(timing, o.quantity), 1e-9)) - math.log(o.value))
     return np.asarray(out)
 
 
