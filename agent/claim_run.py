@@ -84,7 +84,7 @@ class Lane:
         out: list[tuple[float, str, float | None]] = []
         for record in self.records.values():
             for sample in sorted((s for s in samples_of(record) if s.phase == "full"), key=lambda s: s.seq):
-                took = float(sample.server_time_s if sample.server_time_s is not None else sample.latency_s or 0.0)
+                took = float(sample.client_time() or 0.0)
                 busy[sample.endpoint] = busy.get(sample.endpoint, 0.0) + took
                 out.append((busy[sample.endpoint], sample.endpoint, took if sample.ok else None))
         return out

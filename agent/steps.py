@@ -156,8 +156,8 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
             probe_points=probed,
         )
     samples = [s for s in samples_of(record) if s.phase == "full"]
-    # The server's own time when it reports one (the stage time published figures use), else the client's.
-    latencies = [float(s.server_time_s if s.server_time_s is not None else s.latency_s or 0.0) for s in samples if s.ok]
+    # The client's end-to-end time, what goals are judged on (on the twin, its model clock: see client_time).
+    latencies = [float(s.client_time() or 0.0) for s in samples if s.ok]
     config = record.get("config") or {}
     # the benchmark sends `repeats` full requests per client at every concurrency level
     requested = sum(int(c) * int(config.get("repeats") or 0) for c in config.get("concurrency") or [])
@@ -211,10 +211,11 @@ def every_request_failed(kind: str, record: dict[str, Any]) -> str | None:
 
 
 def busy_model_s(record: dict[str, Any]) -> float:
-    """Model seconds the node was busy: per replica, the sum of its requests' server times; the slowest replica."""
+    """Model seconds the node was busy: per replica, the sum of its requests' client times (each client sends its
+    next request when the last answer is in); the slowest replica."""
     busy: dict[str, float] = {}
     for s in samples_of(record):
-        t = s.server_time_s if s.server_time_s is not None else s.latency_s
+        t = s.client_time()
         busy[s.endpoint] = busy.get(s.endpoint, 0.0) + float(t or 0.0)
     return max(busy.values(), default=0.0)
 

@@ -5,7 +5,10 @@ shipped fit, by a fit made without that cell (leave-one-out: the cell is then "n
 fit without any step count of that plan. Per group of cells on the same hardware and step count:
 Kendall's tau between the predicted and measured order and whether the predicted best is the measured
 best, with the shipped fit and with the leave-one-out predictions. Also the FP8 ratio checks, memory and
-concurrency. Prints tables and saves JSON.
+concurrency, and the 8xB200 replica throughput headline. Every cell is compared on its own clock
+(policies/published.yaml `clock`: the server's stage time against the model's server_s, a client's wall time
+against its client_s).
+Prints tables and saves JSON.
 
     .venv/bin/python benchmarks/model_accuracy.py [--out benchmarks/results/model_accuracy.json]
 """
@@ -25,6 +28,7 @@ from scipy.stats import kendalltau
 
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import fit_all, fit_published, load_published
+from worldtune.policies.calibration_fit import on_clock
 from worldtune.tools.words.models import get_model
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
@@ -47,13 +51,15 @@ def latency_rows(data: dict[str, Any], profiles: dict[str, Profile]) -> list[dic
         label = cell_label(cell)
         wl, plan = anchor_workload(steps=cell["steps"]), Plan.parse(cell["plan"])
         reference = profiles["H200"] if cell["gpu"] == "B200" else None
-        predicted = perf_model.predict(wl, plan, profiles[cell["gpu"]]).latency_s
-        loo = perf_model.predict(wl, plan, fit_published(cell["gpu"], {label}, reference)).latency_s
+        clock = cell["clock"]  # each cell on its own clock: the server's stage time or a client's wall time
+        predicted = on_clock(perf_model.predict(wl, plan, profiles[cell["gpu"]]), clock)
+        loo = on_clock(perf_model.predict(wl, plan, fit_published(cell["gpu"], {label}, reference)), clock)
         same_plan = {cell_label(c) for c in data["cells"] if c["gpu"] == cell["gpu"] and c["plan"] == cell["plan"]}
-        lopo = perf_model.predict(wl, plan, fit_published(cell["gpu"], same_plan, reference)).latency_s
+        lopo = on_clock(perf_model.predict(wl, plan, fit_published(cell["gpu"], same_plan, reference)), clock)
         m = cell["latency_s"]
         rows.append(
-            {"cell": label, "gpu": cell["gpu"], "plan": cell["plan"], "steps": cell["steps"], "measured_s": m,
+            {"cell": label, "gpu": cell["gpu"], "plan": cell["plan"], "steps": cell["steps"], "clock": clock,
+             "measured_s": m,
              "predicted_s": round(predicted, 2), "rel_error": round(predicted / m - 1, 4),
              "loo_predicted_s": round(loo, 2), "loo_rel_error": round(loo / m - 1, 4),
              "lopo_predicted_s": round(lopo, 2), "lopo_rel_error": round(lopo / m - 1, 4),
@@ -144,6 +150,32 @@ def concurrency_rows(data: dict[str, Any], profiles: dict[str, Profile]) -> list
     return out
 
 
+def replica_throughput(profiles: dict[str, Profile]) -> dict[str, Any]:
+    """The seed's headline: on 8xB200, eight 1-GPU replicas against one 8-GPU replica, clips per node-hour.
+
+    Published (REFERENCE.md s6): 3600/382 x 8 against 3600/70, from one request at a time (+45%). Predicted twice:
+    one request at a time per replica (each clip's client time; nothing overlaps) and with requests queued (each
+    replica busy service_s a clip: the part outside the engine overlaps the next request)."""
+    wl = anchor_workload()
+    big = perf_model.predict(wl, Plan.parse("cfg2-u4-hsdp8"), profiles["B200"])
+    small = perf_model.predict(wl, Plan.parse("8x1gpu"), profiles["B200"])
+    sequential = (8 * 3600.0 / small.latency_s) / (3600.0 / big.latency_s) - 1
+    queued = small.clips_per_hour_per_node / big.clips_per_hour_per_node - 1
+    return {
+        "published_advantage": round(8 * 70.0 / 382.0 - 1, 4),
+        "published_basis": "REFERENCE.md s6: 8 x 3600/382 against 3600/70 clips per hour (one request at a time)",
+        "predicted_one_at_a_time": round(sequential, 4),
+        "predicted_queued": round(queued, 4),
+        "b200_8gpu": _clocks(big),
+        "b200_8x1gpu": _clocks(small),
+    }
+
+
+def _clocks(p: perf_model.Prediction) -> dict[str, float]:
+    return {"server_s": round(p.server_s, 2), "client_s": round(p.latency_s, 2), "service_s": round(p.service_s, 2),
+            "clips_per_hour_per_node": round(p.clips_per_hour_per_node, 2)}  # fmt: skip
+
+
 def summary(rows: list[dict[str, Any]], ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """Worst and mean errors; the leave-one-out ones are the errors on cells the fit did not see."""
     loo = [r["loo_rel_error"] for r in rows]
@@ -163,11 +195,12 @@ def summary(rows: list[dict[str, Any]], ranks: list[dict[str, Any]]) -> dict[str
 def print_tables(result: dict[str, Any]) -> None:
     console = Console(width=170)
     t = Table(title="Latency cells (REFERENCE.md sections 5 and 8): shipped fit, leave-one-out, leave-one-plan-out")
-    for col in ("cell", "measured s", "predicted s", "error", "LOO s", "LOO error", "plan-out s", "plan-out error"):
-        t.add_column(col, justify="left" if col == "cell" else "right")
+    for col in ("cell", "clock", "measured s", "predicted s", "error", "LOO s", "LOO error", "plan-out s",
+                "plan-out error"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("cell", "clock") else "right")
     for r in result["latency"]:
         t.add_row(
-            r["cell"], f"{r['measured_s']:.2f}", f"{r['predicted_s']:.2f}", f"{r['rel_error']:+.2%}",
+            r["cell"], r["clock"], f"{r['measured_s']:.2f}", f"{r['predicted_s']:.2f}", f"{r['rel_error']:+.2%}",
             f"{r['loo_predicted_s']:.2f}", f"{r['loo_rel_error']:+.2%}",
             f"{r['lopo_predicted_s']:.2f}", f"{r['lopo_rel_error']:+.2%}",
         )  # fmt: skip
@@ -202,6 +235,12 @@ def print_tables(result: dict[str, Any]) -> None:
             f"{r['measured_mean_latency_s']}", f"{r['predicted_mean_latency_s']}",
         )  # fmt: skip
     console.print(ct)
+    rp = result["replica_throughput"]
+    console.print(
+        f"8xB200, eight 1-GPU replicas over one 8-GPU replica, clips per node-hour: published "
+        f"{rp['published_advantage']:+.1%} (one request at a time); predicted {rp['predicted_one_at_a_time']:+.1%} "
+        f"one request at a time, {rp['predicted_queued']:+.1%} with requests queued"
+    )
     s = result["summary"]
     console.print(
         f"max |error| {s['max_abs_rel_error']:.2%}; leave-one-out max |error| {s['loo_max_abs_rel_error']:.2%} "
@@ -226,6 +265,7 @@ def main() -> None:
         "fp8": fp8_rows(data, profiles),
         "memory": memory_rows(data, profiles),
         "concurrency": concurrency_rows(data, profiles),
+        "replica_throughput": replica_throughput(profiles),
         "summary": summary(rows, ranks),
     }
     print_tables(result)

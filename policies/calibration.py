@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from worldtune.policies import mech_terms
+from worldtune.policies import belief_noise, mech_terms
 from worldtune.policies.calibration_fit import (
     FIXED_SHARES,
     LatencyObs,
@@ -51,14 +51,17 @@ def published_observations(gpu: str, data: dict[str, Any] | None = None) -> list
         label = f"{cell['gpu']} {cell['plan']} {cell['steps']} steps"
         sigma = float(cell.get("sigma", 0.01))  # relative: the spread of repeats, or the rounding of a dashboard
         reference = cell.get("relative_to")
+        clock = cell.get("clock")
+        if clock not in ("server", "wall"):
+            raise ValueError(f"published cell '{label}': clock is {clock!r}, expected 'server' or 'wall'")
         if reference is None:
-            out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], sigma, label))
+            out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], sigma, label, clock))
             continue
         base = next(
             c for c in data["cells"] if c["gpu"] == gpu and c["plan"] == reference and c["steps"] == cell["steps"]
         )
         ratio = cell["latency_s"] / base["latency_s"]
-        out.append(RatioObs(wl, Plan.parse(cell["plan"]), Plan.parse(reference), ratio, sigma, label))
+        out.append(RatioObs(wl, Plan.parse(cell["plan"]), Plan.parse(reference), ratio, sigma, label, clock))
     for floor in data["floors"]:
         if floor["gpu"] == gpu and floor.get("fit", True):
             label = f"{gpu} {floor['op']} floor at {floor['tokens']} tokens"
@@ -66,15 +69,22 @@ def published_observations(gpu: str, data: dict[str, Any] | None = None) -> list
     return out
 
 
-def _pipelined_from_concurrency(data: dict[str, Any], gpu: str) -> float | None:
-    """The part of a request that overlaps the next: latency at c=1 minus service time when queued."""
-    rows = [r for r in data["concurrency"] if r["gpu"] == gpu]
-    single = [r for r in rows if r["concurrency"] == 1]
-    queued = [r for r in rows if r["concurrency"] > 1]
-    if not single or not queued:
+def client_overhead(data: dict[str, Any], gpu: str) -> tuple[float, ParamBasis] | None:
+    """A GPU type's published client time beyond the server's (published.yaml client_overhead), with its basis."""
+    row = next((r for r in data.get("client_overhead", []) if r["gpu"] == gpu), None)
+    if row is None:
         return None
-    service = 3600.0 / (sum(float(r["clips_per_hour"]) for r in queued) / len(queued))
-    return max(0.0, float(single[0]["mean_latency_s"]) - service)
+    return float(row["seconds"]), ParamBasis(kind="published", source=f"published: {row['source']}", sigma=0.3)
+
+
+PIPELINED = (
+    "what of a request overlaps the next queued one: only its part outside the engine (the client overhead: the "
+    "API server's MP4 encode and the transfer, vllm_omni/entrypoints/openai/serving_video.py), never the server's "
+    "generation time: vLLM-Omni 0.30 runs one request at a time in its engine (no step batching for Cosmos 3, RFC "
+    "4340). The published 8xH200 concurrency cells (c=2-8: 116-118 s a clip against 127.6 s at c=1, short random "
+    "prompts, guardrails on) show ~4-6 s more overlap than this; they are a check (benchmarks/model_accuracy.py), "
+    "not fitted"
+)
 
 
 ASSUMED_NOTES = [
@@ -210,11 +220,20 @@ def fit_published(gpu: str, exclude: set[str] | None = None, reference: Profile 
     data = load_published()
     observations = [o for o in published_observations(gpu, data) if o.label not in (exclude or set())]
     base, priors = prior_profile(gpu, reference)
-    pipelined = _pipelined_from_concurrency(data, gpu)
-    if pipelined is None and reference is not None:
-        pipelined = reference.pipelined_s  # assumed the same HTTP/mux overlap on the other GPU
-    if pipelined is not None:
-        base = base.model_copy(update={"pipelined_s": round(pipelined, 2)})
+    overhead = client_overhead(data, gpu)
+    if overhead is None and reference is not None:  # assumed: the same encode and transfer as the reference's
+        overhead = reference.client_overhead_s, ParamBasis(kind="assumed", source=f"the {reference.gpu} value")
+    if overhead is not None:
+        seconds, basis = overhead
+        pipelined = ParamBasis(kind="assumed", source=PIPELINED, sigma=0.5)
+        bases = base.basis | {"client_overhead_s": basis, "pipelined_s": pipelined}
+        base = base.model_copy(update={"client_overhead_s": seconds, "pipelined_s": seconds, "basis": bases})
+    noise, noise_basis = belief_noise.measured_noise()
+    if gpu != "H200":
+        measured = noise_basis.source.removeprefix("measured: ")
+        noise_basis = ParamBasis(kind="assumed", source=f"assumed: the H200's {measured}; not measured on a {gpu}",
+                                 sigma=noise_basis.sigma)  # fmt: skip
+    base = base.model_copy(update={"noise_cv": noise, "basis": base.basis | {"noise_cv": noise_basis}})
     source = "fit to published cells (REFERENCE.md sections 5 and 8)"
     if gpu == "H200":
         source += ", the H200 single-operation floor and the 2026-12-01 mechanism measurements"

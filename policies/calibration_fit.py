@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -41,6 +41,14 @@ FREE_DEFAULT = (
 PSEUDO = ("fixed_s", "fixed_other_s")
 
 
+Clock = Literal["server", "wall"]  # vLLM-Omni's stage time (X-Inference-Time-S), or a client's end-to-end time
+
+
+def on_clock(prediction: perf_model.Prediction, clock: Clock) -> float:
+    """The prediction on a cell's own clock: a fit compares like with like."""
+    return prediction.server_s if clock == "server" else prediction.latency_s
+
+
 @dataclass(frozen=True)
 class Prior:
     value: float
@@ -49,18 +57,19 @@ class Prior:
 
 @dataclass(frozen=True)
 class LatencyObs:
-    """A measured end-to-end latency (server stage or wall) of one request."""
+    """A measured latency of one request on its own clock: the server's stage time, or a client's wall time."""
 
     workload: Workload
     plan: Plan
     latency_s: float
     rel_sigma: float = 0.01
     label: str = ""
+    clock: Clock = "wall"
 
 
 @dataclass(frozen=True)
 class StepObs:
-    """Per-step and fixed time measured by short-step probes (affine fit of latency over steps)."""
+    """Per-step and fixed time measured by short-step probes (affine fit of the server's time over steps)."""
 
     workload: Workload
     plan: Plan
@@ -92,6 +101,7 @@ class RatioObs:
     ratio: float
     rel_sigma: float = 0.01
     label: str = ""
+    clock: Clock = "wall"
 
 
 Observation = LatencyObs | StepObs | RateObs | RatioObs
@@ -140,9 +150,9 @@ def predict_obs(obs: Observation, profile: Profile) -> list[tuple[float, float, 
     prediction = perf_model.predict(obs.workload, obs.plan, profile)
     if isinstance(obs, RatioObs):
         reference = perf_model.predict(obs.workload, obs.reference, profile)
-        return [(prediction.latency_s / reference.latency_s, obs.ratio, obs.rel_sigma)]
+        return [(on_clock(prediction, obs.clock) / on_clock(reference, obs.clock), obs.ratio, obs.rel_sigma)]
     if isinstance(obs, LatencyObs):
-        return [(prediction.latency_s, obs.latency_s, obs.rel_sigma)]
+        return [(on_clock(prediction, obs.clock), obs.latency_s, obs.rel_sigma)]
     return [
         (prediction.per_step_s, obs.per_step_s, obs.rel_sigma),
         (prediction.fixed_s, obs.fixed_s, obs.rel_sigma * 3),

@@ -17,7 +17,7 @@ from typing import Any
 
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import load_published, shipped_profile
-from worldtune.policies.calibration_fit import Prior, RateObs, fit_profile
+from worldtune.policies.calibration_fit import Prior, RateObs, fit_profile, on_clock
 from worldtune.policies.instruments.microbench import RAW_FORMAT
 from worldtune.policies.instruments.shapes import SP_DEGREES
 from worldtune.tools.words.errors import InvalidInput
@@ -250,12 +250,14 @@ def compare_published(profile: Profile) -> list[dict[str, Any]]:
         if len(same) >= 2:
             (s1, l1), (s2, l2) = sorted(same.items())[:2]
             published_step = (l2 - l1) / (s2 - s1)
+        predicted = on_clock(prediction, cell["clock"])  # the cell's own clock: server stage or a client's wall
         rows.append(
             {
                 "cell": f"{cell['gpu']} {cell['plan']} {cell['steps']} steps",
+                "clock": cell["clock"],
                 "published_s": cell["latency_s"],
-                "predicted_s": round(prediction.latency_s, 2),
-                "rel_error": round(prediction.latency_s / cell["latency_s"] - 1, 4),
+                "predicted_s": round(predicted, 2),
+                "rel_error": round(predicted / cell["latency_s"] - 1, 4),
                 "published_step_s": None if published_step is None else round(published_step, 4),
                 "predicted_step_s": round(prediction.per_step_s, 4),
                 "step_rel_error": None

@@ -1,6 +1,11 @@
 """The performance model: latency, per-step and fixed time, memory and throughput of a plan.
 
-latency = fixed + steps x per_step (+ guardrails). Per step, every GPU of a replica runs its share of
+Two clocks: the server's generation time (vLLM-Omni's stage time, its X-Inference-Time-S) is
+server = fixed + steps x per_step (+ guardrails); a client's end-to-end time of one sync request adds what
+happens outside the engine, the API server's MP4 encode, the request and the transfer:
+client = server + client overhead. `latency_s` is the client's, what a benchmark measures and goals are judged
+on. Under queueing only `pipelined_s` of a request overlaps the next (vLLM-Omni 0.30 runs one request at a time
+in the engine; the shipped profiles overlap the part outside it). Per step, every GPU of a replica runs its share of
 the generator's linear layers and attention at the workload's token count over effective rates (the
 attention backend's, FP8's where it applies), plus the communication its scheme needs (Ulysses
 all-to-all and its head packing, TP all-reduce, ring K/V passing with its chunked attention, log-sum-exp
@@ -50,8 +55,10 @@ class Prediction:
     per_step_s: float
     fixed_s: float
     guardrail_s: float
-    latency_s: float
+    latency_s: float  # the client's end-to-end time of one sync request (client_s)
     service_s: float  # time a replica is busy per clip when requests queue
+    server_s: float  # the server's generation time: fixed + steps x per_step + guardrail
+    client_overhead_s: float  # the client's time beyond it: MP4 encode, request, transfer
     load_s: float  # warm: a later load of the model on the same node (page cache)
     memory: MemoryBreakdown
     step: Breakdown  # the word (tools/words/prediction.py): one definition of where a step's time goes
@@ -308,8 +315,10 @@ class Timing:
     per_step_s: float
     fixed_s: float
     guardrail_s: float
-    latency_s: float
+    latency_s: float  # client_s
     service_s: float
+    server_s: float
+    client_overhead_s: float
 
 
 def timing(workload: Workload, plan: Plan, profile: Profile) -> Timing:
@@ -319,9 +328,23 @@ def timing(workload: Workload, plan: Plan, profile: Profile) -> Timing:
     per_step = _step_total(step)
     fixed = fixed_time_s(spec, workload, plan, profile)
     guard = guardrail_time_s(workload, profile)
-    latency = fixed + workload.steps * per_step + guard
-    service = max(latency - profile.pipelined_s, workload.steps * per_step)
-    return Timing(step, per_step, fixed, guard, latency, service)
+    server = fixed + workload.steps * per_step + guard
+    overhead = client_overhead_s(workload, profile)
+    latency = server + overhead
+    service = max(latency - overlap_s(workload, profile), workload.steps * per_step)
+    return Timing(step, per_step, fixed, guard, latency, service, server, overhead)
+
+
+def client_overhead_s(workload: Workload, profile: Profile) -> float:
+    """A client's time beyond the server's for one sync request: the profile's anchor figure scaled with the clip's
+    pixels x frames (assumed: the MP4 encode dominates it, and the transfer grows with the clip too)."""
+    return profile.client_overhead_s * (workload.pixels_x_frames / ANCHOR_PIXELS_X_FRAMES)
+
+
+def overlap_s(workload: Workload, profile: Profile) -> float:
+    """The part of a request that overlaps the next queued one: the profile's anchor figure (pipelined_s), scaled
+    with the clip as the client's part is (the shipped profiles overlap exactly that part, whatever the clip)."""
+    return profile.pipelined_s * (workload.pixels_x_frames / ANCHOR_PIXELS_X_FRAMES)
 
 
 def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | None = None) -> Prediction:
@@ -343,6 +366,8 @@ def predict(workload: Workload, plan: Plan, profile: Profile, node_gpus: int | N
         guardrail_s=t.guardrail_s,
         latency_s=t.latency_s,
         service_s=t.service_s,
+        server_s=t.server_s,
+        client_overhead_s=t.client_overhead_s,
         load_s=load_time_s(spec, profile, plan=plan),
         cold_load_s=load_time_s(spec, profile, cold=True, plan=plan),
         memory=memory_breakdown(spec, workload, plan, profile),

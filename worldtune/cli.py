@@ -134,6 +134,13 @@ def estimate(
         raise typer.Exit(EXIT_INVALID)
 
 
+def _server_parts(e: Any) -> str:
+    if e.server_s is None:
+        return "-"
+    guard = f" + guardrails {_fmt(e.guardrail_s)}" if e.guardrail_s else ""
+    return f"{_fmt(e.fixed_s)} + {e.steps} x {_fmt(e.per_step_s, 3)}{guard}"
+
+
 def _print_estimate(e: Any) -> None:
     table = Table(title=f"{e.model} on {e.gpu}, plan {e.plan}, {e.steps} steps", show_header=False)
     table.add_column("what")
@@ -142,7 +149,14 @@ def _print_estimate(e: Any) -> None:
         ("valid", "yes" if e.valid else "no"),
         ("reason", e.reason),
         ("GPUs (replicas x world)", f"{e.gpus} ({e.replicas} x {e.world_size})"),
-        ("latency per clip (s)", _fmt(e.latency_s)),
+        ("latency per clip (s), a client's end to end", _fmt(e.latency_s)),
+        (
+            "  = server's generation time + client (s)",
+            f"{_fmt(e.server_s)} + {_fmt(e.client_overhead_s)} (MP4 encode, request, transfer)"
+            if e.server_s is not None
+            else "-",
+        ),
+        ("  server = fixed + steps x per step (s)", _server_parts(e)),
         (
             "latency 90% range (s)",
             f"{e.latency_range_s[0]:.1f}-{e.latency_range_s[1]:.1f} (±{e.latency_sigma:.1%} one sigma, the profile's "
@@ -214,15 +228,20 @@ def plans(
         return
     shown = valid if show_all else valid[:limit]
     title = f"{model}: {len(valid)} valid plans on {gpus}x{gpu.upper()} (sorted by {sort})"
-    table = Table(title=title)
-    for name in ("plan", "repl x GPUs", "latency s", "±1σ", "s/step", "fixed s", "GiB/GPU", "clips/h/repl",
+    table = Table(
+        title=title,
+        caption="latency s: a client's end-to-end time of one sync request (goals are judged on "
+        "it); server s: the server's generation time (vLLM-Omni's stage time); fixed s is the server's",
+    )
+    for name in ("plan", "repl x GPUs", "latency s", "±1σ", "server s", "s/step", "fixed s", "GiB/GPU", "clips/h/repl",
                  "clips/h/node", "$/clip", "offer"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("plan", "offer") else "right")
     for e in shown:
         marked = "*" if e.relies_on_assumed else ""
         sigma = f"{e.latency_sigma:.0%}" if e.latency_sigma is not None else "-"
         table.add_row(
-            e.plan + marked, f"{e.replicas} x {e.world_size}", _fmt(e.latency_s), sigma, _fmt(e.per_step_s, 3),
+            e.plan + marked, f"{e.replicas} x {e.world_size}", _fmt(e.latency_s), sigma, _fmt(e.server_s),
+            _fmt(e.per_step_s, 3),
             _fmt(e.fixed_s),
             _fmt(e.memory_gib_per_gpu), _fmt(e.clips_per_hour_per_replica), _fmt(e.clips_per_hour_per_node),
             _fmt(e.usd_per_clip, 3), e.offer.id if e.offer else "-",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worldtune.tools.words.bench_spec import DONE_AT_HEADER
+from worldtune.tools.words.bench_spec import CLIENT_TIME_HEADER, DONE_AT_HEADER
 from worldtune.tools.words.sample import Sample
 
 
@@ -16,6 +16,9 @@ def engine_clock(sample: Sample, headers: Any) -> None:
     done_at = float_or_none(headers.get(DONE_AT_HEADER))
     if done_at is not None:
         sample.server_done_at_s = done_at
+    client = float_or_none(headers.get(CLIENT_TIME_HEADER))
+    if client is not None:
+        sample.twin_client_s = client
 
 
 def float_or_none(raw: Any) -> float | None:

@@ -89,6 +89,9 @@ def estimate_plan(
     return base.model_copy(
         update={
             "latency_s": p.latency_s,
+            "server_s": p.server_s,
+            "client_s": p.latency_s,
+            "client_overhead_s": p.client_overhead_s,
             "per_step_s": p.per_step_s,
             "fixed_s": p.fixed_s,
             "guardrail_s": p.guardrail_s,

@@ -47,7 +47,7 @@ from worldtune.tools.twin.form import (
     parse_request,
     resolve,
 )
-from worldtune.tools.words.bench_spec import DONE_AT_HEADER
+from worldtune.tools.words.bench_spec import CLIENT_TIME_HEADER, DONE_AT_HEADER
 from worldtune.tools.words.bench_spec import (
     TIME_SCALE_HEADER as TIME_SCALE_HEADER,  # re-exported (tools/twin/server.py)
 )
@@ -296,7 +296,11 @@ def create_app(
 
 
 def _done_at(done: Generated) -> dict[str, str]:
-    return {} if done.done_at_model_s is None else {DONE_AT_HEADER: f"{done.done_at_model_s:.3f}"}
+    """The twin-only clock headers: when the answer was done, and the client's end-to-end model seconds."""
+    out = {} if done.done_at_model_s is None else {DONE_AT_HEADER: f"{done.done_at_model_s:.3f}"}
+    if done.client_time_s is not None:
+        out[CLIENT_TIME_HEADER] = f"{done.client_time_s:.3f}"
+    return out
 
 
 async def _run_job(

@@ -8,6 +8,9 @@ its first denoising step, and the VAE workspace at its decode, with CUDA's out-o
 
 Real behaviour each piece follows (vllm-omni 0.30.0 wheel, vllm 0.30.0 wheel):
 - one request at a time in arrival order (Cosmos 3 has no step batching; asyncio.Lock wakes in FIFO order);
+- two clocks: X-Inference-Time-S is the server's generation time; the answer reaches the client the profile's
+  client_overhead_s later (the API server encodes the MP4 and sends it outside the engine,
+  vllm_omni/entrypoints/openai/serving_video.py), while the engine already runs the next queued request;
 - frames rounded up to 4k + 1 and each side down to a multiple of 16 (diffusion/models/cosmos3/pipeline_cosmos3.py);
 - a distilled checkpoint refuses text-to-video and forces guidance 1.0 (pipeline_cosmos3.py,
   `_validate_distilled_generation_mode`, `_resolve_guidance_scale`);
@@ -138,6 +141,7 @@ class Generated:
     num_frames: int
     fps: float
     done_at_model_s: float | None = None  # on the engine's model clock (tools/twin/clock.py): twin-only
+    client_time_s: float | None = None  # queue + server + the client's part, model s: twin-only
 
 
 def cuda_oom_message(needed_gib: float, capacity_gib: float, used_gib: float) -> str:
@@ -158,11 +162,18 @@ class _Timing:
     diffuse: float
     vae: float
     mux: float
+    client: float  # after the engine: the API server's MP4 encode, the request and the transfer (the second clock)
     prediction: perf_model.Prediction
 
     @property
-    def latency(self) -> float:
+    def server(self) -> float:
+        """The server's generation time (its X-Inference-Time-S, less the queue)."""
         return self.guard + self.text + self.encode + self.diffuse + self.vae + self.mux
+
+    @property
+    def total(self) -> float:
+        """A client's end-to-end time of the request, less the queue."""
+        return self.server + self.client
 
 
 class TwinEngine:
@@ -260,7 +271,8 @@ class TwinEngine:
         if workload.task == "i2v":
             encode = self.prof.vae_decode_s * workload.width * workload.height / perf_model.ANCHOR_PIXELS_X_FRAMES
         diffuse = workload.steps * per_step
-        return _Timing(prediction.guardrail_s, text, encode, diffuse, vae, mux, prediction)
+        client = prediction.client_overhead_s
+        return _Timing(prediction.guardrail_s, text, encode, diffuse, vae, mux, client, prediction)
 
     # ---- one request ------------------------------------------------------------------------------
     async def generate(self, request: TwinRequest, on_started: Any = None, timeout_s: float | None = None) -> Generated:
@@ -295,12 +307,13 @@ class TwinEngine:
                 encoded.cancel()
         return Generated(
             video=video,
-            inference_time_s=queued_s + timing.latency,
+            inference_time_s=queued_s + timing.server,
             stage_durations=self._stages(timing),
             peak_memory_mb=timing.prediction.memory_gib_per_gpu * 1024.0,
             num_frames=workload.num_frames,
             fps=float(workload.fps),
             done_at_model_s=done_at,
+            client_time_s=queued_s + timing.total,
         )
 
     async def _run(
@@ -309,8 +322,8 @@ class TwinEngine:
         """Run one request: its timing, queue wait (model s) and engine clock when done. Past `budget_s` model
         seconds (queue included) it raises TimeoutError at that point of the model clock."""
         timing = self._timing(workload)
-        # the tail that overlaps the next queued request (decode/mux), never the denoising itself
-        tail = min(self.prof.pipelined_s, timing.vae + timing.mux)
+        # the tail that overlaps the next queued request (the client's part, then decode/mux), never the denoising
+        tail = min(perf_model.overlap_s(workload, self.prof), timing.vae + timing.mux + timing.client)
         arrived = time.monotonic()
         queued = self.clock.arrive()
         try:
@@ -382,7 +395,7 @@ class TwinEngine:
         await sleep(timing.diffuse)
         if static + memory.activations_gib + memory.vae_gib > capacity:
             raise PipelineFailure(cuda_oom_message(memory.vae_gib, capacity, static + memory.activations_gib))
-        await sleep(timing.vae + timing.mux - tail)
+        await sleep(timing.vae + timing.mux + timing.client - tail)
         return queued_s
 
     def _stages(self, timing: _Timing) -> dict[str, float]:

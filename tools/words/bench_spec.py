@@ -25,6 +25,9 @@ TIME_SCALE_HEADER = "X-Twin-Time-Scale"  # the twin's K: its wall times are mode
 # The twin's engine clock (model seconds) when an answer was done: its simulated stage times while busy, so a loaded
 # machine does not stretch it. Twin-only, like the time scale: a real vLLM-Omni server sends neither.
 DONE_AT_HEADER = "X-Twin-Done-At"
+# The client's end-to-end model seconds of the answer on the same clock (queue + the server's time + the part outside
+# the engine: encode, transfer), so a claim judges the client's clock without the loaded machine's jitter. Twin-only.
+CLIENT_TIME_HEADER = "X-Twin-Client-Time-S"
 READY_TIMEOUT_S = 1800.0  # wall seconds to wait for /health (vLLM-Omni's --init-timeout for Super)
 
 

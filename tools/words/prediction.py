@@ -53,11 +53,28 @@ class Estimate(BaseModel):
     world_size: int
     replicas: int
     steps: int
-    latency_s: float | None = None
+    latency_s: float | None = Field(
+        default=None,
+        description="a client's end-to-end seconds for one sync request (= client_s): what a benchmark "
+        "measures and goals are judged on",
+    )
+    server_s: float | None = Field(
+        default=None,
+        description="the server's generation time (vLLM-Omni's stage time, X-Inference-Time-S): "
+        "fixed_s + steps x per_step_s + guardrail_s",
+    )
+    client_s: float | None = Field(default=None, description="server_s + client_overhead_s")
+    client_overhead_s: float | None = Field(
+        default=None, description="a client's time beyond the server's: the API server's MP4 encode, request, transfer"
+    )
     per_step_s: float | None = None
-    fixed_s: float | None = None
+    fixed_s: float | None = Field(default=None, description="the server's fixed part: text encode, VAE decode, rest")
     guardrail_s: float | None = None
-    service_s: float | None = None
+    service_s: float | None = Field(
+        default=None,
+        description="seconds a replica is busy per clip when requests queue: client_s less the part "
+        "that overlaps the next request (the profile's pipelined_s)",
+    )
     load_s: float | None = None
     memory_gib_per_gpu: float | None = None
     clips_per_hour_per_replica: float | None = None

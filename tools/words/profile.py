@@ -98,7 +98,20 @@ class Profile(BaseModel):
     vae_tile_area_cost: float = Field(
         default=0.0, ge=0, description="per-tile cost per unit of area share; 0 = old vae_parallel_efficiency model"
     )
-    pipelined_s: float = Field(default=0.0, ge=0, description="part of one request that overlaps the next queued one")
+    pipelined_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="part of one request's client time that overlaps the next queued request, at the anchor workload "
+        "(scaled with the clip's pixels x frames)",
+    )
+    # the second clock: what a client sees beyond the server's generation time (vLLM-Omni's stage time)
+    client_overhead_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="a client's end-to-end time of one sync request at the anchor workload beyond the server's "
+        "generation time: the API server's MP4 encode, the request and the transfer (0: a profile from before the "
+        "two clocks, whose latency is one clock)",
+    )
     guardrail_base_s: float = Field(default=2.0, ge=0, description="guard model cost per clip, short prompt")
     guardrail_per_word_s: float = Field(default=0.2, ge=0, description="extra guard cost per prompt word")
     guardrail_startup_s: float = Field(default=20.0, ge=0)

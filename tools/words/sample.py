@@ -11,7 +11,8 @@ twin at time scale K they are wall seconds x K (the twin's X-Twin-Time-Scale). W
   `video_*` facts; `latency_s`, `sent_at_model` and `done_at_model` are the client's wall clock x K;
 - reported by the server: `server_time_s`, `stage_durations`, `peak_memory_mb`, `request_id`; against a twin
   these are simulated (the profile's timings, seeded noise), not measured;
-- `server_done_at_s` only a twin reports (X-Twin-Done-At): its engine's model clock, simulated.
+- `server_done_at_s` and `twin_client_s` only a twin reports (X-Twin-Done-At, X-Twin-Client-Time-S): its engine's
+  model clock, simulated.
 Unknown keys (a future field, a cluster's own tag) are kept as they are and written back unchanged.
 """
 
@@ -72,6 +73,17 @@ class Sample(BaseModel):
     server_done_at_s: float | None = Field(
         default=None, description="the twin's engine clock when the answer was done (X-Twin-Done-At), simulated"
     )
+    twin_client_s: float | None = Field(
+        default=None,
+        description="the client's end-to-end model seconds on the twin's clock (X-Twin-Client-Time-S): queue, server "
+        "time and the part outside the engine, simulated",
+    )
+
+    def client_time(self) -> float | None:
+        """A client's end-to-end seconds of this answer, the clock goals are judged on: the twin's model clock when
+        it reports one (X-Twin-Client-Time-S: free of a loaded machine's jitter), else the client's wall time x the
+        time scale (a real server)."""
+        return self.twin_client_s if self.twin_client_s is not None else self.latency_s
 
     @classmethod
     def of(cls, value: Sample | Mapping[str, Any]) -> Sample:

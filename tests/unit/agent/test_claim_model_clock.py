@@ -16,9 +16,17 @@ GOAL = Goal(workload=anchor_workload(), latency_bound_s=150.0, gpus=["H200"], co
 
 
 def lane(name: str, server_times: list[float], running: bool = True) -> Lane:
-    """A one-replica lane whose run answered these requests (server seconds), in order."""
+    """A one-replica lane whose run answered these requests (the client's model seconds on the twin), in order."""
     samples = [
-        Sample(seq=i, phase="full", endpoint=f"http://{name}", ok=True, server_time_s=t, latency_s=t + 3.0).record()
+        Sample(
+            seq=i,
+            phase="full",
+            endpoint=f"http://{name}",
+            ok=True,
+            server_time_s=t - 3.5,
+            twin_client_s=t,
+            latency_s=t + 3.0,
+        ).record()
         for i, t in enumerate(server_times)
     ]
     d = Deployment(gpu="H200", plan="cfg2-u4-vae8", infra="local", time_scale=300.0)

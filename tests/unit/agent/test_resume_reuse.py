@@ -45,7 +45,8 @@ def killed_run_left(db: Path, cand: Candidate) -> None:
     store.create_benchmark("bm-done", {"probe_steps": [], "steps": 35}, deployment_id="wt-old", run_id=RUN)
     samples = [
         {"phase": "full", "steps": 35, "concurrency": 1, "endpoint": "http://127.0.0.1:1", "ok": True,
-         "latency_s": 100.0 + i, "server_time_s": 99.0 + i, "sent_at": t0 + 3 + i, "queue_ahead": 0,
+         "latency_s": 100.0 + i, "server_time_s": 96.0 + i, "twin_client_s": 99.0 + i, "sent_at": t0 + 3 + i,
+         "queue_ahead": 0,
          "sent_at_model": 200.0 * i, "done_at_model": 200.0 * i + 100.0 + i}
         for i in range(5)
     ]  # fmt: skip
@@ -83,7 +84,7 @@ def test_a_full_run_finished_before_the_kill_is_used_not_repeated(tmp_path: Path
     (outcome,) = update["results"]
     measured = outcome.measurement
     assert measured.benchmark_id == "bm-done" and not outcome.failed
-    assert measured.latencies_s == [99.0, 100.0, 101.0, 102.0, 103.0]  # every sample, the server's own times
+    assert measured.latencies_s == [99.0, 100.0, 101.0, 102.0, 103.0]  # every sample, the client's model seconds
     assert "deploy" not in calls and "start_benchmark" not in calls  # nothing started again
     assert "reuse" in seen and update["deployments"] == {}  # it is gone: not handed on as live
     # billed once: the deployment's start (no recorded result billed it) plus the busy time of its requests

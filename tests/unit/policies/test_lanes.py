@@ -86,9 +86,10 @@ def test_a_decision_keeps_only_the_spare_nodes_its_runs_use() -> None:
 
 
 def test_the_search_launches_the_runs_lanes_with_the_probe_before_it() -> None:
-    """Searching the main job against its own belief: the probe the search makes just before the full run it has
-    in view launches nodes for that run, and the run's lanes count them (its spare nodes)."""
-    goal = Goal(latency_bound_s=150, gpus=["H200", "B200"], capacities=["spot", "on-demand"], budget_usd=300,
+    """Searching a B200 on-demand goal against its own belief: the probe the search makes just before the full run
+    it has in view launches nodes for that run, and the run's lanes count them (its spare nodes). (The main job's
+    goal no longer does since issue 37's two clocks: it probes the plan it then verifies, and runs it at once.)"""
+    goal = Goal(latency_bound_s=150, gpus=["B200"], capacities=["on-demand"], budget_usd=300,
                 workload=anchor_workload("cosmos3-super"))  # fmt: skip
     state = search.initial_state(goal, all_offers())
     early = None
@@ -116,7 +117,14 @@ def test_the_search_asks_for_its_full_run_in_lanes() -> None:
     probed = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
                                                     fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
     probed = probed.model_copy(update={"deployed": [cand.key]})
-    full = [a for a in search.decide(probed).actions if a.kind == "full"]
+    for _ in range(4):  # near-ties may be probed first (as predicted here); then the full run
+        actions = search.decide(probed).actions
+        full = [a for a in actions if a.kind == "full"]
+        if full or not actions:
+            break
+        other = next(c for c in search.candidates(probed) if c.key == actions[0].key)
+        probed = search.record(probed, search.Measurement(key=other.key, kind="probe", per_step_s=other.per_step_s,
+                                                         fixed_s=other.fixed_s, repeats=4))  # fmt: skip
     assert full and full[0].lanes > 1 and sum(full[0].lane_requests) == full[0].requests == 59
 
 
