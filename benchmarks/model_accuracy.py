@@ -1,14 +1,14 @@
 """How well the performance model reproduces every published measurement: errors, leave-one-out, ranking.
 
-For each cell of REFERENCE.md sections 5 and 8 (policies/published.yaml): measured, predicted by the
-shipped fit, by a fit made without that cell (leave-one-out: the cell is then "not fitted to") and by a
-fit without any step count of that plan. Per group of cells on the same hardware and step count:
-Kendall's tau between the predicted and measured order and whether the predicted best is the measured
-best, with the shipped fit and with the leave-one-out predictions. Also the FP8 ratio checks, memory and
-concurrency, and the 8xB200 replica throughput headline. Every cell is compared on its own clock
-(policies/published.yaml `clock`: the server's stage time against the model's server_s, a client's wall time
-against its client_s).
-Prints tables and saves JSON.
+For each cell of REFERENCE.md sections 5 and 8 (policies/published.yaml): measured, predicted by the shipped
+fit, by a fit made without that cell (leave-one-out: the cell is then "not fitted to") and by a fit without any
+step count of that plan. Leave-family-out: a whole family held out (all B200 cells, which is the cross-GPU check;
+tensor parallel; Ulysses 2; the attention backends; the 50-step cells), refitted and predicted. Per group of
+cells on the same hardware and step count: Kendall's tau between the predicted and measured order and whether
+the predicted best is the measured best, with the shipped fit and with the leave-one-out predictions. Also the
+FP8 ratio checks, memory, concurrency, and the 8xB200 replica throughput headline. Every cell is compared on its
+own clock (policies/published.yaml `clock`: the server's stage time against the model's server_s, a client's
+wall time against its client_s). Prints tables and saves JSON.
 
     .venv/bin/python benchmarks/model_accuracy.py [--out benchmarks/results/model_accuracy.json]
 """
@@ -150,6 +150,44 @@ def concurrency_rows(data: dict[str, Any], profiles: dict[str, Profile]) -> list
     return out
 
 
+# Whole families held out at once (issue 37 item 5): what the model says of plans like none it was fitted to.
+FAMILIES: dict[str, Any] = {
+    "all B200 cells (cross-GPU: the H200 fit, microbenchmarks and datasheet ratios alone)": lambda c: (
+        c["gpu"] == "B200"
+    ),
+    "tensor parallel": lambda c: Plan.parse(c["plan"]).tp > 1,
+    "Ulysses 2 (with ring)": lambda c: Plan.parse(c["plan"]).ulysses == 2,
+    "attention backends": lambda c: Plan.parse(c["plan"]).attn != "auto",
+    "50 steps (all but one step count)": lambda c: c["steps"] == 50,
+}
+
+
+def family_rows(data: dict[str, Any], profiles: dict[str, Profile]) -> list[dict[str, Any]]:
+    """Leave-family-out: refit each GPU type without every cell of the family, predict those cells on their own
+    clocks. A ratio cell (relative_to) held out goes with the cell it is a ratio to."""
+    out = []
+    for family, member in FAMILIES.items():
+        held = [c for c in data["cells"] if member(c)]
+        labels = {cell_label(c) for c in held}
+        errors = []
+        fitted: dict[str, Profile] = {}
+        for cell in held:
+            gpu = cell["gpu"]
+            if gpu not in fitted:
+                reference = profiles["H200"] if gpu == "B200" else None
+                fitted[gpu] = fit_published(gpu, labels, reference)
+            wl, plan = anchor_workload(steps=cell["steps"]), Plan.parse(cell["plan"])
+            predicted = on_clock(perf_model.predict(wl, plan, fitted[gpu]), cell["clock"])
+            error = round(predicted / cell["latency_s"] - 1, 4)
+            errors.append({"cell": cell_label(cell), "clock": cell["clock"], "measured_s": cell["latency_s"],
+                           "predicted_s": round(predicted, 2), "rel_error": error})  # fmt: skip
+        signed = [e["rel_error"] for e in errors]
+        out.append({"family": family, "cells": errors, "n": len(errors),
+                    "worst_abs_rel_error": max((abs(e) for e in signed), default=0.0),
+                    "mean_signed_rel_error": round(sum(signed) / len(signed), 4) if signed else 0.0})  # fmt: skip
+    return out
+
+
 def replica_throughput(profiles: dict[str, Profile]) -> dict[str, Any]:
     """The seed's headline: on 8xB200, eight 1-GPU replicas against one 8-GPU replica, clips per node-hour.
 
@@ -235,6 +273,14 @@ def print_tables(result: dict[str, Any]) -> None:
             f"{r['measured_mean_latency_s']}", f"{r['predicted_mean_latency_s']}",
         )  # fmt: skip
     console.print(ct)
+    lf = Table(title="Leave-family-out: each family refitted without any of its cells, then predicted (own clocks)")
+    for col in ("family", "n", "worst |error|", "mean signed", "cells"):
+        lf.add_column(col)
+    for r in result["leave_family_out"]:
+        cells = "; ".join(f"{c['cell']} {c['rel_error']:+.1%}" for c in r["cells"])
+        lf.add_row(r["family"], str(r["n"]), f"{r['worst_abs_rel_error']:.1%}", f"{r['mean_signed_rel_error']:+.1%}",
+                   cells)  # fmt: skip
+    console.print(lf)
     rp = result["replica_throughput"]
     console.print(
         f"8xB200, eight 1-GPU replicas over one 8-GPU replica, clips per node-hour: published "
@@ -266,6 +312,7 @@ def main() -> None:
         "memory": memory_rows(data, profiles),
         "concurrency": concurrency_rows(data, profiles),
         "replica_throughput": replica_throughput(profiles),
+        "leave_family_out": family_rows(data, profiles),
         "summary": summary(rows, ranks),
     }
     print_tables(result)

@@ -225,7 +225,7 @@ def fit_published(gpu: str, exclude: set[str] | None = None, reference: Profile 
         overhead = reference.client_overhead_s, ParamBasis(kind="assumed", source=f"the {reference.gpu} value")
     if overhead is not None:
         seconds, basis = overhead
-        pipelined = ParamBasis(kind="assumed", source=PIPELINED, sigma=0.5)
+        pipelined = ParamBasis(kind="assumed", source=PIPELINED, sigma=basis.sigma)  # the client part's spread
         bases = base.basis | {"client_overhead_s": basis, "pipelined_s": pipelined}
         base = base.model_copy(update={"client_overhead_s": seconds, "pipelined_s": seconds, "basis": bases})
     noise, noise_basis = belief_noise.measured_noise()
