@@ -182,8 +182,21 @@ def fit_profile(
         return np.asarray(out)
 
     solution = least_squares(residuals, x0, method="trf")
+    limits = physical_limits(base.gpu, names)
+    lower, upper = (np.log([limits[n][k] for n in names]) for k in (0, 1))
+    bounded = [n for n, x, lo, hi in zip(names, solution.x, lower, upper, strict=True) if not lo <= x <= hi]
+    if bounded:  # the data pull a term past what the hardware can do: fit again within the physical limits
+        start = np.clip(x0, lower + 1e-9, upper - 1e-9)
+        solution = least_squares(residuals, start, method="trf", bounds=(lower, upper))
     fitted = _apply(base, names, np.exp(solution.x).tolist())
     fitted = fitted.model_copy(update={"basis": _posterior_basis(fitted, names, solution.jac, source)})
+    for name in bounded:  # say so: such a term is where the physics stops it, not where the data put it
+        at = fitted.basis.get(name)
+        if at is not None:
+            note = f"; held at its physical limit ({_limit_text(base.gpu, name)}): the cells asked for more"
+            fitted = fitted.model_copy(
+                update={"basis": fitted.basis | {name: at.model_copy(update={"source": at.source + note})}}
+            )
     cells = []
     for obs in observations:
         for predicted, measured, _ in predict_obs(obs, fitted):
@@ -197,6 +210,21 @@ def fit_profile(
             )
     fit = {"method": "scipy least_squares on log-parameters with log-normal priors", "cells": cells}
     return fitted.model_copy(update={"source": source, "date": date.today().isoformat(), "fit": fit})
+
+
+def physical_limits(gpu: str, names: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """What each fitted term can be on this GPU: a rate never above the datasheet's dense BF16 peak, a link never
+    above NVLink's per-direction peak, an efficiency never above 1; everything else positive."""
+    from worldtune.tools.words.gpus import get_gpu
+
+    spec = get_gpu(gpu)
+    top = {"linear_tflops": spec.bf16_tflops, "attn_tflops": spec.bf16_tflops, "link_gbps": spec.link_gbps,
+           "ring_chunk_efficiency": 1.0}  # fmt: skip
+    return {n: (1e-6, float(top.get(n, 1e9))) for n in names}
+
+
+def _limit_text(gpu: str, name: str) -> str:
+    return f"{physical_limits(gpu, [name])[name][1]:g} for {name} on {gpu}"
 
 
 def _posterior_basis(profile: Profile, names: Sequence[str], jac: np.ndarray, source: str) -> dict[str, ParamBasis]:

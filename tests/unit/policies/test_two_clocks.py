@@ -1,5 +1,6 @@
 """Two clocks (issue 37): the server's generation time (vLLM-Omni's stage time, X-Inference-Time-S) and a client's
-end-to-end time of one sync request; every published cell fitted on its own clock; what overlaps under queueing."""
+end-to-end time of one sync request; every published cell fitted on its own clock; what overlaps under queueing;
+and a fit held within what the hardware can do."""
 
 from __future__ import annotations
 
@@ -93,3 +94,22 @@ def test_the_twin_reports_server_time_and_answers_a_client_later() -> None:
     # answer comes its client time after its server time ends
     assert done[1][1] - done[0][1] == pytest.approx(timing.server, abs=1e-3)
     assert done[2][1] - done[1][1] == pytest.approx(timing.server, abs=1e-3)
+
+
+def test_a_fit_never_puts_a_term_past_what_the_hardware_can_do() -> None:
+    """Issue 37 item 2: a cell that asks for more than the hardware can do (tensor parallel 25% faster than
+    published) leaves the link at NVLink's per-direction peak and the rates at the datasheet's, and says so."""
+    from worldtune.policies.calibration import fit_published, prior_profile
+    from worldtune.policies.calibration_fit import fit_profile
+    from worldtune.tools.words.gpus import get_gpu
+
+    data = load_published()
+    data["cells"] = [dict(c, latency_s=c["latency_s"] * 0.75) if c["plan"] == "tp8" else c for c in data["cells"]]
+    base, priors = prior_profile("H200")
+    fitted = fit_profile(base, published_observations("H200", data), priors, "test")
+    spec = get_gpu("H200")
+    assert fitted.link_gbps <= spec.link_gbps * (1 + 1e-9)
+    assert fitted.linear_tflops <= spec.bf16_tflops and fitted.attn_tflops <= spec.bf16_tflops
+    assert "physical limit" in fitted.basis["link_gbps"].source
+    shipped = fit_published("H200")  # the published cells ask for nothing past the limits
+    assert "physical limit" not in shipped.basis["link_gbps"].source and shipped.link_gbps < spec.link_gbps
