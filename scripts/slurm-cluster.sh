@@ -16,8 +16,7 @@
 #   WORLDTUNE_SKY_HOME         client HOME for SkyPilot   (default <repo>/.cache/sky-home)
 #   WORLDTUNE_SLURM_CLUSTER    SkyPilot Slurm cluster name (default worldtune-local)
 #   WORLDTUNE_SLURM_SSH_PORT   login sshd port on 127.0.0.1 (default 2222)
-#   WORLDTUNE_SLURM_GPUS       fake H200 GPUs the node claims (default 8; the tests use 16, so that two
-#                              8-GPU clusters, two test files on two pytest workers, fit at once)
+#   WORLDTUNE_SLURM_GPUS       fake H200 GPUs the node claims (default 8; 16 fits two 8-GPU clusters at once)
 #   WORLDTUNE_SKY_API_PORT     port of the private SkyPilot API server (default 46581)
 #   WORLDTUNE_SLURM_STATE      state/log directory         (default /var/lib/worldtune-slurm)
 #   WORLDTUNE_SKY_CLI          `sky` executable used by `down` for `sky api stop`

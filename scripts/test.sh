@@ -3,11 +3,12 @@
 # ruff, mypy --strict (scripts/check.sh), then every test, unit and integration, in one pytest run over
 # pytest-xdist workers (--dist loadfile: each file's tests on one worker, one after another, so the tests that
 # share a module fixture never run at once; --no-loadscope-reorder keeps tests/conftest.py's order, the longest
-# files first). The two Slurm files share the local cluster across two workers (tests/integration/slurm_support.py).
+# files first). The Slurm file runs on one worker; its cluster fixture could share the cluster across workers
+# (tests/integration/slurm_support.py), but on 2 cores two Slurm files at once made the suite slower (issue 35).
 # (--dist loadgroup does not group with pytest 9.2 and pytest-xdist 3.8.0: an xdist_group test ran on every worker,
 # checked here.) Exit non-zero on any failure; print the total time and the 25 slowest tests at the end.
-#   WORLDTUNE_TEST_WORKERS=N   pytest-xdist workers (default 4: two run the Slurm files, which mostly wait on
-#                              SkyPilot, and two keep both cores busy with the rest)
+#   WORLDTUNE_TEST_WORKERS=N   pytest-xdist workers (default 3: the Slurm tests mostly wait on SkyPilot, so a
+#                              third worker keeps both cores busy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SKYPILOT_DISABLE_USAGE_COLLECTION=1
@@ -28,12 +29,11 @@ if ! grep -qs "\"version\": \"$INSPECTOR_VERSION\"" .cache/npm/node_modules/@mod
 fi
 # ---- end MCP Inspector ----
 
-# ---- the local Slurm cluster (tests/integration/test_slurm_*.py): brought up once, in the background, while ruff
-# and mypy run (their fixture finds it up); taken down at the end if this run brought it up. 16 fake GPUs: the two
-# Slurm files run on two workers at once, each test with clusters of up to 8 GPUs ----
+# ---- the local Slurm cluster (tests/integration/test_slurm_skypilot.py): brought up once, in the background, while
+# ruff and mypy run (its fixture finds it up); taken down at the end if this run brought it up ----
 slurm_pid=""
 # the same SkyPilot client home, API port and GPU count as the tests' fixture (tests/integration/slurm_support.py)
-slurm() { WORLDTUNE_SKY_HOME="$PWD/.cache/sky-home-tests" WORLDTUNE_SKY_API_PORT=46592 WORLDTUNE_SLURM_GPUS=16 \
+slurm() { WORLDTUNE_SKY_HOME="$PWD/.cache/sky-home-tests" WORLDTUNE_SKY_API_PORT=46592 WORLDTUNE_SLURM_GPUS=8 \
     bash scripts/slurm-cluster.sh "$@"; }
 if [ "$(id -u)" = 0 ] && ! slurm status 2>/dev/null | grep -q "slurmctld              up"; then
     slurm up > .cache/slurm-up.log 2>&1 &
@@ -52,9 +52,9 @@ if [ -n "$slurm_pid" ] && ! wait "$slurm_pid"; then
     tail -40 .cache/slurm-up.log >&2  # the fixture tries again and fails the Slurm tests with the reason
 fi
 
-echo "== tests: unit and integration, ${WORLDTUNE_TEST_WORKERS:-4} workers"
+echo "== tests: unit and integration, ${WORLDTUNE_TEST_WORKERS:-3} workers"
 status=0
-.venv/bin/pytest -q -p no:cacheprovider -n "${WORLDTUNE_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder \
+.venv/bin/pytest -q -p no:cacheprovider -n "${WORLDTUNE_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
     --durations=25 tests \
     || status=$?
 echo "test.sh: total $(( $(date +%s) - began )) s (setup, lint, types and every test), pytest exit $status"

@@ -17,15 +17,10 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="worldtune-test-cache-")
 # The longest files first (each file's order kept), so that with both cores (pytest-xdist, --dist loadfile in
 # scripts/test.sh) the long ones start at once and the short ones fill the gaps at the end. Seconds are from a run
 # on 2 cores (issue 35's note); a file not listed runs after these, the unit tests last.
-# pytest-xdist starts each worker with one file and then gives a second file at once to every worker that has at
-# most 2 tests pending: the two Slurm files (2 tests each) get the 4th and 5th files queued behind them, to run
-# only after their ~7 minutes of launches. So those two are short (~6 s each), and the long ones come after.
+# (pytest-xdist gives a worker a second file at once when it has at most 2 tests pending: the Slurm file has 4.)
 LONGEST_FIRST = (
-    "test_slurm_recovery_cli.py",  # ~6-7 min of SkyPilot launches on the local Slurm cluster, one worker
-    "test_slurm_skypilot.py",  # ~6-7 min, another worker at the same time (the cluster has 16 fake GPUs)
+    "test_slurm_skypilot.py",  # ~13 min of SkyPilot launches on the local Slurm cluster, one worker
     "test_tune.py",
-    "test_rendered_scripts.py",  # queued behind a Slurm file (above): short
-    "test_local_backend.py",  # queued behind the other Slurm file: short
     "test_faults.py",
     "test_tune_rehearsal.py",
     "test_remote_traffic.py",

@@ -1,4 +1,4 @@
-"""Fixtures of the Slurm test files (tests/integration/slurm_support.py says how two workers share the cluster)."""
+"""Fixtures of the Slurm tests (tests/integration/slurm_support.py says how several workers would share the cluster)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def slurm_env() -> Iterator[dict[str, str]]:
 @pytest.fixture
 def slurm_db(slurm_env: dict[str, str], tmp_path: Path) -> Iterator[Path]:
     """This test's database; afterwards, any Slurm job of a cluster it recorded is cancelled (the test has failed
-    already if one is left): the node has 16 GPUs, two 8-GPU tests run at once, and a leftover would keep the next
-    launch pending. The other worker's jobs are never touched."""
+    already if one is left): every 8-GPU test fills the node, and a leftover would keep the next launch pending.
+    Another worker's jobs are never touched."""
     db = tmp_path / "wt.db"
     yield db
     for job in slurm_jobs_of(db):

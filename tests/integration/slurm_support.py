@@ -1,10 +1,12 @@
-"""The local Slurm cluster shared by the Slurm test files (test_slurm_*.py), which run on two pytest workers at once.
+"""The local Slurm cluster of the Slurm tests (test_slurm_skypilot.py), shareable by pytest workers.
 
-The cluster (scripts/slurm-cluster.sh) claims 16 fake H200 GPUs, so two 8-GPU clusters fit at once. The first
-worker to need it brings it up (under a file lock, so `up` never runs twice at once), each worker registers its
-pid, and the last one out stops the private SkyPilot API server, the SSH ControlMasters started since the first
-one came in, and the cluster if none of them found it up (scripts/test.sh brings it up and down itself). A test
-cancels only the Slurm jobs of the clusters its own database recorded: the other worker's jobs are its own.
+scripts/test.sh runs the Slurm file on one worker (on 2 cores, two Slurm files on two workers at once made the
+suite slower: issue 35), but the fixture stays safe when several workers use the cluster (WORLDTUNE_SLURM_GPUS=16
+fits two 8-GPU clusters at once): the first worker to need it brings it up (under a file lock, so `up` never runs
+twice at once), each worker registers its pid, and the last one out stops the private SkyPilot API server, the SSH
+ControlMasters started since the first one came in, and the cluster if none of them found it up (scripts/test.sh
+brings it up and down itself). A test cancels only the Slurm jobs of the clusters its own database recorded:
+another worker's jobs are its own.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("slurm_driver.py")
 SKY_HOME = REPO / ".cache" / "sky-home-tests"
 API_PORT = "46592"
-GPUS = "16"  # scripts/test.sh brings the cluster up with the same count: another count would restart Slurm
+GPUS = "8"  # scripts/test.sh brings the cluster up with the same count: another count would restart Slurm
 USERS = REPO / ".cache" / "slurm-tests-users.json"
 LOCK = REPO / ".cache" / "slurm-tests.lock"
 

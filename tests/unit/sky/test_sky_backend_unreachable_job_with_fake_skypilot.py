@@ -1,6 +1,6 @@
 """How a benchmark judges a job SkyPilot cannot reach, with a FAKE SkyPilot (a mock: the lag between a cut
 cluster and the status refresh that notices it cannot be produced on demand here; the real Slurm path,
-scancel included, is tests/integration/test_slurm_recovery_cli.py)."""
+scancel included, is tests/integration/test_slurm_skypilot.py)."""
 
 from __future__ import annotations
 
