@@ -87,6 +87,25 @@ PIPELINED = (
 )
 
 
+def plan_families(plan: Plan) -> list[str]:
+    """The mechanism families a plan belongs to (issue 37 item 6): what a published cell of the family has measured."""
+    out = [name for name, on in (
+        ("tensor parallel", plan.tp > 1), ("CFG parallel", plan.cfg > 1), (f"Ulysses {plan.ulysses}", plan.ulysses > 1),
+        ("ring attention", plan.ring > 1), ("HSDP", plan.hsdp > 1), ("VAE patch parallel", plan.vae > 1),
+        ("FP8", plan.fp8), (f"attention backend {plan.attn}", plan.attn != "auto"),
+        ("one GPU", plan.world_size == 1),
+    ) if on]  # fmt: skip
+    return out
+
+
+def unmeasured_families(gpu: str, plan: Plan, data: dict[str, Any] | None = None) -> list[str]:
+    """The plan's families with no published cell on this GPU type: its prediction there rests on other families'
+    fits and on the mechanisms alone (benchmarks/model_accuracy.py's leave-family-out says how far that goes)."""
+    data = data or load_published()
+    measured = {f for c in data["cells"] if c["gpu"] == gpu for f in plan_families(Plan.parse(c["plan"]))}
+    return [f for f in plan_families(plan) if f not in measured]
+
+
 ASSUMED_NOTES = [
     "step_overhead_s",
     "hsdp_overlap",

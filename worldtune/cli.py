@@ -158,6 +158,13 @@ def _print_estimate(e: Any) -> None:
         ),
         ("  server = fixed + steps x per step (s)", _server_parts(e)),
         (
+            "no measured cell of this family",
+            ", ".join(e.unmeasured_families) + f" (on {e.gpu}: the prediction rests on the mechanisms and other "
+            "families' fits)"
+            if e.unmeasured_families
+            else "none: every family of the plan has a published cell on this GPU",
+        ),
+        (
             "latency 90% range (s)",
             f"{e.latency_range_s[0]:.1f}-{e.latency_range_s[1]:.1f} (±{e.latency_sigma:.1%} one sigma, the profile's "
             "prior uncertainty: modelled, not measured)"
@@ -237,7 +244,7 @@ def plans(
                  "clips/h/node", "$/clip", "offer"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("plan", "offer") else "right")
     for e in shown:
-        marked = "*" if e.relies_on_assumed else ""
+        marked = ("*" if e.relies_on_assumed else "") + ("\u2020" if e.unmeasured_families else "")
         sigma = f"{e.latency_sigma:.0%}" if e.latency_sigma is not None else "-"
         table.add_row(
             e.plan + marked, f"{e.replicas} x {e.world_size}", _fmt(e.latency_s), sigma, _fmt(e.server_s),
@@ -263,7 +270,8 @@ def plans(
     console.print(
         "[dim]±1σ: the latency's relative uncertainty under the profile's prior (Profile.uncertainty: fitted 15%, "
         "assumed 50%, ...), a model, not a measurement; * marks a plan whose uncertainty is mostly assumed terms "
-        "(estimate --plan P names them; see the profile's 'assumed' list)[/]"
+        "(estimate --plan P names them; see the profile's 'assumed' list); \u2020 a plan with no measured cell of one "
+        "of its families on this GPU (tensor parallel, FP8, a backend, ...: --json's unmeasured_families)[/]"
     )
 
 

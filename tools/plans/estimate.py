@@ -6,7 +6,7 @@ Plain typed functions with pydantic outputs; the CLI and the MCP server are thin
 from __future__ import annotations
 
 from worldtune.policies import perf_model
-from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.calibration import shipped_profile, unmeasured_families
 from worldtune.policies.uncertainty import uncertainty
 from worldtune.tools.plans.offers import cheapest_fitting_offer
 from worldtune.tools.plans.profile_paths import load_profile
@@ -108,6 +108,7 @@ def estimate_plan(
             "uncertainty_shares": spread.shares,
             "assumed_terms": spread.assumed,
             "relies_on_assumed": spread.relies_on_assumed,
+            "unmeasured_families": unmeasured_families(check.gpu, plan),
         }
     )
 

@@ -94,6 +94,11 @@ class Estimate(BaseModel):
     )
     assumed_terms: list[str] = Field(default_factory=list, description="assumed parameters the latency rests on")
     relies_on_assumed: bool = Field(default=False, description="assumed terms explain >= 25% of the variance")
+    unmeasured_families: list[str] = Field(
+        default_factory=list,
+        description="the plan's families (tensor parallel, FP8, a backend, ...) with no published measured cell on "
+        "this GPU type: no measured cell of this family, so the prediction rests on the mechanisms and other fits",
+    )
 
 
 class PlanCheck(BaseModel):
