@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +102,18 @@ def plan_families(plan: Plan) -> list[str]:
 def unmeasured_families(gpu: str, plan: Plan, data: dict[str, Any] | None = None) -> list[str]:
     """The plan's families with no published cell on this GPU type: its prediction there rests on other families'
     fits and on the mechanisms alone (benchmarks/model_accuracy.py's leave-family-out says how far that goes)."""
-    data = data or load_published()
-    measured = {f for c in data["cells"] if c["gpu"] == gpu for f in plan_families(Plan.parse(c["plan"]))}
+    measured = _measured_families(gpu) if data is None else _families_of_cells(gpu, data)
     return [f for f in plan_families(plan) if f not in measured]
+
+
+def _families_of_cells(gpu: str, data: dict[str, Any]) -> frozenset[str]:
+    return frozenset(f for c in data["cells"] if c["gpu"] == gpu for f in plan_families(Plan.parse(c["plan"])))
+
+
+@lru_cache(maxsize=16)
+def _measured_families(gpu: str) -> frozenset[str]:
+    """The shipped published file's families per GPU, read once (`plans` asks this for every plan it lists)."""
+    return _families_of_cells(gpu, load_published())
 
 
 ASSUMED_NOTES = [
