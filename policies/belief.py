@@ -79,6 +79,11 @@ LEARNABLE: tuple[Learnable, ...] = (
 )
 
 
+def physical_bounds(spec: GpuSpec) -> dict[str, tuple[float, float]]:
+    """Each learnable field's physical bounds on this GPU, in its own units (the posterior's and the calibration's)."""
+    return {p.name: (p.lower, _upper(spec, p.upper)) for p in LEARNABLE}
+
+
 def _upper(spec: GpuSpec, upper: float | str) -> float:
     if isinstance(upper, float | int):
         return float(upper)

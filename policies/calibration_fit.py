@@ -193,7 +193,8 @@ def fit_profile(
     for name in bounded:  # say so: such a term is where the physics stops it, not where the data put it
         at = fitted.basis.get(name)
         if at is not None:
-            note = f"; held at its physical limit ({_limit_text(base.gpu, name)}): the cells asked for more"
+            lo, hi = limits[name]
+            note = f"; held at its physical limits ({lo:g}-{hi:g} on {base.gpu}): the cells asked for more"
             fitted = fitted.model_copy(
                 update={"basis": fitted.basis | {name: at.model_copy(update={"source": at.source + note})}}
             )
@@ -213,18 +214,15 @@ def fit_profile(
 
 
 def physical_limits(gpu: str, names: Sequence[str]) -> dict[str, tuple[float, float]]:
-    """What each fitted term can be on this GPU: a rate never above the datasheet's dense BF16 peak, a link never
-    above NVLink's per-direction peak, an efficiency never above 1; everything else positive."""
+    """What each fitted term can be on this GPU: the posterior's own physical bounds (policies/belief.py LEARNABLE: a
+    rate never above the datasheet's dense BF16 peak, an efficiency never above 1, ...), and the link never above
+    NVLink's per-direction peak; a term neither bounds (a pseudo-parameter such as fixed_other_s) only positive."""
+    from worldtune.policies.belief import physical_bounds
     from worldtune.tools.words.gpus import get_gpu
 
     spec = get_gpu(gpu)
-    top = {"linear_tflops": spec.bf16_tflops, "attn_tflops": spec.bf16_tflops, "link_gbps": spec.link_gbps,
-           "ring_chunk_efficiency": 1.0}  # fmt: skip
-    return {n: (1e-6, float(top.get(n, 1e9))) for n in names}
-
-
-def _limit_text(gpu: str, name: str) -> str:
-    return f"{physical_limits(gpu, [name])[name][1]:g} for {name} on {gpu}"
+    known = physical_bounds(spec) | {"link_gbps": (0.5, spec.link_gbps)}
+    return {n: known.get(n, (1e-6, 1e9)) for n in names}
 
 
 def _posterior_basis(profile: Profile, names: Sequence[str], jac: np.ndarray, source: str) -> dict[str, ParamBasis]:
