@@ -144,7 +144,7 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
     if kind == "probe":
         fit = result.get("fit") or {}
         # the server's own time when it reports one, as the full run's samples
-        probed = [(s.steps, float(s.server_time_s if s.server_time_s is not None else s.latency_s or 0.0))
+        probed = [(s.steps, float(s.server_time() or 0.0))
                   for s in samples_of(record) if s.phase == "probe" and s.ok]  # fmt: skip
         return Measurement(
             key=cand.key,

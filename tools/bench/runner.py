@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from worldtune.tools.bench.answers import engine_clock, error_kind, error_message, float_or_none, json_or_empty
-from worldtune.tools.results.compute import compute_result, fit_time
+from worldtune.tools.results.compute import compute_result
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.bench_spec import TIME_SCALE_HEADER, BenchmarkSpec
 from worldtune.tools.words.deployment import Progress
@@ -170,7 +170,7 @@ class Runner:
         sample.latency_s = wall * self.scale
         sample.done_at_model = self.model_now()
         if sample.ok and phase in ("warmup", "probe"):
-            self.seen.setdefault(steps, []).append(float(fit_time(sample) or wall * self.scale))
+            self.seen.setdefault(steps, []).append(float(sample.server_time() or wall * self.scale))
         task = asyncio.create_task(self._record(sample, body, workload))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
@@ -288,7 +288,7 @@ class Runner:
                     await self.request(client, "probe", steps, 1)
             await self.drain()
             probe = [s for s in self.samples if s.phase == "probe" and s.ok]
-            self.fit = fit_affine([(s.steps, float(fit_time(s) or 0.0)) for s in probe]) or self.fit
+            self.fit = fit_affine([(s.steps, float(s.server_time() or 0.0)) for s in probe]) or self.fit
             if spec.full:
                 for c in spec.concurrency:
                     await asyncio.gather(*(self._closed_loop_client(client, c) for _ in range(c)))

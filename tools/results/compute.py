@@ -39,11 +39,6 @@ def _stage_stats(samples: list[Sample]) -> tuple[dict[str, float], dict[str, flo
     return mean, p50, p99
 
 
-def fit_time(sample: Sample) -> float | None:
-    """The time the affine fit uses: the server's inference time when it reports one, else client latency."""
-    return sample.server_time_s if sample.server_time_s is not None else sample.latency_s
-
-
 ENGINE_CLOCK_NOTE = (
     "closed-loop clips_per_hour from the twin's engine clock (its simulated stage times, model s), not from client "
     "wall time x time_scale: a simulation of the profile, timed as the server reports it"
@@ -125,7 +120,7 @@ def level_result(samples: list[Sample], phase: str, concurrency: int, rate: floa
         clips_per_hour=rate_per_s * 3600.0,
         video_seconds_per_wall_second=video_s / duration if duration > 0 else 0.0,
         latency=summarize([float(s.latency_s or 0.0) for s in ok]),
-        server_time=summarize([t for s in ok if (t := fit_time(s)) is not None]),
+        server_time=summarize([t for s in ok if (t := s.server_time()) is not None]),
     )
 
 
@@ -151,7 +146,7 @@ def compute_result(
     fit, probes, predicted, measured, error = _probe_fit(by_phase.get("probe", []), full, steps, notes)
     levels = _levels(full, by_phase.get("poisson", []))
     latency = summarize([float(s.latency_s or 0.0) for s in full_ok])
-    server = summarize([t for s in full_ok if (t := fit_time(s)) is not None])
+    server = summarize([t for s in full_ok if (t := s.server_time()) is not None])
     memory = [s.peak_memory_mb for s in full_ok if s.peak_memory_mb is not None]
     stage_mean, stage_p50, stage_p99 = _stage_stats(full_ok)
     full_levels = [lv for lv in levels if lv.phase == "full"]
@@ -212,13 +207,13 @@ def _probe_fit(
 ) -> tuple[AffineFit | None, dict[str, Any], float | None, float | None, float | None]:
     """The affine fit from the short-step probes, checked against the full-step runs that had the server to
     themselves (server time = service time: what the fit should predict): fit, probes, predicted, measured, error."""
-    probe_ok = [s for s in probe if s.ok and fit_time(s) is not None]
-    fit = fit_affine([(s.steps, float(fit_time(s) or 0.0)) for s in probe_ok])
+    probe_ok = [s for s in probe if s.ok and s.server_time() is not None]
+    fit = fit_affine([(s.steps, float(s.server_time() or 0.0)) for s in probe_ok])
     probes = {
-        str(k): summarize([float(fit_time(s) or 0.0) for s in probe_ok if s.steps == k])
+        str(k): summarize([float(s.server_time() or 0.0) for s in probe_ok if s.steps == k])
         for k in sorted({s.steps for s in probe_ok})
     }
-    alone = [t for s in _alone(full) if (t := fit_time(s)) is not None]
+    alone = [t for s in _alone(full) if (t := s.server_time()) is not None]
     predicted = fit.predict(steps) if fit and steps else None
     measured = float(np.mean(alone)) if alone else None
     error = (predicted - measured) / measured if predicted is not None and measured else None

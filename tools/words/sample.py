@@ -79,6 +79,11 @@ class Sample(BaseModel):
         "time and the part outside the engine, simulated",
     )
 
+    def server_time(self) -> float | None:
+        """This answer's seconds on the server's clock when the server reports it (X-Inference-Time-S: what the
+        affine fit of a probe uses), else the client's latency."""
+        return self.server_time_s if self.server_time_s is not None else self.latency_s
+
     def client_time(self) -> float | None:
         """A client's end-to-end seconds of this answer, the clock goals are judged on: the twin's model clock when
         it reports one (X-Twin-Client-Time-S: free of a loaded machine's jitter), else the client's wall time x the
