@@ -154,12 +154,14 @@ def slurm_jobs_of(db: Path) -> list[str]:
     if not db.exists():
         return []
     clusters = {str(row["cluster"]) for row in Store(db).ledger() if row.get("cluster")}
-    listing = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
-    jobs = (line.split() for line in listing.splitlines() if line.strip())
-    return [job for job, name in jobs if any(name == c or name.startswith(f"{c}-") for c in clusters)]
+    return [job for job, name in _squeue() if any(name == c or name.startswith(f"{c}-") for c in clusters)]
 
 
 def worldtune_slurm_jobs() -> list[str]:
+    return [job for job, name in _squeue() if name.startswith("worldtune-")]
+
+
+def _squeue() -> list[tuple[str, str]]:
+    """Every Slurm job on the cluster: (job id, job name)."""
     listing = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
-    return [job for job, name in (line.split() for line in listing.splitlines() if line.strip())
-            if name.startswith("worldtune-")]  # fmt: skip
+    return [(job, name) for job, name in (line.split(maxsplit=1) for line in listing.splitlines() if line.strip())]
