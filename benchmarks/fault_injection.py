@@ -111,6 +111,27 @@ def _wait_for(child: subprocess.Popen[str], done: Callable[[], bool], what: str)
         raise TimeoutError(f"{exc}; the child's last output: {_output(child)[1][-1500:]}") from None
 
 
+def final_outcome(db: Path, run_id: str, code: int | None, stdout: str, stderr: str) -> dict[str, Any]:
+    """The record check of a run's last process, with what explains an exit without a recommendation: its stop
+    reason, the errors of its failed measurements and its last stderr (CI showed only the counts once)."""
+    outcome: dict[str, Any] = {"run_id": run_id, "final_exit_code": code, **record_check(db, run_id)}
+    outcome["final_stop_reason"] = json.loads(stdout).get("stop_reason") if stdout.strip() else None
+    if code != 0:
+        summary = json.loads(query(db, "SELECT summary FROM runs WHERE id = ?", (run_id,))[0][0] or "{}")
+        failed = [m for m in summary.get("measurements", []) if m.get("failed")]
+        outcome["failed_measurements"] = [f"{m.get('kind')} {m.get('key')}: {m.get('error')}" for m in failed]
+        outcome["final_stderr_tail"] = stderr[-1500:]
+    return outcome
+
+
+def resumed_to_the_end(db: Path, run_id: str) -> dict[str, Any]:
+    """`worldtune resume RUN` to its end; final_outcome plus what it left behind."""
+    last = worldtune("resume", run_id, "--json", "--db", str(db))
+    outcome = final_outcome(db, run_id, last.returncode, last.stdout, last.stderr)
+    outcome["leaks_after_completion"] = sum(leftovers(db).values())
+    return outcome
+
+
 def signal_faults(db: Path, rng: random.Random, kills: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One run killed `kills` times at random points (gc and resume after each), then resumed to its end."""
     faults: list[dict[str, Any]] = []
@@ -145,10 +166,7 @@ def signal_faults(db: Path, rng: random.Random, kills: int) -> tuple[list[dict[s
         if finished_first:
             break
     assert run_id is not None
-    last = worldtune("resume", run_id, "--json", "--db", str(db))
-    outcome = {"run_id": run_id, "final_exit_code": last.returncode, **record_check(db, run_id)}
-    outcome["final_stop_reason"] = json.loads(last.stdout).get("stop_reason") if last.stdout.strip() else None
-    outcome["leaks_after_completion"] = sum(leftovers(db).values())
+    outcome = resumed_to_the_end(db, run_id)
     return faults, outcome
 
 
@@ -172,8 +190,7 @@ def engine_fault(db: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         "leak_detail": left,
         "stderr_tail": stderr[-500:] if child.returncode not in (0, 3) else "",
     }  # fmt: skip
-    outcome = {"run_id": run_id, "final_exit_code": child.returncode, **record_check(db, run_id)}
-    outcome["final_stop_reason"] = json.loads(stdout).get("stop_reason") if stdout.strip() else None
+    outcome = final_outcome(db, run_id, child.returncode, stdout, stderr)
     outcome["leaks_after_completion"] = sum(left.values())
     return [fault], outcome
 
@@ -211,10 +228,7 @@ def mcp_disconnect_fault(db: Path, rng: random.Random) -> tuple[list[dict[str, A
         "run_status": status, "left_for_gc": sum(left_by_run.values()), "gc_tore_down": torn,
         "leaks": sum(left.values()), "leak_detail": left, "stderr_tail": "",
     }  # fmt: skip
-    last = worldtune("resume", run_id, "--json", "--db", str(db))
-    outcome = {"run_id": run_id, "final_exit_code": last.returncode, **record_check(db, run_id)}
-    outcome["final_stop_reason"] = json.loads(last.stdout).get("stop_reason") if last.stdout.strip() else None
-    outcome["leaks_after_completion"] = sum(leftovers(db).values())
+    outcome = resumed_to_the_end(db, run_id)
     return [fault], outcome
 
 
@@ -258,10 +272,7 @@ def mcp_detach_fault(db: Path, rng: random.Random) -> tuple[list[dict[str, Any]]
         "run_status": status, "outlived_the_session": outlived, "left_for_gc": sum(left_by_run.values()),
         "gc_tore_down": torn, "leaks": sum(left.values()), "leak_detail": left, "stderr_tail": "",
     }  # fmt: skip
-    last = worldtune("resume", run_id, "--json", "--db", str(db))
-    outcome = {"run_id": run_id, "final_exit_code": last.returncode, **record_check(db, run_id)}
-    outcome["final_stop_reason"] = json.loads(last.stdout).get("stop_reason") if last.stdout.strip() else None
-    outcome["leaks_after_completion"] = sum(leftovers(db).values())
+    outcome = resumed_to_the_end(db, run_id)
     return [fault], outcome
 
 

@@ -39,8 +39,9 @@ def assert_clean(faults: list[dict[str, Any]], outcome: dict[str, Any]) -> None:
         if not fault.get("finished_before_the_kill") and fault["scenario"] == "signals":
             assert fault["exit_code"] != 0, fault  # a killed run never reports success
     # converged, or (the twin's timings are noisier on a loaded machine at this time scale) out of budget
-    assert outcome["final_exit_code"] in (0, 3) and outcome["final_stop_reason"], outcome
-    assert outcome["completed_benchmarks"] >= 2, outcome
+    said = json.dumps(outcome, indent=1)  # the whole outcome: stop reason, failed measurements, stderr
+    assert outcome["final_exit_code"] in (0, 3) and outcome["final_stop_reason"], said
+    assert outcome["completed_benchmarks"] >= 2, said
     assert outcome["repeated"] == 0 and outcome["samples_lost"] == 0 and outcome["counted_twice"] == 0, outcome
     assert outcome["leaks_after_completion"] == 0, outcome
 

@@ -20,6 +20,7 @@ class EngineClock:
         now = time.monotonic()
         self.released = (0.0, now)  # (model clock, wall time) at the last release of the engine
         self.answered = (0.0, now)  # (model clock, wall time) at the last answer done
+        self.began = (0.0, now)  # (model clock, wall time) when the engine was last taken
         self.holding = 0  # requests that arrived and have not yet released the engine
         self.answering = 0  # requests past the engine, in their overlapping tail
 
@@ -28,14 +29,23 @@ class EngineClock:
         self.holding += 1
         return self.holding > 1
 
+    def arrival(self) -> float:
+        """The model clock when a request arrives to queue: the holder's start plus the scaled wall time since.
+        Its queue wait is then its start less this, both on the model clock: a loaded machine's late wake-ups
+        while it waits (K times the scheduler's jitter, measured in wall time) are not counted."""
+        return self.began[0] + (time.monotonic() - self.began[1]) * self.scale
+
     def start(self, queued: bool) -> float:
         """The model clock when a request takes the engine."""
-        if queued:
-            return self.released[0]
         now = time.monotonic()
-        if self.answering:  # during the tail of the one before: scaled, as the tail itself is
-            return self.released[0] + (now - self.released[1]) * self.scale
-        return max(self.released[0], self.answered[0] + (now - self.answered[1]))
+        if queued:
+            at = self.released[0]
+        elif self.answering:  # during the tail of the one before: scaled, as the tail itself is
+            at = self.released[0] + (now - self.released[1]) * self.scale
+        else:
+            at = max(self.released[0], self.answered[0] + (now - self.answered[1]))
+        self.began = (at, now)
+        return at
 
     def release(self, at: float) -> None:
         """The request holding the engine lets it go at model time `at` (call before the next one can take it)."""

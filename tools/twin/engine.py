@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -324,14 +323,14 @@ class TwinEngine:
         timing = self._timing(workload)
         # the tail that overlaps the next queued request (the client's part, then decode/mux), never the denoising
         tail = min(perf_model.overlap_s(workload, self.prof), timing.vae + timing.mux + timing.client)
-        arrived = time.monotonic()
         queued = self.clock.arrive()
+        arrived = self.clock.arrival() if queued else None
         try:
             async with self.lock:
                 start, held = self.clock.start(queued), [0.0]
+                waited = 0.0 if arrived is None else max(0.0, start - arrived)
                 try:
-                    queued_s = await self._hold(request, workload, timing, tail, arrived if queued else None,
-                                                on_started, budget_s, held)  # fmt: skip
+                    queued_s = await self._hold(request, workload, timing, tail, waited, on_started, budget_s, held)
                 finally:  # before the next request takes the engine (no await in between)
                     self.clock.release(start + held[0])
         finally:
@@ -350,21 +349,19 @@ class TwinEngine:
         workload: Workload,
         timing: _Timing,
         tail: float,
-        arrived: float | None,
+        queued_s: float,
         on_started: Any,
         budget_s: float | None,
         held: list[float],
     ) -> float:
         """The part of a request that holds the engine: its queue wait (model s); `held` sums its stage times.
 
-        `arrived` is the wall time a request that had to queue arrived, None for one that found the engine free:
-        that one waited for nothing, and is charged nothing (not the scaled microseconds a loaded machine takes
-        between its arrival and its turn, which at time scale K would add K times the scheduler's jitter)."""
+        `queued_s` is its wait on the model clock (EngineClock.arrival to its start), 0 for one that found the
+        engine free: a wait in wall time would add K times a loaded machine's scheduler jitter at time scale K.
+        """
         memory = timing.prediction.memory
         static = memory.weights_gib + memory.hsdp_buffers_gib + memory.runtime_gib
         capacity = self.gpu.memory_gib
-        # queue time is the wait for the lock only (a free lock is taken at once: no loop jitter counted)
-        queued_s = 0.0 if arrived is None else (time.monotonic() - arrived) * self.scale
         used = queued_s
 
         async def sleep(model_s: float) -> None:
