@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import socket
 import threading
@@ -63,6 +64,9 @@ from worldtune.tools.words.result import BenchmarkResult
 
 AUTODOWN_IDLE_MINUTES = 10
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
+# how often a launch waiting on loopback servers (local Slurm) also reads the serve job's log and status: each is a
+# SkyPilot request that runs a Python (importing sky) on the cluster, ~1.5 s of CPU (issue 35's profile)
+REMOTE_CHECK_EVERY_S = 10.0
 
 
 def _free_port_range(count: int, key: str, start: int = 18000, stop: int = 30000) -> int:
@@ -273,18 +277,22 @@ class SkyPilotBackend:
         from worldtune.sky.render import PROBE_PATH
 
         deadline = time.time() + self.allowance_s(deployment) + 120
+        asked = -math.inf
         while time.time() < deadline:
             if local and all(_answers(url + PROBE_PATH) for url in local):
                 return
-            log = self._job_log(cluster, job_id)
-            if ALL_READY_MARKER in log:
-                return
-            if FAILED_MARKER in log:
-                raise LaunchError(f"{cluster}: " + _marker_lines(log, FAILED_MARKER))
-            status = self._job_status(cluster, job_id)
-            if status in ("FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED", "SUCCEEDED"):
-                raise LaunchError(f"{cluster}: serve job {job_id} ended ({status}) before ready:\n{log[-2000:]}")
-            say(f"{cluster}: serve job {status or '?'}; {log.count('WORLDTUNE_READY')} replica(s) ready", None)
+            # the job's log and status: at every poll where only they say "ready", else every REMOTE_CHECK_EVERY_S
+            if not local or time.time() - asked >= REMOTE_CHECK_EVERY_S:
+                asked = time.time()
+                log = self._job_log(cluster, job_id)
+                if ALL_READY_MARKER in log:
+                    return
+                if FAILED_MARKER in log:
+                    raise LaunchError(f"{cluster}: " + _marker_lines(log, FAILED_MARKER))
+                status = self._job_status(cluster, job_id)
+                if status in ("FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED", "SUCCEEDED"):
+                    raise LaunchError(f"{cluster}: serve job {job_id} ended ({status}) before ready:\n{log[-2000:]}")
+                say(f"{cluster}: serve job {status or '?'}; {log.count('WORLDTUNE_READY')} replica(s) ready", None)
             time.sleep(self.poll_s)
         raise LaunchError(f"{cluster}: servers not ready within the start-up allowance")
 

@@ -51,4 +51,19 @@ def import_skypilot(home: Path | None, what: str = "talking to SkyPilot") -> Mod
         os.environ["HOME"] = str(home)
     import sky
 
+    _logs_to_stderr()
     return sky
+
+
+def _logs_to_stderr() -> None:
+    """SkyPilot's loggers write to stdout; worldtune's stdout is for its own answer (`--json`) and, in `worldtune
+    mcp`, the MCP protocol itself. A first `sky` call that starts the API server logged "Failed to connect to
+    SkyPilot API server ... Starting a local server." there, ahead of `worldtune deploy --json`'s JSON."""
+    import logging
+
+    names = [n for n in logging.root.manager.loggerDict if n == "sky" or n.startswith("sky.")]
+    for name in ["sky", *names]:
+        for handler in logging.getLogger(name).handlers:
+            own = type(handler).__module__.startswith("sky.")  # SkyPilot's own handlers, never a caller's (pytest's)
+            if own and isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                handler.setStream(sys.stderr)

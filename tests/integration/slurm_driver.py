@@ -7,6 +7,7 @@ with the private SkyPilot home in its environment (never the test process's own 
     python slurm_driver.py run   --db FILE   launch the twin (H200:8), benchmark next to it, tear down
     python slurm_driver.py fault --db FILE   the same, with the Slurm job scancel'ed mid-benchmark
     python slurm_driver.py replan --db FILE  as run, then change the plan in place (tp8), benchmark, tear down
+                          [--deployment-id ID]  the same on a deployment `worldtune deploy` launched, left up
     python slurm_driver.py lanes --db FILE   one claim's full run over two lanes (two clusters) through the agent's
                                              verify node and the MCP tools; both torn down
 """
@@ -174,6 +175,7 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=100.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fast-load", action="store_true", help="twins load in ~10 model-s (fast_load_profile)")
+    parser.add_argument("--deployment-id", help="replan: a deployment `worldtune deploy` launched; left up for gc")
     args = parser.parse_args()
     sky_home = Path(os.environ["WORLDTUNE_SKY_HOME"])
     catalog.write_catalog(sky_home, SNAPSHOT_FILE)  # GPU requests need common/accelerators.csv, even on Slurm
@@ -184,8 +186,6 @@ def main() -> int:
     infra = os.environ.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
     if args.mode == "lanes":
         return lanes(args.db, infra, args.time_scale)
-    dep = build_deployment("H200", "cfg2-u4-hsdp8", infra=infra, engine="twin", time_scale=args.time_scale,
-                           twin_profile=fast_load_profile() if args.fast_load else None)  # fmt: skip
     backend = SkyPilotBackend(store, poll_s=1.0, predicted=render_options)  # as tools/deploy.backend_for makes it
     counting = CountingSky(backend.sky)
     backend.sky = counting
@@ -194,13 +194,19 @@ def main() -> int:
     def progress(message: str, fraction: float | None) -> None:
         say("progress", message=message, elapsed=round(time.time() - started, 1))
 
-    store.save_deployment(dep)
-    ready = backend.launch(dep, progress)
-    store.save_deployment(ready)
+    adopted = store.get_deployment(args.deployment_id) if args.deployment_id else None
+    if adopted is not None:  # launched by the CLI in another process: this one knows it from the database only
+        ready = adopted
+    else:
+        dep = build_deployment("H200", "cfg2-u4-hsdp8", infra=infra, engine="twin", time_scale=args.time_scale,
+                               twin_profile=fast_load_profile() if args.fast_load else None)  # fmt: skip
+        store.save_deployment(dep)
+        ready = backend.launch(dep, progress)
+        store.save_deployment(ready)
     say("ready", deployment=ready.model_dump(mode="json"), launch_s=round(time.time() - started, 1))
     if args.mode in ("run", "replan"):
         say("guarded", **guard_check(ready, Path(args.db)))
-    benchmark_id = f"bm-slurm-{args.mode}-{dep.id}"
+    benchmark_id = f"bm-slurm-{args.mode}-{ready.id}"
     fault: dict[str, Any] = {}
 
     def on_job(current: Deployment, job_id: int) -> None:
@@ -233,8 +239,8 @@ def main() -> int:
                 plan=final.plan,
             )
     finally:
-        gone = backend.teardown(final)
-        store.save_deployment(gone)
+        if adopted is None:  # an adopted deployment is left to `worldtune gc`
+            store.save_deployment(backend.teardown(final))
         say("down", ledger_open=store.ledger(open_only=True), ledger=store.ledger(), sky_calls=list(counting.calls))
     return 0
 

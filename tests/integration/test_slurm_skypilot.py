@@ -1,7 +1,7 @@
 """worldtune on a real SkyPilot cluster: the local Slurm cluster (scripts/slurm-cluster.sh), twin engine, H200.
 
-A Slurm job cancelled mid-benchmark; one launch benchmarked, replanned in place and torn down; the CLI's deploy and
-gc; one claim over two lanes, each its own cluster. The SkyPilot side runs in a child process
+A Slurm job cancelled mid-benchmark; the CLI's deploy, benchmarked, replanned in place and torn down by the CLI's gc;
+one claim over two lanes, each its own cluster. The SkyPilot side runs in a child process
 (tests/integration/slurm_driver.py) whose HOME is a private SkyPilot home made for these tests, so the real ~/.sky
 is never touched; SKYPILOT_DISABLE_USAGE_COLLECTION=1 is set for it. One file on one worker, its tests one after
 another (on 2 cores, two Slurm files on two workers at once made the suite slower, not faster: issue 35's note);
@@ -47,47 +47,16 @@ def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
     assert slurm_jobs_of(db) == []
 
 
-def test_launch_benchmark_next_to_the_twin_replan_in_place_and_tear_down(
+def test_cli_deploy_benchmark_replan_in_place_then_gc_tears_down_what_the_ledger_says_is_up(
     slurm_env: dict[str, str], slurm_db: Path
 ) -> None:
-    """One launch of the twin (H200:8), its servers guarded by the deployment's key, a benchmark next to it; then
-    (issue 18) the serve job replaced under tp8 on the same cluster (sky.cancel + sky.exec), benchmarked again, and
-    torn down. (Issue 35 merged the launch-benchmark-teardown test into this one: one launch asserts both.)"""
+    """`worldtune deploy` launches the twin (2xtp4: two servers, guarded by the deployment's key); another process
+    benchmarks next to it, then (issue 18) replaces the serve job under tp8 on the same cluster (sky.cancel +
+    sky.exec, no launch) and benchmarks again; `worldtune gc` then lists and tears down what the ledger says is up.
+    (Issue 35 merged three tests here: launch-benchmark-teardown, replan in place, CLI deploy and gc: one launch
+    asserts all three.)"""
     db = slurm_db
-    steps = drive(slurm_env, db, "replan", "--time-scale", "100", "--repeats", "3")
-    ready = next(s for s in steps if s["step"] == "ready")["deployment"]
-    assert ready["state"] == "ready" and ready["cluster"] == f"worldtune-{ready['id']}"
-    assert ready["endpoints"][0].startswith("http://127.0.0.1:")
-    # issue 15: the launched servers are guarded by the deployment's key; the bench job on the cluster sends it
-    guarded = next(s for s in steps if s["step"] == "guarded")
-    assert guarded["has_key"] and guarded["none"] == guarded["wrong"] == [401] and guarded["key"] == [200]
-    first = next(s for s in steps if s["step"] == "benchmarked")
-    store = Store(db)
-    samples = store.samples(first["benchmark_id"])
-    assert len(samples) == 3 and all(s.ok and s.attempt == 1 for s in samples)
-    assert all(s.endpoint.startswith("http://127.0.0.1:") for s in samples)
-    bench = store.get_benchmark(first["benchmark_id"])
-    assert bench is not None and bench["status"] == "completed" and bench["result"] == first["result"]
-    replanned = next(s for s in steps if s["step"] == "replanned")
-    after = replanned["deployment"]
-    assert after["id"] == ready["id"] and after["cluster"] == ready["cluster"] and after["plan"] == "tp8"
-    assert after["previous_plans"] == ["cfg2-u4-hsdp8"] and after["loads"] == 2 and after["state"] == "ready"
-    calls = replanned["sky_calls"]
-    assert calls.count("launch") == 1 and calls.count("cancel") == 1 and calls[-2:] == ["cancel", "exec"]
-    done = [s for s in steps if s["step"] == "benchmarked"]
-    assert len(done) == 2 and done[1]["plan"] == "tp8"
-    for step in done:
-        bench = store.get_benchmark(step["benchmark_id"])
-        assert bench is not None and bench["status"] == "completed"
-        assert len(store.samples(step["benchmark_id"])) == 3
-    down = next(s for s in steps if s["step"] == "down")
-    assert down["sky_calls"].count("launch") == 1  # one cluster launched in all
-    assert down["ledger_open"] == [] and [r["state"] for r in down["ledger"]] == ["gone"]
-    assert slurm_jobs_of(db) == []
-
-
-def test_cli_deploy_then_gc_tears_down_what_the_ledger_says_is_up(slurm_env: dict[str, str], slurm_db: Path) -> None:
-    env = {**slurm_env, "WORLDTUNE_DB": str(slurm_db)}
+    env = {**slurm_env, "WORLDTUNE_DB": str(db)}
     worldtune = str(Path(sys.executable).parent / "worldtune")
     infra = env.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
     command = [worldtune, "deploy", "--gpu", "H200", "--plan", "2xtp4", "--infra", infra, "--engine", "twin",
@@ -95,17 +64,44 @@ def test_cli_deploy_then_gc_tears_down_what_the_ledger_says_is_up(slurm_env: dic
     up = run_step(command, env, timeout=600)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:] + sky_request_logs()
     deployment = json.loads(up.stdout)
-    assert deployment["state"] == "ready" and len(deployment["endpoints"]) == 2
+    assert deployment["state"] == "ready" and deployment["cluster"] == f"worldtune-{deployment['id']}"
+    assert len(deployment["endpoints"]) == 2 and all(e.startswith("http://127.0.0.1:") for e in deployment["endpoints"])
+
+    steps = drive(slurm_env, db, "replan", "--time-scale", "100", "--repeats", "3", "--deployment-id", deployment["id"])
+    # issue 15: the launched servers are guarded by the deployment's key; the bench job on the cluster sends it
+    guarded = next(s for s in steps if s["step"] == "guarded")
+    assert guarded["has_key"] and guarded["none"] == guarded["wrong"] == [401, 401] and guarded["key"] == [200, 200]
+    first = next(s for s in steps if s["step"] == "benchmarked")
+    store = Store(db)
+    samples = store.samples(first["benchmark_id"])
+    assert len(samples) == 3 and all(s.ok and s.attempt == 1 for s in samples)
+    assert {s.endpoint for s in samples} <= set(deployment["endpoints"])
+    bench = store.get_benchmark(first["benchmark_id"])
+    assert bench is not None and bench["status"] == "completed" and bench["result"] == first["result"]
+    replanned = next(s for s in steps if s["step"] == "replanned")
+    after = replanned["deployment"]
+    assert after["id"] == deployment["id"] and after["cluster"] == deployment["cluster"] and after["plan"] == "tp8"
+    assert after["previous_plans"] == ["2xtp4"] and after["loads"] == 2 and after["state"] == "ready"
+    assert len(after["endpoints"]) == 1
+    calls = replanned["sky_calls"]  # the bench job, then the serve job replaced: the cluster stays, no launch
+    assert "launch" not in calls and calls.count("cancel") == 1 and calls[-2:] == ["cancel", "exec"]
+    done = [s for s in steps if s["step"] == "benchmarked"]
+    assert len(done) == 2 and done[1]["plan"] == "tp8"
+    for step in done:
+        bench = store.get_benchmark(step["benchmark_id"])
+        assert bench is not None and bench["status"] == "completed"
+        assert len(store.samples(step["benchmark_id"])) == 3
+    assert "launch" not in next(s for s in steps if s["step"] == "down")["sky_calls"]  # one launch in all: the CLI's
+
     listed = subprocess.run([worldtune, "gc", "--json"], capture_output=True, text=True, timeout=120, env=env)
     assert [r["cluster"] for r in json.loads(listed.stdout)["would_tear_down"]] == [deployment["cluster"]]
     gone = subprocess.run([worldtune, "gc", "--yes", "--json"], capture_output=True, text=True, timeout=300, env=env)
     assert gone.returncode == 0, gone.stderr[-3000:]
     assert [r["result"] for r in json.loads(gone.stdout)["torn_down"]] == ["down"]
-    store = Store(env["WORLDTUNE_DB"])
-    assert store.ledger(open_only=True) == []
+    assert store.ledger(open_only=True) == [] and [r["state"] for r in store.ledger()] == ["gone"]
     stored = store.get_deployment(deployment["id"])
     assert stored is not None and stored.state == "terminated"
-    assert slurm_jobs_of(slurm_db) == []
+    assert slurm_jobs_of(db) == []
 
 
 def test_one_claim_over_two_lanes_each_its_own_cluster_both_torn_down(
@@ -114,7 +110,8 @@ def test_one_claim_over_two_lanes_each_its_own_cluster_both_torn_down(
     """Issue 25: the claim's full run dealt over two deployments of one plan (two SkyPilot clusters, two Slurm jobs
     on the 8-GPU node), its samples pooled into one measurement, and both clusters torn down."""
     db = slurm_db
-    steps = drive(slurm_env, db, "lanes", "--time-scale", "200")
+    # time scale 1000: a 1gpu clip (~820 model-s) takes under a second of wall time; the lanes' bench jobs dominate
+    steps = drive(slurm_env, db, "lanes", "--time-scale", "1000")
     measured = next(s for s in steps if s["step"] == "measured")
     assert not measured["failed"], measured["error"]
     assert measured["n"] == measured["requested"] == 5 and measured["lanes"] == 2, measured
