@@ -101,11 +101,45 @@ def pool_key(d: Deployment) -> tuple[str, str, str, str]:
     return d.plan, d.offer.id if d.offer else d.gpu, d.engine, d.twin_profile or ""
 
 
+def lanes_to_launch_with_the_first(task: VerifyTask, cand: Candidate, action: Action) -> int:
+    """The extra lanes of a claim's run whose first node is launched now (none live, no spare of its offer): they
+    are launched with it, not after it, as the time to answer counts them (each lane's start overlaps the others')."""
+    if action.kind != "full" or task["deployment_id"] or not action.needs_deploy:
+        return 0
+    if any(key.split("|", 1)[0] == cand.offer.id for key in (task.get("spare_lanes") or {}).values()):
+        return 0
+    shares = action.lane_requests
+    return len(shares) - 1 if sum(shares) == (action.requests or full_requests(task["goal"])) else 0
+
+
+async def launch_lanes(
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions, count: int
+) -> list[tuple[Deployment, float] | str]:
+    """`count` more deployments of the candidate at once (each: the deployment and its start's GPU seconds, or why
+    it failed)."""
+    return list(await asyncio.gather(*(_deploy_lane(task, runtime, cand, action, options) for _ in range(count))))
+
+
+def with_lanes_billed(update: dict[str, Any], cand: Candidate, launched: list[tuple[Deployment, float] | str]) -> (
+    dict[str, Any]
+):  # fmt: skip
+    """A failed action's update with the starts of the lanes launched beside it billed too (they were torn down)."""
+    seconds = sum(got[1] for got in launched if not isinstance(got, str))
+    if not seconds or not update.get("results"):
+        return update
+    usd, gpu_hours = bill(cand, seconds)
+    (outcome, *rest) = update["results"]
+    m = outcome.measurement
+    measured = m.model_copy(update={"usd": m.usd + usd, "gpu_hours": m.gpu_hours + gpu_hours})
+    return update | {"results": [outcome.model_copy(update={"measurement": measured}), *rest]}
+
+
 async def full_run(
     task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
-    cap_s: float, first: Deployment, first_charged_s: float,
+    cap_s: float, first: Deployment, first_charged_s: float, ahead: list[tuple[Deployment, float] | str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The action's full run over its lanes, checked as samples arrive; verify's update (an Outcome)."""
+    """The action's full run over its lanes, checked as samples arrive; verify's update (an Outcome). `ahead`: lanes
+    launched together with the first (lanes_to_launch_with_the_first)."""
     goal = task["goal"]
     n = action.requests or full_requests(goal)
     shares = action.lane_requests if sum(action.lane_requests) == n else [n]
@@ -115,12 +149,10 @@ async def full_run(
     taken = await asyncio.gather(*(_spare_lane(runtime, cand, d, action, options) for d in spares[: len(shares) - 1]))
     for d in spares[len(shares) - 1 :]:  # more were launched than the run now deals requests to
         await teardown(runtime, d)
-    ready = [got for got in taken if not isinstance(got, str)]
+    ready = [got for got in taken if not isinstance(got, str)] + list(ahead or [])
     events += [got for got in taken if isinstance(got, str)]
     more = len(shares) - 1 - len(ready)
-    extra = ready + list(
-        await asyncio.gather(*(_deploy_lane(task, runtime, cand, action, options) for _ in range(more)))
-    )
+    extra = ready + await launch_lanes(task, runtime, cand, action, options, more)
     for share, got in zip(shares[1:], extra, strict=True):
         if isinstance(got, str):  # not deployed: its requests go to the first lane
             events.append(f"lane dropped before its run: {got}")

@@ -12,7 +12,14 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from worldtune.agent.claim_run import full_run, launch_early, with_early
+from worldtune.agent.claim_run import (
+    full_run,
+    lanes_to_launch_with_the_first,
+    launch_early,
+    launch_lanes,
+    with_early,
+    with_lanes_billed,
+)
 from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
@@ -59,17 +66,28 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     early = None
     if action.kind == "probe" and action.early_lanes:
         early = asyncio.create_task(launch_early(task, runtime, cand, action, options))
+    # a claim's run on new nodes: its extra lanes start with its first node, not once it is up
+    count = lanes_to_launch_with_the_first(task, cand, action)
+    lanes = asyncio.create_task(launch_lanes(task, runtime, cand, action, options, count)) if count else None
     try:
         started = await _started(task, runtime, cand, action, options, cap_s)
         if "deployment" in started:
+            ahead = await lanes if lanes is not None else None
             update = await _benchmarked(
-                task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"]
+                task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"], ahead
             )
-        else:
-            update = started  # a failed action: the deploy failed or starting it used this action's share
+        else:  # a failed action: the deploy failed or starting it used this action's share
+            update = started
+            if lanes is not None:  # the lanes launched beside it are torn down, their starts billed
+                launched = await lanes
+                for got in launched:
+                    if not isinstance(got, str):
+                        await teardown(runtime, got[0].id)
+                update = with_lanes_billed(update, cand, launched)
     except BaseException:
-        if early is not None:
-            early.cancel()  # what it launched is the run's: finish (or gc) tears it down
+        for pending in (early, lanes):
+            if pending is not None:
+                pending.cancel()  # what it launched is the run's: finish (or gc) tears it down
         raise
     if early is not None or action.spares_held:
         launched = await early if early is not None else []
@@ -131,16 +149,17 @@ async def _started(
 
 async def _benchmarked(
     task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
-    cap_s: float, deployment: Deployment, charged_s: float,
+    cap_s: float, deployment: Deployment, charged_s: float, ahead: list[tuple[Deployment, float] | str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update."""
+    """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update. `ahead`:
+    a claim's extra lanes, launched with its first node."""
     tools = runtime.context.tools
     goal = task["goal"]
     scale = options.time_scale if options.twin else 1.0
     deployment_id = deployment.id
     kind = action.kind
     if kind == "full":  # the claim's run: over its lanes, checked as samples arrive (agent/claim_run.py)
-        return await full_run(task, runtime, cand, action, options, cap_s, deployment, charged_s)
+        return await full_run(task, runtime, cand, action, options, cap_s, deployment, charged_s, ahead)
     args = {"steps": PROBE_STEPS[0], "repeats": PROBE_REPEATS, "concurrency": [1], "probe_steps": list(PROBE_STEPS),
             "warmup": 1}  # fmt: skip
     # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.

@@ -109,7 +109,9 @@ def test_one_claim_pooled_over_two_lanes_survives_a_lane_killed_mid_run(tmp_path
     assert len(m.latencies_s) == m.requested == 59 and m.failed_requests == 0  # the claim's count, pooled
     assert m.lanes == 2 and not m.decided
     deployed = [d for kind, d in seen if kind == "deploy"]
-    assert len(deployed) == 2  # the candidate's deployment and one more lane, started together
+    assert len(deployed) == 2  # the candidate's deployment and one more lane, started together:
+    both = Store(db).list_deployments()
+    assert len(both) == 2 and max(d.created_at for d in both) < min(d.ready_at or 0.0 for d in both), both
     assert any("dropped" in e and "during benchmark" in e for e in update["events"]), update["events"]
     assert any("run again" in e for e in update["events"]), update["events"]
     # the pooled measurement is evidence: the search folds it in and the claim holds at 95%
