@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ from rich.table import Table
 from scipy.stats import kendalltau
 
 from worldtune.policies import perf_model
-from worldtune.policies.calibration import fit_all, fit_published, load_published
+from worldtune.policies.calibration import UNMEASURED_FAMILY_SD, fit_all, fit_published, load_published
 from worldtune.policies.calibration_fit import on_clock
 from worldtune.tools.words.models import get_model
 from worldtune.tools.words.plan import Plan
@@ -295,6 +296,10 @@ def print_tables(result: dict[str, Any]) -> None:
         f"{s['leave_one_plan_out_max_abs_rel_error']:.2%}; 8xH200 predicted best = measured best: "
         f"{s['h200_8gpu_best_matches']}"
     )
+    console.print(
+        f"leave-family-out RMS within a GPU type {s['leave_family_out_within_gpu_rms']:.2%}: the search's spread "
+        f"for a plan of an unmeasured family is {s['unmeasured_family_sd_used']:.1%}"
+    )
 
 
 def main() -> None:
@@ -315,6 +320,12 @@ def main() -> None:
         "leave_family_out": family_rows(data, profiles),
         "summary": summary(rows, ranks),
     }
+    # the spread the search gives a plan of a family no cell measured (policies/calibration.UNMEASURED_FAMILY_SD):
+    # the RMS of the within-GPU leave-family-out errors (the cross-GPU family is B200 from H200 alone)
+    within = [c["rel_error"] for r in result["leave_family_out"] if not r["family"].startswith("all B200")
+              for c in r["cells"]]  # fmt: skip
+    result["summary"]["leave_family_out_within_gpu_rms"] = math.sqrt(sum(e * e for e in within) / len(within))
+    result["summary"]["unmeasured_family_sd_used"] = UNMEASURED_FAMILY_SD
     print_tables(result)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -99,6 +99,13 @@ def plan_families(plan: Plan) -> list[str]:
     return out
 
 
+# The model's relative sd for a plan of a family no cell measured on its GPU type: the RMS error of
+# benchmarks/model_accuracy.py's leave-family-out within a GPU type (each family refitted without its cells:
+# tensor parallel, Ulysses 2, attention backends, step counts; 9 cells, 2.4%). The search adds it to the plan's
+# spread until the run measures a plan of the family (policies/candidates.family_sd).
+UNMEASURED_FAMILY_SD = 0.024
+
+
 def unmeasured_families(gpu: str, plan: Plan, data: dict[str, Any] | None = None) -> list[str]:
     """The plan's families with no published cell on this GPU type: its prediction there rests on other families'
     fits and on the mechanisms alone (benchmarks/model_accuracy.py's leave-family-out says how far that goes)."""

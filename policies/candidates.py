@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from worldtune.policies import belief, belief_noise, perf_model
-from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.calibration import UNMEASURED_FAMILY_SD, plan_families, shipped_profile, unmeasured_families
 from worldtune.policies.search_words import (
     CONFIDENCE,
     FULL_REQUESTS,
@@ -125,10 +125,27 @@ def _mixture_sd(post: belief.Posterior, preds: list[belief.Predictive]) -> float
     return math.sqrt(max(float(w @ (variances + (means - mean) ** 2)), 0.0))
 
 
+def _run_families(state: SearchState) -> dict[str, set[str]]:
+    """Per GPU type, the plan families this run has measured (calibration.plan_families of each measured plan)."""
+    out: dict[str, set[str]] = {}
+    for m in state.measurements:
+        shape, plan = hardware_key(m.key).split("|", 1)
+        out.setdefault(shape.split(":", 1)[0], set()).update(plan_families(Plan.parse(plan)))
+    return out
+
+
+def family_sd(gpu: str, plan: Plan, measured_here: set[str]) -> float:
+    """The model's extra relative sd for a plan of a family with no published cell on this GPU type and none
+    measured by this run (issue 37 item 6): the spread leave-family-out shows for such families."""
+    unmeasured = [f for f in unmeasured_families(gpu, plan) if f not in measured_here]
+    return UNMEASURED_FAMILY_SD if unmeasured else 0.0
+
+
 def assess(state: SearchState) -> list[Assessed]:
     """Every candidate under the posterior, best first (feasible ones first), with its sensitivities."""
     goal = state.goal
     measured = _by_key(state)
+    here = _run_families(state)
     cache: dict[tuple[str, str], list[belief.Predictive]] = {}
     out: list[Assessed] = []
     for offer in state.offers:
@@ -140,7 +157,9 @@ def assess(state: SearchState) -> list[Assessed]:
                 preds = [belief.predictive(post.at(m), prior, goal.workload, plan) for m in post.modes()]
                 cache[(offer.gpu, str(plan))] = preds
             main = preds[0]
-            cand = _candidate(goal, offer, main.prediction, prior, _mixture_sd(post, preds), key)
+            extra = family_sd(offer.gpu, plan, here.get(offer.gpu, set()))
+            sigma = math.hypot(_mixture_sd(post, preds), extra)
+            cand = _candidate(goal, offer, main.prediction, prior, sigma, key)
             cand = _with_measurements(goal, cand, measured.get(hardware_key(key), []), prior)
             if cand.stage == "predicted":
                 shifts = [
@@ -149,8 +168,8 @@ def assess(state: SearchState) -> list[Assessed]:
                     for p in preds[1:]
                 ]  # fmt: skip
                 out.append(Assessed(cand=cand, grad_latency=main.grad_latency.tolist(),
-                                    grad_service=main.grad_service.tolist(), own_sigma=post.model_error,
-                                    modes=shifts))  # fmt: skip
+                                    grad_service=main.grad_service.tolist(), own_sigma=math.hypot(post.model_error,
+                                    extra), modes=shifts))  # fmt: skip
             else:  # its own measurement pins it: no parameter moves it any more
                 zero = [0.0] * len(post.names)
                 pinned = [ModeShift(d_latency=0.0, d_service=0.0, grad_latency=zero, grad_service=zero)] * (
@@ -168,8 +187,10 @@ def candidate_for(state: SearchState, key: str) -> Candidate:
     if offer is None or plan_text not in {str(p) for p in _plans_for(state, offer.gpu, offer.gpu_count)}:
         raise KeyError(f"unknown candidate {key}")
     post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
-    pred = belief.predictive(post, prior, state.goal.workload, Plan.parse(plan_text))
-    sigma = pred.sd(np.asarray(post.cov), post.model_error)
+    plan = Plan.parse(plan_text)
+    pred = belief.predictive(post, prior, state.goal.workload, plan)
+    extra = family_sd(offer.gpu, plan, _run_families(state).get(offer.gpu, set()))
+    sigma = math.hypot(pred.sd(np.asarray(post.cov), post.model_error), extra)
     return _candidate(state.goal, offer, pred.prediction, state.beliefs[offer.gpu], sigma, key)
 
 

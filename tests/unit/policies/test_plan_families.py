@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from worldtune.policies.calibration import load_published, plan_families, unmeasured_families
 from worldtune.tools.plans.estimate import estimate
 from worldtune.tools.words.plan import Plan
@@ -26,3 +30,36 @@ def test_families_without_a_published_cell_on_the_gpu_are_named() -> None:
 def test_estimate_carries_them() -> None:
     assert estimate(gpu="B200", plan="tp8").unmeasured_families == ["tensor parallel"]
     assert estimate(gpu="H200", plan="cfg2-u4-hsdp8").model_dump(mode="json")["unmeasured_families"] == []
+
+
+def test_the_search_widens_an_unmeasured_familys_spread_until_the_run_measures_one_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from worldtune.policies import candidates as cands
+    from worldtune.policies.calibration import UNMEASURED_FAMILY_SD
+    from worldtune.policies.search import Measurement, initial_state, record
+    from worldtune.tools.plans.offers import all_offers
+    from worldtune.tools.words.goal import Goal
+    from worldtune.tools.words.workload import anchor_workload
+
+    assert cands.family_sd("B200", Plan.parse("tp8"), set()) == UNMEASURED_FAMILY_SD
+    assert cands.family_sd("H200", Plan.parse("tp8"), set()) == 0.0  # published tp8 cells on H200
+    assert cands.family_sd("B200", Plan.parse("tp8"), {"tensor parallel"}) == 0.0  # measured by this run
+
+    goal = Goal(workload=anchor_workload(), latency_bound_s=200.0, gpus=["B200"], confidence=0.95)
+    state = initial_state(goal, all_offers("snapshot"))
+
+    def sigmas(s: object) -> dict[str, float]:
+        return {c.key: c.sigma for c in cands.candidates(s)}  # type: ignore[arg-type]
+
+    wide = sigmas(state)
+    monkeypatch.setattr(cands, "UNMEASURED_FAMILY_SD", 0.0)
+    narrow = sigmas(state)
+    tp8 = next(k for k in wide if k.endswith("|tp8"))
+    hsdp = next(k for k in wide if k.endswith("|cfg2-u4-hsdp8"))  # the published B200 plan: nothing added
+    assert wide[tp8] == pytest.approx(math.hypot(narrow[tp8], UNMEASURED_FAMILY_SD))
+    assert wide[hsdp] == narrow[hsdp]
+    monkeypatch.setattr(cands, "UNMEASURED_FAMILY_SD", UNMEASURED_FAMILY_SD)
+    # a tensor parallel plan measured on B200 in this run: tp8 is then predicted from a measured family
+    measured = record(state, Measurement(key=tp8.replace("|tp8", "|2xtp4"), kind="probe", per_step_s=1.3, fixed_s=15.0))
+    assert cands.family_sd("B200", Plan.parse("tp8"), cands._run_families(measured)["B200"]) == 0.0

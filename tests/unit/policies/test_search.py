@@ -94,14 +94,16 @@ def test_first_actions_are_probes_then_a_full_run_for_a_contender() -> None:
     probe = Measurement(key=key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
     state = record(state, probe).model_copy(update={"deployed": [key]})
     nxt = decide(state)
-    # next: verify the probed contender on the node it holds, or measure a candidate predicted cheaper than it
-    # (with the measured VAE tile terms a vae8 sibling can come out ahead once the probe pins the shared rates)
+    # next: verify the probed contender on the node it holds, or measure a candidate that may well be cheaper than
+    # it (with the measured VAE tile terms a vae8 sibling can come out ahead once the probe pins the shared rates;
+    # a plan of a family no cell measured carries a wider spread, issue 37 item 6: within two of its sigmas)
     action = nxt.actions[0]
     if action.key == key:
         assert action.kind == "full" and not action.needs_deploy
     else:
         by_key = {c.key: c for c in candidates(state)}
-        assert by_key[action.key].usd_per_clip < by_key[key].usd_per_clip
+        other = by_key[action.key]
+        assert other.usd_per_clip * (1 - 2 * other.sigma) < by_key[key].usd_per_clip
 
 
 def test_nothing_verified_a_full_run_goes_only_to_a_probe_that_would_let_the_search_stop() -> None:
