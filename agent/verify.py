@@ -95,6 +95,19 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     return _in_round(task, update)
 
 
+def modelled_start_s(cand: Candidate, options: TuneOptions) -> float:
+    """The twin's GPU seconds for a start that failed: its modelled provisioning and cold load (steps.start_s's terms
+    for a new node), not the wall time it took: at time scale K a loaded machine's slow process start costs K x."""
+    provision_s = cand.offer.provision_s if options.infra == "local" else 0.0
+    return provision_s + (cand.cold_load_s or cand.load_s)
+
+
+def _busy_s(options: TuneOptions, action: Action, wall_s: float) -> float:
+    """GPU seconds of a benchmark that failed after `wall_s`: that on real GPUs; on the twin the scaled wall time,
+    at most the action's modelled seconds (a loaded machine stretches the wall time, not the model's)."""
+    return min(wall_s * options.time_scale, action.expected_s) if options.twin else wall_s
+
+
 def _in_round(task: VerifyTask, update: dict[str, Any]) -> dict[str, Any]:
     """The update with its outcomes stamped by the round that asked for them (the time to answer overlaps a
     round's verifications: agent/state.answer_seconds)."""
@@ -133,12 +146,14 @@ async def _started(
             "run_id": task["run_id"],
             "confirm": True,
         }
-        timeout = None if math.isinf(cap_s) else cap_s / scale + 30
+        # real GPUs: stop a start that uses this action's share. The twin's start is modelled (and judged below);
+        # its wall time is process starts that a loaded machine slows, never GPU time: its backend bounds it.
+        timeout = None if options.twin or math.isinf(cap_s) else cap_s / scale + 30
         try:
             deployment = await deploy_with_profile(runtime, cand, arguments, options.twin_profiles(), timeout)
         except (ToolCallFailed, TimeoutError) as exc:
-            spent_s = min(cap_s, (time.time() - started) * scale)
-            return failed_update(action, cand, f"deploy failed: {exc}", bill(cand, spent_s))
+            spent_s = modelled_start_s(cand, options) if options.twin else time.time() - started
+            return failed_update(action, cand, f"deploy failed: {exc}", bill(cand, min(cap_s, spent_s)))
         charged_s += start_s(deployment, cand, options)
     if charged_s >= cap_s:
         await teardown(runtime, deployment.id)
@@ -155,7 +170,6 @@ async def _benchmarked(
     a claim's extra lanes, launched with its first node."""
     tools = runtime.context.tools
     goal = task["goal"]
-    scale = options.time_scale if options.twin else 1.0
     deployment_id = deployment.id
     kind = action.kind
     if kind == "full":  # the claim's run: over its lanes, checked as samples arrive (agent/claim_run.py)
@@ -178,13 +192,13 @@ async def _benchmarked(
             looked = time.time()
             engine = await get_deployment(tools, deployment_id)
             if engine.state not in ("ready", "loading"):
-                spent_s = min(cap_s, charged_s + (time.time() - bench_started) * scale)
+                spent_s = min(cap_s, charged_s + _busy_s(options, action, time.time() - bench_started))
                 why = f"deployment {deployment_id} is {engine.state} during benchmark {bench_id}"
                 return failed_update(action, cand, why, bill(cand, spent_s), removed=True)
         status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S)
     wall_s = time.time() - bench_started
     if status.get("status") != "completed":
-        spent_s = min(cap_s, charged_s + wall_s * scale)
+        spent_s = min(cap_s, charged_s + _busy_s(options, action, wall_s))
         why = f"benchmark {bench_id} {status.get('status')}: {status.get('error')}"
         return failed_update(action, cand, why, bill(cand, spent_s))
     record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
