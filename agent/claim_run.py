@@ -101,15 +101,23 @@ def pool_key(d: Deployment) -> tuple[str, str, str, str]:
     return d.plan, d.offer.id if d.offer else d.gpu, d.engine, d.twin_profile or ""
 
 
+def _shares(task: VerifyTask, action: Action) -> list[int]:
+    """The requests each lane of the claim's run takes: the action's split when it adds up to the run, else one."""
+    n = action.requests or full_requests(task["goal"])
+    return action.lane_requests if sum(action.lane_requests) == n else [n]
+
+
+def _spares(task: VerifyTask, cand: Candidate) -> list[str]:
+    """The run's spare nodes on the candidate's offer (launched with a probe for this claim's run)."""
+    return [d for d, key in (task.get("spare_lanes") or {}).items() if key.split("|", 1)[0] == cand.offer.id]
+
+
 def lanes_to_launch_with_the_first(task: VerifyTask, cand: Candidate, action: Action) -> int:
     """The extra lanes of a claim's run whose first node is launched now (none live, no spare of its offer): they
     are launched with it, not after it, as the time to answer counts them (each lane's start overlaps the others')."""
-    if action.kind != "full" or task["deployment_id"] or not action.needs_deploy:
+    if action.kind != "full" or task["deployment_id"] or not action.needs_deploy or _spares(task, cand):
         return 0
-    if any(key.split("|", 1)[0] == cand.offer.id for key in (task.get("spare_lanes") or {}).values()):
-        return 0
-    shares = action.lane_requests
-    return len(shares) - 1 if sum(shares) == (action.requests or full_requests(task["goal"])) else 0
+    return len(_shares(task, action)) - 1
 
 
 async def launch_lanes(
@@ -140,12 +148,11 @@ async def full_run(
 ) -> dict[str, Any]:  # fmt: skip
     """The action's full run over its lanes, checked as samples arrive; verify's update (an Outcome). `ahead`: lanes
     launched together with the first (lanes_to_launch_with_the_first)."""
-    goal = task["goal"]
-    n = action.requests or full_requests(goal)
-    shares = action.lane_requests if sum(action.lane_requests) == n else [n]
+    n = action.requests or full_requests(task["goal"])
+    shares = _shares(task, action)
     lanes = [Lane(first, first_charged_s, shares[0])]
     events: list[str] = []
-    spares = [d for d, key in (task.get("spare_lanes") or {}).items() if key.split("|", 1)[0] == cand.offer.id]
+    spares = _spares(task, cand)
     taken = await asyncio.gather(*(_spare_lane(runtime, cand, d, action, options) for d in spares[: len(shares) - 1]))
     for d in spares[len(shares) - 1 :]:  # more were launched than the run now deals requests to
         await teardown(runtime, d)

@@ -255,8 +255,18 @@ def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> fl
         load_s = deployment.modelled_load_s  # what the twin modelled; a process start magnified is not GPU time
     elif options.twin:  # an older twin that did not say: cap the magnified wall time
         load_s = min(load_s, 2 * (cand.load_s if replanned else cand.cold_load_s or cand.load_s))
-    provision_s = cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
-    return float(provision_s + load_s)
+    return float(_provision_s(options, cand, replanned=bool(replanned)) + load_s)
+
+
+def modelled_start_s(cand: Candidate, options: TuneOptions) -> float:
+    """The twin's GPU seconds for a new node's start that failed: start_s's terms as modelled (provisioning and the
+    cold load), not the wall time it took: at time scale K a loaded machine's slow process start costs K x."""
+    return _provision_s(options, cand, replanned=False) + (cand.cold_load_s or cand.load_s)
+
+
+def _provision_s(options: TuneOptions, cand: Candidate, replanned: bool) -> float:
+    """Provisioning, modelled on the local twin (on SkyPilot it is in the wall time); none for a replanned node."""
+    return cand.offer.provision_s if options.infra == "local" and not replanned else 0.0
 
 
 def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:

@@ -36,6 +36,7 @@ from worldtune.agent.steps import (
     live_deployment,
     measured_figures,
     measurement_of,
+    modelled_start_s,
     replan,
     start_s,
     teardown,
@@ -93,13 +94,6 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
         launched = await early if early is not None else []
         update = with_early(cand, update, launched, action.spares_held, action.early_after_s)
     return _in_round(task, update)
-
-
-def modelled_start_s(cand: Candidate, options: TuneOptions) -> float:
-    """The twin's GPU seconds for a start that failed: its modelled provisioning and cold load (steps.start_s's terms
-    for a new node), not the wall time it took: at time scale K a loaded machine's slow process start costs K x."""
-    provision_s = cand.offer.provision_s if options.infra == "local" else 0.0
-    return provision_s + (cand.cold_load_s or cand.load_s)
 
 
 def _busy_s(options: TuneOptions, action: Action, wall_s: float) -> float:
