@@ -117,7 +117,7 @@ ensure_uv() {
   log "installing uv from PyPI into $STATE/uv"
   rm -rf "$STATE/uv"
   "$PYTHON" -m venv "$STATE/uv"
-  "$STATE/uv/bin/pip" install -q --disable-pip-version-check uv
+  "$STATE/uv/bin/pip" install -q --disable-pip-version-check "uv==0.13.9"  # as scripts/setup.sh
   "$STATE/uv/bin/uv" --version >/dev/null
 }
 

@@ -67,6 +67,10 @@ BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
 # how often a launch waiting on loopback servers (local Slurm) also reads the serve job's log and status: each is a
 # SkyPilot request that runs a Python (importing sky) on the cluster, ~1.5 s of CPU (issue 35's profile)
 REMOTE_CHECK_EVERY_S = 10.0
+# how long a deployment's status stays good for `get_deployment` (an agent asks every ENGINE_CHECK_S, 2 s): each ask
+# is a forced status refresh plus a job query, seconds of SkyPilot requests and ~3 s of CPU; a benchmark that lost
+# its cluster finds out from its own log stream and asks afresh (bench_remote), so the agent's check can lag
+STATUS_FRESH_S = 15.0
 
 
 def _free_port_range(count: int, key: str, start: int = 18000, stop: int = 30000) -> int:
@@ -106,6 +110,7 @@ class SkyPilotBackend:
     """The Backend for `slurm/<cluster>` and SkyPilot clouds."""
 
     name = "skypilot"
+    status_fresh_s = STATUS_FRESH_S
 
     def __init__(
         self,
@@ -277,7 +282,9 @@ class SkyPilotBackend:
         from worldtune.sky.render import PROBE_PATH
 
         deadline = time.time() + self.allowance_s(deployment) + 120
-        asked = -math.inf
+        # servers on loopback are asked first, the job (a remote call of seconds) only after REMOTE_CHECK_EVERY_S:
+        # a first remote check at once held every local launch ~10 s past its servers' readiness (issue 35)
+        asked = time.time() if local else -math.inf
         while time.time() < deadline:
             if local and all(_answers(url + PROBE_PATH) for url in local):
                 return

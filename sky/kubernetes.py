@@ -33,6 +33,7 @@ class KubernetesBackend(BenchmarksFromHere):
     """
 
     name = "kubernetes"
+    status_fresh_s = 5.0  # one API server read per ask
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ class RecordingCloudBackend:
     """Mock of SkyPilotBackend (a cloud API cannot run here): records, never launches."""
 
     name = "recording-cloud"
+    status_fresh_s = 0.0  # the fuzz overrides the state at will: always asked
 
     def __init__(self, store: Store, *args: Any, **kwargs: Any) -> None:
         self.store = store

@@ -141,6 +141,7 @@ class LocalBackend(BenchmarksFromHere):
     """Runs the twin engine as local processes; the Backend for infra 'local'."""
 
     name = "local"
+    status_fresh_s = 0.0  # a process check: always asked
 
     def __init__(self, store: Store, log_dir: Path | None = None, ready_timeout_s: float | None = None) -> None:
         self.store = store

@@ -185,13 +185,28 @@ def _find(deployment_id: str, store: Store) -> Deployment:
     return found
 
 
+# the last status answer per deployment: (when, the stored record it answered for, the answer), in this process
+_answered: dict[str, tuple[float, str, Deployment]] = {}
+_answered_lock = threading.Lock()
+
+
 def get_deployment(deployment_id: str, store: Store | None = None, refresh: bool = True) -> Deployment:
-    """One deployment; when alive and `refresh`, its state is checked with its backend first."""
+    """One deployment; when alive and `refresh`, its state is checked with its backend first. A check younger than
+    the backend's `status_fresh_s`, for the same stored record, answers again (an agent asks every few seconds)."""
     store = store or Store()
     found = _find(deployment_id, store)
-    if refresh and found.alive and found.state != "pending":
-        return backend_for(found.infra, store).status(found)
-    return found
+    if not (refresh and found.alive and found.state != "pending"):
+        return found
+    backend = backend_for(found.infra, store)
+    record = found.model_dump_json()
+    with _answered_lock:
+        last = _answered.get(found.id)
+    if last is not None and last[1] == record and time.monotonic() - last[0] < backend.status_fresh_s:
+        return last[2]
+    answer = backend.status(found)
+    with _answered_lock:
+        _answered[found.id] = (time.monotonic(), record, answer)
+    return answer
 
 
 def list_deployments(

@@ -175,6 +175,9 @@ class Backend(Protocol):
     """What an infra must do to host deployments."""
 
     name: str
+    # how long a status answer stays good for a caller that asks again (`get_deployment`): 0 where asking is
+    # cheap (local processes); seconds where each ask is a remote call (SkyPilot: a status refresh and a job query)
+    status_fresh_s: float
 
     def launch(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
         """Start the engine under the plan; return once ready (state 'ready') or raise."""

@@ -29,6 +29,7 @@ class FakePreemptingBackend:
     """A FAKE cloud backend: its node is reclaimed during the first `preemptions` attempts."""
 
     name = "fake-cloud"
+    status_fresh_s = 0.0
 
     def __init__(self, preemptions: int) -> None:
         self.preemptions = preemptions
