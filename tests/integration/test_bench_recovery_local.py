@@ -107,8 +107,12 @@ def test_a_live_server_that_fails_is_not_relaunched(tmp_path: Path) -> None:
         _, result = benchmark_deployment(backend, dep, spec, store, "bm-dead", progress)
     finally:
         backend.teardown(store.get_deployment(dep.id) or dep)
-    # the run ends with its failed requests as its result; nothing is relaunched or run again
-    assert result.completed_requests == 1 and result.failed_requests == 3
+    # the run ends with its failed requests as its result; nothing is relaunched or run again. The kill comes when
+    # the first sample is stored, which the runner does beside the next request: on a loaded machine that request
+    # (0.05 s at this time scale) can be answered first, so what completed is counted, not assumed to be one.
+    ok = [s for s in store.samples("bm-dead") if s.ok]
+    assert result.completed_requests == len(ok) and 1 <= len(ok) <= 2
+    assert result.failed_requests == 4 - len(ok)
     assert {s.attempt for s in store.samples("bm-dead")} == {1}
     assert not any(s.interrupted for s in store.samples("bm-dead"))
     current = store.get_deployment(dep.id)

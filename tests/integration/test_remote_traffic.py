@@ -1,6 +1,10 @@
 """Everything over MCP: a traffic goal driven with `worldtune tune --mcp-url` leaves nothing in the client's
 results database (its twins, benchmarks, fleet rehearsal and record are the server's), and the session of
 docs/mcp.md "From a goal to a report with the tools alone" runs call by call against the same server.
+
+The server demands a bearer token (issue 36.2, as it does off loopback): the agent sends the one in
+$WORLDTUNE_MCP_TOKEN, and without it, or with a wrong one, the run is refused in one line before it starts. (Issue 35
+merged test_tune_rehearsal.py's remote-server tune here: one remote tuning run asserts both.)
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_cases import ok
 from test_mcp_http import mcp_http
 
@@ -48,18 +54,29 @@ def test_a_remote_traffic_goal_writes_nothing_locally_and_the_documented_session
     server_db.parent.mkdir()
     client.mkdir()
     store = Store(server_db)
-    with mcp_http(server_db) as url:
+    token = "t-" + os.urandom(8).hex()
+    with mcp_http(server_db, token_env=token) as url:
         # Every place the client could keep state is in its own folder: a local twin would log to <db folder>/logs
         # (tools/backends/local.py), a local store would be a database file there.
-        env = {**os.environ, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "WORLDTUNE_DB": str(local_db),
+        env = {**{k: v for k, v in os.environ.items() if k != "WORLDTUNE_MCP_TOKEN"},
+               "SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "WORLDTUNE_DB": str(local_db),
                "XDG_DATA_HOME": str(client / "data"), "XDG_CACHE_HOME": str(client / "cache")}  # fmt: skip
-        done = subprocess.run([str(WORLDTUNE), "tune", GOAL, "--mcp-url", url, "--yes", "--json", "--db",
-                               str(local_db)], env=env, capture_output=True, text=True, timeout=1200,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+        command = [str(WORLDTUNE), "tune", GOAL, "--mcp-url", url, "--yes", "--json", "--db", str(local_db)]
+        for given in ({}, {"WORLDTUNE_MCP_TOKEN": "wrong"}):  # refused in one line, before anything starts
+            refused = subprocess.run(command, env={**env, **given}, capture_output=True, text=True, timeout=300,
+                                     stdin=subprocess.DEVNULL)  # fmt: skip
+            said = refused.stdout + refused.stderr
+            assert refused.returncode == 2 and "Traceback" not in said, said[-3000:]
+            assert "HTTP 401" in said and "WORLDTUNE_MCP_TOKEN" in said and token not in said, said[-3000:]
+        assert store.list_runs() == [] and store.list_deployments() == []
+        done = subprocess.run(command, env={**env, "WORLDTUNE_MCP_TOKEN": token}, capture_output=True, text=True,
+                              timeout=1200, stdin=subprocess.DEVNULL)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         out = json.loads(done.stdout)
-        run = store.get_run(out["run_id"])
+        assert out["recommendation"]["plan"] and out["spend"]["deployments"] >= 1
+        run = store.get_run(out["run_id"])  # the run's record is on the server (MCP record_run / mark_run)
         assert run is not None and run["status"] == "completed", run
+        assert run["summary"]["recommendation"]["plan"] == out["recommendation"]["plan"]
         fleet = run["summary"]["fleet"]  # recorded on the server (record_fleet)
         assert fleet["rehearsal"] is not None and fleet["rehearsal"]["requests"] > 0, fleet
         assert fleet["rehearsal"] == out["fleet"]["rehearsal"]  # the one the client printed is the server's
@@ -76,12 +93,13 @@ def test_a_remote_traffic_goal_writes_nothing_locally_and_the_documented_session
         assert left in ([], ["results.db"]), left  # no twin logs, no other database; the graph's checkpoints
         assert not (client / "logs").exists()
 
-        anyio.run(documented_session, url, store)
+        anyio.run(documented_session, url, store, token)
 
 
-async def documented_session(url: str, store: Store) -> None:
-    """docs/mcp.md, step by step, with the same arguments."""
-    async with Client(url) as client:
+async def documented_session(url: str, store: Store, token: str) -> None:
+    """docs/mcp.md, step by step, with the same arguments (the bearer token sent as an IDE's MCP config would)."""
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(300.0))
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
         started = await ok(client, "start_tuning", {"goal": GOAL, "grace_s": 300})
         run_id = started["run_id"]
         status: dict[str, Any] = started

@@ -84,8 +84,12 @@ def _encode(width: int, height: int, frames: int, fps: float) -> bytes:
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         # ultrafast + zerolatency: no lookahead, no B-frames; flat frames compress to a few bytes each
         stream.options = {"preset": "ultrafast", "tune": "zerolatency"}
-        frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), 96, dtype=np.uint8), format="rgb24")
+        # converted to the stream's yuv420p once: handed rgb24, the encoder converts every frame again (~0.5 s of CPU
+        # of a 720p 189-frame clip, at every twin's start: issue 35's profile of the test suite)
+        rgb = av.VideoFrame.from_ndarray(np.full((height, width, 3), 96, dtype=np.uint8), format="rgb24")
+        frame = rgb.reformat(format="yuv420p")
         for _ in range(frames):
+            frame.pts = None  # the encoder numbers each frame it is handed (it set the last one's)
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
