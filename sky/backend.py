@@ -285,8 +285,10 @@ class SkyPilotBackend:
         # servers on loopback are asked first, the job (a remote call of seconds) only after REMOTE_CHECK_EVERY_S:
         # a first remote check at once held every local launch ~10 s past its servers' readiness (issue 35)
         asked = time.time() if local else -math.inf
+        key = self._api_key(deployment) if local else ""
         while time.time() < deadline:
-            if local and all(_answers(url + PROBE_PATH) for url in local):
+            # with the servers' key: /v1/models answers 401 without it, so the probe never saw them ready (issue 35)
+            if local and all(_answers(url + PROBE_PATH, key) for url in local):
                 return
             # the job's log and status: at every poll where only they say "ready", else every REMOTE_CHECK_EVERY_S
             if not local or time.time() - asked >= REMOTE_CHECK_EVERY_S:
@@ -408,9 +410,9 @@ class SkyPilotBackend:
             raise
 
 
-def _answers(url: str) -> bool:
-    """Whether url answers 200 (one reused client: a bare httpx.get builds a TLS context, ~10-20 ms of CPU, each
-    time; no connection is kept)."""
+def _answers(url: str, key: str = "") -> bool:
+    """Whether url answers 200, asked with the servers' API key if given (one reused client: a bare httpx.get builds
+    a TLS context, ~10-20 ms of CPU, each time; no connection is kept)."""
     import httpx
 
     global _CLIENT
@@ -418,7 +420,8 @@ def _answers(url: str) -> bool:
         if _CLIENT is None:
             _CLIENT = httpx.Client(timeout=2.0, limits=httpx.Limits(max_keepalive_connections=0))
     try:
-        return bool(_CLIENT.get(url).status_code == 200)
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        return bool(_CLIENT.get(url, headers=headers).status_code == 200)
     except httpx.HTTPError:
         return False
 
