@@ -35,6 +35,7 @@ from worldtune.agent.steps import (
     lease_hours,
     measured_figures,
     measurement_of,
+    noise_seed,
     replan,
     samples_of,
     start_s,
@@ -125,7 +126,9 @@ async def launch_lanes(
 ) -> list[tuple[Deployment, float] | str]:
     """`count` more deployments of the candidate at once (each: the deployment and its start's GPU seconds, or why
     it failed)."""
-    return list(await asyncio.gather(*(_deploy_lane(task, runtime, cand, action, options) for _ in range(count))))
+    return list(
+        await asyncio.gather(*(_deploy_lane(task, runtime, cand, action, options, f"lane {i}") for i in range(count)))
+    )
 
 
 def with_lanes_billed(update: dict[str, Any], cand: Candidate, launched: list[tuple[Deployment, float] | str]) -> (
@@ -218,8 +221,8 @@ async def launch_early(
     await asyncio.sleep(action.early_after_s / scale)  # late enough in the probe to be up when it ends
     run_s = action.expected_s + full_requests(task["goal"]) * cand.latency_s
     hours = round(max(options.hold_hours, 1.5 * run_s / scale / 3600.0), 4)
-    return list(await asyncio.gather(*(_deploy_lane(task, runtime, lane, action, options, hours)
-                                       for _ in range(action.early_lanes))))  # fmt: skip
+    return list(await asyncio.gather(*(_deploy_lane(task, runtime, lane, action, options, f"early {i}", hours)
+                                       for i in range(action.early_lanes))))  # fmt: skip
 
 
 def with_early(
@@ -257,17 +260,18 @@ def with_early(
 
 
 async def _deploy_lane(
-    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
+    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions, role: str,
     hours: float | None = None,
 ) -> tuple[Deployment, float] | str:  # fmt: skip
-    """One more deployment of the candidate for the run (its GPU seconds to start), or why it failed."""
+    """One more deployment of the candidate for the run (its GPU seconds to start), or why it failed. `role` (which
+    lane) seeds a twin's noise: every lane draws its own, the same in every run of the same decisions."""
     arguments: dict[str, Any] = {
         "gpu": cand.gpu, "plan": cand.plan, "infra": options.infra, "engine": options.engine,
         "capacity": cand.capacity, "model": task["goal"].workload.model, "twin_profile": None,
         "time_scale": options.time_scale if options.twin else None,
         "hours": hours if hours is not None else lease_hours(action, options, math.inf),
         "run_id": task["run_id"], "confirm": True,
-    }  # fmt: skip
+    } | noise_seed(options, role, cand.key, task["iteration"])  # fmt: skip
     emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra, lane=True)
     try:
         d = await deploy_with_profile(runtime, cand, arguments, options.twin_profiles(), None)

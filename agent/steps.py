@@ -20,7 +20,7 @@ from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import Outcome
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies.search import Action, Candidate, Measurement
-from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.deployment import Deployment, stable_seed
 from worldtune.tools.words.infra import Infra
 from worldtune.tools.words.offer import Offer
 from worldtune.tools.words.sample import Sample
@@ -59,6 +59,14 @@ def deployment_word(raw: dict[str, Any]) -> Deployment:
 async def get_deployment(tools: Any, deployment_id: str) -> Deployment:
     """MCP get_deployment, as the word."""
     return deployment_word(await tools.call("get_deployment", deployment_id=deployment_id))
+
+
+def noise_seed(options: TuneOptions, role: str, key: str, iteration: int) -> dict[str, int]:
+    """The deploy tool's noise_seed argument of a twin deployment (issue 39): a seed of its own per node the run
+    starts (its role in the action, the candidate, the iteration), so lanes draw independent noise, as separate
+    nodes do; and the same seeds in every run that makes the same decisions, so a rehearsal repeats. Nothing for
+    real engines."""
+    return {"noise_seed": stable_seed(role, key, iteration)} if options.twin else {}
 
 
 async def deploy_with_profile(

@@ -37,6 +37,7 @@ from worldtune.agent.steps import (
     measured_figures,
     measurement_of,
     modelled_start_s,
+    noise_seed,
     replan,
     start_s,
     teardown,
@@ -139,7 +140,7 @@ async def _started(
             "hours": lease_hours(action, options, cap_s),
             "run_id": task["run_id"],
             "confirm": True,
-        }
+        } | noise_seed(options, "first", cand.key, task["iteration"])
         # real GPUs: stop a start that uses this action's share. The twin's start is modelled (and judged below);
         # its wall time is process starts that a loaded machine slows, never GPU time: its backend bounds it.
         timeout = None if options.twin or math.isinf(cap_s) else cap_s / scale + 30

@@ -107,6 +107,7 @@ def serve_argv(deployment: Deployment, replica: ReplicaSlice, options: RenderOpt
     if deployment.engine == "twin":
         argv = [*shlex.split(options.worldtune), "twin", "--port", str(replica.port), "--gpu", deployment.gpu]
         argv += ["--plan", str(plan.single_replica()), "--time-scale", f"{deployment.time_scale:g}"]
+        argv += ["--seed", str(deployment.replica_seed(replica.index))]  # its own noise, as a separate node's
         if deployment.model != "cosmos3-super":
             argv += ["--model", deployment.model]
         if deployment.twin_profile:

@@ -141,7 +141,8 @@ def test_killed_benchmark_keeps_every_finished_sample(tmp_path: Path) -> None:
     store = Store(db)
     (row,) = store.list_benchmarks()
     samples = store.samples(row["id"])
-    assert len(reported) >= 4 and len(samples) >= len(reported) and len(samples) < 30
+    # the kill comes once 4 samples are stored; the 4th's line may not be printed yet (it reports after writing)
+    assert len(samples) >= 4 and len(samples) >= len(reported) >= 1 and len(samples) < 30
     assert all(s.ok and s.latency_s > 100 for s in samples)
     status = get_benchmark(row["id"], str(db))
     assert status.status == "failed" and "gone" in status.message

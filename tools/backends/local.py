@@ -204,8 +204,8 @@ class LocalBackend(BenchmarksFromHere):
                 cmd = [
                     sys.executable, "-m", "worldtune.cli", "twin", "--host", HOST, "--port", str(port),
                     "--gpu", deployment.gpu, "--plan", str(plan.single_replica()), "--model", deployment.model,
-                    "--time-scale", repr(deployment.time_scale), "--seed", str(i), PINNED.stage_profiler,
-                    "--cold-load" if cold else "--warm-load",
+                    "--time-scale", repr(deployment.time_scale), "--seed", str(deployment.replica_seed(i)),
+                    PINNED.stage_profiler, "--cold-load" if cold else "--warm-load",
                 ]  # fmt: skip
                 if deployment.twin_profile:
                     cmd += ["--profile", deployment.twin_profile]

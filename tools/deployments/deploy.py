@@ -122,6 +122,7 @@ def deploy(
     profile_origin: str = "cli",
     backend: Backend | None = None,
     deployment_id: str | None = None,
+    noise_seed: int | None = None,
 ) -> Deployment:
     """Start `plan` on `gpu` under `engine` on `infra`; return the deployment once ready (or raise).
 
@@ -133,6 +134,8 @@ def deploy(
     one the caller configured (the CLI's render options); else the infra's default.
     """
     store = store or Store()
+    if noise_seed is not None and engine != "twin":
+        raise InvalidInput("noise_seed", noise_seed, "no noise_seed with engine vllm-omni (a twin's noise only)")
     spend = quote_deploy(
         gpu, plan, infra, engine, capacity, model, hours, run_id, usd_per_hour, store,
         time_scale=time_scale, twin_profile=twin_profile,
@@ -160,6 +163,7 @@ def deploy(
         committed_usd=spend.expected_usd,
         twin_profile=str(truth_path) if truth_path else None,
         time_scale=float(time_scale),
+        noise_seed=noise_seed,
         state="pending",
     )
     host = backend or backend_for(str(where), store)

@@ -36,6 +36,7 @@ from worldtune.tools.mcp.common import (
 from worldtune.tools.mcp.session import session_of
 from worldtune.tools.plans.spend import SpendQuote
 from worldtune.tools.words.deployment import Deployment, Progress
+from worldtune.tools.words.errors import InvalidInput
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp.session import Session
@@ -109,6 +110,10 @@ async def deploy(
     run_id: Annotated[str | None, Field(description="tuning run that owns the deployment")] = None,
     confirm: ConfirmArg = False,
     usd_per_hour: UsdPerHourArg = None,
+    noise_seed: Annotated[
+        int | None,
+        Field(ge=0, lt=2**62, description="twin only: seed of its run-to-run noise (default: its own, from its id)"),
+    ] = None,
 ) -> DeployOutcome:
     """Start a plan on an infra with an engine and wait until it is ready; returns the deployment and its endpoints.
 
@@ -120,6 +125,9 @@ async def deploy(
     session = session_of(ctx)
     from worldtune.tools.plans.spend import needs_confirmation
 
+    if noise_seed is not None and engine != "twin":  # refused before anything is quoted or started
+        with refusals():
+            raise InvalidInput("noise_seed", noise_seed, "no noise_seed with engine vllm-omni (a twin's noise only)")
     spend = quote_or_refuse(
         session, "deploy", gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
         hours=hours, run_id=run_id, usd_per_hour=usd_per_hour, time_scale=time_scale, twin_profile=twin_profile,
@@ -136,6 +144,7 @@ async def deploy(
                 caller_gone, gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
                 twin_profile=twin_profile, time_scale=time_scale, run_id=run_id, store=session.store,
                 progress=progress, hours=hours, usd_per_hour=usd_per_hour, profile_origin=session.origin,
+                noise_seed=noise_seed,
             )  # fmt: skip
 
     await ctx.report_progress(0.0, 1.0, f"deploying {spend.plan} on {infra} ({engine})")

@@ -8,6 +8,7 @@ nothing is ever left running unnoticed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import time
@@ -35,6 +36,12 @@ Progress = Callable[[str, float | None], None]  # (message, fraction done or Non
 
 def new_deployment_id() -> str:
     return f"wt-{secrets.token_hex(4)}"
+
+
+def stable_seed(*parts: object) -> int:
+    """A seed in [0, 2^62) from `parts`, the same in every process and run (sha256 of their text, not hash())."""
+    digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 2
 
 
 # The environment variable (and SkyPilot secret) that carries a public server's API key: `vllm serve --api-key`
@@ -81,6 +88,11 @@ class Deployment(BaseModel):
     cluster: str | None = Field(default=None, description="SkyPilot cluster / Kubernetes name / local pid group")
     twin_profile: str | None = Field(default=None, description="profile file the twin engine runs with")
     time_scale: float = Field(default=1.0, gt=0, description="twin only: sleeps divided by this")
+    noise_seed: int | None = Field(
+        default=None, ge=0, lt=2**63,
+        description="twin only: the seed of its run-to-run noise (replica i draws from noise_seed + i); None: one "
+        "drawn from the deployment's id, so every deployment draws its own noise, as separate nodes do",
+    )  # fmt: skip
     created_at: float = Field(default_factory=time.time)
     ready_at: float | None = None
     modelled_load_s: float | None = Field(
@@ -94,6 +106,10 @@ class Deployment(BaseModel):
     loads: int = Field(default=0, ge=0, description="engine starts on this node: the first is cold, later ones warm")
     previous_plans: list[str] = Field(default_factory=list, description="plans it ran before a replan, oldest first")
     replanned_at: float | None = Field(default=None, description="when the current plan's restart began")
+
+    def replica_seed(self, replica: int) -> int:
+        """The twin's noise seed of replica `replica`: independent from every other deployment's (issue 39)."""
+        return (self.noise_seed if self.noise_seed is not None else stable_seed(self.id)) + replica
 
     @property
     def alive(self) -> bool:
