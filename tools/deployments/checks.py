@@ -11,10 +11,11 @@ started or spent. Each refusal is an InvalidInput naming the field, the value an
     capacity on infra      Infra.capacities: Slurm on-demand only (SkyPilot has no spot or SkyServe there); no
                            serverless on Kubernetes (it is SkyServe); local twins rehearse any offer's capacity
     engine on infra        vllm-omni needs GPUs: not on infra local
-    time_scale, twin_profile   a finite positive time scale; both only with engine twin
+    time_scale, twin_profile, noise_seed   a finite positive time scale; all three only with engine twin
     plan                   parsed, then valid for the GPU and model by vLLM-Omni's rules and memory
 
-    check_deploy_inputs(gpu, plan, infra, engine, capacity, model, time_scale=1.0, twin_profile=None) -> DeployInputs
+    check_deploy_inputs(gpu, plan, infra, engine, capacity, model, time_scale=1.0, twin_profile=None,
+                        noise_seed=None) -> DeployInputs
 """
 
 from __future__ import annotations
@@ -74,13 +75,15 @@ def _fits_infra(where: Infra, engine: str, capacity: str) -> None:
         )  # fmt: skip
 
 
-def _twin_only(engine: str, time_scale: float, twin_profile: str | None) -> float:
-    """The time scale, checked: finite and positive; it and a twin profile are only for engine twin."""
+def _twin_only(engine: str, time_scale: float, twin_profile: str | None, noise_seed: int | None) -> float:
+    """The time scale, checked: finite and positive; it, a twin profile and a noise seed are only for engine twin."""
     scale = finite("time_scale", time_scale, TIME_SCALE)
     if not scale > 0:
         raise InvalidInput("time_scale", time_scale, TIME_SCALE)
     if engine == "vllm-omni" and (twin_profile or scale != 1.0):
         raise InvalidInput("twin_profile/time_scale", twin_profile or time_scale, "only with engine twin")
+    if engine == "vllm-omni" and noise_seed is not None:
+        raise InvalidInput("noise_seed", noise_seed, "no noise_seed with engine vllm-omni (a twin's noise only)")
     return scale
 
 
@@ -104,6 +107,7 @@ def check_deploy_inputs(
     model: str = "cosmos3-super",
     time_scale: float = 1.0,
     twin_profile: str | None = None,
+    noise_seed: int | None = None,
 ) -> DeployInputs:
     """Every check a deploy's inputs get, whoever deploys (dry run, real deploy, MCP, agent); the parsed words."""
     spec = get_gpu(gpu)
@@ -114,6 +118,6 @@ def check_deploy_inputs(
         raise one_of("capacity", capacity, CAPACITIES)
     where = _infra(infra)
     _fits_infra(where, engine, capacity)
-    scale = _twin_only(engine, time_scale, twin_profile)
+    scale = _twin_only(engine, time_scale, twin_profile, noise_seed)
     parsed = _valid_plan(plan, spec, model_spec)
     return DeployInputs(spec, model_spec, parsed, where, engine, capacity, scale)

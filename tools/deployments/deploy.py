@@ -4,10 +4,10 @@ Public API (plain, typed, pydantic out; the MCP server and the agent call these)
 
     quote_deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
                  hours=1.0, run_id=None, usd_per_hour=None, store=None, action="deploy", time_scale=1.0,
-                 twin_profile=None) -> SpendQuote   # checks, starts nothing
+                 twin_profile=None, noise_seed=None) -> SpendQuote   # checks, starts nothing
     deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
            twin_profile=None, time_scale=1.0, run_id=None, store=None, progress=None, hours=1.0,
-           usd_per_hour=None, profile_origin="cli") -> Deployment
+           usd_per_hour=None, profile_origin="cli", noise_seed=None) -> Deployment
     get_deployment(deployment_id, store=None, refresh=True) -> Deployment
     list_deployments(run_id=None, alive_only=False, store=None) -> list[Deployment]
     teardown(deployment_id, store=None) -> Deployment
@@ -88,6 +88,7 @@ def quote_deploy(
     action: str = "deploy",
     time_scale: float = 1.0,
     twin_profile: str | None = None,
+    noise_seed: int | None = None,
 ) -> SpendQuote:
     """What `deploy` with these arguments would commit, refused now if a guardrail would refuse it then.
 
@@ -96,7 +97,7 @@ def quote_deploy(
     memory) and the commitment against the guardrails, counting every live deployment in the Store.
     """
     store = store or Store()
-    inputs = check_deploy_inputs(gpu, plan, infra, engine, capacity, model, time_scale, twin_profile)
+    inputs = check_deploy_inputs(gpu, plan, infra, engine, capacity, model, time_scale, twin_profile, noise_seed)
     spend = quote(
         action, inputs.gpu.name, str(inputs.plan), infra=str(inputs.infra), capacity=capacity,
         model=inputs.model.key, hours=hours, usd_per_hour=usd_per_hour,
@@ -134,11 +135,9 @@ def deploy(
     one the caller configured (the CLI's render options); else the infra's default.
     """
     store = store or Store()
-    if noise_seed is not None and engine != "twin":
-        raise InvalidInput("noise_seed", noise_seed, "no noise_seed with engine vllm-omni (a twin's noise only)")
     spend = quote_deploy(
         gpu, plan, infra, engine, capacity, model, hours, run_id, usd_per_hour, store,
-        time_scale=time_scale, twin_profile=twin_profile,
+        time_scale=time_scale, twin_profile=twin_profile, noise_seed=noise_seed,
     )  # fmt: skip
     where = Infra.parse(spend.infra)
     truth_path = None
@@ -202,6 +201,8 @@ def get_deployment(deployment_id: str, store: Store | None = None, refresh: bool
     if not (refresh and found.alive and found.state != "pending"):
         return found
     backend = backend_for(found.infra, store)
+    if backend.status_fresh_s <= 0:  # asking is cheap: nothing to remember
+        return backend.status(found)
     record = found.model_dump_json()
     with _answered_lock:
         last = _answered.get(found.id)

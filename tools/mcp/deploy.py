@@ -36,7 +36,6 @@ from worldtune.tools.mcp.common import (
 from worldtune.tools.mcp.session import session_of
 from worldtune.tools.plans.spend import SpendQuote
 from worldtune.tools.words.deployment import Deployment, Progress
-from worldtune.tools.words.errors import InvalidInput
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp.session import Session
@@ -125,12 +124,10 @@ async def deploy(
     session = session_of(ctx)
     from worldtune.tools.plans.spend import needs_confirmation
 
-    if noise_seed is not None and engine != "twin":  # refused before anything is quoted or started
-        with refusals():
-            raise InvalidInput("noise_seed", noise_seed, "no noise_seed with engine vllm-omni (a twin's noise only)")
     spend = quote_or_refuse(
         session, "deploy", gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
         hours=hours, run_id=run_id, usd_per_hour=usd_per_hour, time_scale=time_scale, twin_profile=twin_profile,
+        noise_seed=noise_seed,
     )  # fmt: skip
     if needs_confirmation(infra, engine) and not confirm:
         return DeployOutcome(done=False, needs_confirmation=True, message=would(spend, f"deploy {engine}"), quote=spend)

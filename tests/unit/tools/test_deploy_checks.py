@@ -85,6 +85,25 @@ def test_the_mcp_deploy_tool_refuses_with_the_same_message(tmp_path: Path) -> No
     assert Store(tmp_path / "w.db").list_deployments() == []
 
 
+def test_a_noise_seed_is_for_twins_only_in_the_one_set_of_checks(tmp_path: Path) -> None:
+    """noise_seed is twin-only like time_scale and twin_profile: the quote, the deploy and the MCP tool refuse it for
+    vllm-omni with the same words, before anything is quoted as a commitment or started."""
+    arguments = {**BASE, "infra": "nebius", "engine": "vllm-omni", "noise_seed": 3}
+    store = Store(tmp_path / "w.db")
+    quoted = refusal(deploying.quote_deploy, **arguments, store=store)
+    real = refusal(deploying.deploy, **arguments, store=store)
+    assert quoted.field == real.field == "noise_seed" and str(quoted) == str(real)
+
+    async def main() -> str:
+        async with Client(build_server(str(tmp_path / "w.db"))) as client:
+            result = await client.call_tool("deploy", arguments)  # unconfirmed: refused before the quote
+            assert result.is_error
+            return " ".join(getattr(c, "text", "") for c in result.content)
+
+    assert str(quoted) in anyio.run(main)
+    assert store.list_deployments() == [] and store.ledger() == []
+
+
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "real"])
 def test_worldtune_deploy_says_the_same_with_and_without_dry_run(tmp_path: Path, dry_run: bool) -> None:
     bad = {"gpu": "H200", "plan": "cfg2-u4-hsdp8", "infra": "slurm/x", "engine": "twin", "capacity": "spot"}
