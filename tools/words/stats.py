@@ -14,6 +14,7 @@ modelled bound, never a measured p95.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Literal
@@ -46,12 +47,8 @@ def samples_needed(q: float, confidence: float = CLAIM_CONFIDENCE) -> int:
 
 def quantile_interval(sorted_data: np.ndarray, q: float, level: float = CI_LEVEL) -> Interval:
     """Distribution-free interval for the q-quantile from order statistics (binomial ranks)."""
-    from scipy import stats
-
     n = int(sorted_data.size)
-    alpha = 1.0 - level
-    lo_rank = int(stats.binom.ppf(alpha / 2, n, q))  # 1-based rank of the lower order statistic
-    hi_rank = int(stats.binom.ppf(1 - alpha / 2, n, q)) + 1
+    lo_rank, hi_rank = _interval_ranks(n, q, level)
     low = float(sorted_data[lo_rank - 1]) if lo_rank >= 1 else None
     high = float(sorted_data[hi_rank - 1]) if hi_rank <= n else None
     return Interval(low=low, high=high, level=level)
@@ -60,17 +57,33 @@ def quantile_interval(sorted_data: np.ndarray, q: float, level: float = CI_LEVEL
 def order_statistic_upper(values: Sequence[float], q: float, confidence: float = CLAIM_CONFIDENCE) -> float | None:
     """Distribution-free upper bound on the q-quantile at `confidence`: X_(k), the smallest k with
     P(Binomial(n, q) <= k - 1) >= confidence. None when n < samples_needed(q, confidence)."""
-    from scipy import stats
-
     data = np.sort(np.asarray([v for v in values if math.isfinite(v)], dtype=float))
     n = int(data.size)
     if n == 0 or n < samples_needed(q, confidence):
         return None
-    ranks = np.arange(1, n + 1)
-    ok = stats.binom.cdf(ranks - 1, n, q) >= confidence - 1e-12
-    if not ok.any():
-        return None
-    return float(data[int(np.argmax(ok))])
+    rank = _upper_rank(n, q, confidence)
+    return None if rank is None else float(data[rank - 1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _interval_ranks(n: int, q: float, level: float) -> tuple[int, int]:
+    """1-based ranks of the order statistics bounding the q-quantile of n samples at `level` (binomial ranks).
+    A function of (n, q, level) alone, so kept: scipy's binom.ppf costs ~0.1 ms a call and the search asks for
+    the same few ranks at every decision."""
+    from scipy import stats
+
+    alpha = 1.0 - level
+    return int(stats.binom.ppf(alpha / 2, n, q)), int(stats.binom.ppf(1 - alpha / 2, n, q)) + 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _upper_rank(n: int, q: float, confidence: float) -> int | None:
+    """The smallest 1-based k with P(Binomial(n, q) <= k - 1) >= confidence, None when no k <= n is (kept as
+    _interval_ranks is)."""
+    from scipy import stats
+
+    ok = stats.binom.cdf(np.arange(n), n, q) >= confidence - 1e-12
+    return int(np.argmax(ok)) + 1 if ok.any() else None
 
 
 def parametric_name(percentile: int, confidence: float = TOLERANCE_CONFIDENCE) -> str:

@@ -207,3 +207,31 @@ def test_a_sample_is_stored_as_the_loop_wrote_it_and_read_back_typed(tmp_path: P
     assert probe.latency_s == 26.5 and probe.server_time_s == 25.0 and probe.queue_ahead is None
     assert full.error_kind == "client_timeout" and full.record() == bodies[1]
     assert probe.record() == written  # unknown keys survive a round trip
+
+
+def test_a_kept_connection_follows_the_file_not_the_name(tmp_path: Path) -> None:
+    """Each thread keeps its connection to a file; a file removed and created again under the same name is another
+    file: its tables are made again and nothing of the old one is read through a stale connection."""
+    import threading
+
+    from worldtune.tools.store import schema
+
+    path = tmp_path / "w.db"
+    store = Store(path)
+    store.create_benchmark("old", {"steps": 4})
+    assert store.get_benchmark("old") is not None
+    for name in ("w.db", "w.db-wal", "w.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    again = Store(path)  # the tables are ensured again for the new file
+    assert again.get_benchmark("old") is None and store.get_benchmark("old") is None
+    again.create_benchmark("new", {"steps": 4})
+    with sqlite3.connect(path) as db:  # written to the new file, which another connection reads
+        assert [r[0] for r in db.execute("SELECT id FROM benchmarks")] == ["new"]
+    seen: list[bool] = []  # another thread has its own connection and sees the committed row
+    thread = threading.Thread(target=lambda: seen.append(Store(path).get_benchmark("new") is not None))
+    thread.start()
+    thread.join()
+    assert seen == [True]
+    for i in range(schema.KEPT_PER_THREAD + 3):  # a thread keeps a bounded number of files open
+        Store(tmp_path / f"many{i}.db").get_benchmark("x")
+    assert len(schema._KEPT.conns) == schema.KEPT_PER_THREAD
