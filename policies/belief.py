@@ -14,6 +14,7 @@ New Profile fields slot in by adding a line to LEARNABLE; a line whose field the
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -158,11 +159,11 @@ class Posterior(BaseModel):
         model_copy skips validation on purpose: the finite-difference steps may sit a hair past a bound.
         """
         xs: list[float] = list(self.mean) if x is None else x.tolist()  # the same floats float(v) would give
-        exp = math.exp  # _from_x, inlined: the search builds this profile ~100,000 times a run
-        update = {
-            n: exp(v) if t == "log" else 1.0 - exp(v) for n, v, t in zip(self.names, xs, self.transforms, strict=True)
-        }
-        return prior.model_copy(update=update)
+        # _from_x, inlined: the search builds this profile ~100,000 times a run
+        values = list(map(math.exp, xs))
+        for i in _log1m_at(tuple(self.transforms)):
+            values[i] = 1.0 - values[i]
+        return prior.model_copy(update=dict(zip(self.names, values, strict=True)))
 
     def summary(self, top: int = 6) -> str:
         """The parameters that moved most from the prior (in prior sigmas), with their posterior sd."""
@@ -176,6 +177,12 @@ class Posterior(BaseModel):
             value = _from_x(float(mean[i]), self.transforms[i])
             parts.append(f"{self.names[i]} {value:.4g} ({z[i]:+.1f} prior sd, ±{sd[i]:.0%})")
         return ", ".join(parts) or "as the prior"
+
+
+@functools.lru_cache(maxsize=16)
+def _log1m_at(transforms: tuple[Transform, ...]) -> tuple[int, ...]:
+    """Where coordinates are log(1 - value) rather than log(value)."""
+    return tuple(i for i, t in enumerate(transforms) if t == "log1m")
 
 
 def prior_posterior(prior: Profile) -> Posterior:
@@ -237,9 +244,25 @@ _CACHE: dict[tuple[object, ...], Predictive] = {}
 _CACHE_SIZE = 20_000
 
 
+_DUMPED: dict[int, tuple[BaseModel, str]] = {}  # id -> (the frozen model, its JSON), held so its id stays its own
+
+
+def _dumped(model: BaseModel) -> str:
+    """A frozen model's JSON, computed once per object (a profile's is ~30 us; the search keys every prediction by
+    its profile and workload, tens of thousands of times a run)."""
+    found = _DUMPED.get(id(model))
+    if found is not None and found[0] is model:
+        return found[1]
+    if len(_DUMPED) >= 256:
+        _DUMPED.clear()
+    text = model.model_dump_json()
+    _DUMPED[id(model)] = (model, text)
+    return text
+
+
 def predictive(post: Posterior, prior: Profile, workload: Workload, plan: Plan) -> Predictive:
     """The plan's prediction at the MAP and its sensitivities (cached: they depend on the MAP, not the covariance)."""
-    key = (post.gpu, tuple(post.mean), str(plan), workload.model_dump_json(), prior.model_dump_json())
+    key = (post.gpu, tuple(post.mean), str(plan), _dumped(workload), _dumped(prior))
     found = _CACHE.get(key)
     if found is None:
         if len(_CACHE) >= _CACHE_SIZE:

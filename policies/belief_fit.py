@@ -53,24 +53,31 @@ def _quantity(p: perf_model.Prediction | perf_model.Timing, quantity: str) -> fl
     return p.latency_s
 
 
-def _log_errors(post: Posterior, prior: Profile, obs: list[Observation], x: np.ndarray) -> np.ndarray:
-    profile = post.profile(prior, x)
-    timings: dict[tuple[str, Workload], perf_model.Timing] = {}  # a probe's two quantities are one timing
-    out = []
-    for o in obs:
-        timing = timings.get((o.plan, o.workload))
-        if timing is None:
-            timing = timings[(o.plan, o.workload)] = perf_model.timing(o.workload, Plan.parse(o.plan), profile)
-        out.append(math.log(max(_quantity(timing, o.quantity), 1e-9)) - math.log(o.value))
-    return np.asarray(out)
+class _Data:
+    """The observations of one fit, laid out once for the hundreds of evaluations its least squares make: each
+    distinct (plan, workload) parsed once (a probe's two quantities are one timing), the logs of the measured
+    values and the squared measurement sigmas as the residuals use them."""
+
+    def __init__(self, prior: Profile, obs: list[Observation]) -> None:
+        self.prior, self.obs = prior, obs
+        pairs: dict[tuple[str, Workload], int] = {}
+        self.rows: list[tuple[int, str, float]] = []  # (pair, quantity, log of the measured value)
+        for o in obs:
+            pair = pairs.setdefault((o.plan, o.workload), len(pairs))
+            self.rows.append((pair, o.quantity, math.log(o.value)))
+        self.pairs = [(Plan.parse(plan), workload) for plan, workload in pairs]
+        self.sigma_sq = np.square([o.rel_sigma for o in obs])
 
 
-def _residuals(
-    post: Posterior, prior: Profile, obs: list[Observation], x: np.ndarray, model_error: float
-) -> np.ndarray:
-    sigma = np.sqrt(np.square([o.rel_sigma for o in obs]) + model_error**2)
-    data = _log_errors(post, prior, obs, x) / sigma
-    return np.concatenate([data, _prior_residuals(post, x)])
+def _log_errors(post: Posterior, data: _Data, x: np.ndarray) -> np.ndarray:
+    profile = post.profile(data.prior, x)
+    timings = [perf_model.timing(workload, plan, profile) for plan, workload in data.pairs]
+    return np.asarray([math.log(max(_quantity(timings[i], q), 1e-9)) - value for i, q, value in data.rows])
+
+
+def _residuals(post: Posterior, data: _Data, x: np.ndarray, model_error: float) -> np.ndarray:
+    sigma = np.sqrt(data.sigma_sq + model_error**2)
+    return np.concatenate([_log_errors(post, data, x) / sigma, _prior_residuals(post, x)])
 
 
 def _prior_residuals(post: Posterior, x: np.ndarray) -> np.ndarray:
@@ -92,18 +99,19 @@ def fit(prior: Profile, obs: list[Observation], start: Posterior | None = None) 
     x0 = np.asarray(start.mean if start is not None and start.names == base.names else base.mean)
     x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
     model_error = start.model_error if start is not None else MODEL_ERROR
-    found = [_solve(base, prior, obs, x0, model_error)]
+    data = _Data(prior, obs)
+    found = [_solve(base, data, x0, model_error)]
     # A local fit can explain a far-off mechanism by small moves of many others (the gradient of a fast link's
     # share is tiny at the prior), and one measurement can often be explained in more than one way: fit again
     # from starts where one relevant coordinate alone explains the data, and keep every distinct mode.
-    starts = _restarts(base, prior, obs, found[0], model_error)
+    starts = _restarts(base, data, found[0], model_error)
     if start is not None and start.names == base.names:  # explanations the last fit kept stay in the running
         starts += [np.clip(np.asarray(m.mean), lower + 1e-9, upper - 1e-9) for m in start.alternatives]
     for xs in starts:
-        found.append(_solve(base, prior, obs, xs, model_error))
+        found.append(_solve(base, data, xs, model_error))
     main = min(found, key=lambda r: r.cost)
-    model_error = _model_error(_log_errors(base, prior, obs, main.x), obs)
-    modes = _modes(base, prior, obs, found, model_error)
+    model_error = _model_error(_log_errors(base, data, main.x), obs)
+    modes = _modes(base, data, found, model_error)
     best = modes[0]
     alternatives = [m for m in modes[1:] if m.weight >= MODE_MIN_WEIGHT * best.weight]
     total = best.weight + sum(m.weight for m in alternatives)
@@ -120,16 +128,16 @@ def fit(prior: Profile, obs: list[Observation], start: Posterior | None = None) 
     )
 
 
-def _solve(base: Posterior, prior: Profile, obs: list[Observation], x: np.ndarray, e: float) -> Any:
+def _solve(base: Posterior, data: _Data, x: np.ndarray, e: float) -> Any:
     from scipy.optimize import least_squares
 
     lower, upper = np.asarray(base.lower), np.asarray(base.upper)
     return least_squares(
-        lambda v: _residuals(base, prior, obs, v, e), x, bounds=(lower, upper), x_scale=np.asarray(base.prior_sd)
+        lambda v: _residuals(base, data, v, e), x, bounds=(lower, upper), x_scale=np.asarray(base.prior_sd)
     )
 
 
-def _modes(base: Posterior, prior: Profile, obs: list[Observation], found: list[Any], e: float) -> list[Mode]:
+def _modes(base: Posterior, data: _Data, found: list[Any], e: float) -> list[Mode]:
     """Distinct local MAPs refitted at the model error e, best first, each weighted by its Laplace evidence
     exp(-cost) sqrt(det cov) (unnormalised; the caller normalises)."""
     sd = np.asarray(base.prior_sd)
@@ -137,7 +145,7 @@ def _modes(base: Posterior, prior: Profile, obs: list[Observation], found: list[
     for r in sorted(found, key=lambda r: r.cost):
         if any(np.max(np.abs(r.x - np.asarray(m.mean)) / sd) < MODE_DISTANCE for m in modes):
             continue
-        r = _solve(base, prior, obs, r.x, e)
+        r = _solve(base, data, r.x, e)
         if any(np.max(np.abs(r.x - np.asarray(m.mean)) / sd) < MODE_DISTANCE for m in modes):
             continue
         jac = np.asarray(r.jac)
@@ -149,7 +157,7 @@ def _modes(base: Posterior, prior: Profile, obs: list[Observation], found: list[
     return sorted(modes, key=lambda m: -m.weight)
 
 
-def _restarts(base: Posterior, prior: Profile, obs: list[Observation], result: Any, model_error: float) -> list[Any]:
+def _restarts(base: Posterior, data: _Data, result: Any, model_error: float) -> list[Any]:
     """Starts for refits, one per hypothesis: from the prior, each coordinate the data depend on alone fitted over
     a wide range (a grid, then a bounded scalar search), and each pair of the coordinates that had to move far
     (a coarse 2-D grid: a mechanism hidden behind a max(), like ring passing under attention, only shows once a
@@ -158,10 +166,10 @@ def _restarts(base: Posterior, prior: Profile, obs: list[Observation], result: A
 
     lower, upper = np.asarray(base.lower), np.asarray(base.upper)
     mean, sd = np.asarray(base.mean, dtype=float), np.asarray(base.prior_sd)
-    relevant = [int(i) for i in np.flatnonzero(np.abs(np.asarray(result.jac)[: len(obs)]).max(axis=0) > 1e-9)]
+    relevant = [int(i) for i in np.flatnonzero(np.abs(np.asarray(result.jac)[: len(data.obs)]).max(axis=0) > 1e-9)]
 
     def cost(x: np.ndarray) -> float:
-        return 0.5 * float(np.sum(_residuals(base, prior, obs, x, model_error) ** 2))
+        return 0.5 * float(np.sum(_residuals(base, data, x, model_error) ** 2))
 
     def span(i: int) -> tuple[float, float]:
         return max(lower[i] + 1e-9, mean[i] - RESTART_SPAN), min(upper[i] - 1e-9, mean[i] + RESTART_SPAN)

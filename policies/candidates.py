@@ -115,12 +115,23 @@ def _plans_for(state: SearchState, gpu: str, gpu_count: int) -> list[Plan]:
     return [Plan.parse(p) for p in plans]
 
 
-def _mixture_sd(post: belief.Posterior, preds: list[belief.Predictive]) -> float:
+class _Modes:
+    """A posterior's modes as one assessment reads them for every plan: each mode's posterior, its covariance as an
+    array and the weights (built once per GPU type, not once per plan: a mode's covariance is 28 x 28 floats)."""
+
+    def __init__(self, post: belief.Posterior) -> None:
+        modes = post.modes()
+        self.posteriors = [post.at(m) for m in modes]
+        self.covs = [np.asarray(m.cov) for m in modes]
+        self.weights = np.asarray([m.weight for m in modes])
+        self.model_error = post.model_error
+
+
+def _mixture_sd(modes: _Modes, preds: list[belief.Predictive]) -> float:
     """Relative sd of a plan's latency over every mode: within-mode variance plus the spread of the modes' means."""
-    modes = post.modes()
     means = np.asarray([p.log_latency for p in preds])
-    variances = np.asarray([p.sd(np.asarray(m.cov), post.model_error) ** 2 for p, m in zip(preds, modes, strict=True)])
-    w = np.asarray([m.weight for m in modes])
+    variances = np.asarray([p.sd(cov, modes.model_error) ** 2 for p, cov in zip(preds, modes.covs, strict=True)])
+    w = modes.weights
     mean = float(w @ means)
     return math.sqrt(max(float(w @ (variances + (means - mean) ** 2)), 0.0))
 
@@ -148,17 +159,21 @@ def assess(state: SearchState) -> list[Assessed]:
     here = _run_families(state)
     cache: dict[tuple[str, str], list[belief.Predictive]] = {}
     out: list[Assessed] = []
+    by_gpu: dict[str, tuple[belief.Posterior, _Modes]] = {}
     for offer in state.offers:
-        post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
+        if offer.gpu not in by_gpu:
+            post = state.posterior(offer.gpu)
+            by_gpu[offer.gpu] = (post, _Modes(post))
+        (post, modes), prior = by_gpu[offer.gpu], state.beliefs[offer.gpu]
         for plan in _plans_for(state, offer.gpu, offer.gpu_count):
             key = candidate_key(offer, str(plan))
             preds = cache.get((offer.gpu, str(plan)))
             if preds is None:
-                preds = [belief.predictive(post.at(m), prior, goal.workload, plan) for m in post.modes()]
+                preds = [belief.predictive(at, prior, goal.workload, plan) for at in modes.posteriors]
                 cache[(offer.gpu, str(plan))] = preds
             main = preds[0]
             extra = family_sd(offer.gpu, plan, here.get(offer.gpu, set()))
-            sigma = math.hypot(_mixture_sd(post, preds), extra)
+            sigma = math.hypot(_mixture_sd(modes, preds), extra)
             cand = _candidate(goal, offer, main.prediction, prior, sigma, key)
             cand = _with_measurements(goal, cand, measured.get(hardware_key(key), []), prior)
             if cand.stage == "predicted":

@@ -143,54 +143,101 @@ def _step_total(parts: StepParts) -> float:
     return (linear + attention) + (ulysses + tp + ring + hsdp + cfg) + overhead
 
 
-def _step_parts(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> StepParts:
+@dataclass(frozen=True)
+class _Shape:
+    """What a step moves and computes for one (model, workload, plan), whatever the profile: the search times the
+    same few shapes under ~100,000 profiles a run, so these are worked out once (the same expressions, in the same
+    order, as the step's time had them inline)."""
+
+    passes: int  # forward passes each GPU group runs per step
+    tokens_per_gpu: int
+    linear_flops: float
+    attention_flops: float
+    ulysses_bus: float  # bytes of the two all-to-alls, on the bus
+    ulysses_pack_gb: float  # GB the head (un)packing reads and writes
+    tp_bus: float
+    ring_bytes: float
+    ring_merge_gelem: float
+    hsdp_bus: float
+    cfg_bus: float
+    scale: int  # passes x layers
+
+
+_SHAPES: dict[tuple[int, int, int], tuple[ModelSpec, Workload, Plan, _Shape]] = {}  # ids -> (the objects, shape)
+
+
+def _shape(spec: ModelSpec, workload: Workload, plan: Plan) -> _Shape:
+    """The step's shape of these three frozen objects (held here, so their ids stay theirs while cached)."""
+    key = (id(spec), id(workload), id(plan))
+    found = _SHAPES.get(key)
+    if found is not None and found[0] is spec and found[1] is workload and found[2] is plan:
+        return found[3]
+    if len(_SHAPES) >= 4096:
+        _SHAPES.clear()
     g = spec.generator
     branches = workload.cfg_branches
-    passes = max(1, branches // plan.cfg)  # forward passes each GPU group runs per step
     sp = plan.sequence_parallel
     tokens = workload.video_tokens
     keys = tokens + workload.prompt_tokens
     tokens_per_gpu = math.ceil(tokens / sp)
     q_dim, kv_dim = g.q_heads * g.head_dim, g.kv_heads * g.head_dim
+    # q, k, v scattered to head groups before attention, the output gathered back after it
+    moved = sum(ulysses_bytes(g, tokens_per_gpu)) / plan.tp if plan.ulysses > 1 else 0.0
+    # two all-reduces of the hidden state per layer (after attention and after the MLP)
+    tp_bus = 2 * bus_bytes("allreduce", tp_allreduce_bytes(g, tokens_per_gpu), plan.tp) if plan.tp > 1 else 0.0
+    chunk = (tokens / sp) * 2 * kv_dim / plan.tp * memory.BYTES_BF16
+    passes = max(1, branches // plan.cfg)
+    shape = _Shape(
+        passes=passes,
+        tokens_per_gpu=tokens_per_gpu,
+        linear_flops=2.0 * tokens_per_gpu * g.params_per_layer / plan.tp,
+        attention_flops=4.0 * tokens * keys * q_dim / (sp * plan.tp),
+        ulysses_bus=bus_bytes("a2a", moved, plan.ulysses) if plan.ulysses > 1 else 0.0,
+        ulysses_pack_gb=4 * moved / 1e9,
+        tp_bus=tp_bus,
+        ring_bytes=chunk * (plan.ring - 1),
+        # each extra hop merges a partial output by log-sum-exp (fp32, memory-bound)
+        ring_merge_gelem=(plan.ring - 1) * (tokens_per_gpu * q_dim / plan.tp) / 1e9,
+        hsdp_bus=bus_bytes("allgather", hsdp_gather_bytes(g, plan.fp8), plan.hsdp) if plan.hsdp > 1 else 0.0,
+        cfg_bus=bus_bytes("allgather", cfg_gather_bytes(tokens), branches) if plan.cfg > 1 and branches > 1 else 0.0,
+        scale=passes * g.layers,
+    )
+    _SHAPES[key] = (spec, workload, plan, shape)
+    return shape
 
-    linear_flops = 2.0 * tokens_per_gpu * g.params_per_layer / plan.tp
-    linear_rate = _rate(profile.linear_tflops, tokens_per_gpu, profile)
+
+def _step_parts(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profile) -> StepParts:
+    shape = _shape(spec, workload, plan)
+    linear_rate = _rate(profile.linear_tflops, shape.tokens_per_gpu, profile)
     if plan.fp8:
         linear_rate *= profile.fp8_linear_speedup
-    attention_flops = 4.0 * tokens * keys * q_dim / (sp * plan.tp)
-    attention_rate = _rate(profile.attn_tflops, tokens_per_gpu, profile) * attention_factor(plan, profile)
+    attention_rate = _rate(profile.attn_tflops, shape.tokens_per_gpu, profile) * attention_factor(plan, profile)
     if plan.ring > 1:
         attention_rate *= profile.ring_chunk_efficiency  # r calls over key chunks run below one call's rate
-    linear_s = linear_flops / linear_rate
-    attention_s = attention_flops / attention_rate
+    linear_s = shape.linear_flops / linear_rate
+    attention_s = shape.attention_flops / attention_rate
     compute_layer_s = linear_s + attention_s
 
     ulysses_s = tp_s = ring_s = hsdp_s = 0.0
     if plan.ulysses > 1:
-        # q, k, v scattered to head groups before attention, the output gathered back after it
-        moved = sum(ulysses_bytes(g, tokens_per_gpu)) / plan.tp
-        ulysses_s = _collective_s(bus_bytes("a2a", moved, plan.ulysses), "a2a", profile, calls=2)
+        ulysses_s = _collective_s(shape.ulysses_bus, "a2a", profile, calls=2)
         # the head (un)packing copies around both all-to-alls: each byte read and written, before and after
-        ulysses_s += 4 * moved / 1e9 * profile.ulysses_pack_ms_per_gb * 1e-3
+        ulysses_s += shape.ulysses_pack_gb * profile.ulysses_pack_ms_per_gb * 1e-3
     if plan.tp > 1:
-        # two all-reduces of the hidden state per layer (after attention and after the MLP)
-        size = tp_allreduce_bytes(g, tokens_per_gpu)
-        tp_s = _collective_s(2 * bus_bytes("allreduce", size, plan.tp), "allreduce", profile, calls=2)
+        tp_s = _collective_s(shape.tp_bus, "allreduce", profile, calls=2)
     if plan.ring > 1:
-        chunk = (tokens / sp) * 2 * kv_dim / plan.tp * memory.BYTES_BF16
-        ring = _collective_s(chunk * (plan.ring - 1), "a2a", profile, calls=plan.ring - 1)
+        ring = _collective_s(shape.ring_bytes, "a2a", profile, calls=plan.ring - 1)
         ring_s = max(ring * (1 - profile.ring_overlap), ring - attention_s)
-        # each extra hop merges a partial output by log-sum-exp (fp32, memory-bound) and waits for its chunk
-        out_elements = tokens_per_gpu * q_dim / plan.tp
-        ring_s += (plan.ring - 1) * out_elements / 1e9 * profile.ring_merge_ms_per_gelem * 1e-3
+        # each extra hop merges a partial output and waits for its chunk
+        ring_s += shape.ring_merge_gelem * profile.ring_merge_ms_per_gelem * 1e-3
         ring_s += (plan.ring - 1) * profile.ring_hop_latency_us * 1e-6
     if plan.hsdp > 1:
-        gather = _collective_s(bus_bytes("allgather", hsdp_gather_bytes(g, plan.fp8), plan.hsdp), "allgather", profile)
+        gather = _collective_s(shape.hsdp_bus, "allgather", profile)
         hsdp_s = max(gather * (1 - profile.hsdp_overlap), gather - compute_layer_s)
     cfg_s = 0.0
-    if plan.cfg > 1 and branches > 1:
-        cfg_s = _collective_s(bus_bytes("allgather", cfg_gather_bytes(tokens), branches), "allgather", profile)
-    scale = passes * g.layers
+    if plan.cfg > 1 and workload.cfg_branches > 1:
+        cfg_s = _collective_s(shape.cfg_bus, "allgather", profile)
+    scale = shape.scale
     return (linear_s * scale, attention_s * scale, ulysses_s * scale, tp_s * scale, ring_s * scale, hsdp_s * scale,
             cfg_s, profile.step_overhead_s)  # fmt: skip
 

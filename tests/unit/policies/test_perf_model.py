@@ -77,3 +77,24 @@ def test_shipped_profiles_match_a_fresh_fit() -> None:
                 gpu,
                 field,
             )
+
+
+def test_a_step_shape_worked_out_once_answers_only_for_its_own_model_workload_and_plan() -> None:
+    """perf_model keeps each (model, workload, plan)'s shape across profiles: a timing asked with the cache warm, in
+    another order, with other objects of equal value, or after another shape, is the timing computed afresh."""
+    profile = PROFILE
+    shapes = [
+        (anchor_workload(model, **changes), Plan.parse(plan))
+        for model in ("cosmos3-super", "cosmos3-nano")
+        for changes in ({}, {"width": 832, "height": 480, "num_frames": 121})
+        for plan in ("cfg2-u4", "tp4-r2", "hsdp8", "2xu2-vae2", "cfg2-tp2-u2-fp8")
+    ]
+    perf_model._SHAPES.clear()
+    fresh = []
+    for workload, plan in shapes:
+        fresh.append(perf_model.timing(workload, plan, profile))
+        perf_model._SHAPES.clear()
+    warm = [perf_model.timing(w, p, profile) for w, p in reversed(shapes)][::-1]
+    equal = [perf_model.timing(w.model_copy(), Plan.parse(str(p)), profile) for w, p in shapes]
+    assert warm == fresh and equal == fresh
+    assert len({t.parts for t in fresh}) == len(shapes)  # every shape its own step
