@@ -61,6 +61,7 @@ class Lane:
     requests: int
     benches: list[str] = field(default_factory=list)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    looks: dict[str, tuple[object, ...]] = field(default_factory=dict)  # per benchmark: its status when last read
     running: bool = False
     dropped: str = ""
     cut_s: float | None = None  # on a twin, the claim's decision on the run's model clock: later answers do not count
@@ -306,8 +307,13 @@ async def _run(
         looked = time.time() if check_engine else looked
         for lane in [lane for lane in lanes if lane.running]:
             bench = lane.benches[-1]
-            status = await tools.call("get_benchmark", benchmark_id=bench, wait_s=POLL_S / len(lanes))
-            lane.records[bench] = await tools.call("get_result", benchmark_id=bench, include_samples=True)
+            status = await tools.call("get_benchmark", benchmark_id=bench, wait_s=POLL_S / len(lanes), partial=False)
+            # its samples are read again only when its status says something changed (every sample read at every
+            # look was the claim's largest cost: a 59-request run reads back ~25 KB each time)
+            look = tuple(status.get(k) for k in ("status", "samples_done", "progress", "message"))
+            if lane.looks.get(bench) != look:
+                lane.records[bench] = await tools.call("get_result", benchmark_id=bench, include_samples=True)
+                lane.looks[bench] = look
             ended = status.get("status") != "running"
             if ended and status.get("status") != "completed":
                 lane.dropped = f"benchmark {bench} {status.get('status')}: {status.get('error')}"

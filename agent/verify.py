@@ -190,7 +190,7 @@ async def _benchmarked(
                 spent_s = min(cap_s, charged_s + _busy_s(options, action, time.time() - bench_started))
                 why = f"deployment {deployment_id} is {engine.state} during benchmark {bench_id}"
                 return failed_update(action, cand, why, bill(cand, spent_s), removed=True)
-        status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S)
+        status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S, partial=False)
     wall_s = time.time() - bench_started
     if status.get("status") != "completed":
         spent_s = min(cap_s, charged_s + _busy_s(options, action, wall_s))

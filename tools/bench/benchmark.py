@@ -239,8 +239,10 @@ def start_benchmark(
     return get_benchmark(bid, store_path)
 
 
-def get_benchmark(benchmark_id: str, store_path: str | None = None) -> BenchmarkStatus:
-    """Status, progress and (final or partial) result of a benchmark, from the Store."""
+def get_benchmark(benchmark_id: str, store_path: str | None = None, partial: bool = True) -> BenchmarkStatus:
+    """Status, progress and (final or partial) result of a benchmark, from the Store. `partial=False`: no partial
+    result while it runs (a poller's look: the summary of every sample so far costs more than the look itself); once
+    it has ended, its result whatever `partial` says."""
     store = Store(store_path)
     row = store.get_benchmark(benchmark_id)
     if row is None:
@@ -257,7 +259,7 @@ def get_benchmark(benchmark_id: str, store_path: str | None = None) -> Benchmark
     result = None
     if row.get("result"):
         result = BenchmarkResult.model_validate(row["result"])
-    elif samples:
+    elif samples and (partial or status != "running"):
         result = compute_result(
             samples, benchmark_id=benchmark_id, endpoints=config.get("endpoints", []),
             model=(config.get("workload") or {}).get("model", ""), steps=int(config.get("steps", 0)),

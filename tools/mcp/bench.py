@@ -116,9 +116,16 @@ async def get_benchmark(
     wait_s: Annotated[
         float, Field(ge=0, le=600, description="wait up to this long for it to finish, reporting progress")
     ] = 0.0,
+    partial: Annotated[
+        bool,
+        Field(
+            description="while it runs, include the partial result summarised from the samples so far (false: "
+            "status and counts only, the cheap look for a poller that reads get_result when samples_done grows)"
+        ),
+    ] = True,
 ) -> BenchmarkStatus:
     """A benchmark's status (running, completed, failed), progress from 0 to 1, requests done, and its result
-    (final once completed, partial from the stored samples before)."""
+    (final once completed, partial from the stored samples before unless partial is false)."""
     session = session_of(ctx)
     from worldtune.tools.bench import benchmark as benchmarking
 
@@ -126,9 +133,12 @@ async def get_benchmark(
     path = str(session.store.path)
     deadline = time.monotonic() + wait_s
     while True:
-        with refusals():
-            status = await anyio.to_thread.run_sync(lambda: benchmarking.get_benchmark(benchmark_id, path))
+        with refusals():  # the looks while it waits need no summary: only the answer does
+            status = await anyio.to_thread.run_sync(lambda: benchmarking.get_benchmark(benchmark_id, path, False))
         if status.status != "running" or time.monotonic() >= deadline:
+            if status.status == "running" and partial:
+                with refusals():
+                    status = await anyio.to_thread.run_sync(lambda: benchmarking.get_benchmark(benchmark_id, path))
             return status
         await ctx.report_progress(status.progress, 1.0, status.message or "running")
         await anyio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))

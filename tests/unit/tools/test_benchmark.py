@@ -91,6 +91,13 @@ def test_get_benchmark_reports_a_dead_process_and_a_partial_result(tmp_path: Pat
     assert status.status == "failed" and "gone" in status.message
     assert status.samples_done == 2 and status.result is not None
     assert status.result.per_step_s == pytest.approx(3.0) and status.result.fixed_s == pytest.approx(14.0)
+    assert get_benchmark("bm-dead", str(store.path), partial=False) == status  # ended: its result, whatever partial
+    config["host"] = "another-host"  # one still running (its process is elsewhere): a poller's look skips the summary
+    store.create_benchmark("bm-live", config)
+    store.add_sample("bm-live", 0, {"phase": "probe", "steps": 4, "ok": True, "latency_s": 27.0, "server_time_s": 26.0})
+    look = get_benchmark("bm-live", str(store.path), partial=False)
+    assert look.status == "running" and look.samples_done == 1 and look.result is None
+    assert get_benchmark("bm-live", str(store.path)).result is not None
     with pytest.raises(InvalidInput, match="benchmark_id"):
         get_benchmark("bm-nope", str(store.path))
 
