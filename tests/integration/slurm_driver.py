@@ -15,6 +15,7 @@ with the private SkyPilot home in its environment (never the test process's own 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -44,19 +45,42 @@ def say(step: str, **data: Any) -> None:
     print("DRIVER " + json.dumps({"step": step, "t": round(time.time(), 2), **data}, default=str), flush=True)
 
 
-def scancel_after(store: Store, benchmark_id: str, cluster: str, samples: int, out: dict[str, Any]) -> None:
-    """Cancel the cluster's Slurm allocation once `samples` samples reached the local Store (a preemption)."""
+def scancel_after(store: Store, benchmark_id: str, current: Deployment, samples: int, out: dict[str, Any]) -> None:
+    """Cancel the cluster's Slurm allocation once `samples` samples reached the local Store (a preemption).
+
+    The cut must land mid-benchmark whatever the machine's load: the twins of the cluster are paused (SIGSTOP) first,
+    so no further request can complete while squeue and scancel run, then the job is cancelled and the twins resumed
+    (SIGCONT), so they take Slurm's SIGTERM at once. Only the moment is held; the preemption is Slurm's own."""
+    import psutil
+
     deadline = time.time() + 300
     while time.time() < deadline and len(store.samples(benchmark_id)) < samples:
         time.sleep(0.2)
+    assert current.cluster, "a launched deployment names its cluster"
+    ports = {e.rstrip("/").rsplit(":", 1)[-1] for e in current.endpoints}
+    twins = [p for p in psutil.process_iter(["cmdline"]) if _serves(p.info["cmdline"] or [], ports)]
+    for twin in twins:
+        twin.suspend()
     # SkyPilot names the Slurm job after the cluster's name on the cloud: <cluster>-<user hash>.
     listing = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
-    jobs = [job for job, name in (line.split() for line in listing.splitlines()) if name.startswith(cluster)]
+    jobs = [job for job, name in (line.split() for line in listing.splitlines()) if name.startswith(current.cluster)]
     out["kept_at_cancel"] = len(store.samples(benchmark_id))
     out["slurm_jobs"] = jobs
+    out["paused_twins"] = len(twins)
     for job in jobs:
         subprocess.run(["scancel", job], check=True)
-    say("scancel", jobs=jobs, samples_at_cancel=out["kept_at_cancel"])
+    for twin in twins:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            twin.resume()
+    say("scancel", jobs=jobs, samples_at_cancel=out["kept_at_cancel"], paused_twins=len(twins))
+
+
+def _serves(cmdline: list[str], ports: set[str]) -> bool:
+    """A twin server of one of these ports (`worldtune twin --port P ...`, sky/replicas.py)."""
+    if "twin" not in cmdline or "--port" not in cmdline:
+        return False
+    at = cmdline.index("--port") + 1
+    return at < len(cmdline) and cmdline[at] in ports
 
 
 def guard_check(dep: Deployment, db: Path) -> dict[str, Any]:
@@ -212,9 +236,7 @@ def main() -> int:
     def on_job(current: Deployment, job_id: int) -> None:
         if args.mode == "fault" and not fault:
             fault["armed"] = True
-            threading.Thread(
-                target=scancel_after, args=(store, benchmark_id, current.cluster or "", 2, fault), daemon=True
-            ).start()
+            threading.Thread(target=scancel_after, args=(store, benchmark_id, current, 2, fault), daemon=True).start()
 
     final = ready
     try:
