@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from worldtune.tools.store.db_path import EXPECTED, resolve_db_path
+from worldtune.tools.store.db_path import EXPECTED, open_here, resolve_db_path
 from worldtune.tools.words.errors import InvalidInput
 
 SCHEMA = """
@@ -75,6 +75,7 @@ class Database:
         if _identity(self.path) in _READY:  # this very file was brought up to date by this process already
             return
         with self._connect() as db:
+            open_here(self.path)  # from now on its header is not read beside our connections (db_path says why)
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
             for table, column, declaration in ADDED_COLUMNS:

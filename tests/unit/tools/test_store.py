@@ -235,3 +235,25 @@ def test_a_kept_connection_follows_the_file_not_the_name(tmp_path: Path) -> None
     for i in range(schema.KEPT_PER_THREAD + 3):  # a thread keeps a bounded number of files open
         Store(tmp_path / f"many{i}.db").get_benchmark("x")
     assert len(schema._KEPT.conns) == schema.KEPT_PER_THREAD
+
+
+def test_another_handle_in_this_process_never_drops_sqlites_locks(tmp_path: Path) -> None:
+    """A Store made while this process holds the file open through SQLite must not open the file itself: closing any
+    descriptor of it drops this process's POSIX locks, SQLite's read lock among them, and another process closing
+    its last connection then checkpoints and deletes the WAL under ours ("disk I/O error", then "database disk image
+    is malformed" under the signal faults of tests/integration/test_faults.py)."""
+    path = tmp_path / "w.db"
+    store = Store(path)
+    store.create_benchmark("ours-1", {"steps": 4})
+    writer = (
+        'import sqlite3, sys; db = sqlite3.connect(sys.argv[1], timeout=30); db.execute("INSERT INTO benchmarks '
+        "(id, status, config, started_at) VALUES (?, 'running', '{}', 0)\", (sys.argv[2],)); db.commit(); db.close()"
+    )
+    for i in range(3):
+        Store(path)  # another handle in this process, as every MCP tool call makes one
+        subprocess.run([sys.executable, "-c", writer, str(path), f"theirs-{i}"], check=True)
+        store.create_benchmark(f"ours-{i + 2}", {"steps": 4})
+    with sqlite3.connect(path) as db:
+        ids = sorted(r[0] for r in db.execute("SELECT id FROM benchmarks"))
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert ids == sorted([f"ours-{i}" for i in range(1, 5)] + [f"theirs-{i}" for i in range(3)])
