@@ -7,11 +7,13 @@ value before the infra is asked or anything starts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from worldtune.tools.bench.benchmark import BenchmarkSpec, BenchmarkStatus
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.bench_spec import ApiKind, api_for
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.workload import Workload
@@ -57,19 +59,25 @@ def benchmark_spec(
     probe_steps: Sequence[int],
     warmup: int,
     run_id: str | None = None,
+    api: ApiKind | Literal["auto"] = "auto",
 ) -> BenchmarkSpec:
     """The spec that measures a ready `deployment` on `workload`; the client timeouts start from the model's
-    prediction for that workload on the deployment's plan."""
+    prediction for that workload on the deployment's plan, and so does the API: "auto" sends each request as a job
+    (create, poll, fetch) when the clips, with the clients queued on each replica, could outlast vLLM-Omni's sync
+    timeout (bench_spec.api_for), else through the sync call."""
     from worldtune.tools.plans.estimate import estimate as predict
 
     endpoints = ready_endpoints(deployment)
     expected = predict(
         model=deployment.model, gpu=deployment.gpu, plan=deployment.plan, steps=steps, workload=workload
     ).latency_s
+    if api == "auto":
+        queue = math.ceil(max(concurrency, default=1) / max(1, len(endpoints)))  # clients spread over replicas
+        api = api_for(expected, queue)
     return BenchmarkSpec(
         endpoints=endpoints, workload=workload, steps=steps, repeats=repeats, concurrency=list(concurrency),
         probe_steps=list(probe_steps), warmup=warmup, expected_latency_s=expected, deployment_id=deployment.id,
-        plan=deployment.plan, run_id=run_id or deployment.run_id,
+        plan=deployment.plan, run_id=run_id or deployment.run_id, api=api,
     )  # fmt: skip
 
 

@@ -6,7 +6,7 @@ The workload and the spec are assembled by tools/bench/request.py; this layer ma
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Literal
 
 import anyio
 import anyio.to_thread
@@ -78,6 +78,14 @@ def start_benchmark(
     negative_prompt: NegativePromptArg = None,
     max_sequence_length: MaxSequenceLengthArg = None,
     task: TaskArg = None,
+    api: Annotated[
+        Literal["auto", "sync", "async"],
+        Field(
+            description="how requests are sent: sync (POST /v1/videos/sync, bounded by the server's sync timeout, "
+            "600 s by default), async (a job each: create, poll, fetch, delete) or auto: async when the model "
+            "predicts the clips, with their queue, could outlast the sync timeout"
+        ),
+    ] = "auto",
 ) -> BenchmarkStatus:
     """Start a controlled benchmark against a ready deployment and return its id at once.
 
@@ -105,7 +113,7 @@ def start_benchmark(
     with refusals():  # ask the infra: a twin or cluster that died since is not benchmarked
         current = deploying.get_deployment(deployment_id, store=session.store)
     with refusals():  # refused unless it is ready; the client timeouts start from the model's prediction
-        spec = benchmark_spec(current, workload, steps, repeats, concurrency, probe_steps, warmup, run_id)
+        spec = benchmark_spec(current, workload, steps, repeats, concurrency, probe_steps, warmup, run_id, api)
         return start_on_deployment(current, spec, session.store, wait=wait)
 
 

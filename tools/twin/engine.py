@@ -36,6 +36,7 @@ from worldtune.policies import perf_model
 from worldtune.tools.plans.estimate import resolve_profile
 from worldtune.tools.twin.clock import EngineClock
 from worldtune.tools.twin.video import make_mp4, served_frames, served_size
+from worldtune.tools.words.bench_spec import SYNC_TIMEOUT_S
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.gpus import get_gpu
 from worldtune.tools.words.models import get_model
@@ -43,7 +44,7 @@ from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import Workload
 
-DEFAULT_SYNC_TIMEOUT_S = 600.0
+DEFAULT_SYNC_TIMEOUT_S = SYNC_TIMEOUT_S  # vLLM-Omni's default (tools/words/bench_spec.py)
 # A stand-in for the Cosmos guardrail's text blocklist: enough to exercise the 400 path.
 BLOCKLIST: tuple[str, ...] = ("bomb", "gore", "massacre", "nsfw", "beheading", "terrorist")
 PIPELINE = "Cosmos3OmniDiffusersPipeline"  # the profiler names stages after the pipeline class

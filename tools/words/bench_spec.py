@@ -21,6 +21,7 @@ from worldtune.tools.words.limits import (
 from worldtune.tools.words.result import BenchmarkResult
 from worldtune.tools.words.workload import Workload, anchor_workload
 
+ApiKind = Literal["sync", "async"]
 TIME_SCALE_HEADER = "X-Twin-Time-Scale"  # the twin's K: its wall times are model seconds / K (every response)
 # The twin's engine clock (model seconds) when an answer was done: its simulated stage times while busy, so a loaded
 # machine does not stretch it. Twin-only, like the time scale: a real vLLM-Omni server sends neither.
@@ -29,6 +30,22 @@ DONE_AT_HEADER = "X-Twin-Done-At"
 # the engine: encode, transfer), so a claim judges the client's clock without the loaded machine's jitter. Twin-only.
 CLIENT_TIME_HEADER = "X-Twin-Client-Time-S"
 READY_TIMEOUT_S = 1800.0  # wall seconds to wait for /health (vLLM-Omni's --init-timeout for Super)
+# vLLM-Omni's POST /v1/videos/sync gives up after VLLM_OMNI_VIDEO_SYNC_TIMEOUT (default 600 s; queue time counts,
+# REFERENCE.md section 3); its job API (POST /v1/videos, poll, GET content) has no such bound. The twin's default.
+SYNC_TIMEOUT_S = 600.0
+# A request predicted to take (with the queue ahead of it) more than this share of the sync timeout is sent as a
+# job: the prediction of a plan not yet measured can be off by tens of percent (an 830 s clip once failed every
+# sync request of a claim: issue 39), and a job costs only its polls.
+SYNC_SHARE = 2.0 / 3.0
+
+
+def api_for(expected_latency_s: float | None, queue: int = 1, sync_timeout_s: float = SYNC_TIMEOUT_S) -> ApiKind:
+    """The API a benchmark should use: "async" (a job per request) when `queue` clips of `expected_latency_s` model
+    seconds could outlast the sync timeout, else "sync" (one blocking call, what the published cells measured).
+    Unknown latency: sync, as before."""
+    if expected_latency_s is not None and expected_latency_s * max(1, queue) > SYNC_SHARE * sync_timeout_s:
+        return "async"
+    return "sync"
 
 
 def new_benchmark_id() -> str:
@@ -59,7 +76,7 @@ class BenchmarkSpec(BaseModel):
     warmup_steps: int | None = Field(default=None, ge=1, le=200, description="default: the smallest probe")
     full: bool = Field(default=True, description="run the full-step closed-loop levels")
     check_video: bool = True
-    api: Literal["sync", "async"] = Field(
+    api: ApiKind = Field(
         default="sync", description="sync: POST /v1/videos/sync; async: create a job, poll, download, delete"
     )
     expected_latency_s: float | None = Field(

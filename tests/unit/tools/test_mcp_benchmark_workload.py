@@ -71,10 +71,10 @@ def twin_url() -> Iterator[str]:
         yield url
 
 
-def ready_deployment(store: Store, url: str) -> Deployment:
+def ready_deployment(store: Store, url: str, plan: str = "cfg2-u4-hsdp8") -> Deployment:
     """The twin recorded as a ready local deployment; its process (this one) is what the backend checks."""
     dep = Deployment(
-        gpu="H200", plan="cfg2-u4-hsdp8", infra="local", engine="twin", state="ready", endpoints=[url],
+        gpu="H200", plan=plan, infra="local", engine="twin", state="ready", endpoints=[url],
         time_scale=SCALE, ready_at=time.time(), detail=json.dumps({"pids": [os.getpid()]}),
     )  # fmt: skip
     store.save_deployment(dep)
@@ -131,6 +131,31 @@ def test_workload_arguments_are_sent_stored_and_predicted(tmp_path: Path, twin_u
         assert {s["video_frames"] for s in record["samples"]} == {189}
 
     with_client(db, body)
+
+
+def test_a_clip_longer_than_the_sync_timeout_is_measured_through_the_job_api(tmp_path: Path) -> None:
+    """Issue 39 item 5: the anchor clip on one H200 takes ~820 model-s, past vLLM-Omni's 600 s sync timeout (the twin
+    answers 504 there, on its model clock). By default the benchmark sends each request as a job (create, poll,
+    fetch) and every clip is measured; asked for sync, every request times out, as a claim's once did."""
+    db = tmp_path / "results.db"
+    with serving(TwinConfig(plan="1gpu", time_scale=SCALE, load_time_s=0.0)) as url:
+        dep = ready_deployment(Store(db), url, plan="1gpu")
+
+        async def body(client: Client) -> None:
+            started = await ok(client, "start_benchmark", {"deployment_id": dep.id, **QUICK})
+            record = await finished(client, started["id"])
+            assert record["config"]["api"] == "async" and record["config"]["expected_latency_s"] > 600
+            full = [s for s in record["samples"] if s["phase"] == "full"]
+            assert len(full) == 2 and all(s["ok"] for s in full), full
+            assert all(s["server_time_s"] > 600 for s in full)  # answered past the sync timeout, on the model clock
+            synced = await ok(client, "start_benchmark", {"deployment_id": dep.id, **QUICK, "api": "sync"})
+            status = await ok(client, "get_benchmark", {"benchmark_id": synced["id"], "wait_s": 60})
+            record = await ok(client, "get_result", {"benchmark_id": synced["id"], "include_samples": True})
+            assert status["status"] != "running" and record["config"]["api"] == "sync"
+            full = [s for s in record["samples"] if s["phase"] == "full"]
+            assert full and not any(s["ok"] for s in full) and {s["status_code"] for s in full} == {504}, full
+
+        with_client(db, body)
 
 
 @pytest.mark.parametrize(

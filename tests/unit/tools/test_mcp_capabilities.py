@@ -4,6 +4,7 @@ frontier of list_plans, the workload and spec of start_benchmark, the summaries 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import pytest
 from pydantic import ValidationError
@@ -12,6 +13,7 @@ from worldtune.policies.pareto import pareto_frontier
 from worldtune.tools.bench.request import benchmark_spec, benchmark_workload, ready_endpoints, size_fields
 from worldtune.tools.plans.frontier import plan_frontier
 from worldtune.tools.results.compare import compare, summary_from_row, usd_per_clip
+from worldtune.tools.words.bench_spec import SYNC_TIMEOUT_S, ApiKind, BenchmarkSpec, api_for
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 
@@ -66,6 +68,24 @@ def test_benchmark_spec_needs_a_ready_deployment_and_predicts_its_timeout() -> N
     assert spec.endpoints == ["http://127.0.0.1:1"] and spec.concurrency == [1, 2]
     assert spec.run_id == "run-1" and spec.deployment_id == ready.id
     assert spec.expected_latency_s is not None and spec.expected_latency_s > 0
+
+
+def test_a_clip_that_could_outlast_the_sync_timeout_is_measured_through_jobs() -> None:
+    """Issue 39 item 5: the API follows the prediction: the anchor clip on one H200 (~820 model-s) and a queue of
+    clips past two thirds of the 600 s sync timeout go through the job API; a 70 s clip one at a time stays sync."""
+
+    def spec(plan: str, concurrency: tuple[int, ...] = (1,), api: ApiKind | Literal["auto"] = "auto") -> BenchmarkSpec:
+        ready = Deployment(gpu="H200", plan=plan, state="ready", endpoints=["http://127.0.0.1:1"])
+        return benchmark_spec(ready, benchmark_workload("cosmos3-super"), 35, 2, concurrency, (4, 8), 0, api=api)
+
+    one_gpu = spec("1gpu")
+    assert one_gpu.expected_latency_s is not None and one_gpu.expected_latency_s > SYNC_TIMEOUT_S
+    assert one_gpu.api == "async"
+    fast = spec("cfg2-u4-hsdp8")
+    assert fast.expected_latency_s is not None and fast.expected_latency_s < SYNC_TIMEOUT_S / 3 and fast.api == "sync"
+    assert spec("cfg2-u4-hsdp8", (8,)).api == "async"  # eight clients queue on one server: the last waits 7 clips
+    assert spec("1gpu", api="sync").api == "sync"  # asked for: as asked
+    assert api_for(None) == "sync" and api_for(401.0) == "async" and api_for(399.0) == "sync"
 
 
 def test_compare_and_summaries_of_stored_rows() -> None:
