@@ -43,7 +43,7 @@ from worldtune.agent.steps import (
     teardown,
 )
 from worldtune.agent.tools_client import ToolCallFailed
-from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, Action, Candidate
+from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, Action, Candidate, believed_start_s
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.workload import anchor_changes
 
@@ -76,7 +76,16 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
         if "deployment" in started:
             ahead = await lanes if lanes is not None else None
             update = await _benchmarked(
-                task, runtime, cand, action, options, cap_s, started["deployment"], started["charged_s"], ahead
+                task,
+                runtime,
+                cand,
+                action,
+                options,
+                cap_s,
+                started["deployment"],
+                started["charged_s"],
+                ahead,
+                started["start"],
             )
         else:  # a failed action: the deploy failed or starting it used this action's share
             update = started
@@ -120,12 +129,14 @@ async def _started(
     scale = options.time_scale if options.twin else 1.0
     started = time.time()
     charged_s = 0.0
+    start: tuple[float, float] | None = None  # a node this action started: its start measured and believed
     spare = task.get("spare_lanes") or {}
     deployment = await live_deployment(tools, task["deployment_id"], cand, task["run_id"], spare)
     if deployment is None and task["deployment_id"]:
         deployment = await replan(runtime, task["deployment_id"], cand, lease_hours(action, options, cap_s))
         if deployment is not None:
             charged_s += start_s(deployment, cand, options)
+            start = (charged_s, believed_start_s(cand, node_held=True))  # a warm load, measured and believed
     if deployment is None:
         emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra)
         arguments: dict[str, Any] = {
@@ -150,19 +161,22 @@ async def _started(
             spent_s = modelled_start_s(cand, options) if options.twin else time.time() - started
             return failed_update(action, cand, f"deploy failed: {exc}", bill(cand, min(cap_s, spent_s)))
         charged_s += start_s(deployment, cand, options)
+        start = (charged_s, believed_start_s(cand))  # provisioning and a cold load, measured and believed
     if charged_s >= cap_s:
         await teardown(runtime, deployment.id)
         why = "stopped: starting it used this action's share of the budget"
         return failed_update(action, cand, why, bill(cand, cap_s), removed=True)
-    return {"deployment": deployment, "charged_s": charged_s}
+    return {"deployment": deployment, "charged_s": charged_s, "start": start}
 
 
 async def _benchmarked(
     task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
     cap_s: float, deployment: Deployment, charged_s: float, ahead: list[tuple[Deployment, float] | str] | None = None,
+    start: tuple[float, float] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update. `ahead`:
-    a claim's extra lanes, launched with its first node."""
+    a claim's extra lanes, launched with its first node; `start`: the node's start (measured, believed) if this
+    action started it, which the search learns its starts from before it sizes a claim's lanes."""
     tools = runtime.context.tools
     goal = task["goal"]
     deployment_id = deployment.id
@@ -206,7 +220,7 @@ async def _benchmarked(
     failure = every_request_failed(kind, record)
     if failure:  # e.g. the engine ran out of memory at the first request: a failed action with its reason
         return failed_update(action, cand, f"benchmark {bench_id}: {failure}", bill(cand, charged_s))
-    return await _measured(runtime, cand, kind, bench_id, record, charged_s, deployment_id, live=True)
+    return await _measured(runtime, cand, kind, bench_id, record, charged_s, deployment_id, live=True, start=start)
 
 
 async def _measured(
@@ -218,10 +232,13 @@ async def _measured(
     charged_s: float,
     deployment_id: str,
     live: bool,
+    start: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """verify's update for one measurement: the result billed at `charged_s`, and the deployment if still live."""
     tools = runtime.context.tools
     measurement = measurement_of(cand, kind, bench_id, record)
+    if start is not None:
+        measurement = measurement.model_copy(update={"start_s": start[0], "start_predicted_s": start[1]})
     if kind == "full" and (measurement.failed_requests or len(measurement.latencies_s) < measurement.requested):
         measurement = measurement.model_copy(update={"engine_problem": await engine_check(tools, deployment_id)})
     usd, gpu_hours = bill(cand, charged_s)

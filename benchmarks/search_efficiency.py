@@ -120,7 +120,8 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
         for action in decision.actions:
             cand = cands[action.key]
             held = action.key in moved
-            seconds = twin.deploy_seconds(cand, held) if action.key not in state.deployed else 0.0
+            started = twin.deploy_seconds(cand, held) if action.key not in state.deployed else None
+            seconds = started or 0.0
             wall_s = seconds
             if action.kind == "probe":
                 points = [(s, twin.latency(cand, s)) for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)]
@@ -129,6 +130,9 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
                 slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
                 m = search.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
                                    repeats=search.PROBE_REPEATS, probe_points=points)  # fmt: skip
+                if started is not None:  # the node it started: its start as the twin took it and as believed
+                    believed = search.believed_start_s(cand, held)
+                    m = m.model_copy(update={"start_s": started, "start_predicted_s": believed})
                 seconds += action.spares_held * wall_s  # spare nodes kept up through the probe, waiting
                 if action.early_lanes:  # nodes for the claim's run launched with the probe (agent/verify.py)
                     key = f"{cand.offer.id}|{action.early_plan}"

@@ -49,6 +49,9 @@ class Candidate(BaseModel):
     violations: list[str] = Field(default_factory=list)
     stage: Literal["predicted", "probed", "measured"] = "predicted"
     evidence: str = Field(default="", description="for a measured candidate: the claim or bound it was judged on")
+    start_factor: float = Field(
+        default=1.0, gt=0, description="this run's measured starts over the belief's (its GPU type; 1: as believed)"
+    )
 
     @property
     def replicas(self) -> int:
@@ -85,6 +88,13 @@ class Measurement(BaseModel):
     engine_problem: str = Field(default="", description="what the deployment check found wrong, if anything")
     lanes: int = Field(default=1, ge=1, description="full runs: deployments whose samples were pooled")
     decided: str = Field(default="", description="full runs stopped once the claim was decided: why")
+    start_s: float | None = Field(
+        default=None, ge=0, description="model seconds the node this measurement started took from launch to ready "
+        "(provisioning and its load, cold on a new node, warm on a replanned one); None: it ran on a live one"
+    )  # fmt: skip
+    start_predicted_s: float | None = Field(
+        default=None, gt=0, description="what the belief predicted for that start (candidates.believed_start_s)"
+    )
 
     def benchmarks(self) -> list[str]:
         """Every benchmark this measurement rests on: the pooled lanes' or its one."""

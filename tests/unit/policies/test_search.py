@@ -216,3 +216,36 @@ def test_tolerance_bound_is_conservative_and_tightens_with_samples() -> None:
     many = list(120 + rng.normal(0, 1, 200))
     assert tolerance_bound(few, 95) > np.percentile(few, 95)
     assert tolerance_bound(few, 95) - 120 > tolerance_bound(many, 95) - 120 > 1.2
+
+
+def test_starts_measured_by_the_run_price_its_next_starts_and_lanes() -> None:
+    """Issue 39 item 4: a probe's node that took ~4.7x the believed start (a slow disk's cold load) makes every start
+    the search prices on that GPU type as slow, lanes included, before the claim is sized; starts within 15% of the
+    belief, or on another GPU type, leave it as believed."""
+    from worldtune.policies import lanes
+    from worldtune.policies.search import believed_start_s, full_requests, start_seconds
+
+    state = initial_state(_goal(), all_offers("snapshot"))
+    first = next(c for c in candidates(state) if c.gpu == "H200")
+    believed = believed_start_s(first)
+    assert start_seconds(first, deployed=False) == believed and first.start_factor == 1.0
+
+    def probed(start_s: float) -> SearchState:
+        probe = Measurement(key=first.key, kind="probe", per_step_s=first.per_step_s, fixed_s=first.fixed_s,
+                            start_s=start_s, start_predicted_s=believed)  # fmt: skip
+        return record(state, probe)
+
+    slow = probed(4.7 * believed)
+    by_gpu = {c.gpu: c for c in candidates(slow)}
+    assert abs(by_gpu["H200"].start_factor - 4.7) < 1e-9 and by_gpu["B200"].start_factor == 1.0
+    h200 = by_gpu["H200"]
+    assert start_seconds(h200, deployed=False) == believed_start_s(h200) * h200.start_factor
+    assert start_seconds(h200, deployed=False, node_held=True) == h200.load_s * h200.start_factor
+    assert start_seconds(h200, deployed=True) == 0.0
+    # a claim's extra lanes are priced on the measured starts: dearer and slower than on the believed ones
+    requests = full_requests(slow.goal)
+    believed_lanes = lanes.choose(state, first, requests, False, False, 300.0)
+    measured_lanes = lanes.choose(slow, h200, requests, False, False, 300.0)
+    assert measured_lanes.node_seconds > believed_lanes.node_seconds
+    near = probed(1.1 * believed)  # within the tolerance: as believed
+    assert {c.start_factor for c in candidates(near)} == {1.0}
