@@ -51,6 +51,10 @@ def twin(
     api_key: Annotated[
         str | None, typer.Option(help="as vLLM's --api-key: /v1 routes need `Authorization: Bearer KEY`")
     ] = None,
+    preempt_after: Annotated[
+        float | None,
+        typer.Option(help="model seconds after the load at which the spot node is taken back (rehearsal)", hidden=True),
+    ] = None,
 ) -> None:
     """Serve vLLM-Omni's video API with Cosmos 3 timings from a profile (no GPU needed).
 
@@ -65,7 +69,7 @@ def twin(
         config = TwinConfig.from_env(
             model=model, gpu=gpu, plan=plan, profile_path=profile, time_scale=time_scale, seed=seed,
             guardrails=guardrails, load_time_s=load_time, cold_load=cold_load, stage_profiler=stage_profiler,
-            api_key=api_key or None,
+            api_key=api_key or None, preempt_after_s=preempt_after,
         )  # fmt: skip
         count = replica_count(config, replicas)
         from worldtune.tools.twin.server import TwinEngine

@@ -117,3 +117,47 @@ def test_two_lanes_of_one_plan_draw_their_own_noise_from_one_distribution(tmp_pa
     assert again[0] == again[1] and len(set(again[0])) > n // 2  # the same seed, the same sequence
     with pytest.raises(InvalidInput, match="noise_seed"):
         deploying.deploy("H200", "1gpu", engine="vllm-omni", infra="slurm/x", store=store, noise_seed=1)
+
+
+def test_a_spot_twin_is_preempted_at_its_profiles_rate_and_says_so(tmp_path: Path) -> None:
+    """Issue 39 item 6: a rehearsal truth's spot_preemptions_per_node_hour makes the local backend's spot twins
+    vanish at a drawn moment, as a cloud takes back a node: every replica gone at once, the deployment `preempted`
+    (not failed), its ledger row closed saying why. On demand, the same profile never preempts."""
+    import yaml
+
+    from worldtune.policies.calibration import shipped_profile
+    from worldtune.tools.backends.local import preemption_s
+    from worldtune.tools.words.deployment import Deployment
+
+    truth = shipped_profile("H200").model_copy(update={
+        "load_base_s": 2.0, "load_gib_per_s_warm": 1000.0, "load_gib_per_s_cold": 1000.0, "guardrail_startup_s": 0.0,
+        "spot_preemptions_per_node_hour": 20.0, "source": "test: spot nodes taken back every ~3 model-minutes",
+    })  # fmt: skip
+    path = tmp_path / "spot-truth.yaml"
+    path.write_text(yaml.safe_dump(truth.model_dump(mode="json"), sort_keys=False))
+
+    # a seed whose node is taken back once it serves (the load is ~3 model-s, the process start ~1 s of wall)
+    def moment(seed: int) -> float:
+        return preemption_s(Deployment(gpu="H200", plan="2x1gpu", capacity="spot", noise_seed=seed), truth) or 0.0
+
+    seed = next(s for s in range(100) if 150.0 < moment(s) < 300.0)
+    store = Store(tmp_path / "w.db")
+    common = {"time_scale": 50.0, "store": store, "twin_profile": str(path), "noise_seed": seed}
+    spot = deploying.deploy("H200", "2x1gpu", capacity="spot", **common)  # type: ignore[arg-type]
+    steady = deploying.deploy("H200", "2x1gpu", **common)  # type: ignore[arg-type]
+    try:
+        assert spot.state == "ready" and "preempt_at" in json.loads(spot.detail or "{}")
+        assert "preempt_at" not in json.loads(steady.detail or "{}")
+        deadline = time.monotonic() + 60
+        current = spot
+        while current.state == "ready" and time.monotonic() < deadline:  # the drawn moment is 3-6 s of wall away
+            time.sleep(0.2)
+            current = deploying.get_deployment(spot.id, store=store)
+        assert current.state == "preempted", current
+        assert not any(_alive(pid) for pid in json.loads(current.detail or "{}")["pids"])
+        (row,) = [r for r in store.ledger() if r["cluster"] == current.cluster]
+        assert row["gone_at"] is not None and "preempted" in (row.get("detail") or row.get("note") or str(row))
+        assert deploying.get_deployment(steady.id, store=store).state == "ready"
+    finally:
+        for d in (spot, steady):
+            deploying.teardown(d.id, store=store)

@@ -34,6 +34,7 @@ from worldtune.tools.words.deployment import (
     Progress,
     replan_target,
     replanned,
+    stable_seed,
 )
 from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 from worldtune.tools.words.models import get_model
@@ -63,6 +64,28 @@ def health_code(url: str) -> int:
         if _HEALTH is None:
             _HEALTH = httpx.Client(timeout=2.0, limits=httpx.Limits(max_keepalive_connections=0))
     return int(_HEALTH.get(f"{url}/health").status_code)
+
+
+def preemption_s(deployment: Deployment, profile: Profile) -> float | None:
+    """When a spot twin's node is taken back, in model seconds after its load (issue 39 item 6): an exponential draw
+    at the profile's spot_preemptions_per_node_hour, seeded by the deployment's noise and its load count (a node
+    started again draws again); None on demand or at a rate of 0."""
+    rate = profile.spot_preemptions_per_node_hour
+    if deployment.capacity != "spot" or rate <= 0:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(stable_seed(deployment.replica_seed(0), "preempt", deployment.loads))
+    return float(rng.exponential(3600.0 / rate))
+
+
+def _preempted(deployment: Deployment) -> bool:
+    """Its processes are gone at or after the moment its spot node was to be taken back."""
+    try:
+        at = json.loads(deployment.detail or "{}").get("preempt_at")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(at, int | float) and time.time() >= at - 1.0
 
 
 class DeploymentFailed(WorldtuneError):
@@ -190,6 +213,7 @@ class LocalBackend(BenchmarksFromHere):
         plan = Plan.parse(deployment.plan)
         profile = self._profile(deployment)
         cold = deployment.loads == 0
+        preempt_s = preemption_s(deployment, profile)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         ports, pids, starts, pgid = [], [], [], 0
         # a run's twins die with the process that runs it (the run's cleanup or gc tears down the rest)
@@ -209,6 +233,8 @@ class LocalBackend(BenchmarksFromHere):
                 ]  # fmt: skip
                 if deployment.twin_profile:
                     cmd += ["--profile", deployment.twin_profile]
+                if preempt_s is not None:  # the node's replicas go together, at the drawn moment
+                    cmd += ["--preempt-after", repr(preempt_s)]
                 cmd += exit_with
                 # one process group (in our session: setpgid cannot cross sessions) so teardown stops all at once
                 group: dict[str, Any] = {"process_group": pgid}
@@ -226,7 +252,11 @@ class LocalBackend(BenchmarksFromHere):
             self._kill(pgid, pids)
             self.store.ledger_gone(cluster, f"spawn failed: {exc}")
             raise DeploymentFailed(f"could not start the twin: {exc}") from exc
-        detail = json.dumps({"pgid": pgid, "pids": pids, "starts": starts, "ports": ports, "profile": profile.source})
+        facts: dict[str, Any] = {"pgid": pgid, "pids": pids, "starts": starts, "ports": ports}
+        facts["profile"] = profile.source
+        if preempt_s is not None:  # not before then, on the wall clock (the twin counts from its load: status() tells
+            facts["preempt_at"] = time.time() + preempt_s / deployment.time_scale  # it from a failure by this)
+        detail = json.dumps(facts)
         if not self.store.ledger_open(cluster):  # a teardown won the race with this launch: it stays down
             self._kill(pgid, dict(zip(pids, starts, strict=True)))
             self.store.save_deployment(deployment.model_copy(update={"state": "terminated", "detail": detail,
@@ -270,7 +300,8 @@ class LocalBackend(BenchmarksFromHere):
             if dead:
                 tail = self._log_tail(deployment)
                 self.teardown(deployment)
-                self._fail(deployment, f"twin process {dead[0]} exited while loading: {tail}")
+                why = "its spot node was preempted (rehearsed)" if _preempted(deployment) else "exited"
+                self._fail(deployment, f"twin process {dead[0]} {why} while loading: {tail}")
             for url in list(pending):
                 # a loading server refuses connections (vLLM-Omni listens only once loaded); 503 means a dead engine
                 with contextlib.suppress(httpx.HTTPError):
@@ -358,9 +389,12 @@ class LocalBackend(BenchmarksFromHere):
             pgid, processes = self._processes(deployment)
             self._kill(pgid, processes)
             cluster = deployment.cluster or cluster_name(deployment)
+            preempted = _preempted(deployment)
             if any(row["cluster"] == cluster for row in self.store.ledger(open_only=True)):
-                self.store.ledger_gone(cluster, "a replica process is gone")
-            current = deployment.model_copy(update={"state": "failed"})  # detail keeps the pids teardown needs
+                why = "spot node preempted (rehearsed)" if preempted else "a replica process is gone"
+                self.store.ledger_gone(cluster, why)
+            # detail keeps the pids teardown needs
+            current = deployment.model_copy(update={"state": "preempted" if preempted else "failed"})
             return self._saved_if_alive(current)
         codes = []
         for url in deployment.endpoints:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -145,16 +146,20 @@ async def serve(
         loop.add_signal_handler(sig, stop)
     loop.add_signal_handler(signal.SIGUSR1, kill_engines)
     watch = asyncio.create_task(_exit_with(exit_with, stop)) if exit_with else None
+    preempt: asyncio.Task[None] | None = None
     try:
         if not await _load(engines, stopping):
             return
+        # counted from the end of the load: a loaded test machine's slow process start is not the node's time
+        preempt = asyncio.create_task(_preempted(config)) if config.preempt_after_s else None
         watchdogs = [asyncio.create_task(_watchdog(e, s)) for e, s in zip(engines, servers, strict=True)]
         await asyncio.gather(*(s.serve(sockets=[sock]) for s, sock in zip(servers, sockets, strict=True)))
         for task in watchdogs:
             task.cancel()
     finally:
-        if watch is not None:
-            watch.cancel()
+        for timer in (watch, preempt):
+            if timer is not None:
+                timer.cancel()
         for sock in sockets:
             sock.close()
 
@@ -195,6 +200,19 @@ async def _watchdog(engine: TwinEngine, server: Any) -> None:
         if engine.dead and not engine.config.keep_alive_on_engine_death:
             server.should_exit = True
             return
+
+
+PREEMPTED_EXIT = 75  # the exit status of a twin whose spot node was taken back (rehearsed)
+
+
+async def _preempted(config: TwinConfig) -> None:
+    """A spot node taken back (issue 39 item 6): `preempt_after_s` model seconds after its load, the process ends at
+    once, as a vanished node: no response finishes, no handler runs."""
+    assert config.preempt_after_s is not None
+    await asyncio.sleep(config.preempt_after_s / config.time_scale)
+    said = f"twin: spot node preempted after {config.preempt_after_s:.0f} model s (rehearsed)"
+    print(said, file=sys.stderr, flush=True)
+    os._exit(PREEMPTED_EXIT)
 
 
 async def _exit_with(owner: tuple[int, int], stop: Callable[[], None]) -> None:
