@@ -209,9 +209,7 @@ def assess(state: SearchState) -> list[Assessed]:
             main = preds[0]
             extra = family_sd(offer.gpu, plan, here.get(offer.gpu, set()))
             sigma = math.hypot(_mixture_sd(modes, preds), extra)
-            cand = _candidate(goal, offer, main.prediction, prior, sigma, key)
-            if starts[offer.gpu] != 1.0:
-                cand = cand.model_copy(update={"start_factor": starts[offer.gpu]})
+            cand = _candidate(goal, offer, main.prediction, prior, sigma, key, starts[offer.gpu])
             cand = _with_measurements(goal, cand, measured.get(hardware_key(key), []), prior)
             if cand.stage == "predicted":
                 shifts = [
@@ -243,9 +241,8 @@ def candidate_for(state: SearchState, key: str) -> Candidate:
     pred = belief.predictive(post, prior, state.goal.workload, plan)
     extra = family_sd(offer.gpu, plan, _run_families(state).get(offer.gpu, set()))
     sigma = math.hypot(pred.sd(np.asarray(post.cov), post.model_error), extra)
-    cand = _candidate(state.goal, offer, pred.prediction, state.beliefs[offer.gpu], sigma, key)
-    factor = start_factor(state, offer.gpu)
-    return cand if factor == 1.0 else cand.model_copy(update={"start_factor": factor})
+    beliefs = state.beliefs[offer.gpu]
+    return _candidate(state.goal, offer, pred.prediction, beliefs, sigma, key, start_factor(state, offer.gpu))
 
 
 def candidates(state: SearchState) -> list[Candidate]:
@@ -254,7 +251,7 @@ def candidates(state: SearchState) -> list[Candidate]:
 
 
 def _candidate(
-    goal: Goal, offer: Offer, p: perf_model.Prediction, profile: Profile, sigma: float, key: str
+    goal: Goal, offer: Offer, p: perf_model.Prediction, profile: Profile, sigma: float, key: str, starts: float = 1.0
 ) -> Candidate:
     # the percentile of one request's latency: the noise as the belief holds it (prior, or learned from the samples),
     # Student-t with its degrees of freedom, so a barely known noise widens the claim
@@ -280,6 +277,7 @@ def _candidate(
         usd_per_clip=offer.usd_per_clip(p.clips_per_hour_per_node),
         memory_gib_per_gpu=p.memory_gib_per_gpu,
         sigma=sigma,
+        start_factor=starts,
         feasible=True,
     )
     return _judge(goal, cand)

@@ -149,7 +149,6 @@ class _Shape:
     same few shapes under ~100,000 profiles a run, so these are worked out once (the same expressions, in the same
     order, as the step's time had them inline)."""
 
-    passes: int  # forward passes each GPU group runs per step
     tokens_per_gpu: int
     linear_flops: float
     attention_flops: float
@@ -160,7 +159,7 @@ class _Shape:
     ring_merge_gelem: float
     hsdp_bus: float
     cfg_bus: float
-    scale: int  # passes x layers
+    scale: int  # forward passes each GPU group runs per step x layers
 
 
 _SHAPES: dict[tuple[int, int, int], tuple[ModelSpec, Workload, Plan, _Shape]] = {}  # ids -> (the objects, shape)
@@ -186,9 +185,8 @@ def _shape(spec: ModelSpec, workload: Workload, plan: Plan) -> _Shape:
     # two all-reduces of the hidden state per layer (after attention and after the MLP)
     tp_bus = 2 * bus_bytes("allreduce", tp_allreduce_bytes(g, tokens_per_gpu), plan.tp) if plan.tp > 1 else 0.0
     chunk = (tokens / sp) * 2 * kv_dim / plan.tp * memory.BYTES_BF16
-    passes = max(1, branches // plan.cfg)
+    passes = max(1, branches // plan.cfg)  # forward passes each GPU group runs per step
     shape = _Shape(
-        passes=passes,
         tokens_per_gpu=tokens_per_gpu,
         linear_flops=2.0 * tokens_per_gpu * g.params_per_layer / plan.tp,
         attention_flops=4.0 * tokens * keys * q_dim / (sp * plan.tp),

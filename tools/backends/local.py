@@ -73,10 +73,8 @@ def preemption_s(deployment: Deployment, profile: Profile) -> float | None:
     rate = profile.spot_preemptions_per_node_hour
     if deployment.capacity != "spot" or rate <= 0:
         return None
-    import numpy as np
-
-    rng = np.random.default_rng(stable_seed(deployment.replica_seed(0), "preempt", deployment.loads))
-    return float(rng.exponential(3600.0 / rate))
+    draw = random.Random(stable_seed(deployment.replica_seed(0), "preempt", deployment.loads))
+    return draw.expovariate(rate / 3600.0)
 
 
 def _preempted(deployment: Deployment) -> bool:
@@ -252,8 +250,9 @@ class LocalBackend(BenchmarksFromHere):
             self._kill(pgid, pids)
             self.store.ledger_gone(cluster, f"spawn failed: {exc}")
             raise DeploymentFailed(f"could not start the twin: {exc}") from exc
-        facts: dict[str, Any] = {"pgid": pgid, "pids": pids, "starts": starts, "ports": ports}
-        facts["profile"] = profile.source
+        facts: dict[str, Any] = {
+            "pgid": pgid, "pids": pids, "starts": starts, "ports": ports, "profile": profile.source,
+        }  # fmt: skip
         if preempt_s is not None:  # not before then, on the wall clock (the twin counts from its load: status() tells
             facts["preempt_at"] = time.time() + preempt_s / deployment.time_scale  # it from a failure by this)
         detail = json.dumps(facts)
