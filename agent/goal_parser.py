@@ -27,7 +27,7 @@ from worldtune.agent.goal_reader import (
 )
 from worldtune.tools.plans.offers import CATALOG_CLOUDS
 from worldtune.tools.plans.profile_paths import SHIPPED_DIR
-from worldtune.tools.words.goal import PERCENTILES, Goal
+from worldtune.tools.words.goal import DEFAULT_PRODUCTION_CLIPS, PERCENTILES, Goal
 from worldtune.tools.words.gpus import GPUS
 from worldtune.tools.words.workload import SUPPORTED_SIZES, anchor_workload
 
@@ -289,6 +289,22 @@ def _confidence(r: Reader) -> float | None:
     return found.get("c")
 
 
+def _production(r: Reader) -> float | None:
+    """'for 50,000 clips', 'making 2m videos', '100k clips in production': the clips the answer will make, which is
+    what a better plan's saving per clip is multiplied by (a measurement is bought only when worth its cost)."""
+    found: dict[str, Any] = {}
+    scale = {"": 1.0, "k": 1e3, "thousand": 1e3, "m": 1e6, "million": 1e6}
+    lead = r"(?:for|making|to\s+make|producing|to\s+produce|production\s+of)\s+"
+    count = r"(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\s*(k|thousand|m|million)?\s*(?:clips?|videos?)\b"
+    rate = r"(?!\s*(?:/|per\b|an?\s+|each\b|every\b))"  # '20 clips per hour' is a throughput floor
+    for pattern in (rf"\b{lead}{count}(?:\s+in\s+production)?{rate}", rf"\b{count}\s+in\s+production\b"):
+        for m in r.take(pattern):
+            value = r.number(m.group(1).replace(",", ""), "the clips the answer will make")
+            if value is not None:
+                r.once(found, "n", value * scale[m.group(2) or ""], "the clips the answer will make")
+    return found.get("n")
+
+
 def _max_gpus(r: Reader) -> int | None:
     found = None
     for m in r.take(r"\b(?:at\s+most|up\s+to|max(?:imum)?|no\s+more\s+than|<=?)\s*(\d)\s*gpus?(?:\s+per\s+node)?\b"):
@@ -323,6 +339,7 @@ def _read(r: Reader) -> dict[str, Any]:
     read |= {"budget": _budget(r), "throughput": _throughput(r)}
     read["bound"], read["percentile"] = _latency(r)
     read |= {"changes": _workload_changes(r), "objective": _objective(r)}
+    read["production"] = _production(r)
     read["gpus"], _excluded = _gpus(r)
     read |= {"capacities": _capacities(r), "infras": _infras(r), "max_gpus": _max_gpus(r), "fp8": _allow_fp8(r)}
     unread = list(r.leftovers())
@@ -438,6 +455,12 @@ def _fields(
         fields["allow_fp8"] = True
     if read["confidence"] is not None:
         fields["confidence"] = read["confidence"]
+    if read["production"] is not None:
+        fields["production_clips"] = read["production"]
+    elif read["traffic"] is None:
+        assumptions.append(
+            f"production: {DEFAULT_PRODUCTION_CLIPS:,.0f} clips (what a better plan is worth; say 'for N clips')"
+        )
     budget = budget_usd if budget_usd is not None else read["budget"]
     if budget is not None:
         fields["budget_usd"] = budget

@@ -9,6 +9,7 @@ Answer with ONE JSON object and nothing else. Keys (omit what the request does n
 - "throughput_floor_clips_per_hour": number
 - "budget_usd": what the search may spend, in US dollars
 - "confidence": the confidence of the latency claim, a fraction (e.g. "at 99% confidence" -> 0.99)
+- "production_clips": how many clips the answer will make in production (e.g. "for 50,000 clips" -> 50000)
 - "gpus": list of "H200" | "B200"; "infras": list of clouds such as "nebius", "aws", "lambda"
 - "capacities": list of "on-demand" | "spot" | "serverless"
 - "workload": {"model": "cosmos3-super" | "cosmos3-nano" | "cosmos3-edge", "width": int, "height": int,

@@ -56,8 +56,14 @@ def _values(d: Draws, goal: Goal, reference: np.ndarray, open_: np.ndarray) -> t
     scale = max(float(np.median(np.abs(reference))), float(np.median(np.abs(d.objective[open_]))), 1e-9)
     gain = np.where(d.feasible, np.maximum(reference[None, :] - d.objective, 0.0), 0.0) / scale
     ei = np.where(open_, gain.mean(axis=1), 0.0)
-    live = np.flatnonzero(ei > 0)
-    value = ei.copy()
+    return ei, _with_others(d, ei)
+
+
+def _with_others(d: Draws, own: np.ndarray) -> np.ndarray:
+    """Each candidate's own expected improvement plus the share of the others' its measurement would resolve
+    (rho^2 of their log-latency draws with its own)."""
+    value = own.copy()
+    live = np.flatnonzero(own > 0)
     if live.size > 1:
         dev = d.log_latency[live] - d.log_latency[live].mean(axis=1, keepdims=True)
         norms = np.sqrt((dev**2).sum(axis=1))
@@ -65,8 +71,8 @@ def _values(d: Draws, goal: Goal, reference: np.ndarray, open_: np.ndarray) -> t
         rho = np.zeros((live.size, live.size))
         rho[np.ix_(ok, ok)] = (dev[ok] @ dev[ok].T) / np.outer(norms[ok], norms[ok])
         np.fill_diagonal(rho, 0.0)
-        value[live] = ei[live] + (rho**2) @ ei[live]
-    return ei, value
+        value[live] = own[live] + (rho**2) @ own[live]
+    return value
 
 
 def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iterations: int = 40) -> Decision:
@@ -110,7 +116,8 @@ def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iter
         p_beaten = None
         lead, reference = _unverified_reference(state, d, ranked, open_, margin)
     ei, value = _values(d, goal, reference, open_)
-    return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any, margin, lead)
+    worth = _production_value(goal, best, d, open_, margin)
+    return _choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any, margin, lead, worth)
 
 
 def _ready(state: SearchState, cands: list[Candidate]) -> set[str]:
@@ -199,10 +206,11 @@ def _probe_first(
 def _choose(
     state: SearchState, d: Draws, ei: np.ndarray, value: np.ndarray, open_: np.ndarray,
     best: Candidate | None, parallel: int, p_beaten: float | None, p_any: float, margin: float = 0.03,
-    lead: tuple[int, float] | None = None,
+    lead: tuple[int, float] | None = None, worth: _Worth | None = None,
 ) -> Decision:  # fmt: skip
     """Retries first; then the full run that most likely lets the search stop (`lead`, before anything is
-    verified), unless a probe is worth more first; then the best value per dollar."""
+    verified), unless a probe is worth more first; then the best value per dollar. Once an answer is verified,
+    only what is worth more than it costs (`worth`)."""
     goal = state.goal
     cands = d.cands
     masked = np.where(d.feasible, d.objective, np.inf)
@@ -217,6 +225,7 @@ def _choose(
     actions: list[Action] = []
     used: set[str] = set()
     skipped = late = 0
+    unworthy: list[tuple[float, float, int]] = []  # (value $, cost $, index) of measurements worth less than they cost
     cheapest: dict[str, int] = {}  # the same measurement on the cheapest offer of that hardware
     for i, c in enumerate(cands):
         hw = hardware_key(c.key)
@@ -250,6 +259,12 @@ def _choose(
         if usd > left:
             skipped += 1
             continue
+        if worth is not None and not retry:
+            gain = max(float(worth.share[i]), float(worth.share[i0])) * worth.usd
+            if gain <= usd:
+                unworthy.append((gain, usd, i))
+                continue
+            note += f"; worth ${gain:,.2f} against its ${usd:,.2f} ({worth.says})"
         early = None
         # the probe the search makes just before the full run it has in view: that run's lanes start with it
         before_run = why in ("likeliest optimum", "could displace the likeliest optimum")
@@ -280,6 +295,8 @@ def _choose(
         ))  # fmt: skip
         if early:
             actions[-1].reason += f"; {early.why}"
+    if not actions and best is not None and worth is not None and unworthy:
+        return _not_worth(best, p_beaten, unworthy, d.cands, worth, margin)
     if not actions:
         return _nothing_fits(state, d, best, p_beaten, p_any, skipped, late, bool(order))
     return Decision(actions=actions, best=best.key if best else None, p_beaten=p_beaten, p_feasible=p_any)
@@ -391,6 +408,52 @@ def _early_lanes(
            f"the claim's run (P(optimum on this offer) {on_offer:.0%}): {choice.why}")  # fmt: skip
     after = max(0.0, probe_s - cold) / lanes.SAFETY
     return _Early(choice, max(0.0, cold - probe_s) if new else 0.0, usd, spare, why, plan, after)
+
+
+class _Worth(NamedTuple):
+    """What measuring each candidate is worth once an answer is verified: `share` of the production's cost."""
+
+    usd: float  # the production's cost under the verified answer: its cost per clip x the clips it will make
+    share: np.ndarray  # per candidate: the expected improvement it may find, as a share of the answer's value
+    says: str
+
+
+def _production_value(goal: Goal, best: Candidate | None, d: Draws, open_: np.ndarray, margin: float) -> _Worth | None:
+    """Once an answer is verified, a measurement is bought only when what it may find is worth more than it costs:
+    the objective's expected improvement over the answer, counted where it is beyond the margin (a plan within
+    the margin is no better an answer), plus the share of the others' it would resolve (rho^2, as _values), times
+    the production's cost. Before, finding any verified answer is what a measurement is for: the probabilities
+    decide alone."""
+    if best is None or best.usd_per_clip <= 0 or not math.isfinite(best.usd_per_clip):
+        return None
+    value_best = objective_value(goal, best)
+    size = max(abs(value_best), 1e-12)
+    better = d.feasible & (d.objective < value_best - margin * size) & open_[:, None]
+    gain = np.where(better, value_best - d.objective, 0.0) / size
+    share = _with_others(d, gain.mean(axis=1))
+    clips, whence = goal.production()
+    usd = clips * best.usd_per_clip
+    unit = {"min_cost_per_clip": "cost per clip", "max_throughput": "clips per node-hour",
+            "min_latency": "latency (priced as the same share of the production's cost: an assumption)"}  # fmt: skip
+    says = (f"value = the expected improvement in {unit[goal.objective]} where beyond the {margin:.0%} margin x "
+            f"{clips:,.0f} production clips ({whence}) x ${best.usd_per_clip:.3f}/clip")  # fmt: skip
+    return _Worth(usd, share, says)
+
+
+def _not_worth(
+    best: Candidate, p_beaten: float | None, unworthy: list[tuple[float, float, int]], cands: list[Candidate],
+    worth: _Worth, margin: float,
+) -> Decision:  # fmt: skip
+    """A verified answer, and every measurement left would cost more than what it may find is worth: stop."""
+    gain, usd, i = max(unworthy, key=lambda u: u[0] - u[1])
+    top = cands[i]
+    beaten = f"P(an unverified candidate beats it by more than {margin:.0%}) = {p_beaten:.1%}; " if p_beaten else ""
+    return Decision(
+        stop_reason=f"converged: {best.plan} on {best.offer.id} meets the goal ({best.evidence}); {beaten}nothing "
+        f"left is worth its cost: the most valuable, {top.plan} on {top.offer.id}, is worth ${gain:,.2f} against "
+        f"its ${usd:,.2f} ({len(unworthy)} such measurement(s); {worth.says})",
+        stop_kind="converged", best=best.key, p_beaten=p_beaten, p_feasible=1.0,
+    )  # fmt: skip
 
 
 def _nothing_fits(

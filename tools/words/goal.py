@@ -16,6 +16,11 @@ from worldtune.tools.words.workload import Workload
 Objective = Literal["min_latency", "max_throughput", "min_cost_per_clip"]
 PERCENTILES = (50, 90, 95, 99)
 CONFIDENCE_RANGE = (0.5, 0.999)  # a claim at 50% says nothing; past 99.9% a p95 claim needs 135+ requests per plan
+# What a better plan is worth is its saving per clip times the clips the answer will make. Without a figure from the
+# goal: 30 days of its traffic, else about a month of one 8-GPU node's output at the anchor workload (~28 clips/h)
+PRODUCTION_DAYS = 30
+DEFAULT_PRODUCTION_CLIPS = 20_000.0
+MAX_PRODUCTION_CLIPS = 1e9
 
 
 class Goal(BaseModel):
@@ -46,6 +51,11 @@ class Goal(BaseModel):
     answer_within_s: float | None = Field(
         default=None, gt=0, allow_inf_nan=False,
         description="most modelled wall seconds from approval to a verified answer (provisioning, loads, requests)",
+    )  # fmt: skip
+    production_clips: float | None = Field(
+        default=None, gt=0, le=MAX_PRODUCTION_CLIPS, allow_inf_nan=False,
+        description="clips the answer will make in production: a measurement is bought only when the improvement "
+        "it may find, times these clips' cost, exceeds its own cost (default: 30 days of the traffic, else 20,000)",
     )  # fmt: skip
 
     @field_validator("latency_percentile")
@@ -102,4 +112,14 @@ class Goal(BaseModel):
             parts.append(f"answer within {self.answer_within_s / 3600:g} h")
         if self.allow_fp8:
             parts.append("fp8 ok")
+        if self.production_clips is not None:
+            parts.append(f"for {self.production_clips:,.0f} clips")
         return ", ".join(parts)
+
+    def production(self) -> tuple[float, str]:
+        """The clips the answer will make (what a better plan's saving per clip is multiplied by), and whence."""
+        if self.production_clips is not None:
+            return self.production_clips, "the goal's"
+        if self.traffic is not None and self.traffic.clips_per_day_mean > 0:
+            return self.traffic.clips_per_day_mean * PRODUCTION_DAYS, f"{PRODUCTION_DAYS} days of the goal's traffic"
+        return DEFAULT_PRODUCTION_CLIPS, "the default, about a month of one 8-GPU node (say 'for N clips')"

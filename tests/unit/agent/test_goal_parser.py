@@ -24,7 +24,27 @@ def test_the_issue_example_reads_every_part() -> None:
     assert goal.gpus == ["H200", "B200"]
     assert goal.capacities == ["on-demand", "spot"]
     assert goal.budget_usd == 300
-    assert parsed.assumptions == []  # nothing was left to a default
+    # nothing the example says was left to a default; what a better plan is worth (it does not say) is shown
+    assert [a.split(":")[0] for a in parsed.assumptions] == ["production"]
+    assert goal.production_clips is None and goal.production()[0] == 20_000
+
+
+@pytest.mark.parametrize(
+    ("text", "clips", "floor"),
+    [
+        ("for 50,000 clips", 50_000, None),
+        ("100k clips in production", 100_000, None),
+        ("making 2m videos", 2_000_000, None),
+        ("at least 20 clips per hour", None, 20.0),  # a rate is a throughput floor, never a production figure
+    ],
+)
+def test_the_clips_the_answer_will_make_are_read_and_a_rate_is_not_one(
+    text: str, clips: float | None, floor: float | None
+) -> None:
+    parsed = parse_goal(f"Cosmos3-Super, p95 under 150 s, cheapest per clip, {text}")
+    assert parsed.goal.production_clips == clips
+    assert parsed.goal.throughput_floor_clips_per_hour == floor
+    assert ("production" in " ".join(parsed.assumptions)) == (clips is None)
 
 
 @pytest.mark.parametrize(

@@ -38,11 +38,16 @@ def _goal(**changes: object) -> Goal:
     return Goal.model_validate(base)
 
 
-def _simulate(state: SearchState, truth: dict[str, Profile], seed: int = 0) -> SearchState:
-    """Drive the search to its stop against a profile 'truth' (the twin's timing model with its noise)."""
+def _simulate(
+    state: SearchState, truth: dict[str, Profile], seed: int = 0, until_verified: bool = False
+) -> SearchState:
+    """Drive the search to its stop against a profile 'truth' (the twin's timing model with its noise), or
+    (until_verified) to its first full run's record."""
     rng = np.random.default_rng(seed)
     workload = state.goal.workload
     for _ in range(60):
+        if until_verified and any(m.kind == "full" for m in state.measurements):
+            return state
         decision = decide(state)
         if decision.stop_reason:
             return state
@@ -176,6 +181,21 @@ def test_many_near_equal_plans_do_not_keep_a_search_probing_without_ever_verifyi
     optimum = candidates(state.model_copy(update={"beliefs": truth, "measurements": []}))[0]
     assert best.usd_per_clip <= optimum.usd_per_clip * 1.05
     assert state.iterations <= 10 and state.spent_usd < 60
+
+
+def test_once_an_answer_is_verified_a_measurement_is_bought_only_when_worth_its_cost() -> None:
+    """Issue 39 item 3: after the first verified answer (a challenger still worth a probe at the default 20,000
+    clips), the same state stops when the answer will make 10 clips (what any improvement is worth is below the
+    cheapest measurement's cost) and probes when it will make ten million; each decision says its dollars."""
+    state = _simulate(initial_state(_goal(), all_offers("snapshot")), {g: shipped_profile(g) for g in ("H200", "B200")},
+                      until_verified=True)  # fmt: skip
+    few, many = (state.model_copy(update={"goal": _goal(production_clips=n)}) for n in (10, 10_000_000))
+    stop = decide(few)
+    assert stop.stop_kind == "converged" and not stop.actions
+    assert "nothing left is worth its cost" in (stop.stop_reason or "") and "x 10 production clips" in stop.stop_reason
+    go = decide(many)
+    assert go.actions and go.actions[0].kind == "probe" and not go.stop_reason
+    assert "worth $" in go.actions[0].reason and "10,000,000 production clips (the goal's)" in go.actions[0].reason
 
 
 def test_recalibration_learns_a_larger_fixed_cost() -> None:
