@@ -85,7 +85,8 @@ class Lane:
         busy: dict[str, float] = {}
         out: list[tuple[float, str, float | None]] = []
         for record in self.records.values():
-            for sample in sorted((s for s in samples_of(record) if s.phase == "full"), key=lambda s: s.seq):
+            full = (s for s in samples_of(record) if s.phase == "full" and not s.interrupted)  # as measurement_of
+            for sample in sorted(full, key=lambda s: s.seq):
                 took = float(sample.client_time() or 0.0)
                 busy[sample.endpoint] = busy.get(sample.endpoint, 0.0) + took
                 out.append((busy[sample.endpoint], sample.endpoint, took if sample.ok else None))
@@ -317,10 +318,14 @@ async def _run(
             ended = status.get("status") != "running"
             if ended and status.get("status") != "completed":
                 lane.dropped = f"benchmark {bench} {status.get('status')}: {status.get('error')}"
-            if (ended or check_engine) and not lane.dropped:  # preempted or killed: its answers so far are kept
+            if (ended or check_engine) and not lane.dropped:  # killed: its answers so far are kept
                 state = await _state(tools, lane.deployment.id)
-                if state not in ("ready", "loading"):
+                # a preempted node under a running benchmark is the backend's to relaunch (Backend.benchmark runs
+                # the attempt again there, or ends the benchmark failed, and then the lane is dropped)
+                if state not in ("ready", "loading") and not (state == "preempted" and not ended):
                     lane.dropped = f"deployment {lane.deployment.id} is {state} during benchmark {bench}"
+            if ended:
+                await _relaunches_billed(tools, lane, cand, options)
             lane.running = not ended and not lane.dropped
         if goal.latency_bound_s is not None and options.twin:
             decision = _decided_on_model_clock(lanes, goal, replicas)
@@ -382,6 +387,18 @@ def _decided_on_model_clock(lanes: list[Lane], goal: Any, replicas: int) -> tupl
     pooled = [latency for done, latency in answers if done <= cut_s]
     check = stats.check_claim(pooled, goal.latency_percentile, goal.confidence, bound)
     return cut_s, check.reason
+
+
+async def _relaunches_billed(tools: Any, lane: Lane, cand: Candidate, options: TuneOptions) -> None:
+    """A lane whose node was preempted and relaunched under its benchmark (more loads than when it joined): the
+    relaunch's start is billed to it, and the lane follows the deployment as it now is."""
+    try:
+        now = await get_deployment(tools, lane.deployment.id)
+    except ToolCallFailed:
+        return
+    if now.loads > lane.deployment.loads:
+        lane.start_s += start_s(now, cand, options) * (now.loads - lane.deployment.loads)
+        lane.deployment = now
 
 
 async def _state(tools: Any, deployment_id: str) -> str:

@@ -153,7 +153,7 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
         fit = result.get("fit") or {}
         # the server's own time when it reports one, as the full run's samples
         probed = [(s.steps, float(s.server_time() or 0.0))
-                  for s in samples_of(record) if s.phase == "probe" and s.ok]  # fmt: skip
+                  for s in samples_of(record) if s.phase == "probe" and s.ok and not s.interrupted]  # fmt: skip
         return Measurement(
             key=cand.key,
             kind="probe",
@@ -163,7 +163,9 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
             repeats=max(1, int((record.get("config") or {}).get("repeats") or 1)),
             probe_points=probed,
         )
-    samples = [s for s in samples_of(record) if s.phase == "full"]
+    # An attempt cut short by a preemption was run again whole on the relaunched node (Backend.benchmark): its
+    # samples stay in the database, marked interrupted, and are not evidence twice (nor its cut requests failures)
+    samples = [s for s in samples_of(record) if s.phase == "full" and not s.interrupted]
     # The client's end-to-end time, what goals are judged on (on the twin, its model clock: see client_time).
     latencies = [float(s.client_time() or 0.0) for s in samples if s.ok]
     config = record.get("config") or {}
@@ -220,12 +222,16 @@ def every_request_failed(kind: str, record: dict[str, Any]) -> str | None:
 
 def busy_model_s(record: dict[str, Any]) -> float:
     """Model seconds the node was busy: per replica, the sum of its requests' client times (each client sends its
-    next request when the last answer is in); the slowest replica."""
-    busy: dict[str, float] = {}
+    next request when the last answer is in); the slowest replica; summed over the benchmark's attempts (a node
+    preempted mid-run was busy until then, its relaunch again for the attempt run there)."""
+    busy: dict[tuple[int | None, str], float] = {}
     for s in samples_of(record):
         t = s.client_time()
-        busy[s.endpoint] = busy.get(s.endpoint, 0.0) + float(t or 0.0)
-    return max(busy.values(), default=0.0)
+        busy[s.attempt, s.endpoint] = busy.get((s.attempt, s.endpoint), 0.0) + float(t or 0.0)
+    slowest: dict[int | None, float] = {}
+    for (attempt, _), seconds in busy.items():
+        slowest[attempt] = max(slowest.get(attempt, 0.0), seconds)
+    return sum(slowest.values())
 
 
 def measured_figures(m: Measurement) -> dict[str, Any]:

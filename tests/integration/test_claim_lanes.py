@@ -1,6 +1,8 @@
 """The claim's run in lanes on real twins (agent/claim_run.py through the real MCP tools and results database):
-one claim pooled over two deployments of one plan, one of them SIGKILLed mid-run (as a preempted node would
-vanish), its answered samples kept and its unanswered requests run again on the surviving lane; and a full run
+one claim pooled over two deployments of one plan, one of them SIGKILLed mid-run (its engine dead on a node still
+held), its answered samples kept and its unanswered requests run again on the surviving lane; the same claim on
+spot nodes under a rehearsal truth that takes them back (spot_preemptions_per_node_hour), the lane relaunched by
+its backend and its cut attempt not counted twice; and a full run
 on a hopeless candidate (the goal's bound under its latency) stopped at the first sample that decides it, its
 lanes freed. Nothing is mocked: twin processes serve the requests, at a time scale that keeps the test short."""
 
@@ -15,16 +17,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from langgraph.runtime import Runtime
 
 from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import VerifyTask
 from worldtune.agent.tools_client import ToolsClient
 from worldtune.agent.verify import verify
+from worldtune.policies.calibration import shipped_profile
 from worldtune.policies.search import Action, Candidate, candidates, initial_state, record
+from worldtune.tools.backends.local import preemption_s
 from worldtune.tools.mcp.server import build_server
 from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deployment import Deployment, stable_seed
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 
@@ -127,6 +133,81 @@ def test_one_claim_pooled_over_two_lanes_survives_a_lane_killed_mid_run(tmp_path
     store_ids = {d.id for d in store.list_deployments()}
     for d in store_ids - set(alive):
         assert store.get_deployment(d).state != "ready"
+    asyncio.run(_teardown(db, outcome.deployment_id))
+
+
+def first_draws(cand: Candidate, iteration: int) -> tuple[float, float]:
+    """The preemption draws (model hours after the load, at one per node-hour) of the candidate's own node and of
+    the claim's extra lane at this iteration: the agent seeds each node from its role, candidate and iteration."""
+    unit = shipped_profile("H200").model_copy(update={"spot_preemptions_per_node_hour": 1.0})
+
+    def draw(role: str) -> float:
+        node = Deployment(gpu="H200", plan=cand.plan, capacity="spot", loads=0,
+                          noise_seed=stable_seed(role, cand.key, iteration))  # fmt: skip
+        return (preemption_s(node, unit) or 0.0) / 3600.0
+
+    return draw("first"), draw("lane 0")
+
+
+def test_one_claim_pooled_over_two_spot_lanes_survives_a_lane_preempted_mid_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39 item 6 end to end: a rehearsal truth that takes spot nodes back (spot_preemptions_per_node_hour)
+    preempts the claim's extra lane ~1,400 model-s into its share (an iteration whose seeds draw the candidate's
+    own node far later, at a rate set from the draws). The backend relaunches the node (same deployment, a new
+    load, noise of its own) and runs the lane's benchmark again there; the cut attempt's samples stay in the
+    database marked interrupted and are not counted: the claim pools exactly its 59 requests, none twice, and
+    the relaunch's start is billed."""
+    db = tmp_path / "wt.db"
+    goal, cand, options = setup(db, bound=150.0)
+    iteration = next(i for i in range(1, 200) if first_draws(cand, i)[0] > 8 * first_draws(cand, i)[1])
+    own, lane = first_draws(cand, iteration)
+    rate = lane * 3600.0 / 1400.0  # the extra lane is taken back 1,400 model-s after its load: ~10 answers in
+    assert own / rate * 3600.0 > 8 * 1400.0  # the candidate's node outlives both shares (59 x ~120 model-s)
+    truth = shipped_profile("H200").model_copy(
+        update={"spot_preemptions_per_node_hour": rate, "source": "test: the claim's extra spot lane taken back"}
+    )
+    monkeypatch.setenv("WORLDTUNE_PROFILE_DIR", str(tmp_path))  # a file an in-process MCP client may name
+    path = tmp_path / "spot-truth.yaml"
+    path.write_text(yaml.safe_dump(truth.model_dump(mode="json"), sort_keys=False))
+    options = options.model_copy(update={"twin_profile": str(path)})
+    t = task(goal, cand, options, [30, 29])
+    t["iteration"] = iteration
+    update, seen = run_verify(db, t)
+    (outcome,) = update["results"]
+    m = outcome.measurement
+    assert not outcome.failed, outcome.error
+    assert len(m.latencies_s) == m.requested == 59 and m.failed_requests == 0  # the claim's count, pooled
+    assert m.lanes == 2 and not m.decided and len(set(m.benchmark_ids)) == 2
+    # the lane was relaunched by its backend, not dropped and replaced by the claim: two deploys, no rerun
+    assert len([d for kind, d in seen if kind == "deploy"]) == 2
+    assert not any("dropped" in e or "run again" in e for e in update["events"]), update["events"]
+    store = Store(db)
+    (taken,) = [d for d in store.list_deployments() if d.id != outcome.deployment_id]
+    samples = store.samples(next(b for b in m.benchmark_ids if store.get_benchmark(b)["deployment_id"] == taken.id))
+    last = max(s.attempt or 1 for s in samples)  # a relaunched node may be taken back too (the same rate)
+    cut = [s for s in samples if s.attempt == 1]
+    again = [s for s in samples if s.attempt == last]
+    assert last >= 2 and all(s.interrupted for s in samples if s.attempt != last)
+    assert 5 <= sum(s.ok for s in cut) < 29  # preempted mid-share
+    assert len(again) == 29 and all(s.ok and not s.interrupted for s in again)
+    # the relaunched node drew its own noise: its latencies are not the cut attempt's replayed
+    first = [round(c.client_time() or 0, 6) for c in cut if c.ok]
+    assert [round(a.client_time() or 0, 6) for a in again[: len(first)]] != first
+    assert taken.loads == last and taken.noise_seed != stable_seed("lane 0", cand.key, iteration)
+    # billed: both lanes' starts, each relaunch's (provisioning and a cold load: a new node) and every attempt's
+    # busy time on either lane, cut requests included
+    start = cand.offer.provision_s + (taken.modelled_load_s or 0.0)
+    assert taken.modelled_load_s == store.get_deployment(outcome.deployment_id).modelled_load_s  # cold, both
+    busy = sum(s.client_time() or 0.0 for b in m.benchmark_ids for s in store.samples(b))
+    assert outcome.model_s == pytest.approx(2 * start + (last - 1) * start + busy, abs=1.0)
+    # the pooled measurement is evidence: the search folds it in and the claim holds at 95%
+    state = record(initial_state(goal, all_offers("snapshot")), m)
+    assert not state.rejected
+    judged = next(c for c in candidates(state) if c.key == cand.key)
+    assert judged.stage == "measured" and judged.feasible and "95% confidence" in judged.evidence
+    alive = [d.id for d in store.list_deployments(alive_only=True)]
+    assert alive == [outcome.deployment_id]  # the extra lane is freed; the candidate's deployment is handed on
     asyncio.run(_teardown(db, outcome.deployment_id))
 
 

@@ -203,14 +203,16 @@ class LocalBackend(BenchmarksFromHere):
             progress(f"stopped {deployment.plan}; restarting {deployment.id} as {new} (warm load)", 0.05)
         return self._start(target, cluster, progress)
 
-    def _start(self, deployment: Deployment, cluster: str, progress: Progress | None) -> Deployment:
+    def _start(
+        self, deployment: Deployment, cluster: str, progress: Progress | None, cold: bool | None = None
+    ) -> Deployment:
         """One twin per replica of the deployment's plan on its (already ledgered) cluster, then wait for ready.
 
         The first start on the node is a cold load (weights from disk); later starts (replan) are warm.
         """
         plan = Plan.parse(deployment.plan)
         profile = self._profile(deployment)
-        cold = deployment.loads == 0
+        cold = deployment.loads == 0 if cold is None else cold
         preempt_s = preemption_s(deployment, profile)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         ports, pids, starts, pgid = [], [], [], 0
@@ -414,13 +416,18 @@ class LocalBackend(BenchmarksFromHere):
 
     # ---- recovery and benchmarks -------------------------------------------------------------------
     def recover(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
-        """Start the twins again on this machine (what is left of them stopped first): same id, plan and owner."""
+        """Start the twins again on this machine (what is left of them stopped first): same id, plan and owner; as a
+        cloud's relaunch after a preemption, a new node: a cold load, and noise of its own."""
         pgid, processes = self._processes(deployment)
         self._kill(pgid, processes)
         cluster = deployment.cluster or cluster_name(deployment)
         self.store.ledger_launch(cluster, self.name, deployment.id, deployment.run_id)
-        again = deployment.model_copy(update={"state": "pending", "endpoints": [], "ready_at": None})
-        return self._start(again, cluster, progress)
+        # the relaunched node's noise is its own (issue 39 item 1): a node taken back and started again does not
+        # replay the latencies its predecessor drew
+        seed = stable_seed(deployment.replica_seed(0), "relaunch", deployment.loads)
+        fresh: dict[str, object] = {"state": "pending", "endpoints": [], "ready_at": None, "noise_seed": seed}
+        again = deployment.model_copy(update=fresh)
+        return self._start(again, cluster, progress, cold=True)  # a new node: its weights come from disk
 
     # ---- teardown ----------------------------------------------------------------------------------
     def teardown(self, deployment: Deployment) -> Deployment:

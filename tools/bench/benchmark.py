@@ -130,11 +130,19 @@ def _run_locked(
         status = "cancelled" if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError) else "failed"
         partial = runner.result(time.monotonic() - started)
         partial.load = benchmark_lock.load_seen(store, bid, target, waited)
-        store.update_benchmark(bid, status=status, error=f"{type(exc).__name__}: {exc}",
-                               result=partial.model_dump(mode="json"))  # fmt: skip
+        if attempt is not None and status == "failed":  # the backend judges it: relaunched, or failed (below)
+            store.update_benchmark(bid, message=f"attempt {attempt} ended: {type(exc).__name__}: {exc}",
+                                   result=partial.model_dump(mode="json"))  # fmt: skip
+        else:
+            store.update_benchmark(bid, status=status, error=f"{type(exc).__name__}: {exc}",
+                                   result=partial.model_dump(mode="json"))  # fmt: skip
         raise
     result = runner.result(time.monotonic() - started)
     result.load = benchmark_lock.load_seen(store, bid, target, waited)
+    if attempt is not None:  # a recovering backend's attempt is complete once its node outlived it: not before
+        store.update_benchmark(bid, message=f"attempt {attempt} measured; is its node still there?",
+                               result=result.model_dump(mode="json"))  # fmt: skip
+        return result
     store.update_benchmark(bid, status="completed", progress=1.0, message="done", result=result.model_dump(mode="json"))
     return result
 
@@ -187,6 +195,11 @@ def benchmark_deployment(
         store.create_benchmark(bid, _config(spec), deployment_id=spec.deployment_id, run_id=spec.run_id)
     try:
         final, result = backend.benchmark(deployment, spec, bid, Here(store, progress), progress)
+        # completed only now, once no preemption cut its last attempt: a reader never sees a benchmark complete
+        # (or fail) between a cut attempt and the one on its relaunched node
+        if (store.get_benchmark(bid) or {}).get("status") != "completed":
+            store.update_benchmark(bid, status="completed", progress=1.0, message="done",
+                                   result=result.model_dump(mode="json"))  # fmt: skip
     except BaseException as exc:  # an attempt may have completed before its node was found gone
         if (store.get_benchmark(bid) or {}).get("status") != "cancelled":
             store.update_benchmark(bid, status="failed", error=f"{type(exc).__name__}: {exc}")
