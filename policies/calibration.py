@@ -176,7 +176,7 @@ def _mechanisms(gpu: str, reference: Profile | None) -> tuple[dict[str, Any], di
         sigma=0.01,
     )
     if gpu != "H200" and reference is not None:
-        hbm = {"H200": 4.8, "B200": 8.0, "B300": 8.0, "H100": 3.35}
+        hbm = HBM_TBPS
         for name in ("ring_chunk_efficiency", "ring_merge_ms_per_gelem", "ulysses_pack_ms_per_gb"):
             values[name] = float(getattr(reference, name))
         for name in ("ring_merge_ms_per_gelem", "ulysses_pack_ms_per_gb"):  # memory-bound copies
@@ -192,15 +192,72 @@ def _mechanisms(gpu: str, reference: Profile | None) -> tuple[dict[str, Any], di
     return values, basis
 
 
+HBM_TBPS = {"H200": 4.8, "B200": 8.0, "B300": 8.0, "H100": 3.35}  # datasheets (REFERENCE.md section 6)
+# The VAE decode's convolutions (compute-bound) as a share of its GPU time; the rest moves data (copies, fills,
+# concatenations around the causal cache, the norms): 1.26 of 2.59 s on H200 for a Wan-family causal decoder
+# (sglang PR 34125's kernel attribution). Not measured here on the stand-in decoder.
+VAE_CONV_SHARE = 0.49
+VAE_CONV_SOURCE = "published: sglang PR 34125 (Wan causal VAE decode on H200: convolutions 1.26 of 2.59 s GPU time)"
+
+
+def by_mechanism(compute: float, memory: float, memory_share: float) -> float:
+    """How many times faster work runs on another GPU when `memory_share` of its time moves memory (scaled by the
+    HBM ratio `memory`) and the rest computes (scaled by the compute ratio `compute`)."""
+    return 1.0 / ((1.0 - memory_share) / compute + memory_share / memory)
+
+
+def cross_gpu_rates(gpu: str, reference: Profile) -> tuple[float, float, float, dict[str, ParamBasis]]:
+    """Issue 37 item 3: the linear rate, the attention rate and the VAE decode's speedup on `gpu` from the
+    reference's fit, each scaled by its mechanism: the GEMMs by the datasheets' BF16 ratio and the linear term's
+    time they do not account for (the fit's rate below the GEMMs alone, measured) by the HBM ratio; attention by
+    the BF16 ratio and, where the reference's default is FA3 and this GPU's cuDNN class, the kernels' measured
+    ratio; the VAE decode's convolutions by compute, its data movement by memory."""
+    spec, ref_spec = get_gpu(gpu), get_gpu(reference.gpu)
+    compute = spec.bf16_tflops / ref_spec.bf16_tflops
+    memory = HBM_TBPS.get(gpu, 4.8) / HBM_TBPS.get(reference.gpu, 4.8)
+    gemm = mech_terms.gemm_rate_term()
+    rest = max(0.0, 1.0 - reference.linear_tflops / gemm.value) if reference.gpu == "H200" else 0.0
+    linear = reference.linear_tflops * by_mechanism(compute, memory, rest)
+    attention = reference.attn_tflops * compute
+    kernel = _kernel_terms()["attn_cudnn_kernel_ratio"]
+    cudnn_here = reference.attn_backend_default == "fa" and gpu != reference.gpu  # sm_100: cuDNN class
+    if cudnn_here:
+        attention *= kernel.value
+    vae = by_mechanism(compute, memory, 1.0 - VAE_CONV_SHARE)
+    ratios = f"BF16 {compute:.2f}x and HBM {memory:.2f}x (datasheets)"
+    basis = {
+        "linear_tflops": ParamBasis(
+            kind="assumed",
+            source=f"the {reference.gpu} fit's linear rate; its share below the GEMMs alone ({rest:.1%}: "
+            f"{reference.linear_tflops:.0f} against {gemm.value:.0f} TFLOP/s, {gemm.source}) scaled by memory, the "
+            f"GEMMs by compute: {ratios}",
+            sigma=0.1,
+        ),
+        "attn_tflops": ParamBasis(
+            kind="assumed",
+            source=f"the {reference.gpu} fit's attention rate x the BF16 ratio {compute:.2f}"
+            + (f" x cuDNN over FA3 {kernel.value:.3f} ({kernel.source})" if cudnn_here else ""),
+            sigma=0.1,
+        ),
+        "vae_decode_s": ParamBasis(
+            kind="assumed",
+            source=f"the {reference.gpu} fit's decode over {vae:.2f}: its convolutions ({VAE_CONV_SHARE:.0%}, "
+            f"{VAE_CONV_SOURCE}) by compute, the rest by memory; {ratios}",
+            sigma=0.3,
+        ),
+    }
+    return linear, attention, vae, basis
+
+
 def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, dict[str, Prior]]:
     """A starting profile and priors for a GPU type, from its datasheet (and a fitted reference GPU)."""
     spec = get_gpu(gpu)
     # ~63% of datasheet BF16 is what the H200 floor measured; links ~80% of NVLink per direction.
+    cross: dict[str, ParamBasis] = {}
     if reference is not None:
         ref_spec = get_gpu(reference.gpu)
         ratio = spec.bf16_tflops / ref_spec.bf16_tflops
-        linear = reference.linear_tflops * ratio
-        attention = reference.attn_tflops * ratio
+        linear, attention, vae_speedup, cross = cross_gpu_rates(gpu, reference)
         link = reference.link_gbps * spec.link_gbps / ref_spec.link_gbps
         other = reference.text_encode_s + reference.mux_s
         # tokens at half rate = a fixed per-operation time x the rate: the same overhead on a faster GPU costs
@@ -212,8 +269,8 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         other = 14.4 - 6.19  # the anchor's fixed part less the stand-in decoder's whole decode
         half_rate = 256.0
     values, basis = _mechanisms(gpu, reference)
-    if reference is not None:  # a compute-bound decode: the reference's seconds over the datasheet ratio
-        values["vae_decode_s"] = reference.vae_decode_s / ratio
+    if reference is not None:  # the reference's seconds, its convolutions by compute, the rest by memory
+        values["vae_decode_s"] = reference.vae_decode_s / vae_speedup
     base = Profile(
         gpu=spec.name,
         source="prior from datasheet",
@@ -228,7 +285,7 @@ def prior_profile(gpu: str, reference: Profile | None = None) -> tuple[Profile, 
         guardrail_base_s=1.0,
         guardrail_per_word_s=0.25,
         assumed=list(ASSUMED_NOTES) + ([LOAD_NOTE] if reference is None else [*LOAD_TERMS, LOAD_NOTE]),
-        basis=(H200_LOADS | basis) if reference is None else basis,
+        basis=(H200_LOADS | basis) if reference is None else basis | cross,
         **values,
     )
     priors = {
@@ -274,7 +331,7 @@ def fit_published(gpu: str, exclude: set[str] | None = None, reference: Profile 
     if gpu == "H200":
         source += ", the H200 single-operation floor and the 2026-12-01 mechanism measurements"
     if reference is not None:
-        source += f"; priors scaled from the {reference.gpu} fit by datasheet ratios"
+        source += f"; priors from the {reference.gpu} fit, each term scaled by its mechanism (compute, memory, link)"
     fitted = fit_profile(base, observations, priors, source)
     return fitted.model_copy(update={"basis": _published_basis(fitted, observations)})
 

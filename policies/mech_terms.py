@@ -212,3 +212,24 @@ def h200_terms() -> dict[str, Term]:
         "vae_tile_area_cost": area,
         "vae_decode_s": whole,
     }
+
+
+# The 2026-12-03 H200 run (issue 26; torch 2.11.0+cu130, cuDNN 9.19): the generator's seven linears as vLLM-Omni
+# 0.30 runs them (q, k, v, o, gate, up, down), whole and at TP shards; README.md in profiles/measured says more
+H200_TP = MEASURED_DIR / "H200-1gpu-2026-12-03.mechbench-tp.json"
+TP_OPS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def gemm_rate_term(path: Path = H200_TP) -> Term:
+    """The GEMMs alone: the seven unsharded linears' FLOP rate at the anchor's 44,160 tokens, BF16 (TFLOP/s; sigma
+    the spread of the same linears at a Ulysses rank's token counts, u2/u4/u8, around it)."""
+    recs = _by_name(load_mech(path))
+
+    def rate(prefix: str) -> float:
+        names = [f"{prefix}-{op}-bf16" for op in TP_OPS]
+        return float(sum(recs[n]["flops"] for n in names) / sum(recs[n]["median_ms"] for n in names) / 1e9)
+
+    whole = rate("tp1")
+    detail = {f"u{u}": round(rate(f"u{u}"), 1) for u in (2, 4, 8)}
+    sigma = max(abs(v / whole - 1) for v in detail.values())
+    return Term(whole, max(0.01, sigma), f"measured: {path.name} tp1-{{q,k,v,o,gate,up,down}}-bf16", detail)
