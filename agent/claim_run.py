@@ -1,7 +1,7 @@
 """The claim's full run, in lanes, stopped once decided: part of the `verify` node (agent/verify.py).
 
 The search's full-run action says how many lanes (deployments of the candidate's plan on its offer) and how many
-requests each takes (policies/lanes.py). The first lane is the deployment verify readied; the others are
+requests each takes (policies/search/lanes.py). The first lane is the deployment verify readied; the others are
 deployed here, together, through the MCP deploy tool (one cluster each on SkyPilot, one set of twins locally,
 one Deployment on Kubernetes). Samples pool into one claim only from lanes of the same plan, offer, engine and
 twin profile; a lane that does not deploy, or whose deployment stops being ready mid-run (preempted, killed), is

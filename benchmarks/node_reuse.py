@@ -10,7 +10,7 @@ next candidate on a held node of the same offer is a replan with a warm load). W
   is the offer's modelled seconds; loads as the twin serves them: cold on a new node, warm after a replan);
   no GPU was rented;
 - deployments, loads, measurements, recommendation: COUNTED from the run's record;
-- the spend estimate columns: MODELLED before approval (policies/nodes.py), nothing run.
+- the spend estimate columns: MODELLED before approval (policies/search/nodes.py), nothing run.
 Prints a table and saves benchmarks/results/node_reuse.json.
 """
 
@@ -98,7 +98,8 @@ def main() -> None:
         "benchmark": "node_reuse", "date": time.strftime("%Y-%m-%d"), "goal": MAIN_GOAL, "rows": rows,
         "main_change": change, "issue_before": ISSUE_BEFORE,
         "basis": "modelled: GPU-h, $ and answer hours are the twin's model-seconds x offer price/GPUs (time scale 300, "
-                 "no GPU rented); counts are from the run records; estimates are policies/nodes.py before approval",
+                 "no GPU rented); counts are from the run records; estimates are policies/search/nodes.py before "
+                 "approval",
     }), indent=2, default=str))  # fmt: skip
     print(f"saved {RESULTS}")
 

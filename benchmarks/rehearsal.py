@@ -12,7 +12,7 @@ slow cold loads: weights read from disk at 1/5 the belief's rate on both GPU typ
 a believed 623 s), p95 < 150 s, H200 or B200, spot ok.
 Measurements are simulated exactly as the twin serves them (perf_model.predict on the truth with seeded
 noise of noise_cv; benchmarks/search_efficiency.py's Twin).
-Strategies: worldtune (policies/search.py), grid (every candidate), random and Optuna TPE (full runs until
+Strategies: worldtune (policies/search/__init__.py), grid (every candidate), random and Optuna TPE (full runs until
 the budget). Per strategy: the regret distribution, the share that declared convergence with regret > 5%,
 infeasible truths detected and their cost, GPU-hours against the grid's (every candidate on a fresh
 deployment, as the issues count it), against a sweep's (the same grid keeping each offer's node for

@@ -2,7 +2,7 @@
 
 Rehearsal scenarios make the "truth" (the twin's profile, the offers) differ from what the agent
 believes (the shipped calibrated profiles): slower links, faster attention, a larger fixed cost,
-other prices, no spot capacity. Strategies: worldtune's search (policies/search.py: probes, full runs
+other prices, no spot capacity. Strategies: worldtune's search (policies/search/__init__.py: probes, full runs
 for contenders, recalibration, its stopping rule); an exhaustive grid (every valid candidate at full
 steps, 3 repeats); random search and Optuna's TPE (full runs, 3 repeats, until the goal's budget is
 spent). For each: GPU-hours and USD spent until a candidate within 5% of the true optimum has been

@@ -22,6 +22,7 @@ ROOMS = ("tools", "policies", "sky", "agent")
 # tools/ is rooms of its own (tools/words/, tools/mcp/, tools/store/, ...): a package, not a module
 TOOLS_ROOMS = sorted(p.parent.name for p in (ROOT / "tools").glob("*/__init__.py"))
 PACKAGES = {f"worldtune.{room}" for room in ROOMS} | {f"worldtune.tools.{room}" for room in TOOLS_ROOMS}
+PACKAGES |= {"worldtune.policies.search"}  # the search: one package (issue 38)
 MODULE_STRING = re.compile(r"worldtune\.(?:tools|policies|sky|agent)(?:\.[A-Za-z_]\w*)*")
 
 # The words: every module of tools/words/ (and the tools package itself, which only names the room).

@@ -91,7 +91,7 @@ class Tuner(Protocol):
 
 
 class SpendForecast(BaseModel):
-    """What the search will likely cost and take: searches simulated against the belief (policies/forecast.py)."""
+    """What the search will likely cost and take: searches simulated against the belief (search/forecast.py)."""
 
     usd: float = Field(description="median spend, USD")
     usd_max: float = Field(description="the dearest simulated search, USD")
@@ -112,7 +112,7 @@ class SpendEstimate(BaseModel):
     """
 
     parallel: int = Field(description="verification lanes (a deadline may buy more than --parallel)")
-    usd: float = Field(description="the bound: what the search may commit, USD (policies/nodes.py)")
+    usd: float = Field(description="the bound: what the search may commit, USD (policies/search/nodes.py)")
     gpu_hours: float
     answer_hours: float = Field(description="modelled hours from approval to a verified answer")
     deployments: int = Field(description="nodes provisioned")
@@ -130,7 +130,7 @@ class SpendEstimate(BaseModel):
     confidence: float = Field(default=0.95, description="the one level of the latency claim and the stopping rule")
     claim_requests: int = Field(default=0, description="requests the claim needs at that confidence (order statistics)")
     claim_lanes: int = Field(default=1, description="deployments the likeliest optimum's full run is dealt over")
-    claim_lanes_why: str = Field(default="", description="why that many lanes (policies/lanes.py)")
+    claim_lanes_why: str = Field(default="", description="why that many lanes (policies/search/lanes.py)")
     forecast: SpendForecast
 
     @model_serializer(mode="wrap")

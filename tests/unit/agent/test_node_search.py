@@ -9,7 +9,6 @@ import pytest
 
 from worldtune.agent.goal_parser import parse_goal
 from worldtune.agent.graph import _reused_nodes
-from worldtune.policies import nodes
 from worldtune.policies.search import (
     Action,
     SearchState,
@@ -18,6 +17,7 @@ from worldtune.policies.search import (
     decide,
     held_offers,
     initial_state,
+    nodes,
     spend_estimate,
 )
 from worldtune.tools.plans.offers import list_offers
@@ -45,7 +45,7 @@ def test_the_estimate_keeps_one_node_per_offer_and_says_the_time_to_an_answer() 
     before = nodes.search_plan(state, reuse_nodes=False)
     after = nodes.search_plan(state)
     offers = {k.split("|", 1)[0] for k in after.keys}
-    # the claims' runs add their lanes' nodes (policies/lanes.py), on both sides alike
+    # the claims' runs add their lanes' nodes (policies/search/lanes.py), on both sides alike
     extra, extra_before = sum(n.lanes for n in after.nodes), sum(n.lanes for n in before.nodes)
     assert after.keys == before.keys and after.deployments - extra == len(offers)
     assert len(offers) < before.deployments - extra_before == len(before.keys)
@@ -102,7 +102,7 @@ def test_a_deadline_buys_lanes_dollars_for_time_inside_the_budget() -> None:
     plan, why = nodes.lanes_for_deadline(state.model_copy(update={"goal": goal}))
     assert plan.parallel >= 2 and plan.answer_s <= goal.answer_within_s and why and "dollars for time" in why
     # each node at once pays its own cold start; dollars are not compared with the serial plan any more: the
-    # claims' runs take lanes of their own (policies/lanes.py), chosen by the deadline too
+    # claims' runs take lanes of their own (policies/search/lanes.py), chosen by the deadline too
     assert plan.deployments >= 2 and plan.cold_loads == plan.deployments
     late = state.model_copy(update={"goal": goal})
     assert nodes.search_plan(late, plan.parallel - 1).answer_s > goal.answer_within_s  # the fewest that meet it

@@ -38,7 +38,8 @@ def test_a_profile_without_a_noise_basis_knows_its_noise() -> None:
 def test_a_probes_repeats_teach_the_noise_before_any_full_run() -> None:
     """The requests of one step count in a probe have one shape: their spread is the noise (policies/evidence.noise),
     so a GPU five times noisier than its prior shows after one probe, and a calm one stays calm."""
-    from worldtune.policies import evidence, search
+    from worldtune.policies import search
+    from worldtune.policies.search import evidence
     from worldtune.tools.plans.offers import all_offers
     from worldtune.tools.words.goal import Goal
     from worldtune.tools.words.workload import anchor_workload

@@ -1,12 +1,13 @@
-"""The forecast of a search's cost and time (policies/forecast.py): simulated searches against the belief, shown
-before approval beside the bound (policies/nodes.py)."""
+"""The forecast of a search's cost and time (policies/search/forecast.py): simulated searches against the belief, shown
+before approval beside the bound (policies/search/nodes.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from worldtune.policies import belief, forecast, search
+from worldtune.policies import belief, search
 from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.search.forecast import draw_truth
 from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
@@ -41,10 +42,10 @@ def test_the_forecast_is_seeded_and_its_truths_come_from_the_belief() -> None:
     prior = shipped_profile("H200")
     post = belief.prior_posterior(prior)
     rng = np.random.default_rng(0)
-    draws = [forecast.draw_truth(post, prior, rng) for _ in range(20)]
+    draws = [draw_truth(post, prior, rng) for _ in range(20)]
     for name in post.names:
         values = {round(float(getattr(d, name)), 9) for d in draws}
         assert len(values) > 1, f"{name} never varies over the draws"
     pinned = post.model_copy(update={"cov": (np.asarray(post.cov) * 0.0).tolist()})
-    same = forecast.draw_truth(pinned, prior, rng)
+    same = draw_truth(pinned, prior, rng)
     assert all(abs(getattr(same, n) - getattr(pinned.profile(prior), n)) < 1e-9 for n in post.names)

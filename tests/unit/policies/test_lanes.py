@@ -1,8 +1,9 @@
-"""The claim's run in lanes (policies/lanes.py): dealt so the lanes end together, chosen by time and cost."""
+"""The claim's run in lanes (policies/search/lanes.py): dealt so the lanes end together, chosen by time and cost."""
 
 from __future__ import annotations
 
-from worldtune.policies import lanes, search
+from worldtune.policies import search
+from worldtune.policies.search import lanes
 from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
@@ -132,7 +133,7 @@ def test_with_more_probes_likely_before_the_run_the_probe_launches_no_node() -> 
     """A probe launches the run's nodes only when it is the last worth making before the run: with other
     challengers still worth a probe the nodes would wait through theirs. A spare node already up is then kept
     through the probe only when that costs less than starting it again."""
-    from worldtune.policies import acquisition
+    from worldtune.policies.search import acquisition
 
     state, cand = candidate(Goal(**GOAL))
     n = len(search.candidates(state))
@@ -156,9 +157,9 @@ def test_a_challenger_within_the_margin_of_the_verified_best_gets_no_full_run() 
     best by more than the margin (P >= STOP_LEVEL): a plan 1% better is no better an answer, a plan 10% better is."""
     import numpy as np
 
-    from worldtune.policies import acquisition
-    from worldtune.policies.candidates import assess, best_verified, held_offers
-    from worldtune.policies.draws import Draws, draws
+    from worldtune.policies.search import acquisition
+    from worldtune.policies.search.candidates import assess, best_verified, held_offers
+    from worldtune.policies.search.draws import Draws, draws
 
     state, best = candidate(Goal(**GOAL))
     rival = next(c for c in search.candidates(state) if c.offer.id == best.offer.id and c.plan == "cfg2-u4-hsdp2-vae8")

@@ -35,22 +35,28 @@ def test_estimate_carries_them() -> None:
 def test_the_search_widens_an_unmeasured_familys_spread_until_the_run_measures_one_of_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from worldtune.policies import candidates as cands
+    import importlib
+
     from worldtune.policies.calibration import UNMEASURED_FAMILY_SD
     from worldtune.policies.search import Measurement, initial_state, record
+    from worldtune.policies.search.candidates import _run_families, candidates, family_sd
+
+    cands = importlib.import_module(
+        "worldtune.policies.search.candidates"
+    )  # the module: the package's `candidates` is the function
     from worldtune.tools.plans.offers import all_offers
     from worldtune.tools.words.goal import Goal
     from worldtune.tools.words.workload import anchor_workload
 
-    assert cands.family_sd("B200", Plan.parse("tp8"), set()) == UNMEASURED_FAMILY_SD
-    assert cands.family_sd("H200", Plan.parse("tp8"), set()) == 0.0  # published tp8 cells on H200
-    assert cands.family_sd("B200", Plan.parse("tp8"), {"tensor parallel"}) == 0.0  # measured by this run
+    assert family_sd("B200", Plan.parse("tp8"), set()) == UNMEASURED_FAMILY_SD
+    assert family_sd("H200", Plan.parse("tp8"), set()) == 0.0  # published tp8 cells on H200
+    assert family_sd("B200", Plan.parse("tp8"), {"tensor parallel"}) == 0.0  # measured by this run
 
     goal = Goal(workload=anchor_workload(), latency_bound_s=200.0, gpus=["B200"], confidence=0.95)
     state = initial_state(goal, all_offers("snapshot"))
 
     def sigmas(s: object) -> dict[str, float]:
-        return {c.key: c.sigma for c in cands.candidates(s)}  # type: ignore[arg-type]
+        return {c.key: c.sigma for c in candidates(s)}  # type: ignore[arg-type]
 
     wide = sigmas(state)
     monkeypatch.setattr(cands, "UNMEASURED_FAMILY_SD", 0.0)
@@ -62,4 +68,4 @@ def test_the_search_widens_an_unmeasured_familys_spread_until_the_run_measures_o
     monkeypatch.setattr(cands, "UNMEASURED_FAMILY_SD", UNMEASURED_FAMILY_SD)
     # a tensor parallel plan measured on B200 in this run: tp8 is then predicted from a measured family
     measured = record(state, Measurement(key=tp8.replace("|tp8", "|2xtp4"), kind="probe", per_step_s=1.3, fixed_s=15.0))
-    assert cands.family_sd("B200", Plan.parse("tp8"), cands._run_families(measured)["B200"]) == 0.0
+    assert family_sd("B200", Plan.parse("tp8"), _run_families(measured)["B200"]) == 0.0

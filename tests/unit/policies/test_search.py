@@ -242,8 +242,7 @@ def test_starts_measured_by_the_run_price_its_next_starts_and_lanes() -> None:
     """Issue 39 item 4: a probe's node that took ~4.7x the believed start (a slow disk's cold load) makes every start
     the search prices on that GPU type as slow, lanes included, before the claim is sized; starts within 15% of the
     belief, or on another GPU type, leave it as believed."""
-    from worldtune.policies import lanes
-    from worldtune.policies.search import believed_start_s, full_requests, start_seconds
+    from worldtune.policies.search import believed_start_s, full_requests, lanes, start_seconds
 
     state = initial_state(_goal(), all_offers("snapshot"))
     first = next(c for c in candidates(state) if c.gpu == "H200")

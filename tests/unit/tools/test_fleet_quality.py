@@ -7,7 +7,7 @@ import pytest
 
 from worldtune.agent.fleet_step import why_the_fleet_differs
 from worldtune.agent.goal_parser import parse_goal
-from worldtune.policies.candidates import initial_state
+from worldtune.policies.search.candidates import initial_state
 from worldtune.tools.deployments.capacity import CapacityPlan, plan_capacity
 from worldtune.tools.plans.offers import list_offers
 from worldtune.tools.words.goal import Goal

@@ -10,7 +10,7 @@ Time to a verified answer is the wall time of the search on real infra: provisio
 node after node; with `parallel` N, an offer's contenders are dealt over up to N nodes of it (each pays its
 own provisioning and cold load: dollars for time), and nodes overlap (N lanes, the longest node first to
 the least loaded lane); contenders on one node run one after another. A contender's full run is dealt over
-the deployments policies/lanes.py gives it (extra nodes, each its own provisioning and cold load).
+the deployments policies/search/lanes.py gives it (extra nodes, each its own provisioning and cold load).
 `lanes_for_deadline` picks the fewest lanes whose modelled time meets a goal's `answer within` inside its budget.
 """
 
@@ -20,10 +20,8 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from worldtune.policies import lanes as claim_lanes
-from worldtune.policies.candidates import (
-    Candidate,
-    SearchState,
+from worldtune.policies.search import lanes as claim_lanes
+from worldtune.policies.search.candidates import (
     action_cost,
     candidates,
     could_be_feasible,
@@ -31,6 +29,7 @@ from worldtune.policies.candidates import (
     objective_value,
     optimistic_value,
 )
+from worldtune.policies.search.words import Candidate, SearchState
 
 NEAR = 8  # the near contenders the estimate probes (as before issue 18)
 FULL = 2  # of which the likeliest get a full run
@@ -116,7 +115,7 @@ def search_plan(
         extra = 0
         for j, (i, cand) in enumerate(members):
             s, u = action_cost(cand, "probe", False, node_held=j > 0)
-            if i < FULL:  # the claim's run, in the lanes the search would give it (policies/lanes.py)
+            if i < FULL:  # the claim's run, in the lanes the search would give it (policies/search/lanes.py)
                 lane = claim_lanes.choose(state, cand, requests, True, False, state.goal.budget_usd, seconds + s)
                 s, u = s + lane.seconds, u + lane.usd
                 extra, extra_s = extra + lane.lanes - 1, extra_s + lane.node_seconds - lane.seconds

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from worldtune.policies.candidates import MAX_NODES, Assessed, Candidate, NearestOption, SearchState, hardware_key
+from worldtune.policies.search.candidates import hardware_key
+from worldtune.policies.search.words import MAX_NODES, Assessed, Candidate, NearestOption, SearchState
 
 DRAWS = 512
 

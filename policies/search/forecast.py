@@ -1,6 +1,6 @@
 """What the search will likely cost and how long it will likely take: searches simulated against its own belief.
 
-policies/nodes.py bounds the search (a probe for every near contender, two full runs, x 1.25 safety); this
+policies/search/nodes.py bounds the search (a probe for every near contender, two full runs, x 1.25 safety); this
 module forecasts it. Each simulated search draws a truth from the posterior (a mode by its weight, then the
 parameters from that mode's Laplace Gaussian, within their bounds), runs the search's own decide/record loop
 against it, and serves every measurement as the twin would (perf_model.predict on the drawn truth, with its
@@ -15,19 +15,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
-from worldtune.policies import acquisition, belief, evidence, lanes, perf_model
-from worldtune.policies.candidates import (
-    PROBE_REPEATS,
-    PROBE_STEPS,
-    Action,
-    Candidate,
-    Measurement,
-    SearchState,
-    candidates,
-    full_requests,
-    held_offers,
-    start_seconds,
-)
+from worldtune.policies import belief, perf_model
+from worldtune.policies.search import acquisition, evidence, lanes
+from worldtune.policies.search.candidates import candidates, full_requests, held_offers, start_seconds
+from worldtune.policies.search.words import PROBE_REPEATS, PROBE_STEPS, Action, Candidate, Measurement, SearchState
 from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 
@@ -75,7 +66,7 @@ def _measure(
     truth: Profile, cand: Candidate, action: Action, state: SearchState, rng: np.random.Generator, start: float
 ) -> tuple[Measurement, float, float]:
     """The simulated measurement of `action` started `start` seconds after the round began (provisioning, load):
-    its wall seconds and node-seconds (a full run over its lanes, stopped once decided: policies/lanes.py)."""
+    its wall seconds and node-seconds (a full run over its lanes, stopped once decided: policies/search/lanes.py)."""
     if action.kind == "probe":
         points = [(s, _latency(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)

@@ -26,16 +26,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from worldtune.policies import belief, lanes
-from worldtune.policies.candidates import (
-    FULL_REQUESTS,
-    STOP_LEVEL,
-    Action,
-    ActionKind,
-    Candidate,
-    Decision,
-    SearchState,
-    StopKind,
+from worldtune.policies import belief
+from worldtune.policies.search import lanes
+from worldtune.policies.search.candidates import (
     action_cost,
     assess,
     best_verified,
@@ -45,8 +38,18 @@ from worldtune.policies.candidates import (
     objective_value,
     start_seconds,
 )
-from worldtune.policies.draws import DRAWS, Draws, draws, nearest_options
-from worldtune.policies.lanes import LanePlan
+from worldtune.policies.search.draws import DRAWS, Draws, draws, nearest_options
+from worldtune.policies.search.lanes import LanePlan
+from worldtune.policies.search.words import (
+    FULL_REQUESTS,
+    STOP_LEVEL,
+    Action,
+    ActionKind,
+    Candidate,
+    Decision,
+    SearchState,
+    StopKind,
+)
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.plan import Plan
 
@@ -252,7 +255,7 @@ def _choose(
             seconds, usd = action_cost(cand, kind, deployed, requests=n, node_held=on_node)
             note = f"; only {n} requests fit the budget, so p{goal.latency_percentile} will not be claimable"
         lane = None
-        if kind == "full" and n > FULL_REQUESTS:  # the claim's run dealt over lanes (policies/lanes.py)
+        if kind == "full" and n > FULL_REQUESTS:  # the claim's run dealt over lanes (policies/search/lanes.py)
             lane = lanes.choose(state, cand, n, deployed, on_node, left)
             seconds, usd = lane.seconds, lane.usd
             note += f"; {lane.why}" if lane.lanes > 1 else ""

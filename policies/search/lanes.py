@@ -12,7 +12,7 @@ the safety factor) and whose cost fits what is left of the budget; with no `answ
 bring the modelled answer inside DEFAULT_ANSWER_S while the extra GPU-hours stay within DEFAULT_EXTRA of the
 search's (so far plus this run on one lane); when no count reaches the time, the fewest within KNEE of the
 fastest allowed. The search's full-run Action carries the choice (`lanes`, `lane_requests`); the estimate
-(policies/search.claim_lanes) and the forecast (policies/forecast.py) cost it.
+(policies/search.claim_lanes) and the forecast (policies/search/forecast.py) cost it.
 
 Lanes launched early: the probe the search makes just before the claim's run it has in view launches the
 run's extra nodes during it (policies/acquisition._early_lanes), late enough to be up when it ends, so that
@@ -36,7 +36,8 @@ import math
 
 from pydantic import BaseModel, Field
 
-from worldtune.policies.candidates import Action, Candidate, SearchState, start_seconds
+from worldtune.policies.search.candidates import start_seconds
+from worldtune.policies.search.words import Action, Candidate, SearchState
 from worldtune.tools.words.plan import Plan
 
 MAX_LANES = 8  # the most deployments one claim's run rents at once

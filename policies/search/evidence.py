@@ -16,16 +16,8 @@ import math
 import numpy as np
 
 from worldtune.policies import belief_fit, belief_noise, perf_model
-from worldtune.policies.candidates import (
-    PROBE_STEPS,
-    RETRIES,
-    Candidate,
-    Measurement,
-    Rejected,
-    SearchState,
-    candidate_for,
-    hardware_key,
-)
+from worldtune.policies.search.candidates import candidate_for, hardware_key
+from worldtune.policies.search.words import PROBE_STEPS, RETRIES, Candidate, Measurement, Rejected, SearchState
 from worldtune.tools.words.plan import Plan
 
 

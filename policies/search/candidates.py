@@ -1,9 +1,9 @@
 """The search's belief about every candidate: candidates are offers x valid plans (each plan fixes the replica
 layout on the node) x capacity, with the number of nodes a throughput floor needs; each is assessed under the
 posterior (its prediction, its uncertainty, its sensitivities), judged against the goal, and costed (probe, full
-run, start on a new or a held node). The words it works in are in policies/search_words.py (re-exported here).
+run, start on a new or a held node). The words it works in are in policies/search/words.py (re-exported here).
 
-policies/search.py is the search's one entry (the agent imports only it); evidence.py, acquisition.py, nodes.py
+policies/search/__init__.py is the search's one entry (the agent imports only it); evidence.py, acquisition.py, nodes.py
 and forecast.py build on this module, and this module on none of them.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from worldtune.policies import belief, belief_noise, perf_model
 from worldtune.policies.calibration import UNMEASURED_FAMILY_SD, plan_families, shipped_profile, unmeasured_families
-from worldtune.policies.search_words import (
+from worldtune.policies.search.words import (
     CONFIDENCE,
     FULL_REQUESTS,
     MAX_NODES,
