@@ -213,7 +213,7 @@ async def _spare_lane(
 async def launch_early(
     task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions
 ) -> list[tuple[Deployment, float] | str]:
-    """The probe's early lanes (policies/acquisition._early_lanes): `action.early_lanes` new nodes of its offer
+    """The probe's early lanes (policies/search/lanes.early_lanes): `action.early_lanes` new nodes of its offer
     under `action.early_plan`, launched together with the probe so that their provisioning and cold load overlap
     it; each (deployment, GPU seconds its start cost) or why it failed. Their lease covers the probe and the
     claim's whole run on one lane (what they may be kept for)."""

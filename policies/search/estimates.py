@@ -27,7 +27,7 @@ def claim_lanes(state: SearchState) -> tuple[int, lanes.LanePlan | None]:
         return requests, None
     cand = near[0]
     before = start_seconds(cand, False) + probe_seconds(cand)  # its node, load and probe come first
-    # its lanes launched with its probe (acquisition._early_lanes), so their starts overlap it
+    # its lanes launched with its probe (lanes.early_lanes), so their starts overlap it
     head = probe_seconds(cand)
     return requests, lanes.choose(state, cand, requests, True, False, state.goal.budget_usd, before, head_s=head)
 

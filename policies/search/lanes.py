@@ -15,9 +15,9 @@ fastest allowed. The search's full-run Action carries the choice (`lanes`, `lane
 (policies/search.claim_lanes) and the forecast (policies/search/forecast.py) cost it.
 
 Lanes launched early: the probe the search makes just before the claim's run it has in view launches the
-run's extra nodes during it (policies/acquisition._early_lanes), late enough to be up when it ends, so that
+run's extra nodes during it (policies/search/lanes.early_lanes), late enough to be up when it ends, so that
 their provisioning and cold load overlap the probe (`head_s`). Only the last probe worth making before that run
-launches them (no other candidate is then worth probing first, acquisition._worth_first): nodes launched with an
+launches them (no other candidate is then worth probing first, choose.worth_first): nodes launched with an
 earlier one would wait through the next probes, billed. A later probe keeps the spares only when holding them
 through it costs less than starting them again;
 they are then the search's spare nodes (`SearchState.spare_lanes`), which the run deals to first (the same
@@ -33,7 +33,9 @@ today's one-lane search stays inside it (measured on the twin: benchmarks/main_j
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from worldtune.policies.search.candidates import start_seconds
@@ -194,3 +196,65 @@ def simulate(
         if check.state == "failed":  # every lane is torn down now: one still running is billed until now
             return kept, t, sum(min(end, t) for end in final), check.reason
     return kept, max(final), sum(final), ""
+
+
+EARLY_P = 0.8  # lanes are launched with a probe only when the optimum is this likely on their offer
+
+
+class EarlyLanes(NamedTuple):
+    """The full run's lanes as they would be dealt, and what launching the new ones with the probe adds."""
+
+    lanes: LanePlan
+    seconds: float  # modelled seconds the probe action lasts longer (a lane's start outlasting the probe)
+    usd: float  # the new lanes' start (and wait for the run), billed with the probe
+    spare: int  # spare nodes already up on the offer, kept through the probe for the run
+    why: str
+    plan: str
+    after_s: float  # modelled seconds into the probe at which they are launched
+
+
+def run_after(probe: int, cands: list[Candidate], p_best: np.ndarray, lead: int | None) -> int:
+    """The full run likely after the probe of candidate `probe` on its offer: the likeliest optimum when it is
+    there, else the plan there that wins the most draws; the probed plan itself when it wins more draws."""
+    offer = cands[probe].offer.id
+    there = [i for i, c in enumerate(cands) if c.offer.id == offer]
+    target = lead if lead is not None and cands[lead].offer.id == offer else max(there, key=lambda i: float(p_best[i]))
+    return probe if float(p_best[probe]) > float(p_best[target]) else target
+
+
+def early_lanes(
+    state: SearchState, cand: Candidate, target: Candidate, probe_s: float, left_usd: float, requests: int,
+    p_best: np.ndarray, cands: list[Candidate], launch: bool = True,
+) -> EarlyLanes | None:  # fmt: skip
+    """New nodes of `target`'s offer to launch with `cand`'s probe, when the claim's run of `target` (the
+    likeliest optimum) would be dealt over lanes: their provisioning and cold load then overlap the probe
+    instead of delaying the run. Only for a probe on the same offer (a node serves either plan: a warm load
+    replans it) and when the optimum is likely (EARLY_P) on that offer; None when no lane is worth launching.
+    `launch` False (another probe is likely before the run): no new node, and a spare node already up is kept
+    through this probe only when that costs less than starting it again."""
+    if cand.offer.id != target.offer.id or requests <= Plan.parse(target.plan).replicas:
+        return None
+    on_offer = float(sum(p for p, c in zip(p_best, cands, strict=True) if c.offer.id == target.offer.id))
+    if on_offer < EARLY_P:
+        return None
+    run = target  # they start under the plan likely run in full (run_after; another one replans them warm)
+    head = probe_s / SAFETY
+    own = run.key == cand.key  # the probe's node is the run's first lane (else it is replanned to it)
+    choice = choose(state, run, requests, own, not own, left_usd, state.elapsed_s + head, head_s=head)
+    cold = start_seconds(run, False) * SAFETY  # launched late enough in the probe to be up at its end
+    up = sum(1 for key in state.spare_lanes if key.split("|", 1)[0] == run.offer.id)
+    spare = min(up, choice.lanes - 1)  # kept through the probe (billed while it runs); more are freed
+    if not launch and probe_s >= cold:
+        spare = 0  # holding them through this probe costs more than starting them again
+    new = choice.lanes - 1 - spare if launch else 0
+    if new <= 0 and spare == 0:
+        return None
+    usd = run.offer.usd_per_hour * (new * cold + spare * probe_s) / 3600.0
+    if usd > left_usd:
+        return None
+    plan = run.plan
+    kept = f"{spare} spare node(s) kept" + (" and " if new else "") if spare else ""
+    why = (f"{kept}{f'{new} node(s) of {run.offer.id} under {plan} launched' if new else ''} with this probe for "
+           f"the claim's run (P(optimum on this offer) {on_offer:.0%}): {choice.why}")  # fmt: skip
+    after = max(0.0, probe_s - cold) / SAFETY
+    return EarlyLanes(choice, max(0.0, cold - probe_s) if new else 0.0, usd, spare, why, plan, after)

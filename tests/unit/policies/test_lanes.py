@@ -133,8 +133,6 @@ def test_with_more_probes_likely_before_the_run_the_probe_launches_no_node() -> 
     """A probe launches the run's nodes only when it is the last worth making before the run: with other
     challengers still worth a probe the nodes would wait through theirs. A spare node already up is then kept
     through the probe only when that costs less than starting it again."""
-    from worldtune.policies.search import acquisition
-
     state, cand = candidate(Goal(**GOAL))
     n = len(search.candidates(state))
     p_best = [0.0] * n
@@ -142,14 +140,14 @@ def test_with_more_probes_likely_before_the_run_the_probe_launches_no_node() -> 
     cands = search.candidates(state)
     cold = search.start_seconds(cand, False) * lanes.SAFETY
     args = (state, cand, cand, 0.5 * cold, 1e4, 59, p_best, cands)
-    last = acquisition._early_lanes(*args)
+    last = lanes.early_lanes(*args)
     assert last is not None and last.lanes.lanes - 1 - last.spare > 0  # the last probe launches the nodes
-    assert acquisition._early_lanes(*args, launch=False) is None  # nothing up, nothing launched
+    assert lanes.early_lanes(*args, launch=False) is None  # nothing up, nothing launched
     spared = state.model_copy(update={"spare_lanes": [cand.key] * 2})
-    short = acquisition._early_lanes(spared, *args[1:], launch=False)
+    short = lanes.early_lanes(spared, *args[1:], launch=False)
     assert short is not None and short.spare == 2 and short.lanes.lanes - 1 - short.spare == 0
     # a probe longer than a start: holding the spares through it costs more than starting them again
-    assert acquisition._early_lanes(spared, cand, cand, 2 * cold, 1e4, 59, p_best, cands, launch=False) is None
+    assert lanes.early_lanes(spared, cand, cand, 2 * cold, 1e4, 59, p_best, cands, launch=False) is None
 
 
 def test_a_challenger_within_the_margin_of_the_verified_best_gets_no_full_run() -> None:
@@ -157,8 +155,8 @@ def test_a_challenger_within_the_margin_of_the_verified_best_gets_no_full_run() 
     best by more than the margin (P >= STOP_LEVEL): a plan 1% better is no better an answer, a plan 10% better is."""
     import numpy as np
 
-    from worldtune.policies.search import acquisition
-    from worldtune.policies.search.candidates import assess, best_verified, held_offers
+    from worldtune.policies.search.candidates import assess, best_verified
+    from worldtune.policies.search.choose import Pick, _Round
     from worldtune.policies.search.draws import Draws, draws
 
     state, best = candidate(Goal(**GOAL))
@@ -177,29 +175,16 @@ def test_a_challenger_within_the_margin_of_the_verified_best_gets_no_full_run() 
     open_ = np.asarray([c.stage != "measured" for c in cands])
     value_best = search.objective_value(state.goal, verified)
 
-    def order_for(ratio: float) -> list[tuple[float, int, str]]:
+    def picks_for(ratio: float) -> list[Pick]:
         feasible = d.feasible.copy()
         feasible[open_] = False  # the rival alone is open and feasible: it wins every draw
         feasible[i] = True
         objective = d.objective.copy()
         objective[i] = ratio * value_best
         rigged = Draws(assessed=assessed, objective=objective, feasible=feasible, log_latency=d.log_latency)
-        masked = np.where(feasible, objective, np.inf)
-        p_best = np.bincount(np.argmin(masked, axis=0), minlength=len(cands)) / objective.shape[1]
-        order, _ = acquisition._order(
-            state,
-            rigged,
-            np.zeros(len(cands)),
-            open_,
-            verified,
-            None,
-            acquisition._ready(state, cands),
-            p_best,
-            held_offers(state),
-            59,
-            0.03,
-        )
-        return order  # fmt: skip
+        zeros = np.zeros(len(cands))
+        picks, _ = _Round(state, rigged, zeros, zeros, open_, verified, 0.03, None, None).picks(None)
+        return picks
 
-    assert (1e300, i, "likeliest optimum") not in order_for(0.99)  # within the margin: no full run bought first
-    assert (1e300, i, "likeliest optimum") in order_for(0.90)  # beats it by 10%: its full run goes first
+    assert Pick(i, "lead") not in picks_for(0.99)  # within the margin: no full run bought first
+    assert picks_for(0.90)[0] == Pick(i, "lead")  # beats it by 10%: its full run goes first

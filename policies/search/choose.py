@@ -1,0 +1,334 @@
+"""Which measurements a decision buys, from the posterior draws acquisition.decide made: each candidate the search
+would measure is a Pick (why, and its value per dollar where that orders it), taken best first; each is priced
+(its full run dealt over lanes, the lanes a probe launches for the run after it) and kept only if it fits the
+budget, is worth its cost once an answer is verified, and ends before the goal's time to answer.
+
+Picks in order: retries; the likeliest optimum's full run (`lead`), or a probe worth more before it (`displace`);
+then every open candidate by its value per expected dollar (`value`). Nothing bought: the decision says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+import numpy as np
+
+from worldtune.policies import belief
+from worldtune.policies.search.candidates import action_cost, full_requests, hardware_key, held_offers, objective_value
+from worldtune.policies.search.draws import Draws, nearest_options
+from worldtune.policies.search.lanes import EarlyLanes, LanePlan, early_lanes, run_after
+from worldtune.policies.search.lanes import choose as deal_lanes
+from worldtune.policies.search.words import (
+    FULL_REQUESTS,
+    STOP_LEVEL,
+    Action,
+    ActionKind,
+    Candidate,
+    Decision,
+    SearchState,
+    StopKind,
+)
+from worldtune.tools.words.goal import Goal
+
+Why = Literal["retry", "lead", "displace", "value"]
+RANK: dict[Why, int] = {"retry": 0, "lead": 1, "displace": 1, "value": 2}  # the order picks are taken in
+
+
+class Pick(NamedTuple):
+    """A candidate the search would measure next, and why: a retry, the likeliest optimum's full run (`lead`), a
+    probe that could displace it first, or its value per expected dollar (`per_usd`, which orders `value` picks)."""
+
+    i: int  # the candidate's position in the draws
+    why: Why
+    per_usd: float = 0.0
+
+
+class Worth(NamedTuple):
+    """What measuring each candidate is worth once an answer is verified: `share` of the production's cost."""
+
+    usd: float  # the production's cost under the verified answer: its cost per clip x the clips it will make
+    share: np.ndarray  # per candidate: the expected improvement it may find, as a share of the answer's value
+    says: str
+
+
+def ready_for_full(state: SearchState, cands: list[Candidate]) -> set[str]:
+    """Candidates whose next measurement is a full run: probed, or measured without a verdict."""
+    return {c.key for c in cands if c.stage == "probed" or c.key in state.inconclusive}
+
+
+def worth_first(
+    state: SearchState, d: Draws, full: int, ready: set[str], open_: np.ndarray, held: set[str], requests: int,
+    margin: float,
+) -> list[tuple[float, int]]:  # fmt: skip
+    """(gain, index) of each unprobed open candidate whose probe costs less than what it would likely save before
+    a full run of `full` (many probes' worth), in the candidates' order. The saving is P(it is feasible and beats
+    `full` by the margin) x the full run's cost, since that full run would then be spent on a plan the search does
+    not end on."""
+    cands = d.cands
+    target = cands[full]
+    _, full_usd = action_cost(target, "full", target.key in state.deployed, requests=requests,
+                              node_held=target.offer.id in held)  # fmt: skip
+    own = d.objective[full]
+    worth: list[tuple[float, int]] = []
+    for i, c in enumerate(cands):
+        if i == full or not open_[i] or c.key in ready:
+            continue
+        p = float((d.feasible[i] & (d.objective[i] < own - margin * np.abs(own))).mean())
+        if p * full_usd <= 0.0:
+            continue
+        _, probe_usd = action_cost(c, "probe", c.key in state.deployed, node_held=c.offer.id in held)
+        if p * full_usd - probe_usd > 0.0:
+            worth.append((p * full_usd - probe_usd, i))
+    return worth
+
+
+@dataclass
+class _Round:
+    """One decision's buying: the draws and what they say of each candidate, and what is bought so far."""
+
+    state: SearchState
+    d: Draws
+    ei: np.ndarray
+    value: np.ndarray
+    open_: np.ndarray
+    best: Candidate | None
+    margin: float
+    worth: Worth | None
+    p_stop: float | None  # before anything is verified: P(the lead's verification ends the search)
+    p_best: np.ndarray = field(init=False)
+    ready: set[str] = field(init=False)
+    requests: int = field(init=False)
+    held: set[str] = field(init=False)  # nodes the search holds: a candidate there pays a warm load
+    left: float = field(init=False)  # USD left of the budget after what is bought
+    actions: list[Action] = field(default_factory=list)
+    used: set[str] = field(default_factory=set)  # hardware already measured in this decision
+    skipped: int = 0  # over the budget left
+    late: int = 0  # past the goal's time to answer
+    unworthy: list[tuple[float, float, int]] = field(default_factory=list)  # (value $, cost $, index)
+
+    def __post_init__(self) -> None:
+        masked = np.where(self.d.feasible, self.d.objective, np.inf)
+        winner = np.argmin(masked, axis=0)
+        draws = self.d.objective.shape[1]
+        self.p_best = np.bincount(winner[np.isfinite(masked.min(axis=0))], minlength=len(self.d.cands)) / draws
+        self.ready = ready_for_full(self.state, self.d.cands)
+        self.requests = full_requests(self.state.goal)
+        self.held = held_offers(self.state)
+        self.left = self.state.goal.budget_usd - self.state.spent_usd
+
+    # ---- what to measure, best first ------------------------------------------------------------------------
+    def picks(self, lead: int | None) -> tuple[list[Pick], int | None]:
+        """Retries; the likeliest optimum's full run (or a probe worth more before it); then every open candidate
+        by its value per expected dollar. Also the likeliest optimum's index (or None)."""
+        cands = self.d.cands
+        picks = [Pick(i, "retry") for i, c in enumerate(cands) if c.key in self.state.retry]
+        full = lead if self.best is None else self._challenger()
+        if full is not None:
+            ahead = worth_first(self.state, self.d, full, self.ready, self.open_, self.held, self.requests,
+                                self.margin)  # fmt: skip
+            # a probe that could spare the full run goes first, and the full run waits for what it says
+            picks.append(Pick(max(ahead, key=lambda g: g[0])[1], "displace") if ahead else Pick(full, "lead"))
+        for i, c in enumerate(cands):
+            if self.open_[i] and self.value[i] > 0:
+                _, usd = action_cost(c, "full" if c.key in self.ready else "probe", c.key in self.state.deployed,
+                                     requests=self.requests, node_held=c.offer.id in self.held)  # fmt: skip
+                picks.append(Pick(i, "value", float(self.value[i] / max(usd, 1e-6))))
+        picks.sort(key=lambda p: (RANK[p.why], -p.per_usd))
+        return picks, full
+
+    def _challenger(self) -> int | None:
+        """Once something is verified, only a probed challenger that wins at least as many draws displaces it, and
+        only when it alone could keep the search from stopping: P(it beats the best by more than the margin) at
+        least STOP_LEVEL. A challenger within the margin is no better an answer; its full run buys nothing the
+        stop needs (the probes of the others resolve the rest, and its value per dollar still ranks it). Ties
+        (hundreds of near-equal plans share the draws' wins, so each may win none) go to the best mean."""
+        assert self.best is not None
+        d, cands = self.d, self.d.cands
+        mean_objective = np.where(d.feasible, d.objective, np.inf).mean(axis=1)
+        pool = [i for i in range(len(cands)) if self.open_[i]]
+        top = max(pool, key=lambda i: (self.p_best[i], -mean_objective[i]), default=None)
+        best_share = self.p_best[[i for i, c in enumerate(cands) if c.key == self.best.key]].sum()
+        if top is None or cands[top].key not in self.ready or self.p_best[top] <= 0 or self.p_best[top] < best_share:
+            return None
+        value_best = objective_value(self.state.goal, self.best)
+        beats = d.feasible[top] & (d.objective[top] < value_best - self.margin * abs(value_best))
+        return top if float(beats.mean()) >= STOP_LEVEL else None
+
+    # ---- one pick, priced and checked ---------------------------------------------------------------------
+    def buy(self, pick: Pick, cheapest: dict[str, int], lead_full: int | None) -> None:
+        """Price `pick` (on the cheapest offer of its hardware unless a retry) and buy it when it fits the budget,
+        is worth its cost (once an answer is verified) and ends in time; else count why not."""
+        cands = self.d.cands
+        retry = pick.why == "retry"
+        i = pick.i if retry else cheapest.get(hardware_key(cands[pick.i].key), pick.i)
+        cand = cands[i]
+        if hardware_key(cand.key) in self.used:
+            return
+        rejected_full = any(r.key == cand.key and r.kind == "full" for r in self.state.rejected)
+        full = cand.key in self.ready or cand.stage == "measured" or (retry and rejected_full)
+        kind: ActionKind = "full" if full else "probe"
+        deployed = cand.key in self.state.deployed and not retry
+        on_node = not deployed and not retry and cand.offer.id in self.held
+        n, seconds, usd, lane, note = self._priced(cand, kind, deployed, on_node)
+        if usd > self.left:
+            self.skipped += 1
+            return
+        if self.worth is not None and not retry:
+            gain = max(float(self.worth.share[i]), float(self.worth.share[pick.i])) * self.worth.usd
+            if gain <= usd:
+                self.unworthy.append((gain, usd, i))
+                return
+            note += f"; worth ${gain:,.2f} against its ${usd:,.2f} ({self.worth.says})"
+        early = None
+        if kind == "probe" and not self.actions and lead_full is not None and pick.why in ("lead", "displace"):
+            early = self._early(i, cand, seconds, usd, lead_full)
+            if early is not None:
+                seconds, usd = seconds + early.seconds, usd + early.usd
+        goal = self.state.goal
+        if goal.answer_within_s is not None and self.state.elapsed_s + seconds > goal.answer_within_s:
+            self.late += 1  # it would finish after the time the goal allows for an answer
+            return
+        self.left -= usd
+        self.used.add(hardware_key(cand.key))
+        if on_node:
+            self.held.discard(cand.offer.id)  # one node runs one plan at a time
+        reason = _why(self, i, pick.why, kind, n) + note + (f"; {early.why}" if early else "")
+        self.actions.append(Action(
+            key=cand.key, kind=kind, expected_usd=usd, expected_s=seconds, needs_deploy=not deployed, reason=reason,
+            requests=n if kind == "full" else 0, lanes=lane.lanes if lane else 1,
+            lane_requests=lane.requests if lane else [], redeploy=retry, value=float(self.value[i]),
+            early_lanes=early.lanes.lanes - 1 - early.spare if early else 0, early_plan=early.plan if early else "",
+            spares_held=early.spare if early else 0, early_after_s=early.after_s if early else 0.0,
+        ))  # fmt: skip
+
+    def _priced(
+        self, cand: Candidate, kind: ActionKind, deployed: bool, on_node: bool
+    ) -> tuple[int, float, float, LanePlan | None, str]:
+        """Requests, modelled seconds and USD of measuring `cand`, the lanes a full run is dealt over, a note."""
+        n = self.requests
+        seconds, usd = action_cost(cand, kind, deployed, requests=n, node_held=on_node)
+        note = ""
+        if kind == "full" and usd > self.left:
+            n = FULL_REQUESTS  # the claim's count does not fit: a short run, and the claim will say so
+            seconds, usd = action_cost(cand, kind, deployed, requests=n, node_held=on_node)
+            note = f"; only {n} requests fit the budget, so p{self.state.goal.latency_percentile} will not be claimable"
+        lane = None
+        if kind == "full" and n > FULL_REQUESTS:  # the claim's run dealt over lanes (lanes.py)
+            lane = deal_lanes(self.state, cand, n, deployed, on_node, self.left)
+            seconds, usd = lane.seconds, lane.usd
+            note += f"; {lane.why}" if lane.lanes > 1 else ""
+        return n, seconds, usd, lane, note
+
+    def _early(self, i: int, cand: Candidate, seconds: float, usd: float, lead_full: int) -> EarlyLanes | None:
+        """The probe the search makes just before the full run it has in view: that run's lanes start with it.
+        Nodes are launched only with the last probe worth making before that run: with another challenger still
+        worth a probe, they would wait through its probe too (kept spares only if that is cheaper)."""
+        cands = self.d.cands
+        run = run_after(i, cands, self.p_best, lead_full)
+        rivals = [j for _, j in worth_first(self.state, self.d, run, self.ready, self.open_, self.held,
+                                            self.requests, self.margin) if j != i]  # fmt: skip
+        return early_lanes(self.state, cand, cands[run], seconds, self.left - usd, self.requests, self.p_best, cands,
+                           launch=not rivals)  # fmt: skip
+
+
+def choose(
+    state: SearchState, d: Draws, ei: np.ndarray, value: np.ndarray, open_: np.ndarray, best: Candidate | None,
+    parallel: int, p_beaten: float | None, p_any: float, margin: float = 0.03,
+    lead: tuple[int, float] | None = None, worth: Worth | None = None,
+) -> Decision:  # fmt: skip
+    """At most `parallel` actions on distinct hardware, picks taken best first; or why nothing is bought."""
+    p_stop = lead[1] if lead is not None else None  # decide gives a lead only while nothing is verified
+    r = _Round(state, d, ei, value, open_, best, margin, worth, p_stop)
+    picks, lead_full = r.picks(lead[0] if lead is not None else None)
+    cheapest: dict[str, int] = {}  # the same measurement on the cheapest offer of that hardware
+    for i, c in enumerate(d.cands):
+        hw = hardware_key(c.key)
+        if open_[i] and (hw not in cheapest or c.offer.usd_per_hour < d.cands[cheapest[hw]].offer.usd_per_hour):
+            cheapest[hw] = i
+    for pick in picks:
+        if len(r.actions) >= parallel:
+            break
+        r.buy(pick, cheapest, lead_full)
+    if r.actions:
+        return Decision(actions=r.actions, best=best.key if best else None, p_beaten=p_beaten, p_feasible=p_any)
+    if best is not None and worth is not None and r.unworthy:
+        return _not_worth(best, p_beaten, r.unworthy, d.cands, worth, margin)
+    return _nothing_fits(state, d, best, p_beaten, p_any, r.skipped, r.late, bool(picks))
+
+
+def _not_worth(
+    best: Candidate, p_beaten: float | None, unworthy: list[tuple[float, float, int]], cands: list[Candidate],
+    worth: Worth, margin: float,
+) -> Decision:  # fmt: skip
+    """A verified answer, and every measurement left would cost more than what it may find is worth: stop."""
+    gain, usd, i = max(unworthy, key=lambda u: u[0] - u[1])
+    top = cands[i]
+    beaten = f"P(an unverified candidate beats it by more than {margin:.0%}) = {p_beaten:.1%}; " if p_beaten else ""
+    return Decision(
+        stop_reason=f"converged: {best.plan} on {best.offer.id} meets the goal ({best.evidence}); {beaten}nothing "
+        f"left is worth its cost: the most valuable, {top.plan} on {top.offer.id}, is worth ${gain:,.2f} against "
+        f"its ${usd:,.2f} ({len(unworthy)} such measurement(s); {worth.says})",
+        stop_kind="converged", best=best.key, p_beaten=p_beaten, p_feasible=1.0,
+    )  # fmt: skip
+
+
+def _nothing_fits(
+    state: SearchState, d: Draws, best: Candidate | None, p_beaten: float | None, p_any: float,
+    skipped: int, late: int, ordered: bool,
+) -> Decision:  # fmt: skip
+    """No measurement fits what is left of the budget (or of the time to answer): stop, and say which."""
+    goal = state.goal
+    reason = (f"budget reached: ${state.spent_usd:.2f} of ${goal.budget_usd:g} spent and the next of "
+              f"{max(skipped, 1)} candidate measurement(s) would not fit in what is left")  # fmt: skip
+    stop: StopKind = "budget"
+    if late and not skipped:
+        stop = "deadline"
+        reason = (f"time to answer reached: {state.elapsed_s / 3600:.2f} h of "
+                  f"{(goal.answer_within_s or 0) / 3600:g} h used and the next of {late} candidate measurement(s) "
+                  "would end after it")  # fmt: skip
+    if not ordered:
+        reason = "nothing left worth measuring, yet no candidate is verified"
+    return Decision(stop_reason=reason, stop_kind=stop, best=best.key if best else None,
+                       p_beaten=p_beaten, p_feasible=p_any, nearest=nearest_options(state, d))  # fmt: skip
+
+
+def _why(r: _Round, i: int, why: Why, kind: str, requests: int) -> str:
+    """What the event log says: the value, the chance it is the optimum, what it would teach and could change."""
+    state, d, best, margin, p_stop = r.state, r.d, r.best, r.margin, r.p_stop
+    ei, value, p_best = r.ei, r.value, r.p_best
+    cand = d.cands[i]
+    if why == "retry":
+        last = next(r.reason for r in reversed(state.rejected) if r.key == cand.key)
+        return f"retry on a fresh deployment: the last measurement was not evidence ({last})"
+    a = d.assessed[i]
+    post = state.posterior(cand.gpu)
+    learns = belief.informs(post, np.asarray(a.grad_latency), max(a.own_sigma, 1e-3)) if kind == "probe" else []
+    against = "the best verified by the margin" if best is not None else "the plan it would verify now by the margin"
+    if best is None and p_stop is None:
+        against = "the best predicted"
+    text = (f"predicted {_fmt(state.goal, cand)} (±{cand.sigma:.1%}), P(feasible) "
+            f"{float(d.feasible[i].mean()):.0%}, P(optimum) {p_best[i]:.0%}; expected improvement over {against} "
+            f"{ei[i]:.1%} of the objective, {value[i]:.1%} with what it tells about the others")  # fmt: skip
+    if why == "lead" and best is None and p_stop is not None:
+        text = (f"the likeliest optimum, pinned by its probe: verified, P(no open candidate beats it by more than "
+                f"{margin:.0%}) = {p_stop:.0%}, so a full run of {requests} requests most likely ends the search; "
+                + text)  # fmt: skip
+    elif why == "lead":
+        text = f"the likeliest optimum, pinned by its probe: a full run of {requests} requests verifies it; " + text
+    elif why == "displace":
+        text = ("probed before the likeliest optimum's full run: the chance it beats that plan by more than the "
+                "margin, times the full run's cost, is more than this probe costs; " + text)  # fmt: skip
+    if learns:
+        text += "; would narrow " + ", ".join(learns)
+    if best is not None:
+        text += f"; could replace {best.plan} on {best.offer.id} ({_fmt(state.goal, best)})"
+    return text
+
+
+def _fmt(goal: Goal, cand: Candidate) -> str:
+    if goal.objective == "min_cost_per_clip":
+        return f"${cand.usd_per_clip:.3f}/clip"
+    if goal.objective == "min_latency":
+        return f"p{goal.latency_percentile} {cand.latency_q_s:.1f} s"
+    return f"{cand.clips_per_hour_per_node:.1f} clips/h/node"
