@@ -40,13 +40,13 @@ RUN = "tune-lanes"
 SCALE = 400.0  # 117 model-s a request: ~0.3 s of wall time, so a lane of 30 runs ~9 s: time to kill it mid-run
 
 
-def setup(db: Path, bound: float) -> tuple[Goal, Candidate, TuneOptions]:
+def setup(db: Path, bound: float, scale: float = SCALE) -> tuple[Goal, Candidate, TuneOptions]:
     goal = Goal(workload=anchor_workload(), latency_bound_s=bound, gpus=["H200"], capacities=["spot"],
                 confidence=0.95)  # fmt: skip
     cand = next(c for c in candidates(initial_state(goal, all_offers("snapshot")))
                 if c.plan == "cfg2-u4-vae8" and c.offer.gpu_count == 8)  # fmt: skip
     Store(db).add_run(RUN, "tune")
-    return goal, cand, TuneOptions(db_path=str(db), yes=True, time_scale=SCALE)
+    return goal, cand, TuneOptions(db_path=str(db), yes=True, time_scale=scale)
 
 
 def task(goal: Goal, cand: Candidate, options: TuneOptions, shares: list[int]) -> VerifyTask:
@@ -159,7 +159,9 @@ def test_one_claim_pooled_over_two_spot_lanes_survives_a_lane_preempted_mid_run(
     database marked interrupted and are not counted: the claim pools exactly its 59 requests, none twice, and
     the relaunch's start is billed."""
     db = tmp_path / "wt.db"
-    goal, cand, options = setup(db, bound=150.0)
+    # nothing here is timed on the wall clock (the preemption is in model seconds after a load, the claim's
+    # decisions on the twins' model clock): a faster scale than the file's keeps it short
+    goal, cand, options = setup(db, bound=150.0, scale=1000.0)
     iteration = next(i for i in range(1, 200) if first_draws(cand, i)[0] > 8 * first_draws(cand, i)[1])
     own, lane = first_draws(cand, iteration)
     rate = lane * 3600.0 / 1400.0  # the extra lane is taken back 1,400 model-s after its load: ~10 answers in
