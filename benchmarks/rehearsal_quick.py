@@ -49,7 +49,7 @@ def _row(task: tuple[int, int]) -> dict[str, Any]:
     return {
         "truth": scenario.name, "seed": seed, "feasible": feasible, "stop": w.stop, "regret": w.regret,
         "share_of_grid": w.total_gpu_hours / grid.total_gpu_hours, "gpu_hours": w.total_gpu_hours,
-        "probes": w.extra["probes"], "full_runs": w.extra["full_runs"],
+        "probes": w.extra["probes"], "full_runs": w.extra["full_runs"], "idle_gpu_hours": w.extra["idle_gpu_hours"],
         **rehearsal.against_oracle(scenario, goal, w),
     }  # fmt: skip
 
@@ -95,6 +95,14 @@ def run(truths: int, seeds: int, truth_seed: int, jobs: int = 0) -> dict[str, An
         **rehearsal.oracle_summary(rows),
         "probes_p50": float(np.median([r["probes"] for r in rows])),
         "full_runs_p50": float(np.median([r["full_runs"] for r in rows])),
+        # issue 39 item 2: nodes billed while idle (spares held through a probe, early lanes up before the probe ends)
+        "idle_gpu_hours_total": float(sum(r["idle_gpu_hours"] for r in rows)),
+        "idle_share_of_gpu_hours": float(
+            sum(r["idle_gpu_hours"] for r in rows) / max(sum(r["gpu_hours"] for r in rows), 1e-9)
+        ),
+        "idle_share_max": float(
+            max((r["idle_gpu_hours"] / r["gpu_hours"] for r in rows if r["gpu_hours"]), default=0.0)
+        ),
         "stops": {k: sum(1 for r in rows if r["stop"] == k) for k in sorted({r["stop"] for r in rows})},
     }
     return {

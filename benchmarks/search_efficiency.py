@@ -103,6 +103,7 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
     state = search.initial_state(goal, scenario.offers)
     out = Outcome("worldtune", scenario.name)
     measured: set[str] = set()
+    idle_gpu_h = 0.0  # nodes up and billed while nothing ran on them: spares held through a probe, early lanes waiting
     while True:
         decision = search.decide(state)
         if decision.stop_reason:
@@ -134,13 +135,16 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
                     believed = search.believed_start_s(cand, held)
                     m = m.model_copy(update={"start_s": started, "start_predicted_s": believed})
                 seconds += action.spares_held * wall_s  # spare nodes kept up through the probe, waiting
+                idle_s = action.spares_held * wall_s
                 if action.early_lanes:  # nodes for the claim's run launched with the probe (agent/verify.py)
                     key = f"{cand.offer.id}|{action.early_plan}"
                     cold = twin.deploy_seconds(cands.get(key, cand))
                     # launched early_after_s into the probe: billed from then until they are up or it ends
                     seconds += action.early_lanes * (cold + max(0.0, wall_s - action.early_after_s - cold))
+                    idle_s += action.early_lanes * max(0.0, wall_s - action.early_after_s - cold)
                     wall_s = max(wall_s, action.early_after_s + cold)
                     state = state.model_copy(update={"spare_lanes": [*state.spare_lanes, *[key] * action.early_lanes]})
+                idle_gpu_h += idle_s * cand.offer.gpu_count / 3600.0
             else:
                 n = action.requests or search.full_requests(goal)
                 shares = action.lane_requests if sum(action.lane_requests) == n else [n]
@@ -160,7 +164,7 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
         state = state.model_copy(update={"elapsed_s": out.seconds})  # as agent/graph.learn: lanes and deadlines see it
     out.measured_candidates = len({m.key for m in state.measurements})
     out.extra = {"probes": sum(m.kind == "probe" for m in state.measurements), "full_runs": len(measured),
-                 "stop_reason": decision.stop_reason}  # fmt: skip
+                 "stop_reason": decision.stop_reason, "idle_gpu_hours": idle_gpu_h}  # fmt: skip
     rec = search.recommendation(state)
     return finish(out, twin, rec.key if rec else None, truth, best)
 
