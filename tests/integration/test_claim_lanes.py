@@ -154,18 +154,18 @@ def test_one_claim_pooled_over_two_spot_lanes_survives_a_lane_preempted_mid_run(
 ) -> None:
     """Issue 39 item 6 end to end: a rehearsal truth that takes spot nodes back (spot_preemptions_per_node_hour)
     preempts the claim's extra lane ~1,400 model-s into its share (an iteration whose seeds draw the candidate's
-    own node far later, at a rate set from the draws). The backend relaunches the node (same deployment, a new
-    load, noise of its own) and runs the lane's benchmark again there; the cut attempt's samples stay in the
-    database marked interrupted and are not counted: the claim pools exactly its 59 requests, none twice, and
-    the relaunch's start is billed."""
+    own node over 20 times later, at a rate set from the draws). The backend relaunches the node (same deployment,
+    a new node's cold load, noise of its own) and runs the lane's benchmark again there, at most twice; a node
+    taken back a third time ends the benchmark and the claim drops the lane and runs what it did not answer on the
+    other (a busy machine's client overhead passes model time: which of the two happens depends on it). Either
+    way the cut attempts' samples stay in the database marked interrupted and are not counted: the claim pools
+    exactly its 59 requests, none twice, and every start and relaunch is billed."""
     db = tmp_path / "wt.db"
-    # nothing here is timed on the wall clock (the preemption is in model seconds after a load, the claim's
-    # decisions on the twins' model clock): a faster scale than the file's keeps it short
-    goal, cand, options = setup(db, bound=150.0, scale=1000.0)
-    iteration = next(i for i in range(1, 200) if first_draws(cand, i)[0] > 8 * first_draws(cand, i)[1])
+    goal, cand, options = setup(db, bound=150.0)
+    iteration = next(i for i in range(1, 200) if first_draws(cand, i)[0] > 20 * first_draws(cand, i)[1])
     own, lane = first_draws(cand, iteration)
     rate = lane * 3600.0 / 1400.0  # the extra lane is taken back 1,400 model-s after its load: ~10 answers in
-    assert own / rate * 3600.0 > 8 * 1400.0  # the candidate's node outlives both shares (59 x ~120 model-s)
+    assert own / rate * 3600.0 > 20 * 1400.0  # the candidate's node outlives both shares and any rerun
     truth = shipped_profile("H200").model_copy(
         update={"spot_preemptions_per_node_hour": rate, "source": "test: the claim's extra spot lane taken back"}
     )
@@ -180,29 +180,35 @@ def test_one_claim_pooled_over_two_spot_lanes_survives_a_lane_preempted_mid_run(
     m = outcome.measurement
     assert not outcome.failed, outcome.error
     assert len(m.latencies_s) == m.requested == 59 and m.failed_requests == 0  # the claim's count, pooled
-    assert m.lanes == 2 and not m.decided and len(set(m.benchmark_ids)) == 2
-    # the lane was relaunched by its backend, not dropped and replaced by the claim: two deploys, no rerun
-    assert len([d for kind, d in seen if kind == "deploy"]) == 2
-    assert not any("dropped" in e or "run again" in e for e in update["events"]), update["events"]
+    assert m.lanes == 2 and not m.decided
+    assert len([d for kind, d in seen if kind == "deploy"]) == 2  # a relaunch is the backend's, not a new lane
     store = Store(db)
     (taken,) = [d for d in store.list_deployments() if d.id != outcome.deployment_id]
-    samples = store.samples(next(b for b in m.benchmark_ids if store.get_benchmark(b)["deployment_id"] == taken.id))
-    last = max(s.attempt or 1 for s in samples)  # a relaunched node may be taken back too (the same rate)
-    cut = [s for s in samples if s.attempt == 1]
-    again = [s for s in samples if s.attempt == last]
-    assert last >= 2 and all(s.interrupted for s in samples if s.attempt != last)
-    assert 5 <= sum(s.ok for s in cut) < 29  # preempted mid-share
-    assert len(again) == 29 and all(s.ok and not s.interrupted for s in again)
-    # the relaunched node drew its own noise: its latencies are not the cut attempt's replayed
+    # every answer in the claim once: the cut attempts' answers are kept in the database, not counted
+    samples = {b: store.samples(b) for b in m.benchmark_ids}
+    assert sum(1 for b in samples for s in samples[b] if s.ok and not s.interrupted) == 59
+    mine = [s for b in samples if store.get_benchmark(b)["deployment_id"] == taken.id for s in samples[b]]
+    last = max(s.attempt or 1 for s in mine)
+    assert last >= 2 and all(s.interrupted for s in mine if s.attempt != last)  # relaunched at least once
+    cut = [s for s in mine if s.attempt == 1]
+    assert 1 <= sum(s.ok for s in cut) < 29  # preempted mid-share
+    # a relaunched node draws its own noise: its latencies are not the cut attempt's replayed (the same seed gave
+    # the same sequence, answer for answer)
     first = [round(c.client_time() or 0, 6) for c in cut if c.ok]
-    assert [round(a.client_time() or 0, 6) for a in again[: len(first)]] != first
+    later = [round(a.client_time() or 0, 6) for a in mine if (a.attempt or 1) >= 2 and a.ok]
+    n = min(len(first), len(later))
+    assert n == 0 or later[:n] != first[:n]
     assert taken.loads == last and taken.noise_seed != stable_seed("lane 0", cand.key, iteration)
+    if any("dropped" in e for e in update["events"]):  # taken back a third time: its rest run on the other lane
+        assert len(set(m.benchmark_ids)) == 3 and any("run again" in e for e in update["events"])
+    else:
+        assert len(set(m.benchmark_ids)) == 2 and sum(s.ok for s in mine if s.attempt == last) == 29
     # billed: both lanes' starts, each relaunch's (provisioning and a cold load: a new node) and every attempt's
     # busy time on either lane, cut requests included
     start = cand.offer.provision_s + (taken.modelled_load_s or 0.0)
     assert taken.modelled_load_s == store.get_deployment(outcome.deployment_id).modelled_load_s  # cold, both
-    busy = sum(s.client_time() or 0.0 for b in m.benchmark_ids for s in store.samples(b))
-    assert outcome.model_s == pytest.approx(2 * start + (last - 1) * start + busy, abs=1.0)
+    busy = sum(s.client_time() or 0.0 for b in samples for s in samples[b])
+    assert outcome.model_s == pytest.approx(2 * start + (taken.loads - 1) * start + busy, abs=1.0)
     # the pooled measurement is evidence: the search folds it in and the claim holds at 95%
     state = record(initial_state(goal, all_offers("snapshot")), m)
     assert not state.rejected
