@@ -200,7 +200,9 @@ async def _benchmarked(
         if time.time() - looked >= ENGINE_CHECK_S:  # an engine that died mid-benchmark never answers again
             looked = time.time()
             engine = await get_deployment(tools, deployment_id)
-            if engine.state not in ("ready", "loading"):
+            # a preempted node under a running benchmark is the backend's to relaunch (Backend.benchmark runs the
+            # attempt again there, or ends the benchmark failed), as the claim's lanes treat it
+            if engine.state not in ("ready", "loading", "preempted"):
                 spent_s = min(cap_s, charged_s + _busy_s(options, action, time.time() - bench_started))
                 why = f"deployment {deployment_id} is {engine.state} during benchmark {bench_id}"
                 return failed_update(action, cand, why, bill(cand, spent_s), removed=True)
@@ -214,6 +216,9 @@ async def _benchmarked(
     # The twin's GPU time is its modelled busy time (the slowest replica's sum of server times); the
     # HTTP and video-encoding overhead between requests, magnified by the time scale, is not.
     charged_s += busy_model_s(record) if options.twin else wall_s
+    now = await get_deployment(tools, deployment_id)
+    if now.loads > deployment.loads:  # preempted under the benchmark and relaunched by the backend: each start
+        charged_s += start_s(now, cand, options) * (now.loads - deployment.loads)
     if charged_s >= cap_s:  # a watchdog in model time would have stopped it here
         await teardown(runtime, deployment_id)
         return failed_update(action, cand, over, bill(cand, cap_s), removed=True)
