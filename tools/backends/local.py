@@ -397,10 +397,14 @@ class LocalBackend(BenchmarksFromHere):
             # detail keeps the pids teardown needs
             current = deployment.model_copy(update={"state": "preempted" if preempted else "failed"})
             return self._saved_if_alive(current)
-        codes = []
+        codes: list[int] = []
         for url in deployment.endpoints:
-            with contextlib.suppress(httpx.HTTPError):  # refused: still loading (it listens once loaded)
+            try:
                 codes.append(health_code(url))
+            except httpx.TimeoutException:  # listening but no answer in time (a busy machine): nothing learned
+                return deployment
+            except httpx.HTTPError:  # refused: still loading (it listens once loaded)
+                pass
         if 503 in codes:  # vLLM-Omni's /health is 503 only when the engine is dead
             return self._saved_if_alive(deployment.model_copy(update={"state": "failed"}))
         state = "ready" if codes.count(200) == len(deployment.endpoints) else "loading"
