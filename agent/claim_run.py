@@ -27,6 +27,7 @@ from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
     bill,
     busy_model_s,
+    cannot_measure,
     deploy_with_profile,
     emit,
     every_request_failed,
@@ -36,6 +37,7 @@ from worldtune.agent.steps import (
     measured_figures,
     measurement_of,
     noise_seed,
+    relaunched_start_s,
     replan,
     samples_of,
     start_s,
@@ -320,9 +322,7 @@ async def _run(
                 lane.dropped = f"benchmark {bench} {status.get('status')}: {status.get('error')}"
             if (ended or check_engine) and not lane.dropped:  # killed: its answers so far are kept
                 state = await _state(tools, lane.deployment.id)
-                # a preempted node under a running benchmark is the backend's to relaunch (Backend.benchmark runs
-                # the attempt again there, or ends the benchmark failed, and then the lane is dropped)
-                if state not in ("ready", "loading") and not (state == "preempted" and not ended):
+                if cannot_measure(state, benchmark_running=not ended):
                     lane.dropped = f"deployment {lane.deployment.id} is {state} during benchmark {bench}"
             if ended:
                 await _relaunches_billed(tools, lane, cand, options)
@@ -393,11 +393,11 @@ async def _relaunches_billed(tools: Any, lane: Lane, cand: Candidate, options: T
     """A lane whose node was preempted and relaunched under its benchmark (more loads than when it joined): the
     relaunch's start is billed to it, and the lane follows the deployment as it now is."""
     try:
-        now = await get_deployment(tools, lane.deployment.id)
+        relaunches_s, now = await relaunched_start_s(tools, lane.deployment, cand, options)
     except ToolCallFailed:
         return
-    if now.loads > lane.deployment.loads:
-        lane.start_s += start_s(now, cand, options) * (now.loads - lane.deployment.loads)
+    if relaunches_s:
+        lane.start_s += relaunches_s
         lane.deployment = now
 
 

@@ -272,6 +272,22 @@ def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> fl
     return float(_provision_s(options, cand, replanned=bool(replanned)) + load_s)
 
 
+async def relaunched_start_s(
+    tools: Any, before: Deployment, cand: Candidate, options: TuneOptions
+) -> tuple[float, Deployment]:
+    """GPU seconds of the relaunches a backend made of `before`'s node under a benchmark (a preempted spot node
+    started again: more loads now than before), and the deployment as it now is."""
+    now = await get_deployment(tools, before.id)
+    return start_s(now, cand, options) * max(0, now.loads - before.loads), now
+
+
+def cannot_measure(state: str, benchmark_running: bool) -> bool:
+    """A deployment in `state` can no longer answer its benchmark: neither ready nor loading, unless it is a
+    preempted node under a benchmark still running (Backend.benchmark relaunches it and runs the attempt again,
+    or ends the benchmark failed)."""
+    return state not in ("ready", "loading") and not (state == "preempted" and benchmark_running)
+
+
 def modelled_start_s(cand: Candidate, options: TuneOptions) -> float:
     """The twin's GPU seconds for a new node's start that failed: start_s's terms as modelled (provisioning and the
     cold load), not the wall time it took: at time scale K a loaded machine's slow process start costs K x."""

@@ -25,6 +25,7 @@ from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
     bill,
     busy_model_s,
+    cannot_measure,
     deploy_with_profile,
     emit,
     engine_check,
@@ -38,6 +39,7 @@ from worldtune.agent.steps import (
     measurement_of,
     modelled_start_s,
     noise_seed,
+    relaunched_start_s,
     replan,
     start_s,
     teardown,
@@ -200,9 +202,7 @@ async def _benchmarked(
         if time.time() - looked >= ENGINE_CHECK_S:  # an engine that died mid-benchmark never answers again
             looked = time.time()
             engine = await get_deployment(tools, deployment_id)
-            # a preempted node under a running benchmark is the backend's to relaunch (Backend.benchmark runs the
-            # attempt again there, or ends the benchmark failed), as the claim's lanes treat it
-            if engine.state not in ("ready", "loading", "preempted"):
+            if cannot_measure(engine.state, benchmark_running=True):
                 spent_s = min(cap_s, charged_s + _busy_s(options, action, time.time() - bench_started))
                 why = f"deployment {deployment_id} is {engine.state} during benchmark {bench_id}"
                 return failed_update(action, cand, why, bill(cand, spent_s), removed=True)
@@ -216,9 +216,7 @@ async def _benchmarked(
     # The twin's GPU time is its modelled busy time (the slowest replica's sum of server times); the
     # HTTP and video-encoding overhead between requests, magnified by the time scale, is not.
     charged_s += busy_model_s(record) if options.twin else wall_s
-    now = await get_deployment(tools, deployment_id)
-    if now.loads > deployment.loads:  # preempted under the benchmark and relaunched by the backend: each start
-        charged_s += start_s(now, cand, options) * (now.loads - deployment.loads)
+    charged_s += (await relaunched_start_s(tools, deployment, cand, options))[0]
     if charged_s >= cap_s:  # a watchdog in model time would have stopped it here
         await teardown(runtime, deployment_id)
         return failed_update(action, cand, over, bill(cand, cap_s), removed=True)

@@ -176,11 +176,10 @@ def _mechanisms(gpu: str, reference: Profile | None) -> tuple[dict[str, Any], di
         sigma=0.01,
     )
     if gpu != "H200" and reference is not None:
-        hbm = HBM_TBPS
         for name in ("ring_chunk_efficiency", "ring_merge_ms_per_gelem", "ulysses_pack_ms_per_gb"):
             values[name] = float(getattr(reference, name))
         for name in ("ring_merge_ms_per_gelem", "ulysses_pack_ms_per_gb"):  # memory-bound copies
-            values[name] *= hbm["H200"] / hbm.get(gpu, 4.8)
+            values[name] *= HBM_TBPS["H200"] / HBM_TBPS.get(gpu, 4.8)
         for name in ("fp8_linear_speedup", "vae_tile_fixed_share", "vae_tile_area_cost"):
             values[name] = float(getattr(reference, name))
         for name in (*terms, "fp8_linear_speedup"):
