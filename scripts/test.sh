@@ -55,7 +55,8 @@ fi
 echo "== tests: unit and integration, ${WORLDTUNE_TEST_WORKERS:-3} workers"
 status=0
 .venv/bin/pytest -q -p no:cacheprovider -n "${WORLDTUNE_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
-    --durations=25 tests \
+    --durations=25 --junitxml=.cache/junit.xml -o junit_duration_report=total tests \
     || status=$?
+.venv/bin/python scripts/slowest.py .cache/junit.xml || true  # the last lines CI keeps: where the time went
 echo "test.sh: total $(( $(date +%s) - began )) s (setup, lint, types and every test), pytest exit $status"
 exit "$status"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ os.environ.setdefault("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
 # (sky/home.py) and offers are read from that home's catalog files, so a shared ~/.cache that another
 # process rewrote would change prices mid-suite (test_mcp_server's quotes failed after one did).
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="worldtune-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)  # each worker's, gone with it
 
 
 # The longest files first (each file's order kept), so that with both cores (pytest-xdist, --dist loadfile in
