@@ -65,8 +65,10 @@ from worldtune.tools.words.result import BenchmarkResult
 AUTODOWN_IDLE_MINUTES = 10
 BASE_PORT_ENV = "WORLDTUNE_SKY_BASE_PORT"
 # how often a launch waiting on loopback servers (local Slurm) also reads the serve job's log and status: each is a
-# SkyPilot request that runs a Python (importing sky) on the cluster, ~1.5 s of CPU (issue 35's profile)
-REMOTE_CHECK_EVERY_S = 10.0
+# SkyPilot request that runs a Python (importing sky) on the cluster, ~1.5 s of CPU (issue 35's profile), and blocks
+# the wait for 5-11 s on 2 cores while the servers may already answer; the servers' own answer says ready, so the
+# job is read only to see a failed start (a FAILED marker, an ended job) at most this late
+REMOTE_CHECK_EVERY_S = 30.0
 # how long a deployment's status stays good for `get_deployment` (an agent asks every ENGINE_CHECK_S, 2 s): each ask
 # is a forced status refresh plus a job query, seconds of SkyPilot requests and ~3 s of CPU; a benchmark that lost
 # its cluster finds out from its own log stream and asks afresh (bench_remote), so the agent's check can lag
