@@ -128,7 +128,7 @@ class SkyPilotBackend:
         self.poll_s = poll_s
         self.autodown = autodown
         self.sky = home.import_skypilot(home.chosen_home(dry_run=False))
-        self._serve_jobs: dict[str, int] = {}
+        self.serve_jobs: dict[str, int] = {}
 
     def with_secrets(self, deployment: Deployment, config: dict[str, Any]) -> dict[str, Any]:
         """The task config with its secrets' values inline, in memory only (SkyPilot redacts them in its logs).
@@ -136,23 +136,23 @@ class SkyPilotBackend:
         The rendered YAML names them with no value (`sky launch --secret NAME=value` fills them); SkyPilot reads
         such a name as a managed-secret reference that `Task.update_secrets` does not clear, so a launch from
         Python must carry the values in the config itself. HF_TOKEN goes only when set; the API key always."""
-        secrets: dict[str, str] = {API_KEY_ENV: self._api_key(deployment)}  # the twin's servers are guarded too
+        secrets: dict[str, str] = {API_KEY_ENV: self.api_key(deployment)}  # the twin's servers are guarded too
         token = os.environ.get(HF_TOKEN)
         if deployment.engine == "vllm-omni" and token:
             secrets[HF_TOKEN] = token
         return {**config, "secrets": secrets}
 
-    def _api_key(self, deployment: Deployment) -> str:
+    def api_key(self, deployment: Deployment) -> str:
         """The API key of a deployment's servers (sky/api_key.py); never printed or logged."""
         from worldtune.sky.api_key import deployment_api_key
 
         return deployment_api_key(self.store.path, deployment)
 
     # ---- SDK helpers ------------------------------------------------------------------------------
-    def _get(self, request_id: Any) -> Any:
+    def result(self, request_id: Any) -> Any:
         return self.sky.get(request_id)
 
-    def _get_within(self, request_id: Any, timeout_s: float, what: str) -> Any:
+    def result_within(self, request_id: Any, timeout_s: float, what: str) -> Any:
         """`sky.get` with a deadline: past it the request is cancelled on the API server and RequestTimeout raised."""
         box: dict[str, Any] = {}
         done = threading.Event()
@@ -178,7 +178,7 @@ class SkyPilotBackend:
             raise box["error"]
         return box["value"]
 
-    def _options(self, deployment: Deployment) -> RenderOptions:
+    def options_for(self, deployment: Deployment) -> RenderOptions:
         """The render options for `deployment` (the infra's unless given), with the model's numbers filled in."""
         options = self.options or render_options_for(deployment)
         return self.predicted(deployment, options) if self.predicted else options
@@ -190,7 +190,7 @@ class SkyPilotBackend:
             given = self.predicted(deployment, RenderOptions()).cold_load_s
         return startup_allowance_s(deployment, cold_load_s(given))
 
-    def _job_log(self, cluster: str, job_id: int) -> str:
+    def job_log(self, cluster: str, job_id: int) -> str:
         import io
 
         buffer = io.StringIO()
@@ -200,9 +200,9 @@ class SkyPilotBackend:
             return buffer.getvalue() + f"\n(log unavailable: {exc})"
         return buffer.getvalue()
 
-    def _job_status(self, cluster: str, job_id: int) -> str | None:
+    def job_status(self, cluster: str, job_id: int) -> str | None:
         try:
-            found = self._get(self.sky.job_status(cluster, [job_id]))
+            found = self.result(self.sky.job_status(cluster, [job_id]))
         except Exception:  # cluster not up / gone
             return None
         status = found.get(job_id) if isinstance(found, dict) else None
@@ -233,7 +233,7 @@ class SkyPilotBackend:
     def launch(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
         say: Progress = progress or (lambda message, fraction: None)
         allowance = launch_timeout_s()  # a bad setting is refused before anything is recorded or launched
-        options = self._options(deployment)
+        options = self.options_for(deployment)
         config = render_task(deployment, options)
         validate_task(config)
         # Two steps: launch provisions and runs setup; the servers then start as a job of their own. On
@@ -248,11 +248,11 @@ class SkyPilotBackend:
         started = time.time()
         try:
             request = self.sky.launch(provision, cluster_name=cluster, **self.autodown_arguments(deployment))
-            _, handle = self._get_within(request, allowance, f"sky launch {cluster}")
+            _, handle = self.result_within(request, allowance, f"sky launch {cluster}")
             say(f"{cluster} provisioned in {time.time() - started:.0f} s; starting the servers", 0.4)
             serve = serve_job.serve_task(self, deployment, config, handle)
             left = max(60.0, allowance - (time.time() - started))
-            job_id, _ = self._get_within(self.sky.exec(serve, cluster_name=cluster), left, f"serve job on {cluster}")
+            job_id, _ = self.result_within(self.sky.exec(serve, cluster_name=cluster), left, f"serve job on {cluster}")
         except Exception as exc:
             self.store.ledger_update(cluster, "failed", str(exc)[:500])
             self._down_quietly(cluster)
@@ -260,26 +260,26 @@ class SkyPilotBackend:
         if job_id is None:
             self._down_quietly(cluster)
             raise LaunchError(f"SkyPilot launched {cluster} but submitted no job")
-        self._serve_jobs[deployment.id] = int(job_id)
+        self.serve_jobs[deployment.id] = int(job_id)
         say(f"serve job {job_id} submitted after {time.time() - started:.0f} s; waiting for the servers", 0.5)
         self.store.ledger_update(cluster, "loading", f"serve job {job_id}")
         dep = dep.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
         self.store.save_deployment(dep)
         try:
-            local = self._endpoints(cluster, deployment, options) if deployment.infra.startswith("slurm/") else []
-            self._wait_ready(cluster, int(job_id), deployment, say, local)
+            local = self.endpoints_of(cluster, deployment, options) if deployment.infra.startswith("slurm/") else []
+            self.wait_ready(cluster, int(job_id), deployment, say, local)
         except LaunchError:
             self._down_quietly(cluster)
             self.store.ledger_gone(cluster, "servers did not come up")
             raise
-        endpoints = self._endpoints(cluster, deployment, options)
+        endpoints = self.endpoints_of(cluster, deployment, options)
         dep = dep.model_copy(update={"state": "ready", "ready_at": time.time(), "endpoints": endpoints, "loads": 1})
         self.store.ledger_update(cluster, "ready", f"serve job {job_id}")
         self.store.save_deployment(dep)
         say(f"ready: {', '.join(endpoints)}", 1.0)
         return dep
 
-    def _wait_ready(self, cluster: str, job_id: int, deployment: Deployment, say: Progress, local: list[str]) -> None:
+    def wait_ready(self, cluster: str, job_id: int, deployment: Deployment, say: Progress, local: list[str]) -> None:
         """Until the run script reports every replica ready; servers on loopback (local Slurm) are asked directly."""
         from worldtune.sky.render import PROBE_PATH
 
@@ -287,7 +287,7 @@ class SkyPilotBackend:
         # servers on loopback are asked first, the job (a remote call of seconds) only after REMOTE_CHECK_EVERY_S:
         # a first remote check at once held every local launch ~10 s past its servers' readiness (issue 35)
         asked = time.time() if local else -math.inf
-        key = self._api_key(deployment) if local else ""
+        key = self.api_key(deployment) if local else ""
         while time.time() < deadline:
             # with the servers' key: /v1/models answers 401 without it, so the probe never saw them ready (issue 35)
             if local and all(_answers(url + PROBE_PATH, key) for url in local):
@@ -295,24 +295,24 @@ class SkyPilotBackend:
             # the job's log and status: at every poll where only they say "ready", else every REMOTE_CHECK_EVERY_S
             if not local or time.time() - asked >= REMOTE_CHECK_EVERY_S:
                 asked = time.time()
-                log = self._job_log(cluster, job_id)
+                log = self.job_log(cluster, job_id)
                 if ALL_READY_MARKER in log:
                     return
                 if FAILED_MARKER in log:
                     raise LaunchError(f"{cluster}: " + _marker_lines(log, FAILED_MARKER))
-                status = self._job_status(cluster, job_id)
+                status = self.job_status(cluster, job_id)
                 if status in ("FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED", "SUCCEEDED"):
                     raise LaunchError(f"{cluster}: serve job {job_id} ended ({status}) before ready:\n{log[-2000:]}")
                 say(f"{cluster}: serve job {status or '?'}; {log.count('WORLDTUNE_READY')} replica(s) ready", None)
             time.sleep(self.poll_s)
         raise LaunchError(f"{cluster}: servers not ready within the start-up allowance")
 
-    def _endpoints(self, cluster: str, deployment: Deployment, options: RenderOptions) -> list[str]:
+    def endpoints_of(self, cluster: str, deployment: Deployment, options: RenderOptions) -> list[str]:
         slices = replica_slices(Plan.parse(deployment.plan), options.base_port)
         if deployment.infra.startswith("slurm/"):
             # The local Slurm cluster is this machine: its servers are on loopback.
             return [f"http://127.0.0.1:{r.port}" for r in slices]
-        urls = {int(port): url for port, url in self._get(self.sky.endpoints(cluster)).items()}
+        urls = {int(port): url for port, url in self.result(self.sky.endpoints(cluster)).items()}
         return [f"http://{urls[r.port]}" if not str(urls[r.port]).startswith("http") else str(urls[r.port])
                 for r in slices if r.port in urls]  # fmt: skip
 
@@ -322,14 +322,14 @@ class SkyPilotBackend:
             return deployment
         from sky.utils import common
 
-        records = self._get(self.sky.status([deployment.cluster], refresh=common.StatusRefreshMode.FORCE))
+        records = self.result(self.sky.status([deployment.cluster], refresh=common.StatusRefreshMode.FORCE))
         up = [r for r in records if str(field_of(r, "status")).endswith("UP")]
         if not up:
             state = "preempted" if deployment.state in ("ready", "loading") else deployment.state
             return deployment.model_copy(update={"state": state, "detail": "cluster gone or not UP"})
-        job_id = self._serve_jobs.get(deployment.id) or job_from_detail(deployment.detail)
+        job_id = self.serve_jobs.get(deployment.id) or job_from_detail(deployment.detail)
         if job_id is not None:
-            status = self._job_status(deployment.cluster, job_id)
+            status = self.job_status(deployment.cluster, job_id)
             if status not in ("RUNNING", "PENDING", "SETTING_UP", "INIT", None):
                 return deployment.model_copy(update={"state": "failed", "detail": f"serve job {job_id} {status}"})
         return deployment
@@ -353,7 +353,7 @@ class SkyPilotBackend:
         from sky import exceptions
 
         try:
-            self._get(self.sky.down(cluster))
+            self.result(self.sky.down(cluster))
             result = "down"
         except exceptions.ClusterDoesNotExist:
             result = "already gone"

@@ -59,8 +59,8 @@ def run_attempt(
     run = f"{python} -m worldtune.sky.bench_job --db {remote_db} -- {shlex.join(args)}"
     task = backend.sky.Task(name=f"worldtune-bench-{benchmark_id}", run=run)
     task.set_resources(backend.sky.Resources(cpus=1))
-    task.update_secrets({API_KEY_ENV: backend._api_key(dep)})  # the benchmark client sends the servers' key
-    job_id, _ = backend._get(backend.sky.exec(task, cluster_name=cluster))
+    task.update_secrets({API_KEY_ENV: backend.api_key(dep)})  # the benchmark client sends the servers' key
+    job_id, _ = backend.result(backend.sky.exec(task, cluster_name=cluster))
     say(f"bench job {job_id} on {cluster} (attempt {attempt})", None)
     if on_job:
         on_job(dep, int(job_id))
@@ -88,7 +88,7 @@ def run_attempt(
         if stream_open and time.time() - max(checked, heard) < STATUS_EVERY_S:
             continue
         checked = time.time()
-        status = backend._job_status(cluster, int(job_id))
+        status = backend.job_status(cluster, int(job_id))
         unreachable_since = (unreachable_since or checked) if status is None else None
         if status in ("RUNNING", "PENDING", "SETTING_UP", "INIT"):
             if not stream_open:  # the stream broke while the job runs: follow again (samples dedupe)
@@ -103,7 +103,7 @@ def run_attempt(
             if checked - ended_at < SILENT_STREAM_GRACE_S:
                 continue
             # The job is over but its stream lags or hangs: read the whole log once (samples dedupe).
-            if (outcome := reader.consume(backend._job_log(cluster, int(job_id)).splitlines())) is not None:
+            if (outcome := reader.consume(backend.job_log(cluster, int(job_id)).splitlines())) is not None:
                 return outcome
             stream_open = False
         if backend.status(dep).state == "preempted":

@@ -100,11 +100,11 @@ def replan(backend: KubernetesBackend, deployment: Deployment, plan: str, progre
     rolled = render_replan(deployment, plan, options, _nodes(backend, deployment))
     backend.store.ledger_update(cluster, "replanning", f"{deployment.plan} -> {rolled.deployment.plan}")
     for obj in rolled.apply:
-        backend._apply(obj)
+        backend.apply(obj)
         if progress:
             progress(f"rolled {obj['kind']} {obj['metadata']['name']} to {rolled.deployment.plan}", None)
     for obj in rolled.delete:
-        backend._delete(obj)
+        backend.delete(obj)
     dep = rolled.deployment.model_copy(update={"cluster": cluster})
     deadline = time.time() + startup_allowance_s(dep, cold_load_s(options.cold_load_s)) + 600
     while True:

@@ -65,7 +65,7 @@ class KubernetesBackend(BenchmarksFromHere):
         return render_manifests(deployment, self.options_for(deployment))
 
     # ---- apply / delete -------------------------------------------------------------------------
-    def _apply(self, obj: dict[str, Any]) -> None:
+    def apply(self, obj: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
 
         ns, name, kind = self.options.namespace, obj["metadata"]["name"], obj["kind"]
@@ -87,7 +87,7 @@ class KubernetesBackend(BenchmarksFromHere):
             else:
                 calls[kind][1](name, ns, obj)
 
-    def _delete(self, obj: dict[str, Any]) -> None:
+    def delete(self, obj: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
 
         ns, name, kind = self.options.namespace, obj["metadata"]["name"], obj["kind"]
@@ -111,7 +111,7 @@ class KubernetesBackend(BenchmarksFromHere):
             return
         from worldtune.sky.api_key import deployment_api_key
 
-        self._apply({
+        self.apply({
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {"name": api_key_secret(deployment), "namespace": self.options.namespace,
                          "labels": pod_labels(deployment, 0)},
@@ -127,7 +127,7 @@ class KubernetesBackend(BenchmarksFromHere):
             "type": "Opaque",
             "stringData": {HF_SECRET_KEY: token},
         }
-        self._apply(secret)
+        self.apply(secret)
 
     # ---- the Backend protocol -------------------------------------------------------------------
     def launch(self, deployment: Deployment, progress: Progress | None = None) -> Deployment:
@@ -138,7 +138,7 @@ class KubernetesBackend(BenchmarksFromHere):
         dep = deployment.model_copy(update={"cluster": cluster, "state": "provisioning"})
         self._ensure_secret(dep)
         for obj in objects:
-            self._apply(obj)
+            self.apply(obj)
             if progress:
                 progress(f"applied {obj['kind']} {obj['metadata']['name']}", None)
         self.store.ledger_update(cluster, "loading")
@@ -203,9 +203,9 @@ class KubernetesBackend(BenchmarksFromHere):
 
     def teardown(self, deployment: Deployment) -> Deployment:
         for obj in reversed(self._manifests(deployment)):
-            self._delete(obj)
+            self.delete(obj)
         if deployment.engine == "vllm-omni":
-            self._delete({"kind": "Secret", "metadata": {"name": api_key_secret(deployment)}})
+            self.delete({"kind": "Secret", "metadata": {"name": api_key_secret(deployment)}})
         cluster = deployment.cluster or f"k8s/{self.options.namespace}/worldtune-{deployment.id}"
         self.store.ledger_gone(cluster, "manifests deleted")
         return deployment.model_copy(update={"state": "terminated", "terminated_at": time.time()})

@@ -36,7 +36,7 @@ def serve_task(backend: SkyPilotBackend, deployment: Deployment, config: dict[st
 def _handle(backend: SkyPilotBackend, cluster: str) -> Any:
     """The cluster's handle from SkyPilot's status (for its launched resources), None if it has none."""
 
-    records = backend._get(backend.sky.status([cluster]))
+    records = backend.result(backend.sky.status([cluster]))
     return field_of(records[0], "handle") if records else None
 
 
@@ -53,32 +53,32 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     cluster = deployment.cluster or cluster_name(deployment)
     if not backend.store.ledger_open(cluster):
         raise InvalidInput("deployment_id", deployment.id, "a deployment whose cluster is still up", cluster)
-    old_job = backend._serve_jobs.get(deployment.id) or job_from_detail(deployment.detail)
+    old_job = backend.serve_jobs.get(deployment.id) or job_from_detail(deployment.detail)
     timer_hours = _launched_hours(backend, deployment)  # read before the target (with any new hours) is saved
     target = replanned(deployment, new).model_copy(update={"cluster": cluster})
-    options = backend._options(target)
+    options = backend.options_for(target)
     config = render_task(target, options)  # rendered (and validated) before the old job is stopped
     validate_task(config)
     backend.store.ledger_update(cluster, "replanning", f"serve job {old_job} -> {new}")
     backend.store.save_deployment(target.model_copy(update={"detail": f"replanning from serve job {old_job}"}))
     started = time.time()
     if old_job is not None:
-        backend._get(backend.sky.cancel(cluster, job_ids=[old_job]))
+        backend.result(backend.sky.cancel(cluster, job_ids=[old_job]))
         say(f"{cluster}: serve job {old_job} ({deployment.plan}) cancelled; submitting {new}", 0.2)
     submitted = backend.sky.exec(serve_task(backend, target, config, _handle(backend, cluster)), cluster_name=cluster)
-    job_id, _ = backend._get_within(submitted, allowance, f"serve job on {cluster}")
+    job_id, _ = backend.result_within(submitted, allowance, f"serve job on {cluster}")
     if job_id is None:
         raise LaunchError(f"SkyPilot submitted no serve job on {cluster} for {new}")
-    backend._serve_jobs[deployment.id] = int(job_id)
+    backend.serve_jobs[deployment.id] = int(job_id)
     if target.hold_hours is not None and target.hold_hours != timer_hours:
         _reset_autodown(backend, cluster, target, say)
     backend.store.ledger_update(cluster, "loading", f"serve job {job_id}")
     target = target.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
     backend.store.save_deployment(target)
     say(f"serve job {job_id} submitted on {cluster} after {time.time() - started:.0f} s; warm load", 0.4)
-    local = backend._endpoints(cluster, target, options) if target.infra.startswith("slurm/") else []
-    backend._wait_ready(cluster, int(job_id), target, say, local)
-    endpoints = backend._endpoints(cluster, target, options)
+    local = backend.endpoints_of(cluster, target, options) if target.infra.startswith("slurm/") else []
+    backend.wait_ready(cluster, int(job_id), target, say, local)
+    endpoints = backend.endpoints_of(cluster, target, options)
     ready = target.model_copy(
         update={"state": "ready", "ready_at": time.time(), "endpoints": endpoints, "loads": target.loads + 1}
     )
@@ -104,7 +104,7 @@ def _reset_autodown(backend: SkyPilotBackend, cluster: str, target: Deployment, 
 
     minutes = hard_down_minutes(target, backend.allowance_s(target))
     try:
-        backend._get(backend.sky.autostop(cluster, minutes, wait_for=AutostopWaitFor.NONE, down=True))
+        backend.result(backend.sky.autostop(cluster, minutes, wait_for=AutostopWaitFor.NONE, down=True))
     except Exception as exc:  # the earlier, shorter timer still bounds the spend
         say(f"{cluster}: autodown not reset to {minutes} min ({type(exc).__name__}: {exc}); the old one stands", None)
         return

@@ -142,7 +142,7 @@ def test_skypilot_replan_is_a_new_job_on_the_same_cluster(tmp_path: Path) -> Non
     store = Store(tmp_path / "r.db")
     backend.store, backend.options, backend.poll_s, backend.autodown = store, None, 0.0, True
     backend.predicted = render_options  # the model's numbers, as tools/deploy.backend_for gives them
-    backend.sky, backend._serve_jobs = FakeSky(), {}
+    backend.sky, backend.serve_jobs = FakeSky(), {}
     dep = _node_dep(infra="nebius", cluster="worldtune-wt-a", detail="serve job 7", loads=1)
     store.save_deployment(dep)
     store.ledger_launch("worldtune-wt-a", "skypilot", dep.id)
@@ -184,7 +184,7 @@ def test_a_replan_with_new_hours_is_bound_by_the_guardrails_and_resets_skypilots
     store = Store(tmp_path / "r.db")
     backend.store, backend.options, backend.poll_s, backend.autodown = store, None, 0.0, True
     backend.predicted = render_options  # the model's numbers, as tools/deploy.backend_for gives them
-    backend.sky, backend._serve_jobs = AutostopSky(refuse), {}
+    backend.sky, backend.serve_jobs = AutostopSky(refuse), {}
     dep = _node_dep(infra="nebius", cluster="worldtune-wt-b", detail="serve job 7", loads=1, hold_hours=0.25,
                     usd_per_hour=30.0, committed_usd=20.0)  # fmt: skip
     store.save_deployment(dep)

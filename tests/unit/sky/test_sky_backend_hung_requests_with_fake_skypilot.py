@@ -82,9 +82,9 @@ def test_a_request_past_its_allowance_is_cancelled_and_named(tmp_path: Path) -> 
     sky = HungSky()
     backend, _ = backend_with(tmp_path, sky)
     with pytest.raises(RequestTimeout, match=r"sky launch wt: SkyPilot request hung-request did not finish within 0 s"):
-        backend._get_within("hung-request", 0.05, "sky launch wt")
+        backend.result_within("hung-request", 0.05, "sky launch wt")
     assert sky.cancelled == ["hung-request"]
-    assert backend._get_within("quick", 5.0, "x") == "quick"  # a request that answers is simply returned
+    assert backend.result_within("quick", 5.0, "x") == "quick"  # a request that answers is simply returned
 
 
 def test_a_finished_job_whose_stream_stays_silent_is_read_in_one_piece(
