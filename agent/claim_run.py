@@ -28,7 +28,8 @@ from worldtune.agent.steps import (
     bill,
     busy_model_s,
     cannot_measure,
-    deploy_with_profile,
+    deploy_request,
+    deploy_within,
     emit,
     every_request_failed,
     failed_update,
@@ -36,15 +37,16 @@ from worldtune.agent.steps import (
     lease_hours,
     measured_figures,
     measurement_of,
-    noise_seed,
     relaunched_start_s,
     replan,
     samples_of,
     start_s,
     teardown,
 )
+from worldtune.agent.tools import BenchmarkRequest, Tools
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies.search import Action, Candidate, full_requests
+from worldtune.tools.mcp.results import ResultRecord
 from worldtune.tools.words import stats
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.plan import Plan
@@ -62,7 +64,7 @@ class Lane:
     start_s: float  # GPU seconds its start cost
     requests: int
     benches: list[str] = field(default_factory=list)
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: dict[str, ResultRecord] = field(default_factory=dict)
     looks: dict[str, tuple[object, ...]] = field(default_factory=dict)  # per benchmark: its status when last read
     running: bool = False
     dropped: str = ""
@@ -269,16 +271,11 @@ async def _deploy_lane(
 ) -> tuple[Deployment, float] | str:  # fmt: skip
     """One more deployment of the candidate for the run (its GPU seconds to start), or why it failed. `role` (which
     lane) seeds a twin's noise: every lane draws its own, the same in every run of the same decisions."""
-    arguments: dict[str, Any] = {
-        "gpu": cand.gpu, "plan": cand.plan, "infra": options.infra, "engine": options.engine,
-        "capacity": cand.capacity, "model": task["goal"].workload.model, "twin_profile": None,
-        "time_scale": options.time_scale if options.twin else None,
-        "hours": hours if hours is not None else lease_hours(action, options, math.inf),
-        "run_id": task["run_id"], "confirm": True,
-    } | noise_seed(options, role, cand.key, task["iteration"])  # fmt: skip
+    lease = hours if hours is not None else lease_hours(action, options, math.inf)
+    request = deploy_request(cand, options, task, lease, role)
     emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra, lane=True)
     try:
-        d = await deploy_with_profile(runtime, cand, arguments, options.twin_profiles(), None)
+        d = await deploy_within(runtime, request, None)
     except (ToolCallFailed, TimeoutError) as exc:
         return f"deploy failed: {exc}"
     return d, start_s(d, cand, options)
@@ -289,19 +286,18 @@ async def _run(
     cap_s: float,
 ) -> str:  # fmt: skip
     """Start every lane's benchmark, follow them, check the claim as samples arrive; why it stopped early or ''."""
-    tools, goal = runtime.context.tools, task["goal"]
+    tools: Tools = runtime.context.tools
+    goal = task["goal"]
     replicas = Plan.parse(cand.plan).replicas
     for lane in lanes:
-        args = {"steps": goal.workload.steps, "repeats": max(1, math.ceil(lane.requests / replicas)),
-                "concurrency": [replicas], "probe_steps": [], "warmup": 0} | anchor_changes(goal.workload)  # fmt: skip
+        request = BenchmarkRequest(steps=goal.workload.steps, repeats=max(1, math.ceil(lane.requests / replicas)),
+                                   concurrency=[replicas], workload=anchor_changes(goal.workload))  # fmt: skip
         try:
-            status = await tools.call(
-                "start_benchmark", deployment_id=lane.deployment.id, run_id=task["run_id"], **args
-            )
+            status = await tools.start_benchmark(lane.deployment.id, task["run_id"], request)
         except ToolCallFailed as exc:
             lane.dropped = f"benchmark refused: {exc}"
             continue
-        lane.benches.append(str(status["id"]))
+        lane.benches.append(status.id)
         lane.running = True
         emit(runtime, "full", key=cand.key, deployment=lane.deployment.id, requests=lane.requests)
     looked = started = time.time()
@@ -310,16 +306,16 @@ async def _run(
         looked = time.time() if check_engine else looked
         for lane in [lane for lane in lanes if lane.running]:
             bench = lane.benches[-1]
-            status = await tools.call("get_benchmark", benchmark_id=bench, wait_s=POLL_S / len(lanes), partial=False)
+            status = await tools.get_benchmark(bench, wait_s=POLL_S / len(lanes))
             # its samples are read again only when its status says something changed (every sample read at every
             # look was the claim's largest cost: a 59-request run reads back ~25 KB each time)
-            look = tuple(status.get(k) for k in ("status", "samples_done", "progress", "message"))
+            look = (status.status, status.samples_done, status.progress, status.message)
             if lane.looks.get(bench) != look:
-                lane.records[bench] = await tools.call("get_result", benchmark_id=bench, include_samples=True)
+                lane.records[bench] = await tools.get_result(bench, include_samples=True)
                 lane.looks[bench] = look
-            ended = status.get("status") != "running"
-            if ended and status.get("status") != "completed":
-                lane.dropped = f"benchmark {bench} {status.get('status')}: {status.get('error')}"
+            ended = status.status != "running"
+            if ended and status.status != "completed":
+                lane.dropped = f"benchmark {bench} {status.status}: {status.error}"
             if (ended or check_engine) and not lane.dropped:  # killed: its answers so far are kept
                 state = await _state(tools, lane.deployment.id)
                 if cannot_measure(state, benchmark_running=not ended):
@@ -345,7 +341,7 @@ async def _run(
                     lane.running = False
                 for lane in [lane for lane in lanes if lane.benches]:  # answers that came in meanwhile are kept
                     bench = lane.benches[-1]
-                    lane.records[bench] = await tools.call("get_result", benchmark_id=bench, include_samples=True)
+                    lane.records[bench] = await tools.get_result(bench, include_samples=True)
                 emit(runtime, "decided", key=cand.key, reason=check.reason)
                 return check.reason
         # real GPUs bill wall time on every lane: stop the moment this action's share is used up
@@ -389,7 +385,7 @@ def _decided_on_model_clock(lanes: list[Lane], goal: Any, replicas: int) -> tupl
     return cut_s, check.reason
 
 
-async def _relaunches_billed(tools: Any, lane: Lane, cand: Candidate, options: TuneOptions) -> None:
+async def _relaunches_billed(tools: Tools, lane: Lane, cand: Candidate, options: TuneOptions) -> None:
     """A lane whose node was preempted and relaunched under its benchmark (more loads than when it joined): the
     relaunch's start is billed to it, and the lane follows the deployment as it now is."""
     try:
@@ -401,7 +397,7 @@ async def _relaunches_billed(tools: Any, lane: Lane, cand: Candidate, options: T
         lane.deployment = now
 
 
-async def _state(tools: Any, deployment_id: str) -> str:
+async def _state(tools: Tools, deployment_id: str) -> str:
     try:
         return (await get_deployment(tools, deployment_id)).state
     except ToolCallFailed as exc:

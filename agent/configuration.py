@@ -103,11 +103,16 @@ class Context:
 
     db_path: Annotated[str | None, Field(description="results database of the in-process tools ($WORLDTUNE_DB)")] = None
     mcp_url: Annotated[str | None, Field(description="a remote `worldtune mcp --transport http` URL instead")] = None
-    tools: SkipJsonSchema[Any] = None  # agent.tools_client.ToolsClient; None: one in-process session per call
+    # agent.tools.Tools; given an MCP client session (agent.tools_client.ToolsClient) it is wrapped in McpTools;
+    # None: one in-process session per call
+    tools: SkipJsonSchema[Any] = None
     progress: SkipJsonSchema[Progress] = field(default=_quiet)
 
     def __post_init__(self) -> None:
+        from worldtune.agent.tools import typed
+
         if self.tools is None:
             from worldtune.agent.tools_client import SessionPerCall
 
             self.tools = SessionPerCall(self.db_path, self.mcp_url)
+        self.tools = typed(self.tools)

@@ -18,14 +18,15 @@ from typing import Any
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.runner import tune
 from worldtune.agent.stopping import RunStopped
+from worldtune.tools.results.run_records import RunMark
 
 
-async def _mark(options: TuneOptions, run_id: str, status: str, summary: dict[str, Any] | None = None) -> None:
+async def _mark(options: TuneOptions, run_id: str, status: RunMark, summary: dict[str, Any] | None = None) -> None:
     """Mark the run through the MCP tools the run itself uses (in-process over its database, or its server)."""
-    from worldtune.agent.tools_client import connect
+    from worldtune.agent.tools import connect
 
     async with connect(str(options.db_file()), options.mcp_url) as tools:
-        await tools.call("mark_run", run_id=run_id, status=status, summary=summary)
+        await tools.mark_run(run_id, status, summary)
 
 
 def main(argv: list[str]) -> int:

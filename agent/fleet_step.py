@@ -116,26 +116,25 @@ def _rehearsed(
     """The chosen fleet rehearsed on twins serving the first twin profile the deploy takes for its GPU type, through
     the MCP tool rehearse_fleet (its twins and samples are written to the run's database by the tools: the
     server's, on the server's machine, when the run is remote)."""
-    from worldtune.agent.tools_client import connect
+    from worldtune.agent.tools import connect
 
-    async def call() -> dict[str, Any]:
+    async def call() -> FleetRehearsal:
         async with connect(db_path, mcp_url) as tools:
-            return await tools.call("rehearse_fleet", goal=goal.model_dump(mode="json"),
-                                    fleet=chosen.fleet.model_dump(mode="json"),
-                                    predicted_daily_cost_usd=chosen.daily_cost_usd, twin_profiles=twin_profiles or None,
-                                    requests=REHEARSAL_REQUESTS, time_scale=time_scale)  # fmt: skip
+            return await tools.rehearse_fleet(goal.model_dump(mode="json"), chosen.fleet.model_dump(mode="json"),
+                                              chosen.daily_cost_usd, twin_profiles or [], REHEARSAL_REQUESTS,
+                                              time_scale)  # fmt: skip
 
-    return FleetRehearsal.model_validate(asyncio.run(call()))
+    return asyncio.run(call())
 
 
 def record_fleet(run_id: str, fleet: dict[str, Any] | None, db_path: str | None, mcp_url: str | None) -> None:
     """Put the fleet in the run's record (the report draws its day) through the MCP tool record_fleet, so a
     remote run's fleet is kept by its server, next to the rest of its record."""
-    from worldtune.agent.tools_client import connect
+    from worldtune.agent.tools import connect
 
     async def call() -> None:
         async with connect(db_path, mcp_url) as tools:
-            await tools.call("record_fleet", run_id=run_id, fleet=fleet or {})
+            await tools.record_fleet(run_id, fleet or {})
 
     asyncio.run(call())
 

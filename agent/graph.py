@@ -32,6 +32,7 @@ from worldtune.agent.record import (
 )
 from worldtune.agent.state import TuneInput, TuneOutput, TuneState, VerifyTask, answer_seconds
 from worldtune.agent.steps import emit, listed_offers, teardown
+from worldtune.agent.tools import Tools
 from worldtune.agent.verify import verify
 from worldtune.policies import search as policy
 from worldtune.tools.words.goal import Goal
@@ -252,13 +253,12 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
 
 async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Tear down everything the run started (also what a crashed attempt left) and write the record."""
-    tools = runtime.context.tools
+    tools: Tools = runtime.context.tools
     run_id = state["run_id"]
-    listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
-    for d in listed.get("deployments", []):
-        await teardown(runtime, str(d["id"]))
+    for d in await tools.list_deployments(run_id=run_id, alive_only=True):
+        await teardown(runtime, d.id)
 
-    summary = build_summary(state, await tools.call("list_deployments", run_id=run_id))
+    summary = build_summary(state, await tools.list_deployments(run_id=run_id))
     # written here, so a run that Studio / `langgraph dev` drives (no runner around it) ends completed too
     await write_record(tools, run_id, summary)
     emit(runtime, "done", stop_reason=summary["stop_reason"], recommendation=summary["recommendation"])

@@ -8,23 +8,18 @@ way, and a run against a remote server (`--mcp-url`) is recorded on that server,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.goal_parser import read_goal
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.provenance import provenance
 from worldtune.agent.state import Outcome, TuneState, answer_seconds
+from worldtune.agent.tools import Tools
 from worldtune.policies.search import Candidate, SearchState, candidates, hardware_key, recommendation
+from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
-
-
-class ToolCaller(Protocol):
-    """What the record needs of whatever calls the tools: agent/tools_client.py ToolsClient, or its one-call session."""
-
-    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]: ...
 
 
 def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
@@ -62,25 +57,24 @@ def check_options(options: TuneOptions) -> None:
             load_profile(path, "cli", "twin_profile")
 
 
-async def open_record(tools: ToolCaller, run_id: str, goal: dict[str, Any]) -> None:
+async def open_record(tools: Tools, run_id: str, goal: dict[str, Any]) -> None:
     """The run's record opened (MCP record_run): running, owned by the process serving the tools."""
-    await tools.call("record_run", run_id=run_id, goal=goal)
+    await tools.record_run(run_id, goal)
 
 
-async def mark_waiting(tools: ToolCaller, run_id: str, spend_estimate: dict[str, Any] | None) -> None:
+async def mark_waiting(tools: Tools, run_id: str, spend_estimate: dict[str, Any] | None) -> None:
     """The run waits for its spend to be approved: nothing is started, so its owner lets go meanwhile."""
-    await tools.call("mark_run", run_id=run_id, status="waiting_for_approval",
-                     summary={"spend_estimate": spend_estimate})  # fmt: skip
+    await tools.mark_run(run_id, "waiting_for_approval", {"spend_estimate": spend_estimate})
 
 
-async def mark_approved(tools: ToolCaller, run_id: str) -> None:
+async def mark_approved(tools: Tools, run_id: str) -> None:
     """The spend is approved: the run is running again, owned by the process serving the tools."""
-    await tools.call("mark_run", run_id=run_id, status="running")
+    await tools.mark_run(run_id, "running")
 
 
-async def write_record(tools: ToolCaller, run_id: str, summary: dict[str, Any]) -> None:
+async def write_record(tools: Tools, run_id: str, summary: dict[str, Any]) -> None:
     """The run's record, completed: its owner lets go (whoever drove the graph: the runner or Studio)."""
-    await tools.call("mark_run", run_id=run_id, status="completed", summary=summary)
+    await tools.mark_run(run_id, "completed", summary)
 
 
 def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> TuneState:
@@ -124,7 +118,7 @@ def _figures(goal: Goal, cand: Candidate | None, latencies: list[float] | None =
     return out
 
 
-def build_summary(state: TuneState, deployments: Mapping[str, Any]) -> dict[str, Any]:
+def build_summary(state: TuneState, deployments: list[Deployment]) -> dict[str, Any]:
     """The run's record (plain JSON): goal, recommendation, measured vs predicted, spend, stop reason, every
     candidate."""
     goal, options = state["goal"], state["options"]
@@ -166,7 +160,7 @@ def _spend(
     search: SearchState | None,
     goal: Goal,
     options: TuneOptions,
-    deployments: Mapping[str, Any],
+    deployments: list[Deployment],
     results: list[Outcome],
 ) -> dict[str, Any]:
     """What the search spent: GPU-hours, dollars, deployments, plan changes in place, benchmarks, time to answer."""
@@ -175,8 +169,8 @@ def _spend(
         "gpu_hours": round(search.spent_gpu_hours, 4) if search else 0.0,
         "usd": round(search.spent_usd, 4) if search else 0.0,
         "budget_usd": goal.budget_usd,
-        "deployments": len(deployments.get("deployments", [])),
-        "replans": sum(len(d.get("previous_plans") or []) for d in deployments.get("deployments", [])),
+        "deployments": len(deployments),
+        "replans": sum(len(d.previous_plans) for d in deployments),
         "benchmarks": sum(len(r.measurement.benchmarks()) for r in results),
         "model_seconds": round(model_s, 1),
         # time to a verified answer on real infra: provisioning, loads and requests; one after another with

@@ -24,6 +24,7 @@ from worldtune.agent.configuration import Context, Progress, TuneOptions
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.record import check_options, first_state, goal_for
 from worldtune.agent.stopping import _CONTROLS, RunStopped, _catch_signals, _Control, stop_tuning
+from worldtune.agent.tools import Tools
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.tuning import Failed
 
@@ -48,7 +49,7 @@ async def _drive(
     it lives with the server the run drives."""
     from worldtune.agent.checkpoints import async_sqlite_saver
     from worldtune.agent.graph import builder
-    from worldtune.agent.tools_client import connect
+    from worldtune.agent.tools import connect
 
     options.checkpoint_path().parent.mkdir(parents=True, exist_ok=True)  # the database's folder, made on first use
     config: Any = {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
@@ -66,7 +67,7 @@ async def _drive(
             graph = builder.compile(checkpointer=saver, name="worldtune")
             context = Context(tools=tools, progress=progress)
             if resuming:  # the process serving the tools owns (and heartbeats) the run from now on
-                await tools.call("mark_run", run_id=run_id, status="running")
+                await tools.mark_run(run_id, "running")
             stream = graph.astream(
                 graph_input, config, context=context, stream_mode=["updates", "custom"], durability="sync"
             )
@@ -107,16 +108,16 @@ async def _drive(
     return {"run_id": run_id, "thread_id": run_id, "status": "completed", "summary": summary, "state": values}
 
 
-async def _mark_interrupted(tools: Any, run_id: str, why: str, progress: Progress) -> None:
+async def _mark_interrupted(tools: Tools, run_id: str, why: str, progress: Progress) -> None:
     """Record the stop (shielded, like the cleanup after it); a record that cannot be written is said, not raised."""
     summary = {"error": why, "resume": f"worldtune resume {run_id}"}
     try:
-        await asyncio.shield(tools.call("mark_run", run_id=run_id, status="interrupted", summary=summary))
+        await asyncio.shield(tools.mark_run(run_id, "interrupted", summary))
     except Exception as exc:
         progress("record-failed", {"error": str(exc), "hint": f"the run's record still reads running: {run_id}"})
 
 
-async def _cleanup(tools: Any, run_id: str, progress: Progress, settle_s: float = 60.0) -> None:
+async def _cleanup(tools: Tools, run_id: str, progress: Progress, settle_s: float = 60.0) -> None:
     """Tear down every live deployment of the run (shielded: it must finish even while cancelled).
 
     A deploy that was in flight when the run stopped may still be starting in the server's worker
@@ -127,12 +128,11 @@ async def _cleanup(tools: Any, run_id: str, progress: Progress, settle_s: float 
         deadline = time.monotonic() + settle_s
         quiet = 0
         while quiet < 2 and time.monotonic() < deadline:
-            listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
-            found = listed.get("deployments", [])
+            found = await tools.list_deployments(run_id=run_id, alive_only=True)
             quiet = 0 if found else quiet + 1
             for d in found:
-                await tools.call("teardown", deployment_id=str(d["id"]), confirm=True)
-                progress("teardown", {"deployment": d["id"], "note": "run stopped early"})
+                await tools.teardown(d.id)
+                progress("teardown", {"deployment": d.id, "note": "run stopped early"})
             await asyncio.sleep(0.5)
 
     try:

@@ -14,12 +14,15 @@ from typing import Any, TypeVar
 
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import Outcome
+from worldtune.agent.tools import Tools
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies.search import Action, Candidate, Measurement
+from worldtune.tools.mcp.results import ResultRecord
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Deployment, stable_seed
 from worldtune.tools.words.infra import Infra
 from worldtune.tools.words.offer import Offer
@@ -41,75 +44,63 @@ def word(model: type[W], raw: dict[str, Any]) -> W:
     return model.model_validate({k: v for k, v in raw.items() if k in model.model_fields})
 
 
-async def listed_offers(tools: Any, infra: str) -> list[Offer]:
-    """Every offer the tools list (MCP list_offers), as the word (the tool's extra keys, e.g. notes, dropped), whose
-    capacity the run's infra can deploy (Infra.capacities: no spot or SkyServe on Slurm, no serverless on
+async def listed_offers(tools: Tools, infra: str) -> list[Offer]:
+    """Every offer the tools list (MCP list_offers), as the word (the listing's own fields, e.g. its id, dropped),
+    whose capacity the run's infra can deploy (Infra.capacities: no spot or SkyServe on Slurm, no serverless on
     Kubernetes), so the search never picks a candidate the deploy tool would refuse."""
-    listed = await tools.call("list_offers", capacity=None)
+    listed = await tools.list_offers()
     can = Infra.parse(infra).capacities
-    offers = [word(Offer, o) for o in listed["offers"]]
+    offers = [word(Offer, o.model_dump()) for o in listed.offers]
     return [o for o in offers if o.capacity in can]
 
 
-def deployment_word(raw: dict[str, Any]) -> Deployment:
-    """A deployment as the tools answer it (JSON), as the word."""
-    return word(Deployment, raw)
-
-
-async def get_deployment(tools: Any, deployment_id: str) -> Deployment:
+async def get_deployment(tools: Tools, deployment_id: str) -> Deployment:
     """MCP get_deployment, as the word."""
-    return deployment_word(await tools.call("get_deployment", deployment_id=deployment_id))
+    return await tools.get_deployment(deployment_id)
 
 
-def noise_seed(options: TuneOptions, role: str, key: str, iteration: int) -> dict[str, int]:
+def noise_seed(options: TuneOptions, role: str, key: str, iteration: int) -> int | None:
     """The deploy tool's noise_seed argument of a twin deployment (issue 39): a seed of its own per node the run
     starts (its role in the action, the candidate, the iteration), so lanes draw independent noise, as separate
-    nodes do; and the same seeds in every run that makes the same decisions, so a rehearsal repeats. Nothing for
+    nodes do; and the same seeds in every run that makes the same decisions, so a rehearsal repeats. None for
     real engines."""
-    return {"noise_seed": stable_seed(role, key, iteration)} if options.twin else {}
+    return stable_seed(role, key, iteration) if options.twin else None
 
 
-async def deploy_with_profile(
-    runtime: Runtime[Context], cand: Candidate, arguments: dict[str, Any], profiles: list[str], timeout: float | None
-) -> Deployment:
-    """Deploy with the rehearsal profile for this GPU type: each given file in turn until the deploy tool accepts
-    one (it refuses a profile for another GPU type; the agent never opens the files); none fits: the shipped one."""
-    tools = runtime.context.tools
-    for path in profiles:
-        try:
-            outcome = await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": path}), timeout)
-            return deployment_word(outcome["deployment"])
-        except ToolCallFailed as exc:
-            if "twin_profile" not in str(exc):
-                raise
-            emit(runtime, "deploy", key=cand.key, note=f"twin profile {path} not for {cand.gpu}: {exc}")
-    outcome = await asyncio.wait_for(tools.call("deploy", **{**arguments, "twin_profile": None}), timeout)
-    return deployment_word(outcome["deployment"])
+async def deploy_within(runtime: Runtime[Context], request: DeployRequest, timeout: float | None) -> Deployment:
+    """Deploy `request` (the rehearsal's profile files go with it: the deploy tool serves the first one for the GPU
+    type, else the shipped one; the agent never opens them), waiting at most `timeout` seconds."""
+    tools: Tools = runtime.context.tools
+    return await asyncio.wait_for(tools.deploy(request), timeout)
+
+
+def deploy_request(cand: Candidate, options: TuneOptions, task: Any, hours: float, role: str) -> DeployRequest:
+    """The deployment of `cand` that the run's action starts: on the run's infra and engine, owned by the run, its
+    twin seeded by its `role` in the action (every node draws noise of its own, issue 39)."""
+    return DeployRequest(
+        gpu=cand.gpu, plan=cand.plan, infra=options.infra, engine=options.engine,
+        capacity=cand.capacity, model=task["goal"].workload.model, twin_profiles=options.twin_profiles(),
+        time_scale=options.time_scale if options.twin else None, hours=hours, run_id=task["run_id"],
+        noise_seed=noise_seed(options, role, cand.key, task["iteration"]),
+    )  # fmt: skip
 
 
 async def teardown(runtime: Runtime[Context], deployment_id: str) -> None:
     try:
-        await runtime.context.tools.call("teardown", deployment_id=deployment_id, confirm=True)
+        await runtime.context.tools.teardown(deployment_id)
         emit(runtime, "teardown", deployment=deployment_id)
     except ToolCallFailed as exc:  # already gone or unknown: nothing left to stop
         emit(runtime, "teardown", deployment=deployment_id, note=str(exc))
 
 
 async def live_deployment(
-    tools: Any, known: str | None, cand: Candidate, run_id: str, spare: Iterable[str] = ()
+    tools: Tools, known: str | None, cand: Candidate, run_id: str, spare: Iterable[str] = ()
 ) -> Deployment | None:
     """A ready deployment of this candidate: the one the state names, or one a crashed attempt left running
     (not one of the run's `spare` nodes: those wait for the claim's run)."""
     ids = [known] if known else []
-    listed = await tools.call("list_deployments", run_id=run_id, alive_only=True)
-    ids += [
-        str(d["id"])
-        for d in listed.get("deployments", [])
-        if d["gpu"] == cand.gpu
-        and d["plan"] == cand.plan
-        and d["capacity"] == cand.capacity
-        and str(d["id"]) not in set(spare)
-    ]
+    listed = await tools.list_deployments(run_id=run_id, alive_only=True)
+    ids += [d.id for d in listed if _of(d, cand) and d.id not in set(spare)]
     for deployment_id in ids:
         try:
             current = await get_deployment(tools, deployment_id)
@@ -120,47 +111,44 @@ async def live_deployment(
     return None
 
 
+def _of(d: Deployment, cand: Candidate) -> bool:
+    """A deployment of the candidate's GPU type, plan and capacity."""
+    return d.gpu == cand.gpu and d.plan == cand.plan and d.capacity == cand.capacity
+
+
 async def finished_benchmark(
-    tools: Any, run_id: str, cand: Candidate, kind: str, used: list[str]
+    tools: Tools, run_id: str, cand: Candidate, kind: str, used: list[str]
 ) -> tuple[str, str] | None:
     """(benchmark, deployment) of a completed benchmark of this kind on any deployment of this candidate in the
     run that the run has not used yet (one a crashed or stopped attempt finished): reused, never repeated."""
-    deployments = await tools.call("list_deployments", run_id=run_id)
     # A deployment's plan is its current one: a benchmark it ran before a replan measured another plan.
-    mine = {
-        str(d["id"]): float(d.get("replanned_at") or 0.0)
-        for d in deployments.get("deployments", [])
-        if d["gpu"] == cand.gpu and d["plan"] == cand.plan and d["capacity"] == cand.capacity
-    }
-    listed = await tools.call("list_results", run_id=run_id, limit=1000)
-    for row in reversed(listed.get("results", [])):  # oldest first
-        if row.get("deployment_id") not in mine or row.get("status") != "completed":
+    mine = {d.id: d.replanned_at or 0.0 for d in await tools.list_deployments(run_id=run_id) if _of(d, cand)}
+    listed = await tools.list_results(run_id=run_id, limit=1000)
+    for row in reversed(listed.results):  # oldest first
+        if row.deployment_id not in mine or row.status != "completed":
             continue
-        if float(row.get("started_at") or 0.0) < mine[str(row["deployment_id"])]:
+        if row.started_at < mine[row.deployment_id] or row.benchmark_id in used:
             continue
-        if row["benchmark_id"] in used:
-            continue
-        record = await tools.call("get_result", benchmark_id=row["benchmark_id"])
-        probes = (record.get("config") or {}).get("probe_steps") or []
-        if (kind == "probe") == bool(probes):
-            return str(row["benchmark_id"]), str(row["deployment_id"])
+        record = await tools.get_result(row.benchmark_id)
+        if (kind == "probe") == bool(spec_of(record).probe_steps):
+            return row.benchmark_id, row.deployment_id
     return None
 
 
-def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, Any]) -> Measurement:
-    result = (record.get("benchmark") or {}).get("result") or {}
+def measurement_of(cand: Candidate, kind: str, bench_id: str, record: ResultRecord) -> Measurement:
+    result = record.benchmark.result
     if kind == "probe":
-        fit = result.get("fit") or {}
+        fit = result.fit if result is not None else None
         # the server's own time when it reports one, as the full run's samples
         probed = [(s.steps, float(s.server_time() or 0.0))
                   for s in samples_of(record) if s.phase == "probe" and s.ok and not s.interrupted]  # fmt: skip
         return Measurement(
             key=cand.key,
             kind="probe",
-            per_step_s=fit.get("per_step_s"),
-            fixed_s=fit.get("fixed_s"),
+            per_step_s=fit.per_step_s if fit is not None else None,
+            fixed_s=fit.fixed_s if fit is not None else None,
             benchmark_id=bench_id,
-            repeats=max(1, int((record.get("config") or {}).get("repeats") or 1)),
+            repeats=max(1, spec_of(record).repeats),
             probe_points=probed,
         )
     # An attempt cut short by a preemption was run again whole on the relaunched node (Backend.benchmark): its
@@ -168,9 +156,9 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
     samples = [s for s in samples_of(record) if s.phase == "full" and not s.interrupted]
     # The client's end-to-end time, what goals are judged on (on the twin, its model clock: see client_time).
     latencies = [float(s.client_time() or 0.0) for s in samples if s.ok]
-    config = record.get("config") or {}
+    spec = spec_of(record)
     # the benchmark sends `repeats` full requests per client at every concurrency level
-    requested = sum(int(c) * int(config.get("repeats") or 0) for c in config.get("concurrency") or [])
+    requested = sum(c * spec.repeats for c in spec.concurrency)
     return Measurement(
         key=cand.key,
         kind="full",
@@ -182,9 +170,22 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: dict[str, 
     )
 
 
-def samples_of(record: dict[str, Any]) -> list[Sample]:
-    """The samples of a get_result record (the stored JSON the MCP tool returns), as Samples."""
-    return [Sample.of(s) for s in record.get("samples") or []]
+class Measured(BaseModel):
+    """What of a benchmark's stored configuration (its BenchmarkSpec as stored) a measurement is read with."""
+
+    repeats: int = 0
+    concurrency: list[int] = Field(default_factory=list)
+    probe_steps: list[int] = Field(default_factory=list)
+
+
+def spec_of(record: ResultRecord) -> Measured:
+    """How a get_result record measured: its requests per client and level, its levels and its probes."""
+    return word(Measured, record.config)
+
+
+def samples_of(record: ResultRecord) -> list[Sample]:
+    """The samples of a get_result record (as stored: the fields measured), as Samples."""
+    return [Sample.of(s) for s in record.samples or []]
 
 
 def waited_behind_others(stored: Sample | dict[str, Any]) -> bool:
@@ -200,7 +201,7 @@ def waited_behind_others(stored: Sample | dict[str, Any]) -> bool:
     return forward is not None and forward > 0 and float(server) - forward > 0.5 * forward
 
 
-async def engine_check(tools: Any, deployment_id: str) -> str:
+async def engine_check(tools: Tools, deployment_id: str) -> str:
     """After a run with failed or missing answers: what the deployment says about itself ('' if it looks ready)."""
     try:
         current = await get_deployment(tools, deployment_id)
@@ -209,7 +210,7 @@ async def engine_check(tools: Any, deployment_id: str) -> str:
     return "" if current.state == "ready" else f"deployment {deployment_id} is {current.state}"
 
 
-def every_request_failed(kind: str, record: dict[str, Any]) -> str | None:
+def every_request_failed(kind: str, record: ResultRecord) -> str | None:
     """Why no request of the measured phase succeeded (an OOM, a dead engine, a refusal), or None if one did."""
     phase = "probe" if kind == "probe" else "full"
     samples = [s for s in samples_of(record) if s.phase == phase]
@@ -220,7 +221,7 @@ def every_request_failed(kind: str, record: dict[str, Any]) -> str | None:
     return f"every {phase} request failed ({len(samples)}): {first.error_kind}: {detail}"
 
 
-def busy_model_s(record: dict[str, Any]) -> float:
+def busy_model_s(record: ResultRecord) -> float:
     """Model seconds the node was busy: per replica, the sum of its requests' client times (each client sends its
     next request when the last answer is in); the slowest replica; summed over the benchmark's attempts (a node
     preempted mid-run was busy until then, its relaunch again for the attempt run there)."""
@@ -273,7 +274,7 @@ def start_s(deployment: Deployment, cand: Candidate, options: TuneOptions) -> fl
 
 
 async def relaunched_start_s(
-    tools: Any, before: Deployment, cand: Candidate, options: TuneOptions
+    tools: Tools, before: Deployment, cand: Candidate, options: TuneOptions
 ) -> tuple[float, Deployment]:
     """GPU seconds of the relaunches a backend made of `before`'s node under a benchmark (a preempted spot node
     started again: more loads now than before), and the deployment as it now is."""
@@ -314,7 +315,7 @@ def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:
 async def replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate, hours: float) -> Deployment | None:
     """The node of a live deployment on this candidate's offer, restarted under its plan (MCP replan_deployment);
     None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
-    tools = runtime.context.tools
+    tools: Tools = runtime.context.tools
     try:
         current = await get_deployment(tools, deployment_id)
     except ToolCallFailed:
@@ -323,10 +324,8 @@ async def replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate,
         return None
     emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.plan)
     try:
-        outcome = await tools.call(
-            "replan_deployment", deployment_id=deployment_id, plan=cand.plan, confirm=True, hours=hours
-        )
+        outcome = await tools.replan(deployment_id, cand.plan, hours)
     except ToolCallFailed as exc:
         emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
         return None
-    return deployment_word(outcome["deployment"])
+    return outcome.deployment

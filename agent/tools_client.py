@@ -88,7 +88,7 @@ class ToolsClient:
         self._client = client
         self.calls: list[str] = []
 
-    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+    async def call(self, tool: str, /, **arguments: Any) -> dict[str, Any]:
         """Call one tool; raise ToolCallFailed with its message when it refuses or fails."""
         self.calls.append(tool)
         args = {k: v for k, v in arguments.items() if v is not None}
@@ -103,61 +103,6 @@ class ToolsClient:
             inner = content.get("result")
             return inner if set(content) == {"result"} and isinstance(inner, dict) else content
         return {"result": content}
-
-
-HEARTBEAT_S = 2.0  # how often, at most, a remote run's client says it is there (4 beats per grace if shorter);
-# the server holds the run's starts after 2.5 missed beats (tools/results/run_heartbeat.py CLIENT_BEAT_S)
-
-
-async def _heartbeat(tools: ToolsClient, run_id: str, every_s: float) -> None:
-    """Tell the server, every `every_s`, that this client is still there for `run_id` (heartbeat_run): if this
-    process dies the heartbeat stops and the server abandons the run, tearing down what it started."""
-    import asyncio
-
-    while True:
-        try:
-            bound = await tools.call("heartbeat_run", run_id=run_id)
-            grace = bound.get("grace_s")
-            if isinstance(grace, int | float) and grace > 0:  # a few beats per grace, whatever the server's grace
-                every_s = min(HEARTBEAT_S, max(0.5, float(grace) / 4))
-        except ToolCallFailed:
-            return  # abandoned (or a server without the tool): the run's own next call says why
-        except Exception:  # a lost beat is retried: the grace is many beats long
-            pass
-        await asyncio.sleep(every_s)
-
-
-@contextlib.asynccontextmanager
-async def connect(
-    db_path: str | None = None, mcp_url: str | None = None, run_id: str | None = None
-) -> AsyncIterator[ToolsClient]:
-    """A session with the worldtune MCP tools: in-process over `db_path`, or the server at `mcp_url`.
-
-    With `mcp_url` and `run_id`, the run belongs to this session on the server: it heartbeats in the background
-    while the session is open, and the server abandons the run when the beats stop or the session ends."""
-    if mcp_url:
-        target: Any = mcp_url
-    else:
-        from worldtune.tools.mcp.server import build_server
-
-        # origin "cli": the run's twin profile was checked against its caller's allow-list when the run started.
-        # No tuner: a run's own tools never start, resume or stop runs (their tools answer that they are not
-        # available here), so the tools client does not import the runner that drives it.
-        target = build_server(db_path, origin="cli")
-    async with open_client(target) as client:
-        tools = ToolsClient(client)
-        if not (mcp_url and run_id):
-            yield tools
-            return
-        import asyncio
-
-        beating = asyncio.create_task(_heartbeat(ToolsClient(client), run_id, HEARTBEAT_S))
-        try:
-            yield tools
-        finally:
-            beating.cancel()
-            with contextlib.suppress(BaseException):
-                await beating
 
 
 class SessionPerCall:
@@ -183,7 +128,7 @@ class SessionPerCall:
             self._server = build_server(self.db_path)  # no tuner, as in connect()
         return self._server
 
-    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+    async def call(self, tool: str, /, **arguments: Any) -> dict[str, Any]:
         """Call one tool in a session of its own; raise ToolCallFailed as ToolsClient does."""
         self.calls.append(tool)
         async with open_client(self._target()) as client:

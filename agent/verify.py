@@ -26,7 +26,8 @@ from worldtune.agent.steps import (
     bill,
     busy_model_s,
     cannot_measure,
-    deploy_with_profile,
+    deploy_request,
+    deploy_within,
     emit,
     engine_check,
     every_request_failed,
@@ -38,14 +39,15 @@ from worldtune.agent.steps import (
     measured_figures,
     measurement_of,
     modelled_start_s,
-    noise_seed,
     relaunched_start_s,
     replan,
     start_s,
     teardown,
 )
+from worldtune.agent.tools import BenchmarkRequest, Tools
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, Action, Candidate, believed_start_s
+from worldtune.tools.mcp.results import ResultRecord
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.workload import anchor_changes
 
@@ -55,7 +57,7 @@ ENGINE_CHECK_S = 2.0  # how often its deployment is asked whether the engine sti
 
 async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     """One action on one candidate through MCP: deploy (or reuse), benchmark (or reuse a finished one), bill it."""
-    tools = runtime.context.tools
+    tools: Tools = runtime.context.tools
     options, action, cand = task["options"], task["action"], task["candidate"]
     price = cand.offer.usd_per_hour
     cap_s = task["cap_usd"] / price * 3600 if price > 0 else math.inf  # this action's share of the budget
@@ -127,7 +129,7 @@ async def _started(
 ) -> dict[str, Any]:  # fmt: skip
     """A ready deployment for the candidate (live, replanned or new) and the GPU seconds its start cost, or the
     failed action's update."""
-    tools = runtime.context.tools
+    tools: Tools = runtime.context.tools
     scale = options.time_scale if options.twin else 1.0
     started = time.time()
     charged_s = 0.0
@@ -141,24 +143,12 @@ async def _started(
             start = (charged_s, believed_start_s(cand, node_held=True))  # a warm load, measured and believed
     if deployment is None:
         emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra)
-        arguments: dict[str, Any] = {
-            "gpu": cand.gpu,
-            "plan": cand.plan,
-            "infra": options.infra,
-            "engine": options.engine,
-            "capacity": cand.capacity,
-            "model": task["goal"].workload.model,
-            "twin_profile": None,
-            "time_scale": options.time_scale if options.twin else None,
-            "hours": lease_hours(action, options, cap_s),
-            "run_id": task["run_id"],
-            "confirm": True,
-        } | noise_seed(options, "first", cand.key, task["iteration"])
+        request = deploy_request(cand, options, task, lease_hours(action, options, cap_s), "first")
         # real GPUs: stop a start that uses this action's share. The twin's start is modelled (and judged below);
         # its wall time is process starts that a loaded machine slows, never GPU time: its backend bounds it.
         timeout = None if options.twin or math.isinf(cap_s) else cap_s / scale + 30
         try:
-            deployment = await deploy_with_profile(runtime, cand, arguments, options.twin_profiles(), timeout)
+            deployment = await deploy_within(runtime, request, timeout)
         except (ToolCallFailed, TimeoutError) as exc:
             spent_s = modelled_start_s(cand, options) if options.twin else time.time() - started
             return failed_update(action, cand, f"deploy failed: {exc}", bill(cand, min(cap_s, spent_s)))
@@ -179,22 +169,23 @@ async def _benchmarked(
     """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update. `ahead`:
     a claim's extra lanes, launched with its first node; `start`: the node's start (measured, believed) if this
     action started it, which the search learns its starts from before it sizes a claim's lanes."""
-    tools = runtime.context.tools
+    tools: Tools = runtime.context.tools
     goal = task["goal"]
     deployment_id = deployment.id
     kind = action.kind
     if kind == "full":  # the claim's run: over its lanes, checked as samples arrive (agent/claim_run.py)
         return await full_run(task, runtime, cand, action, options, cap_s, deployment, charged_s, ahead)
-    args = {"steps": PROBE_STEPS[0], "repeats": PROBE_REPEATS, "concurrency": [1], "probe_steps": list(PROBE_STEPS),
-            "warmup": 1}  # fmt: skip
     # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
-    args.update(anchor_changes(goal.workload))
+    request = BenchmarkRequest(
+        steps=PROBE_STEPS[0], repeats=PROBE_REPEATS, probe_steps=list(PROBE_STEPS), warmup=1,
+        workload=anchor_changes(goal.workload),
+    )  # fmt: skip
     emit(runtime, kind, key=cand.key, deployment=deployment_id)
-    status = await tools.call("start_benchmark", deployment_id=deployment_id, run_id=task["run_id"], **args)
-    bench_id = str(status["id"])
+    status = await tools.start_benchmark(deployment_id, task["run_id"], request)
+    bench_id = status.id
     bench_started = looked = time.time()
     over = "stopped: this action reached its share of the budget"
-    while status.get("status") == "running":
+    while status.status == "running":
         # Real GPUs bill wall time: stop the moment this action's share is used up.
         if not options.twin and charged_s + time.time() - bench_started >= cap_s:
             await teardown(runtime, deployment_id)
@@ -206,13 +197,13 @@ async def _benchmarked(
                 spent_s = min(cap_s, charged_s + _busy_s(options, action, time.time() - bench_started))
                 why = f"deployment {deployment_id} is {engine.state} during benchmark {bench_id}"
                 return failed_update(action, cand, why, bill(cand, spent_s), removed=True)
-        status = await tools.call("get_benchmark", benchmark_id=bench_id, wait_s=POLL_S, partial=False)
+        status = await tools.get_benchmark(bench_id, wait_s=POLL_S)
     wall_s = time.time() - bench_started
-    if status.get("status") != "completed":
+    if status.status != "completed":
         spent_s = min(cap_s, charged_s + _busy_s(options, action, wall_s))
-        why = f"benchmark {bench_id} {status.get('status')}: {status.get('error')}"
+        why = f"benchmark {bench_id} {status.status}: {status.error}"
         return failed_update(action, cand, why, bill(cand, spent_s))
-    record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
+    record = await tools.get_result(bench_id, include_samples=True)
     # The twin's GPU time is its modelled busy time (the slowest replica's sum of server times); the
     # HTTP and video-encoding overhead between requests, magnified by the time scale, is not.
     charged_s += busy_model_s(record) if options.twin else wall_s
@@ -231,14 +222,14 @@ async def _measured(
     cand: Candidate,
     kind: str,
     bench_id: str,
-    record: dict[str, Any],
+    record: ResultRecord,
     charged_s: float,
     deployment_id: str,
     live: bool,
     start: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """verify's update for one measurement: the result billed at `charged_s`, and the deployment if still live."""
-    tools = runtime.context.tools
+    tools: Tools = runtime.context.tools
     measurement = measurement_of(cand, kind, bench_id, record)
     if start is not None:
         measurement = measurement.model_copy(update={"start_s": start[0], "start_predicted_s": start[1]})
@@ -270,13 +261,13 @@ async def _recorded(
     Its busy time was never billed, nor its deployment's start unless an earlier measurement of the run
     used that deployment (and so billed it).
     """
-    tools = runtime.context.tools
+    tools: Tools = runtime.context.tools
     options = task["options"]
     emit(runtime, "reuse", key=cand.key, benchmark=bench_id, deployment=deployment_id)
-    record = await tools.call("get_result", benchmark_id=bench_id, include_samples=True)
+    record = await tools.get_result(bench_id, include_samples=True)
     deployment = await get_deployment(tools, deployment_id)
-    bench = record.get("benchmark") or {}
-    wall_s = float(bench.get("finished_at") or bench.get("started_at") or 0.0) - float(bench.get("started_at") or 0.0)
+    bench = record.benchmark
+    wall_s = (bench.finished_at or bench.started_at) - bench.started_at
     charged_s = busy_model_s(record) if options.twin else wall_s
     if deployment_id not in task.get("billed_deployments", []):
         charged_s += start_s(deployment, cand, options)

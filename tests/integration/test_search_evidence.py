@@ -17,6 +17,7 @@ from worldtune.policies import search
 from worldtune.tools.backends.local import _alive
 from worldtune.tools.bench.benchmark import BenchmarkSpec, start_benchmark, wait_benchmark
 from worldtune.tools.deployments import deploy as deploying
+from worldtune.tools.mcp.results import ResultRecord
 from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.goal import Goal
@@ -39,10 +40,9 @@ def _killed_run(store: Store, db: Path, cand: search.Candidate, requests: int) -
         os.kill(pids[0], signal.SIGKILL)  # one engine dies mid-run
         status = wait_benchmark(bench.id, 120, str(db))
         assert status.status != "running"
-        record = {
-            "config": store.get_benchmark(bench.id)["config"],
-            "samples": [s.record() for s in store.samples(bench.id)],
-        }
+        samples = [s.record() for s in store.samples(bench.id)]
+        record = ResultRecord(benchmark=status, config=store.get_benchmark(bench.id)["config"], samples=samples,
+                              sample_count=len(samples))  # fmt: skip
         m = measurement_of(cand, "full", bench.id, record)
         state = deploying.get_deployment(dep.id, store=store).state
         return m.model_copy(update={"engine_problem": "" if state == "ready" else f"deployment {dep.id} is {state}"})

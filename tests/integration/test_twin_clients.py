@@ -20,8 +20,9 @@ from test_twin_http import twin
 from worldtune.agent.steps import every_request_failed
 from worldtune.sky import render
 from worldtune.tools.backends.local import DeploymentFailed, LocalBackend, free_port
-from worldtune.tools.bench.benchmark import BenchmarkSpec, run_benchmark
+from worldtune.tools.bench.benchmark import BenchmarkSpec, BenchmarkStatus, run_benchmark
 from worldtune.tools.deployments.preview import render_options
+from worldtune.tools.mcp.results import ResultRecord
 from worldtune.tools.plans.estimate import resolve_profile
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
@@ -58,7 +59,9 @@ def test_a_request_peak_that_does_not_fit_fails_every_request_with_the_reason(tm
     samples = Store(tmp_path / "w.db").samples(result.benchmark_id)
     assert samples and not any(s.ok for s in samples)
     assert {s.error_kind for s in samples} == {"out_of_memory"}
-    reason = every_request_failed("probe", {"samples": [s.record() for s in samples]})
+    stored = BenchmarkStatus(id=result.benchmark_id, status="completed", started_at=0.0)
+    record = ResultRecord(benchmark=stored, config={}, samples=[s.record() for s in samples], sample_count=len(samples))
+    reason = every_request_failed("probe", record)
     assert reason is not None and "out_of_memory" in reason and "CUDA out of memory" in reason
 
 

@@ -36,6 +36,7 @@ from worldtune.tools.mcp.common import (
 from worldtune.tools.mcp.session import session_of
 from worldtune.tools.plans.spend import SpendQuote
 from worldtune.tools.words.deployment import Deployment, Progress
+from worldtune.tools.words.errors import InvalidInput
 
 if TYPE_CHECKING:
     from worldtune.tools.mcp.session import Session
@@ -113,6 +114,13 @@ async def deploy(
         int | None,
         Field(ge=0, lt=2**62, description="twin only: seed of its run-to-run noise (default: its own, from its id)"),
     ] = None,
+    twin_profiles: Annotated[
+        list[str] | None,
+        Field(
+            description="twin only, instead of twin_profile: profile files the twin may serve; the first one for "
+            "the GPU type is used (one for another GPU type is passed over), else the shipped profile"
+        ),
+    ] = None,
 ) -> DeployOutcome:
     """Start a plan on an infra with an engine and wait until it is ready; returns the deployment and its endpoints.
 
@@ -124,6 +132,13 @@ async def deploy(
     session = session_of(ctx)
     from worldtune.tools.plans.spend import needs_confirmation
 
+    if twin_profiles:
+        from worldtune.tools.plans.profile_paths import profile_for_gpu
+
+        with refusals():
+            if twin_profile:
+                raise InvalidInput("twin_profiles", twin_profiles, "either twin_profile or twin_profiles, not both")
+            twin_profile = profile_for_gpu(twin_profiles, gpu, session.origin)
     spend = quote_or_refuse(
         session, "deploy", gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
         hours=hours, run_id=run_id, usd_per_hour=usd_per_hour, time_scale=time_scale, twin_profile=twin_profile,

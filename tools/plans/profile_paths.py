@@ -119,3 +119,12 @@ def allowed_profile_path(path: object, origin: str, field: str = "profile") -> P
 def load_profile(path: object, origin: str, field: str = "profile") -> Profile:
     """The Profile at `path` after the allow-list (errors name the path and Profile's fields, never the file)."""
     return Profile.load(allowed_profile_path(path, origin, field), field=field)
+
+
+def profile_for_gpu(paths: list[str], gpu: str, origin: str, field: str = "twin_profiles") -> str | None:
+    """The first of `paths` whose profile is for `gpu` (each one passes `origin`'s allow-list and is read: a file
+    that is not an allowed profile is refused, one for another GPU type passed over), else None: the shipped one."""
+    for path in paths:
+        if load_profile(path, origin, field).gpu.lower() == gpu.strip().lower():
+            return path
+    return None

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from worldtune.agent.claim_run import Lane, _decided_on_model_clock
+from worldtune.tools.mcp.results import ResultRecord
+from worldtune.tools.words.bench_spec import BenchmarkStatus
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.sample import Sample
@@ -30,7 +32,9 @@ def lane(name: str, server_times: list[float], running: bool = True) -> Lane:
         for i, t in enumerate(server_times)
     ]
     d = Deployment(gpu="H200", plan="cfg2-u4-vae8", infra="local", time_scale=300.0)
-    out = Lane(deployment=d, start_s=100.0, requests=30, records={f"bm-{name}": {"samples": samples}})
+    record = ResultRecord(benchmark=BenchmarkStatus(id=f"bm-{name}", status="running", started_at=0.0), config={},
+                          samples=samples, sample_count=len(samples))  # fmt: skip
+    out = Lane(deployment=d, start_s=100.0, requests=30, records={f"bm-{name}": record})
     out.running = running
     return out
 

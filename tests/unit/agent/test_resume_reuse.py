@@ -15,6 +15,7 @@ from langgraph.runtime import Runtime
 from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import VerifyTask
 from worldtune.agent.steps import bill, finished_benchmark, get_deployment
+from worldtune.agent.tools import McpTools
 from worldtune.agent.tools_client import ToolsClient
 from worldtune.agent.verify import start_s, verify
 from worldtune.policies.search import Action, Candidate, candidates, initial_state
@@ -73,7 +74,7 @@ def test_a_full_run_finished_before_the_kill_is_used_not_repeated(tmp_path: Path
         from mcp import Client
 
         async with Client(build_server(str(db))) as client:
-            tools = ToolsClient(client)
+            tools = McpTools(ToolsClient(client))
             runtime = Runtime(context=Context(tools=tools, progress=lambda kind, data: seen.append(kind)))
             update = await verify(task, runtime)
             again = await finished_benchmark(tools, RUN, cand, "full", used=["bm-done"])

@@ -12,6 +12,7 @@ pytest.importorskip("langgraph")
 
 from worldtune.agent.configuration import Context
 from worldtune.agent.graph import graph
+from worldtune.agent.tools import McpTools
 from worldtune.agent.tools_client import SessionPerCall
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,9 +34,11 @@ def test_context_schema_has_only_plain_fields() -> None:
 
 def test_a_context_from_nothing_has_in_process_tools(tmp_path: Path) -> None:
     context = Context(**{})  # what LangGraph builds from an empty context
-    assert isinstance(context.tools, SessionPerCall) and context.tools.mcp_url is None
+    assert isinstance(context.tools, McpTools)  # the tools as words, over one in-process session per call
+    session = context.tools.caller
+    assert isinstance(session, SessionPerCall) and session.mcp_url is None
     context.progress("any", {})  # the default printer takes events silently
-    assert Context(db_path=str(tmp_path / "r.db")).tools.db_path == str(tmp_path / "r.db")
+    assert Context(db_path=str(tmp_path / "r.db")).tools.caller.db_path == str(tmp_path / "r.db")
 
 
 def test_langgraph_json_points_at_the_compiled_graph() -> None:

@@ -12,6 +12,7 @@ from worldtune.agent.state import Outcome, TuneState, merge_deployments
 from worldtune.cli_tune import _output
 from worldtune.policies.search import Measurement, candidates, initial_state, record
 from worldtune.tools.plans.offers import all_offers
+from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 
@@ -52,7 +53,8 @@ def test_summary_and_json_output_carry_the_issue_keys() -> None:
         results=[Outcome(measurement=full.model_copy(update={"benchmark_id": "b1"}), model_s=500.0)],
         stop_reason="converged: test",
     )
-    summary = build_summary(graph_state, {"deployments": [{"id": "wt-1", "previous_plans": ["tp8", "cfg2-u4-hsdp8"]}]})
+    replanned = Deployment(id="wt-1", gpu="H200", plan="cfg2-u2-r2-hsdp8", previous_plans=["tp8", "cfg2-u4-hsdp8"])
+    summary = build_summary(graph_state, [replanned])
     out = _output({"status": "completed", "thread_id": "tune-x", "run_id": "tune-x", "summary": summary})
     assert out.keys() >= {"goal", "recommendation", "measured", "predicted", "spend", "stop_reason"}
     assert out["recommendation"].keys() >= {"gpu", "plan", "replicas", "capacity", "offer"}

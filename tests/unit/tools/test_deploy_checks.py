@@ -167,7 +167,7 @@ def test_the_agent_is_offered_only_what_its_infra_can_deploy(tmp_path: Path) -> 
     import asyncio
 
     from worldtune.agent.steps import listed_offers
-    from worldtune.agent.tools_client import connect
+    from worldtune.agent.tools import connect
 
     async def offered(infra: str) -> set[str]:
         async with connect(str(tmp_path / "w.db"), None) as tools:

@@ -134,3 +134,31 @@ def test_tune_refuses_a_twin_profile_that_is_not_one_before_anything_starts(tmp_
     # was: the fragment written 140 times into the results and checkpoint databases, 30 failed deploys
     assert not db.exists() or (SECRET.encode() not in db.read_bytes())
     assert not list(tmp_path.glob("*checkpoints*"))
+
+
+def test_deploy_serves_the_first_of_its_twin_profiles_for_the_gpu_type_and_refuses_one_that_is_not_a_profile(
+    tmp_path: Path, user_dir: Path
+) -> None:
+    """Issue 38: the agent hands the deploy tool every rehearsal profile at once (it used to try each in turn and
+    match the refusal's text): the tool passes over a profile for another GPU type, serves the first for this one,
+    and refuses a file that is not an allowed profile, naming the field and never echoing the file."""
+    b200 = Path(__file__).resolve().parents[3] / "policies" / "profiles" / "B200.yaml"
+    (user_dir / "b200-truth.yaml").write_text(b200.read_text())
+    truth = Profile.load(SHIPPED_H200).model_copy(update={"source": "test: the H200 truth served"})
+    (user_dir / "h200-truth.yaml").write_text(truth.model_dump_json())
+    token = planted(tmp_path)["token.yaml"]
+
+    async def main() -> tuple[dict[str, object], str]:
+        async with Client(build_server(str(tmp_path / "wt.db"), origin="mcp-http")) as client:
+            args = {"gpu": "H200", "plan": "cfg2-u4-hsdp8", "time_scale": 1000.0, "confirm": True}
+            served = await client.call_tool("deploy", args | {"twin_profiles": ["b200-truth", "h200-truth"]})
+            assert not served.is_error, served.content
+            deployment = (served.structured_content or {})["deployment"]
+            await client.call_tool("teardown", {"deployment_id": deployment["id"], "confirm": True})
+            refused = await client.call_tool("deploy", args | {"twin_profiles": [str(token), "h200-truth"]})
+            assert refused.is_error
+            return deployment, " ".join(getattr(c, "text", "") for c in refused.content)
+
+    deployment, text = anyio.run(main)
+    assert str(deployment["twin_profile"]).endswith("h200-truth.yaml"), deployment
+    assert "twin_profiles=" in text and SECRET not in text, text
