@@ -273,7 +273,9 @@ class SkyPilotBackend:
             self.store.ledger_gone(cluster, "servers did not come up")
             raise
         endpoints = self.endpoints_of(cluster, deployment, options)
-        dep = dep.model_copy(update={"state": "ready", "ready_at": time.time(), "endpoints": endpoints, "loads": 1})
+        # one more load of the model: the first, or a relaunch's after a preemption (recover), which is billed as one
+        loads = deployment.loads + 1
+        dep = dep.model_copy(update={"state": "ready", "ready_at": time.time(), "endpoints": endpoints, "loads": loads})
         self.store.ledger_update(cluster, "ready", f"serve job {job_id}")
         self.store.save_deployment(dep)
         say(f"ready: {', '.join(endpoints)}", 1.0)

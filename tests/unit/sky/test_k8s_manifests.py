@@ -165,6 +165,7 @@ def test_backend_apply_wait_and_delete_mocked_k8s_api(tmp_path: Path, monkeypatc
     seen: list[str] = []
     ready = backend.launch(dep, lambda m, f: seen.append(m))
     assert any("0/2 ready" in m for m in seen)
+    assert ready.loads == 1  # its first load: a recover's is one more, billed as a relaunch (agent/steps.py)
     assert ready.state == "ready" and ready.endpoints == [
         f"http://worldtune-{dep.id}-r{i}.gpu.svc.cluster.local:8000" for i in range(2)
     ]

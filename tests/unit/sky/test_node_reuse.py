@@ -250,3 +250,33 @@ def test_kubernetes_replan_rolls_the_pods_on_the_same_nodes(tmp_path: Path) -> N
     assert apps.delete_namespaced_deployment.call_args.args[0] == f"worldtune-{dep.id}-r1"
     (row,) = store.ledger(open_only=True)
     assert row["state"] == "ready"
+
+
+class RelaunchSky(FakeSky):
+    """The calls a recovery makes after a preemption: down what is left of the cluster, launch it again."""
+
+    def launch(self, *args: Any, **kw: Any) -> tuple[None, None]:
+        self.calls.append(("launch", kw.get("cluster_name")))
+        return None, None
+
+    def down(self, cluster: str) -> None:
+        self.calls.append(("down", cluster))
+
+
+def test_a_skypilot_relaunch_after_a_preemption_is_one_more_load(tmp_path: Path) -> None:
+    """The agent bills a relaunch by the loads a deployment gained under its benchmark (agent/steps.py
+    relaunched_start_s): SkyPilot's launch set loads to 1 whatever came before, so a recovered node's relaunch
+    (a new node's cold load) was never billed on SkyPilot. A SkyPilot client fake (no cloud here)."""
+    backend = object.__new__(SkyPilotBackend)
+    store = Store(tmp_path / "r.db")
+    backend.store, backend.options, backend.poll_s, backend.autodown = store, None, 0.0, True
+    backend.predicted = render_options
+    backend.sky, backend.serve_jobs = RelaunchSky(), {}
+    dep = _node_dep(infra="nebius", cluster="worldtune-wt-c", detail="serve job 7", loads=1).model_copy(
+        update={"state": "preempted"}
+    )
+    store.save_deployment(dep)
+    store.ledger_launch("worldtune-wt-c", "skypilot", dep.id)
+    back = backend.recover(dep)
+    assert [c[0] for c in backend.sky.calls] == ["down", "launch", "exec"]
+    assert back.id == dep.id and back.state == "ready" and back.loads == 2
