@@ -23,6 +23,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.events import Decided, Deploying, FullRun, Lanes, Measured
 from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
     bill,
@@ -179,7 +180,7 @@ async def full_run(
             lanes[0].requests += share
         else:
             lanes.append(Lane(got[0], got[1], share))
-    emit(runtime, "lanes", key=cand.key, lanes=len(lanes), requests=[lane.requests for lane in lanes])
+    emit(runtime, Lanes(key=cand.key, lanes=len(lanes), requests=[lane.requests for lane in lanes]))
     decided = await _run(task, runtime, cand, options, lanes, cap_s)
     live = [lane for lane in lanes if not lane.dropped]
     short = n - sum(len(lane.latencies(cand)) for lane in lanes)
@@ -273,7 +274,7 @@ async def _deploy_lane(
     lane) seeds a twin's noise: every lane draws its own, the same in every run of the same decisions."""
     lease = hours if hours is not None else lease_hours(action, options, math.inf)
     request = deploy_request(cand, options, task, lease, role)
-    emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra, lane=True)
+    emit(runtime, Deploying(key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra, lane=True))
     try:
         d = await deploy_within(runtime, request, None)
     except (ToolCallFailed, TimeoutError) as exc:
@@ -299,7 +300,7 @@ async def _run(
             continue
         lane.benches.append(status.id)
         lane.running = True
-        emit(runtime, "full", key=cand.key, deployment=lane.deployment.id, requests=lane.requests)
+        emit(runtime, FullRun(key=cand.key, deployment=lane.deployment.id, requests=lane.requests))
     looked = started = time.time()
     while any(lane.running for lane in lanes):
         check_engine = time.time() - looked >= ENGINE_CHECK_S
@@ -330,7 +331,7 @@ async def _run(
                 for lane in lanes:
                     await teardown(runtime, lane.deployment.id)  # stop at once: every lane is freed
                     lane.running, lane.cut_s = False, cut_s
-                emit(runtime, "decided", key=cand.key, reason=reason, at_model_s=round(cut_s, 1))
+                emit(runtime, Decided(key=cand.key, reason=reason, at_model_s=round(cut_s, 1)))
                 return reason
         if goal.latency_bound_s is not None and not options.twin:  # real GPUs: what has answered, in wall order
             pooled = [x for lane in lanes for x in lane.latencies(cand)]
@@ -342,7 +343,7 @@ async def _run(
                 for lane in [lane for lane in lanes if lane.benches]:  # answers that came in meanwhile are kept
                     bench = lane.benches[-1]
                     lane.records[bench] = await tools.get_result(bench, include_samples=True)
-                emit(runtime, "decided", key=cand.key, reason=check.reason)
+                emit(runtime, Decided(key=cand.key, reason=check.reason))
                 return check.reason
         # real GPUs bill wall time on every lane: stop the moment this action's share is used up
         if not options.twin and (time.time() - started) * len(lanes) >= cap_s:
@@ -437,8 +438,8 @@ async def _outcome(
         "gpu_hours": gpu_hours, "lanes": len(kept), "decided": decided,
         "benchmark_ids": [b for lane in kept for b in lane.records],
     })  # fmt: skip
-    emit(runtime, "measured", key=cand.key, kind="full", usd=round(usd, 3), model_s=round(node_s, 1),
-         wall_s=round(wall_s, 1), lanes=len(kept), **measured_figures(measurement))  # fmt: skip
+    emit(runtime, Measured(key=cand.key, kind="full", usd=round(usd, 3), model_s=round(node_s, 1),
+                           wall_s=round(wall_s, 1), lanes=len(kept), **measured_figures(measurement)))  # fmt: skip
     live = not decided and not first.dropped
     summary = f"{measured_figures(measurement)} over {len(kept)} lane(s) (${usd:.2f}, {node_s:.0f} model-s)"
     return {

@@ -7,7 +7,6 @@ handed to the graph at run time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
+from worldtune.agent.events import Events
 from worldtune.tools.store.db_path import check_db_path, resolve_db_path
 from worldtune.tools.words.limits import MAX_BUDGET_USD
 
@@ -83,9 +83,6 @@ class TuneOptions(BaseModel):
         return check_db_path(db.with_name(db.stem + "-checkpoints.sqlite"), "db (its checkpoints file)")
 
 
-Progress = Callable[[str, dict[str, Any]], None]
-
-
 def _quiet(kind: str, data: dict[str, Any]) -> None:
     del kind, data
 
@@ -106,7 +103,7 @@ class Context:
     # agent.tools.Tools; given an MCP client session (agent.tools_client.ToolsClient) it is wrapped in McpTools;
     # None: one in-process session per call
     tools: SkipJsonSchema[Any] = None
-    progress: SkipJsonSchema[Progress] = field(default=_quiet)
+    progress: SkipJsonSchema[Events] = field(default=_quiet)  # what the run says (agent/events.py)
 
     def __post_init__(self) -> None:
         from worldtune.agent.tools import typed

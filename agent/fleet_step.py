@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from worldtune.agent.events import Events, FleetNote, tell
 from worldtune.tools.deployments.capacity import CapacityPlan, FleetChoice, plan_capacity, skyserve_service_yaml
 from worldtune.tools.deployments.fleet_rehearsal import FleetRehearsal
 from worldtune.tools.words.goal import Goal
@@ -26,16 +27,13 @@ from worldtune.tools.words.profile import Profile
 REHEARSAL_REQUESTS = 40
 
 
-Progress = Callable[[str, dict[str, Any]], None]
-
-
 def fleet_for(
     goal: Goal,
     infra: str,
     engine: str,
     time_scale: float,
     db_path: str | None,
-    progress: Progress,
+    progress: Events,
     twin_profiles: list[str] | None = None,
     learned_profiles: dict[str, dict[str, Any]] | None = None,
     mcp_url: str | None = None,
@@ -49,7 +47,7 @@ def fleet_for(
         return None
     with _written(learned_profiles) as paths:
         learned = f", service times from the run's recalibrated {', '.join(sorted(paths))} profile" if paths else ""
-        progress("fleet", {"note": f"planning a fleet for {goal.traffic.describe()} (simulated{learned})"})
+        tell(progress, FleetNote(note=f"planning a fleet for {goal.traffic.describe()} (simulated{learned})"))
         planned = plan_capacity(goal, profile_paths=paths)
         out: dict[str, Any] = {"capacity": planned.model_dump(mode="json"), "rehearsal": None}
         if planned.chosen is None:
@@ -62,14 +60,14 @@ def fleet_for(
             out["note"] = "rehearsal runs on local twins only: not rehearsed"
             return out
         chosen = planned.chosen
-        progress("fleet", {"note": f"rehearsing {chosen.fleet.describe()} on local twins, open loop"})
+        tell(progress, FleetNote(note=f"rehearsing {chosen.fleet.describe()} on local twins, open loop"))
         rehearsal = _rehearsed(goal, chosen, time_scale, db_path, twin_profiles, mcp_url)
         out["rehearsal"] = rehearsal.model_dump(mode="json")
         if rehearsal.latency_disagrees():  # feed the measurement back: re-plan with that plan's measured latency
             measured = {(chosen.fleet.gpu, chosen.fleet.plan): float(rehearsal.measured_latency_mean_s or 0.0)}
             note = (f"the rehearsal measured {rehearsal.measured_latency_mean_s:.0f} s per request against the "
                     f"model's {rehearsal.predicted_latency_s:.0f} s: re-planning with the measured one")  # fmt: skip
-            progress("fleet", {"note": note})
+            tell(progress, FleetNote(note=note))
             again = plan_capacity(goal, measured_latency_s=measured, profile_paths=paths)
             out["replanned"] = {
                 "capacity": again.model_dump(mode="json"),

@@ -21,6 +21,17 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send, interrupt
 
 from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.events import (
+    Believed,
+    Done,
+    Elapsed,
+    Failed,
+    KeptNode,
+    Learned,
+    Next,
+    Rejected,
+    Stopped,
+)
 from worldtune.agent.record import (
     build_summary,
     first_state,
@@ -94,10 +105,10 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
         ),
     )  # fmt: skip
     top = [f"{c.plan} on {c.offer.id}: {c.usd_per_clip:.3f} $/clip, p50 {c.latency_s:.0f} s" for c in feasible[:3]]
-    emit(runtime, "candidates", count=len(ranked), feasible=len(feasible), top=top, estimate=estimate.as_json())
+    emit(runtime, Believed(count=len(ranked), feasible=len(feasible), top=top, estimate=estimate))
     stopped: dict[str, Any] = {}
     if refusal:  # an answer-within the search cannot meet: refused here, before anything is spent
-        emit(runtime, "stop", reason=refusal, kind="deadline")
+        emit(runtime, Stopped(reason=refusal, kind="deadline"))
         stopped = {"stop_reason": refusal, "stop_kind": "deadline", "approved": False}
     return stopped | {
         "search": search,
@@ -180,16 +191,16 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
                 await teardown(runtime, deployment_id)
             removed[key] = ""
     for key, deployment_id in moved.items():
-        emit(runtime, "keep_node", key=key, deployment=deployment_id)
+        emit(runtime, KeptNode(key=key, deployment=deployment_id))
     update: dict[str, Any] = {"decision": decision, "deployments": removed | moved, "spare_lanes": freed}
     if decision.stop_reason:
-        emit(runtime, "stop", reason=decision.stop_reason, kind=decision.stop_kind)
+        emit(runtime, Stopped(reason=decision.stop_reason, kind=decision.stop_kind))
         update |= {"stop_reason": decision.stop_reason, "stop_kind": decision.stop_kind or ""}
         update["events"] = [f"stop: {decision.stop_reason}"]
     else:
         for a in decision.actions:
-            emit(runtime, "next", kind=a.kind, key=a.key, reason=a.reason, expected_usd=round(a.expected_usd, 2),
-                  value=round(a.value, 5), requests=a.requests)  # fmt: skip
+            emit(runtime, Next(kind=a.kind, key=a.key, reason=a.reason, expected_usd=round(a.expected_usd, 2),
+                               value=round(a.value, 5), requests=a.requests))  # fmt: skip
         update["events"] = [f"next: {a.kind} {a.key} ({a.reason})" for a in decision.actions]
     return update
 
@@ -222,7 +233,7 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
             search = policy.record_failure(search, m.key, m.usd, m.gpu_hours, outcome.error or "failed")
             events.append(f"{m.key}: {outcome.error}")
             # people see why (a load that ran out of memory, every request failing), not only that money went
-            emit(runtime, "failed", key=m.key, error=outcome.error[:600])
+            emit(runtime, Failed(key=m.key, error=(outcome.error or "failed")[:600]))
             continue
         rejected = len(search.rejected)
         search = policy.record(search, m, recalibrate=False)
@@ -230,7 +241,7 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
             r = search.rejected[-1]
             then = "retry on a fresh deployment" if m.key in search.retry else f"failed: {search.failures.get(m.key)}"
             events.append(f"rejected {r.kind} {m.key} (benchmark {r.benchmark_id}): {r.reason}; {then}")
-            emit(runtime, "rejected", key=m.key, reason=r.reason, then=then)
+            emit(runtime, Rejected(key=m.key, reason=r.reason, then=then))
             continue
         gpus.add(policy.hardware_key(m.key).split(":")[0])
     for gpu in sorted(gpus):
@@ -242,11 +253,11 @@ async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
             f"{post.weight:.0%}): {post.summary()}"
         )
         events.append(note)
-        emit(runtime, "learned", gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2))
+        emit(runtime, Learned(gpu=gpu, note=note, spent_usd=round(search.spent_usd, 2)))
     # time to a verified answer so far (modelled on the twin): the verifications' seconds, lanes overlapping
     answer_s = answer_seconds(results, state["options"].parallel)
     search = search.model_copy(update={"elapsed_s": answer_s})  # what a goal's 'answer within' is held to
-    emit(runtime, "elapsed", answer_hours=round(answer_s / 3600.0, 3), measurements=len(results))
+    emit(runtime, Elapsed(answer_hours=round(answer_s / 3600.0, 3), measurements=len(results)))
     live = {r.key: "" for r in fresh if r.removed}
     return {"search": search, "learned": len(results), "events": events, "deployments": live}
 
@@ -261,7 +272,7 @@ async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     summary = build_summary(state, await tools.list_deployments(run_id=run_id))
     # written here, so a run that Studio / `langgraph dev` drives (no runner around it) ends completed too
     await write_record(tools, run_id, summary)
-    emit(runtime, "done", stop_reason=summary["stop_reason"], recommendation=summary["recommendation"])
+    emit(runtime, Done(stop_reason=summary["stop_reason"], recommendation=summary["recommendation"]))
     cleared = {k: "" for k in (state.get("deployments") or {})}
     spares = dict.fromkeys(state.get("spare_lanes") or {}, "")
     return {"summary": summary, "deployments": cleared, "spare_lanes": spares, "events": ["torn down; record written"]}

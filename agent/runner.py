@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from worldtune.agent.configuration import Context, Progress, TuneOptions
+from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.events import CleanupFailed, Events, GoalRead, RecordFailed, Resumed, TornDown, tell
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.record import check_options, first_state, goal_for
 from worldtune.agent.stopping import _CONTROLS, RunStopped, _catch_signals, _Control, stop_tuning
@@ -41,7 +42,7 @@ def _quiet(kind: str, data: dict[str, Any]) -> None:
 
 # ---- driving the graph -----------------------------------------------------------------------------
 async def _drive(
-    run_id: str, graph_input: Any, options: TuneOptions, progress: Progress, resuming: bool = False
+    run_id: str, graph_input: Any, options: TuneOptions, progress: Events, resuming: bool = False
 ) -> dict[str, Any]:
     """Run (or resume) the graph to its end or to the approval interrupt; tear down on any early exit.
 
@@ -108,16 +109,16 @@ async def _drive(
     return {"run_id": run_id, "thread_id": run_id, "status": "completed", "summary": summary, "state": values}
 
 
-async def _mark_interrupted(tools: Tools, run_id: str, why: str, progress: Progress) -> None:
+async def _mark_interrupted(tools: Tools, run_id: str, why: str, progress: Events) -> None:
     """Record the stop (shielded, like the cleanup after it); a record that cannot be written is said, not raised."""
     summary = {"error": why, "resume": f"worldtune resume {run_id}"}
     try:
         await asyncio.shield(tools.mark_run(run_id, "interrupted", summary))
     except Exception as exc:
-        progress("record-failed", {"error": str(exc), "hint": f"the run's record still reads running: {run_id}"})
+        tell(progress, RecordFailed(error=str(exc), hint=f"the run's record still reads running: {run_id}"))
 
 
-async def _cleanup(tools: Tools, run_id: str, progress: Progress, settle_s: float = 60.0) -> None:
+async def _cleanup(tools: Tools, run_id: str, progress: Events, settle_s: float = 60.0) -> None:
     """Tear down every live deployment of the run (shielded: it must finish even while cancelled).
 
     A deploy that was in flight when the run stopped may still be starting in the server's worker
@@ -132,19 +133,19 @@ async def _cleanup(tools: Tools, run_id: str, progress: Progress, settle_s: floa
             quiet = 0 if found else quiet + 1
             for d in found:
                 await tools.teardown(d.id)
-                progress("teardown", {"deployment": d.id, "note": "run stopped early"})
+                tell(progress, TornDown(deployment=d.id, note="run stopped early"))
             await asyncio.sleep(0.5)
 
     try:
         await asyncio.shield(stop_all())
     except Exception as exc:  # the original error matters more; say what could not be stopped
-        progress("cleanup-failed", {"error": str(exc), "hint": "worldtune gc, or teardown by id"})
+        tell(progress, CleanupFailed(error=str(exc), hint="worldtune gc, or teardown by id"))
 
 
 def tune(
     goal: str | ParsedGoal,
     options: TuneOptions | None = None,
-    progress: Progress = _quiet,
+    progress: Events = _quiet,
     run_id: str | None = None,
 ) -> dict[str, Any]:
     """Run a tuning run to its end (or to the approval question when not --yes); returns the outcome."""
@@ -152,7 +153,7 @@ def tune(
     parsed = goal if isinstance(goal, ParsedGoal) else goal_for(goal, options)
     run_id = run_id or new_run_id()
     first = first_state(parsed, options, run_id)
-    progress("goal", {"goal": parsed.goal.describe(), "assumptions": parsed.assumptions, "run_id": run_id})
+    tell(progress, GoalRead(goal=parsed.goal.describe(), assumptions=parsed.assumptions, run_id=run_id))
     return asyncio.run(_drive(run_id, first, options, progress))
 
 
@@ -181,14 +182,14 @@ def checkpointed_options(run_id: str, db_path: str | None = None) -> TuneOptions
 
 
 def resume(
-    run_id: str, db_path: str | None = None, approve: bool | None = None, progress: Progress = _quiet
+    run_id: str, db_path: str | None = None, approve: bool | None = None, progress: Events = _quiet
 ) -> dict[str, Any]:
     """Continue a run that crashed, was killed or waits for approval (approve answers the question)."""
     from langgraph.types import Command
 
     options = checkpointed_options(run_id, db_path)
     graph_input: Any = None if approve is None else Command(resume={"approved": approve})
-    progress("resume", {"run_id": run_id})
+    tell(progress, Resumed(run_id=run_id))
     return asyncio.run(_drive(run_id, graph_input, options, progress, resuming=True))
 
 

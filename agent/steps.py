@@ -17,6 +17,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.events import Replanning, RunEvent, TornDown, tell
 from worldtune.agent.state import Outcome
 from worldtune.agent.tools import Tools
 from worldtune.agent.tools_client import ToolCallFailed
@@ -31,11 +32,11 @@ from worldtune.tools.words.sample import Sample
 W = TypeVar("W", bound=BaseModel)
 
 
-def emit(runtime: Runtime[Context], event: str, **data: Any) -> None:
-    """Progress for people: to the stream (stream_mode 'custom') and the runner's printer."""
+def emit(runtime: Runtime[Context], event: RunEvent) -> None:
+    """What the run says, for people: to the stream (stream_mode 'custom') and the run's sink (the CLI's printer)."""
     with contextlib.suppress(RuntimeError):  # outside a streaming run there is no writer
-        get_stream_writer()({"event": event, **data})
-    runtime.context.progress(event, data)
+        get_stream_writer()({"event": event.event, **event.fields()})
+    tell(runtime.context.progress, event)
 
 
 def word(model: type[W], raw: dict[str, Any]) -> W:
@@ -88,9 +89,9 @@ def deploy_request(cand: Candidate, options: TuneOptions, task: Any, hours: floa
 async def teardown(runtime: Runtime[Context], deployment_id: str) -> None:
     try:
         await runtime.context.tools.teardown(deployment_id)
-        emit(runtime, "teardown", deployment=deployment_id)
+        emit(runtime, TornDown(deployment=deployment_id))
     except ToolCallFailed as exc:  # already gone or unknown: nothing left to stop
-        emit(runtime, "teardown", deployment=deployment_id, note=str(exc))
+        emit(runtime, TornDown(deployment=deployment_id, note=str(exc)))
 
 
 async def live_deployment(
@@ -322,10 +323,10 @@ async def replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate,
         return None
     if current.state != "ready" or current.gpu != cand.gpu:
         return None
-    emit(runtime, "replan", key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.plan)
+    emit(runtime, Replanning(key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.plan))
     try:
         outcome = await tools.replan(deployment_id, cand.plan, hours)
     except ToolCallFailed as exc:
-        emit(runtime, "replan", key=cand.key, deployment=deployment_id, note=str(exc))
+        emit(runtime, Replanning(key=cand.key, deployment=deployment_id, note=str(exc)))
         return None
     return outcome.deployment

@@ -21,6 +21,7 @@ from worldtune.agent.claim_run import (
     with_lanes_billed,
 )
 from worldtune.agent.configuration import Context, TuneOptions
+from worldtune.agent.events import Deploying, Measured, Probing, Reused
 from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
     bill,
@@ -142,7 +143,7 @@ async def _started(
             charged_s += start_s(deployment, cand, options)
             start = (charged_s, believed_start_s(cand, node_held=True))  # a warm load, measured and believed
     if deployment is None:
-        emit(runtime, "deploy", key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra)
+        emit(runtime, Deploying(key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra))
         request = deploy_request(cand, options, task, lease_hours(action, options, cap_s), "first")
         # real GPUs: stop a start that uses this action's share. The twin's start is modelled (and judged below);
         # its wall time is process starts that a loaded machine slows, never GPU time: its backend bounds it.
@@ -180,7 +181,7 @@ async def _benchmarked(
         steps=PROBE_STEPS[0], repeats=PROBE_REPEATS, probe_steps=list(PROBE_STEPS), warmup=1,
         workload=anchor_changes(goal.workload),
     )  # fmt: skip
-    emit(runtime, kind, key=cand.key, deployment=deployment_id)
+    emit(runtime, Probing(key=cand.key, deployment=deployment_id))
     status = await tools.start_benchmark(deployment_id, task["run_id"], request)
     bench_id = status.id
     bench_started = looked = time.time()
@@ -237,15 +238,8 @@ async def _measured(
         measurement = measurement.model_copy(update={"engine_problem": await engine_check(tools, deployment_id)})
     usd, gpu_hours = bill(cand, charged_s)
     measurement = measurement.model_copy(update={"usd": usd, "gpu_hours": gpu_hours})
-    emit(
-        runtime,
-        "measured",
-        key=cand.key,
-        kind=kind,
-        usd=round(usd, 3),
-        model_s=round(charged_s, 1),
-        **measured_figures(measurement),
-    )
+    emit(runtime, Measured(key=cand.key, kind=kind, usd=round(usd, 3), model_s=round(charged_s, 1),
+                           **measured_figures(measurement)))  # fmt: skip
     return {
         "results": [Outcome(measurement=measurement, deployment_id=deployment_id, model_s=charged_s)],
         "deployments": {cand.key: deployment_id} if live else {},
@@ -263,7 +257,7 @@ async def _recorded(
     """
     tools: Tools = runtime.context.tools
     options = task["options"]
-    emit(runtime, "reuse", key=cand.key, benchmark=bench_id, deployment=deployment_id)
+    emit(runtime, Reused(key=cand.key, benchmark=bench_id, deployment=deployment_id))
     record = await tools.get_result(bench_id, include_samples=True)
     deployment = await get_deployment(tools, deployment_id)
     bench = record.benchmark

@@ -22,60 +22,15 @@ EXIT_INFEASIBLE = 4  # the posterior says no candidate meets the goal (stop_kind
 
 
 def _printer(as_json: bool) -> Any:
-    """Progress lines on stderr: what the agent believes, what it will spend and why, what it measured."""
+    """Progress lines on stderr: what the agent believes, what it will spend and why, what it measured: each event's
+    own line (agent/events.py), for the kinds a person reads."""
+    from worldtune.agent.events import read_event
 
     def show(kind: str, data: dict[str, Any]) -> None:
-        if kind == "goal":
-            err_console.print(f"[bold]goal[/] {data['goal']}  [dim](run {data['run_id']})[/]")
-            for note in data.get("assumptions", []):
-                err_console.print(f"  [yellow]assumed[/] {note}")
-        elif kind == "candidates":
-            est = data["estimate"]
-            err_console.print(
-                f"[bold]belief[/] {data['count']} candidates, {data['feasible']} predicted to meet the goal; best:"
-            )
-            for line in data["top"]:
-                err_console.print(f"  {line}")
-            err_console.print(
-                f"[bold]spend estimate[/] at most ${est['usd']:.2f} ({est['gpu_hours']:.2f} GPU-h) of "
-                f"${est['budget_usd']:g}, priced as {est['priced_as']}"
-            )
-            if "answer_hours" in est:
-                err_console.print(
-                    f"  time to a verified answer at most ~{est['answer_hours']:.2f} h (modelled), "
-                    f"{est['deployments']} node(s), {est['cold_loads']} cold + {est['warm_loads']} warm load(s)"
-                )
-            if est.get("forecast"):
-                f = est["forecast"]
-                err_console.print(
-                    f"  likely ${f['usd']:.2f} ({f['gpu_hours']:.2f} GPU-h, {f['measurements']:g} measurements) and "
-                    f"{f['answer_hours']:.2f} h to a verified answer (at most ${f['usd_max']:.2f}, "
-                    f"{f['answer_hours_max']:.2f} h): simulated, the median of {f['runs']} searches against truths "
-                    "drawn from the belief"
-                )
-            if est.get("claim_requests"):
-                err_console.print(
-                    f"  claim at {est['confidence'] * 100:g}% confidence: {est['claim_requests']} requests "
-                    f"(order statistics), over {est.get('claim_lanes', 1)} lane(s)"
-                    + (f": {escape(est['claim_lanes_why'])}" if est.get("claim_lanes", 1) > 1 else "")
-                )
-            if est.get("parallel_why"):
-                err_console.print(f"  {escape(est['parallel_why'])}")
-        elif kind == "next":
-            err_console.print(f"[cyan]{data['kind']}[/] {data['key']}: {data['reason']} (~${data['expected_usd']:.2f})")
-        elif kind == "measured":
-            figures = ", ".join(f"{k} {v}" for k, v in data.items() if k not in ("key", "kind"))
-            err_console.print(f"  [green]measured[/] {data['kind']} {data['key']}: {escape(figures)}")
-        elif kind == "learned":
-            err_console.print(f"  [magenta]learned[/] {data['note']} (spent ${data['spent_usd']:.2f})")
-        elif kind == "failed":
-            err_console.print(f"  [red]failed[/] {data['key']}: {data['error']}")
-        elif kind == "stop":
-            err_console.print(f"[bold]stop[/] {data['reason']}")
-        elif kind == "fleet":
-            err_console.print(f"[bold]fleet[/] {escape(data['note'])}")
-        elif kind in ("deploy", "teardown", "reuse", "resume", "cleanup-failed"):
-            err_console.print(f"  [dim]{kind} {escape(', '.join(f'{k} {v}' for k, v in data.items()))}[/]")
+        event = read_event(kind, data)
+        line = event.line() if event is not None else None
+        if line:
+            err_console.print(line)
 
     return show
 
