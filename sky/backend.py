@@ -99,7 +99,7 @@ def _free_port_range(count: int, key: str, start: int = 18000, stop: int = 30000
 
 def render_options_for(deployment: Deployment) -> RenderOptions:
     """Render options per infra: on Slurm the servers bind loopback on free ports and run this venv's worldtune."""
-    if deployment.infra.startswith("slurm/"):
+    if deployment.infra.kind == "slurm":
         base = os.environ.get(BASE_PORT_ENV)
         port = int(base) if base else _free_port_range(Plan.parse(deployment.plan).replicas, deployment.id)
         worldtune = f"{cluster_python()} -m worldtune.cli"
@@ -266,7 +266,7 @@ class SkyPilotBackend:
         dep = dep.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
         self.store.save_deployment(dep)
         try:
-            local = self.endpoints_of(cluster, deployment, options) if deployment.infra.startswith("slurm/") else []
+            local = self.endpoints_of(cluster, deployment, options) if deployment.infra.kind == "slurm" else []
             self.wait_ready(cluster, int(job_id), deployment, say, local)
         except LaunchError:
             self._down_quietly(cluster)
@@ -311,7 +311,7 @@ class SkyPilotBackend:
 
     def endpoints_of(self, cluster: str, deployment: Deployment, options: RenderOptions) -> list[str]:
         slices = replica_slices(Plan.parse(deployment.plan), options.base_port)
-        if deployment.infra.startswith("slurm/"):
+        if deployment.infra.kind == "slurm":
             # The local Slurm cluster is this machine: its servers are on loopback.
             return [f"http://127.0.0.1:{r.port}" for r in slices]
         urls = {int(port): url for port, url in self.result(self.sky.endpoints(cluster)).items()}

@@ -55,7 +55,7 @@ def run_attempt(
     endpoints = [f"http://127.0.0.1:{urlsplit(e).port}" for e in dep.endpoints]
     on_cluster = spec.model_copy(update={"endpoints": endpoints, "deployment_id": None, "run_id": None})
     args = [a for e in endpoints for a in ("--endpoint", e)] + ["--spec-json", on_cluster.model_dump_json()]
-    python = cluster_python() if dep.infra.startswith("slurm/") else "~/.worldtune-venv/bin/python"
+    python = cluster_python() if dep.infra.kind == "slurm" else "~/.worldtune-venv/bin/python"
     run = f"{python} -m worldtune.sky.bench_job --db {remote_db} -- {shlex.join(args)}"
     task = backend.sky.Task(name=f"worldtune-bench-{benchmark_id}", run=run)
     task.set_resources(backend.sky.Resources(cpus=1))

@@ -159,12 +159,12 @@ def _run(deployment: Deployment, options: RenderOptions) -> str:
 
 def _resources(deployment: Deployment, options: RenderOptions, accelerators: str) -> dict[str, Any]:
     plan = Plan.parse(deployment.plan)
-    res: dict[str, Any] = {"infra": deployment.infra, "accelerators": accelerators}
+    res: dict[str, Any] = {"infra": str(deployment.infra), "accelerators": accelerators}
     if deployment.engine == "vllm-omni":
         res["disk_size"] = options.disk_size_gb
         if options.install == "docker":
             res["image_id"] = f"docker:{options.image}"
-    if options.open_ports and not deployment.infra.startswith("slurm/"):
+    if options.open_ports and deployment.infra.kind != "slurm":
         ports = [r.port for r in replica_slices(plan, options.base_port)]
         res["ports"] = [str(ports[0]) if len(ports) == 1 else f"{ports[0]}-{ports[-1]}"]
     if deployment.capacity == "spot":
@@ -184,9 +184,9 @@ def _secret_names(deployment: Deployment) -> dict[str, None]:
 def render_task(deployment: Deployment, options: RenderOptions | None = None) -> dict[str, Any]:
     """The SkyPilot task (YAML as a dict) that runs every replica of the deployment on one node."""
     opts = options or RenderOptions()
-    if deployment.infra == "local":  # kubernetes is SkyPilot's too: the task runs on your cluster's pods
+    if deployment.infra.is_local:  # kubernetes is SkyPilot's too: the task runs on your cluster's pods
         raise InvalidInput(
-            "infra", deployment.infra, "a SkyPilot infra: slurm/NAME, kubernetes or a cloud (nebius, lambda, ...)"
+            "infra", str(deployment.infra), "a SkyPilot infra: slurm/NAME, kubernetes or a cloud (nebius, lambda, ...)"
         )
     if deployment.capacity == "serverless":
         return render_service(deployment, opts)

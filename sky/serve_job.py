@@ -28,7 +28,7 @@ def serve_task(backend: SkyPilotBackend, deployment: Deployment, config: dict[st
     (a job step takes all of the allocation by default; the benchmark job runs next to it)."""
     serve_config = {k: v for k, v in config.items() if k != "setup"}
     cpus = getattr(getattr(handle, "launched_resources", None), "cpus", None)
-    if deployment.infra.startswith("slurm/") and cpus:
+    if deployment.infra.kind == "slurm" and cpus:
         serve_config["resources"] = {**config["resources"], "cpus": max(1, int(float(str(cpus).rstrip("+"))) - 2)}
     return validate_task(backend.with_secrets(deployment, serve_config))
 
@@ -76,7 +76,7 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     target = target.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
     backend.store.save_deployment(target)
     say(f"serve job {job_id} submitted on {cluster} after {time.time() - started:.0f} s; warm load", 0.4)
-    local = backend.endpoints_of(cluster, target, options) if target.infra.startswith("slurm/") else []
+    local = backend.endpoints_of(cluster, target, options) if target.infra.kind == "slurm" else []
     backend.wait_ready(cluster, int(job_id), target, say, local)
     endpoints = backend.endpoints_of(cluster, target, options)
     ready = target.model_copy(

@@ -206,7 +206,7 @@ def gc(
     found = garbage(store)
     listed = {row.get("deployment_id") for row in found}
     expired = [
-        {"cluster": d.cluster, "backend": d.infra, "deployment_id": d.id, "run_id": d.run_id, "state": d.state,
+        {"cluster": d.cluster, "backend": str(d.infra), "deployment_id": d.id, "run_id": d.run_id, "state": d.state,
          "reason": f"its {d.hold_hours:g} h ran out"}
         for d in lease.expired(store) if d.id not in listed
     ]  # fmt: skip

@@ -42,12 +42,12 @@ from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 
 
-def infra_kind(infra: str) -> str:
+def infra_kind(infra: str | Infra) -> str:
     """'local', 'kubernetes', 'slurm' or 'cloud' (Infra.parse: a malformed infra is refused)."""
     return Infra.parse(infra).kind
 
 
-def backend_for(infra: str, store: Store, options: Any = None) -> Backend:
+def backend_for(infra: str | Infra, store: Store, options: Any = None) -> Backend:
     """The Backend that hosts deployments on `infra` (SkyPilot and Kubernetes imported lazily).
 
     `options`: how SkyPilot or Kubernetes renders (sky's RenderOptions or K8sOptions; None: the infra's defaults).

@@ -90,7 +90,7 @@ def _settle_record(store: Store, row: dict[str, Any]) -> str:
     """An alive deployment with no open ledger row: a local one is stopped by its recorded pids (a launch that
     lost a race with a teardown may have started a process after its ledger row closed); then terminated."""
     deployment = store.get_deployment(row["deployment_id"])
-    if deployment is not None and deployment.infra == "local":
+    if deployment is not None and deployment.infra.is_local:
         store.save_deployment(deploy.backend_for("local", store).teardown(deployment))
         return "stopped its recorded processes; terminated"
     _mark_terminated(store, row)

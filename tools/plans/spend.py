@@ -106,7 +106,7 @@ def infra_name(infra: str) -> str:
     return Infra.parse(infra).name
 
 
-def needs_confirmation(infra: str, engine: str) -> bool:
+def needs_confirmation(infra: str | Infra, engine: str) -> bool:
     """Everything but the twin on this machine starts real processes on real (possibly paid) GPUs."""
     return not (Infra.parse(infra).is_local and engine == "twin")
 
@@ -343,7 +343,7 @@ def extension(deployment: Deployment, hours: float, load_s: float, now: float | 
     expected_hours = load_s / 3600.0 + hold
     return SpendQuote(
         action="replan", model=deployment.model, gpu=deployment.gpu, plan=deployment.plan,
-        gpus=deployment.offer.gpu_count if deployment.offer else 0, infra=deployment.infra,
+        gpus=deployment.offer.gpu_count if deployment.offer else 0, infra=str(deployment.infra),
         capacity=deployment.capacity, offer=deployment.offer, usd_per_hour=price,
         price_source="the deployment's own price", provision_s=0.0, load_s=load_s, hold_hours=hold,
         expected_hours=expected_hours, expected_usd=price * expected_hours,

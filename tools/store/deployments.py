@@ -45,7 +45,7 @@ class DeploymentRecords(RunRecords):
                     deployment.id,
                     deployment.run_id,
                     deployment.state,
-                    deployment.infra,
+                    str(deployment.infra),
                     deployment.created_at,
                     now,
                     deployment.model_dump_json(),
@@ -68,7 +68,7 @@ class DeploymentRecords(RunRecords):
             db.execute(
                 "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (deployment.id, deployment.run_id, deployment.state, deployment.infra, deployment.created_at, now,
+                (deployment.id, deployment.run_id, deployment.state, str(deployment.infra), deployment.created_at, now,
                  deployment.model_dump_json()),
             )  # fmt: skip
             db.execute("COMMIT")

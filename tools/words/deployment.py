@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.tools.words.errors import InvalidInput, WorldtuneError
+from worldtune.tools.words.infra import FORMS, Infra, InfraField
 from worldtune.tools.words.offer import Offer
 from worldtune.tools.words.plan import Plan
 
@@ -74,7 +75,7 @@ class Deployment(BaseModel):
     model: str = "cosmos3-super"
     gpu: str
     plan: str
-    infra: str = "local"
+    infra: InfraField = Field(default_factory=lambda: Infra.parse("local"), description="where it runs: " + FORMS)
     engine: Engine = "twin"
     capacity: str = "on-demand"
     offer: Offer | None = None

@@ -9,9 +9,9 @@ naming the value and the forms that would do.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from worldtune.tools.words.errors import InvalidInput
 
@@ -40,7 +40,9 @@ class Infra(BaseModel):
 
     @classmethod
     def parse(cls, text: object, field: str = "infra") -> Infra:
-        """The Infra `text` names; InvalidInput(field, value, the valid forms) for anything else."""
+        """The Infra `text` names (an Infra: itself); InvalidInput(field, value, the valid forms) for anything else."""
+        if isinstance(text, Infra):
+            return text
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput(field, text, FORMS)
         if len(text) > MAX_INFRA_CHARS:
@@ -91,3 +93,17 @@ class Infra(BaseModel):
         if self.kind == "cloud" and self.region:
             return f"{self.name}/{self.region}"
         return self.name
+
+
+def _infra_of(value: object) -> Infra:
+    return value if isinstance(value, Infra) else Infra.parse(value)
+
+
+# A field that holds an Infra and reads and writes as its string ("slurm/worldtune-local"): stored deployments,
+# the tools' JSON and the CLI keep the form people type, while code asks `.kind` instead of `startswith("slurm/")`.
+InfraField = Annotated[
+    Infra,
+    BeforeValidator(_infra_of),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "description": FORMS}),
+]
