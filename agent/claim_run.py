@@ -106,7 +106,7 @@ def replica_clocks(timed: list[tuple[float, str, float | None]]) -> dict[str, fl
 
 def pool_key(d: Deployment) -> tuple[str, str, str, str]:
     """What samples must share to pool into one claim: plan, offer, engine (and the twin's profile)."""
-    return d.plan, d.offer.id if d.offer else d.gpu, d.engine, d.twin_profile or ""
+    return str(d.plan), d.offer.id if d.offer else d.gpu, d.engine, d.twin_profile or ""
 
 
 def _shares(task: VerifyTask, action: Action) -> list[int]:
@@ -205,7 +205,7 @@ async def _spare_lane(
         d = await get_deployment(runtime.context.tools, deployment_id)
     except ToolCallFailed as exc:
         return f"spare node {deployment_id} unreadable: {exc}"
-    if d.state == "ready" and d.plan == cand.plan:
+    if d.state == "ready" and d.plan == Plan.parse(cand.plan):
         return d, 0.0
     if d.state == "ready":
         moved = await replan(runtime, deployment_id, cand, lease_hours(action, options, math.inf))

@@ -27,6 +27,7 @@ from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Deployment, stable_seed
 from worldtune.tools.words.infra import Infra
 from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.sample import Sample
 
 W = TypeVar("W", bound=BaseModel)
@@ -107,14 +108,14 @@ async def live_deployment(
             current = await get_deployment(tools, deployment_id)
         except ToolCallFailed:
             continue
-        if current.state == "ready" and current.plan == cand.plan:  # a held node of another plan:
+        if current.state == "ready" and current.plan == Plan.parse(cand.plan):  # a held node of another plan:
             return current  # not this candidate's until replanned
     return None
 
 
 def _of(d: Deployment, cand: Candidate) -> bool:
     """A deployment of the candidate's GPU type, plan and capacity."""
-    return d.gpu == cand.gpu and d.plan == cand.plan and d.capacity == cand.capacity
+    return d.gpu == cand.gpu and d.plan == Plan.parse(cand.plan) and d.capacity == cand.capacity
 
 
 async def finished_benchmark(
@@ -323,7 +324,7 @@ async def replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate,
         return None
     if current.state != "ready" or current.gpu != cand.gpu:
         return None
-    emit(runtime, Replanning(key=cand.key, deployment=deployment_id, plan=cand.plan, previous=current.plan))
+    emit(runtime, Replanning(key=cand.key, deployment=deployment_id, plan=cand.plan, previous=str(current.plan)))
     try:
         outcome = await tools.replan(deployment_id, cand.plan, hours)
     except ToolCallFailed as exc:

@@ -222,9 +222,8 @@ def render_manifests(deployment: Deployment, options: K8sOptions | None = None) 
     for replica in range(plan.replicas):
         if world > opts.gpus_per_node:
             if world % opts.gpus_per_node:
-                raise InvalidInput(
-                    "plan", deployment.plan, f"a world size that is a multiple of {opts.gpus_per_node} GPUs per node"
-                )
+                per_node = f"a world size that is a multiple of {opts.gpus_per_node} GPUs per node"
+                raise InvalidInput("plan", str(deployment.plan), per_node)
             objects.append(_leader_worker_set(deployment, replica, opts, world // opts.gpus_per_node))
             selector = {**pod_labels(deployment, replica), "role": "leader"}
         else:

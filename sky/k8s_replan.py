@@ -70,10 +70,10 @@ def render_replan(
     apply = [copy.deepcopy(o) for o in render_manifests(target, opts)]
     for obj in apply:
         if obj["kind"] == "Deployment":
-            _pin(obj["spec"]["template"], list(nodes or []), target.plan, target.previous_plans)
+            _pin(obj["spec"]["template"], list(nodes or []), str(target.plan), target.previous_plans)
         elif obj["kind"] == "LeaderWorkerSet":
             for key in ("leaderTemplate", "workerTemplate"):
-                _pin(obj["spec"]["leaderWorkerTemplate"][key], [], target.plan, target.previous_plans)
+                _pin(obj["spec"]["leaderWorkerTemplate"][key], [], str(target.plan), target.previous_plans)
     kept = {(o["kind"], o["metadata"]["name"]) for o in apply}
     stale = [o for o in render_manifests(deployment, opts) if (o["kind"], o["metadata"]["name"]) not in kept]
     warm = bool(opts.hf_cache_host_path)

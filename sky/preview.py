@@ -90,7 +90,7 @@ def preview_deploy(
         note = f"{cloud}: no offline catalog rows; the optimizer runs at launch with your credentials"
     serverless = deployment.capacity == "serverless"
     if serverless:
-        single = deployment.model_copy(update={"plan": str(Plan.parse(deployment.plan).single_replica())})
+        single = deployment.model_copy(update={"plan": Plan.parse(deployment.plan).single_replica()})
         commands = render.serve_commands(single, opts.model_copy(update={"host": "0.0.0.0"}))
     else:
         commands = render.serve_commands(deployment, opts)

@@ -213,7 +213,7 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
     """
     opts = options or RenderOptions()
     plan = Plan.parse(deployment.plan)
-    single = deployment.model_copy(update={"plan": str(plan.single_replica()), "offer": None})
+    single = deployment.model_copy(update={"plan": plan.single_replica(), "offer": None})
     # SkyServe replicas take no `sky exec` bench jobs, so only a twin (which is worldtune) needs worldtune there
     service_opts = opts.model_copy(
         update={

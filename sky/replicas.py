@@ -96,7 +96,7 @@ def node_gpus(deployment: Deployment) -> int:
     plan = Plan.parse(deployment.plan)
     count = deployment.offer.gpu_count if deployment.offer else plan.gpus
     if count < plan.gpus:
-        raise InvalidInput("plan", deployment.plan, f"at most {count} GPUs (the offer's node)", f"it uses {plan.gpus}")
+        raise InvalidInput("plan", str(plan), f"at most {count} GPUs (the offer's node)", f"it uses {plan.gpus}")
     return count
 
 

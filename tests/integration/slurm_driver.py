@@ -38,7 +38,7 @@ from worldtune.tools.words.deployment import Deployment
 def bench_spec(dep: Deployment, repeats: int) -> BenchmarkSpec:
     """The small benchmark each test runs next to the twin: 4 steps, one client, no probes, no warm-up."""
     return BenchmarkSpec(endpoints=dep.endpoints, steps=4, repeats=repeats, concurrency=[1], probe_steps=[], warmup=0,
-                         deployment_id=dep.id, plan=dep.plan)  # fmt: skip
+                         deployment_id=dep.id, plan=str(dep.plan))  # fmt: skip
 
 
 def say(step: str, **data: Any) -> None:

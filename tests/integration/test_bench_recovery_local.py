@@ -49,7 +49,7 @@ def test_a_benchmark_cut_by_a_reclaimed_node_is_relaunched_and_completes(tmp_pat
     dep = deploying.deploy("H200", "1gpu", time_scale=1000.0, store=store, backend=backend)
     first_pids = pids_of(dep)
     spec = BenchmarkSpec(endpoints=dep.endpoints, steps=4, repeats=6, concurrency=[1], probe_steps=[], warmup=0,
-                         deployment_id=dep.id, plan=dep.plan)  # fmt: skip
+                         deployment_id=dep.id, plan=str(dep.plan))  # fmt: skip
     stored = 0
 
     def progress(message: str, fraction: float | None) -> None:
@@ -94,7 +94,7 @@ def test_a_live_server_that_fails_is_not_relaunched(tmp_path: Path) -> None:
     backend = SpotLikeLocal(store)  # never reclaimed: a killed replica reads failed, as on a node still held
     dep = deploying.deploy("H200", "1gpu", time_scale=1000.0, store=store, backend=backend)
     spec = BenchmarkSpec(endpoints=dep.endpoints, steps=4, repeats=4, concurrency=[1], probe_steps=[], warmup=0,
-                         deployment_id=dep.id, plan=dep.plan)  # fmt: skip
+                         deployment_id=dep.id, plan=str(dep.plan))  # fmt: skip
     killed: list[int] = []
 
     def progress(message: str, fraction: float | None) -> None:

@@ -198,7 +198,7 @@ class LocalBackend(BenchmarksFromHere):
         self._kill(pgid, processes)
         target = replanned(deployment, new)
         self.store.save_deployment(target)
-        self.store.ledger_update(cluster, "replanning", json.dumps({"from": deployment.plan, "to": str(new)}))
+        self.store.ledger_update(cluster, "replanning", json.dumps({"from": str(deployment.plan), "to": str(new)}))
         if progress:
             progress(f"stopped {deployment.plan}; restarting {deployment.id} as {new} (warm load)", 0.05)
         return self._start(target, cluster, progress)

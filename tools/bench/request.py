@@ -69,7 +69,7 @@ def benchmark_spec(
 
     endpoints = ready_endpoints(deployment)
     expected = predict(
-        model=deployment.model, gpu=deployment.gpu, plan=deployment.plan, steps=steps, workload=workload
+        model=deployment.model, gpu=deployment.gpu, plan=str(deployment.plan), steps=steps, workload=workload
     ).latency_s
     if api == "auto":
         queue = math.ceil(max(concurrency, default=1) / max(1, len(endpoints)))  # clients spread over replicas
@@ -77,7 +77,7 @@ def benchmark_spec(
     return BenchmarkSpec(
         endpoints=endpoints, workload=workload, steps=steps, repeats=repeats, concurrency=list(concurrency),
         probe_steps=list(probe_steps), warmup=warmup, expected_latency_s=expected, deployment_id=deployment.id,
-        plan=deployment.plan, run_id=run_id or deployment.run_id, api=api,
+        plan=str(deployment.plan), run_id=run_id or deployment.run_id, api=api,
     )  # fmt: skip
 
 

@@ -96,7 +96,7 @@ def predicted_service_s(deployment: Deployment) -> float:
     found = estimate_plan(anchor_workload(deployment.model), deployment.gpu, plan, resolve_profile(deployment.gpu))
     if not found.valid or not found.latency_s:
         raise InvalidInput(
-            "plan", deployment.plan, f"a plan with a predicted latency on {deployment.gpu}", found.reason
+            "plan", str(deployment.plan), f"a plan with a predicted latency on {deployment.gpu}", found.reason
         )
     return float(found.latency_s)
 

@@ -80,7 +80,7 @@ def check_replan(deployment_id: str, plan: str, store: Store | None = None, hour
                  "committed_usd": round(committed, 4)}  # fmt: skip
     return ReplanCheck(
         deployment_id=current.id,
-        from_plan=current.plan,
+        from_plan=str(current.plan),
         to_plan=str(new),
         node_gpus=gpus,
         plan_gpus=new.gpus,

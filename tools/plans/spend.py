@@ -342,7 +342,7 @@ def extension(deployment: Deployment, hours: float, load_s: float, now: float | 
     price = deployment.usd_per_hour
     expected_hours = load_s / 3600.0 + hold
     return SpendQuote(
-        action="replan", model=deployment.model, gpu=deployment.gpu, plan=deployment.plan,
+        action="replan", model=deployment.model, gpu=deployment.gpu, plan=str(deployment.plan),
         gpus=deployment.offer.gpu_count if deployment.offer else 0, infra=str(deployment.infra),
         capacity=deployment.capacity, offer=deployment.offer, usd_per_hour=price,
         price_source="the deployment's own price", provision_s=0.0, load_s=load_s, hold_hours=hold,

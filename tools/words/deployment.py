@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 from worldtune.tools.words.infra import FORMS, Infra, InfraField
 from worldtune.tools.words.offer import Offer
-from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.plan import Plan, PlanField
 
 if TYPE_CHECKING:
     from worldtune.tools.words.bench_spec import BenchmarkSpec
@@ -74,7 +74,7 @@ class Deployment(BaseModel):
     run_id: str | None = Field(default=None, description="tuning run that owns it, if any")
     model: str = "cosmos3-super"
     gpu: str
-    plan: str
+    plan: PlanField
     infra: InfraField = Field(default_factory=lambda: Infra.parse("local"), description="where it runs: " + FORMS)
     engine: Engine = "twin"
     capacity: str = "on-demand"
@@ -328,8 +328,8 @@ def replanned(deployment: Deployment, plan: Plan) -> Deployment:
     """The deployment as it restarts under `plan`: same id, node, owner and commitment; the old plan remembered."""
     return deployment.model_copy(
         update={
-            "plan": str(plan),
-            "previous_plans": [*deployment.previous_plans, deployment.plan],
+            "plan": plan,  # model_copy does not validate: the word itself, never its string
+            "previous_plans": [*deployment.previous_plans, str(deployment.plan)],
             "replanned_at": time.time(),
             "state": "loading",
             "ready_at": None,

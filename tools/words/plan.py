@@ -9,9 +9,9 @@ in the order tp, cfg, u, r, hsdp, vae, fp8, backend.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.vllm_omni import PINNED, Release
@@ -67,11 +67,13 @@ class Plan(BaseModel):
 
     # ---- the grammar ---------------------------------------------------------------------------
     @classmethod
-    def parse(cls, text: str) -> Plan:
-        """Parse a plan string such as 'cfg2-u4-hsdp8', '8x1gpu' or '2xtp4' (any token order).
+    def parse(cls, text: str | Plan) -> Plan:
+        """Parse a plan string such as 'cfg2-u4-hsdp8', '8x1gpu' or '2xtp4' (any token order); a Plan is itself.
 
         A Plan is frozen, so a string parsed once is answered from a cache (the search parses the same few
         hundred plan strings many thousand times a decision); a string that is refused is never cached."""
+        if isinstance(text, Plan):
+            return text
         found = _PARSED.get(text) if cls is Plan else None
         if found is None:
             found = cls._parse(text)
@@ -170,3 +172,21 @@ class Plan(BaseModel):
 
 _PARSED: dict[str, Plan] = {}
 _PARSED_MAX = 4096
+
+
+def _plan_of(value: object) -> Plan:
+    if isinstance(value, Plan):
+        return value
+    if not isinstance(value, str):
+        raise InvalidInput("plan", value, PLAN_GRAMMAR)
+    return Plan.parse(value)
+
+
+# A field that holds a Plan and reads and writes as its string ("cfg2-u4-hsdp8"): stored deployments and the tools'
+# JSON keep the form people type, while code asks the plan's fields instead of parsing the string again.
+PlanField = Annotated[
+    Plan,
+    BeforeValidator(_plan_of),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "description": "a parallel plan, e.g. cfg2-u4-hsdp8, tp8, 8x1gpu"}),
+]

@@ -154,7 +154,7 @@ def test_skypilot_replan_is_a_new_job_on_the_same_cluster(tmp_path: Path) -> Non
     assert kinds == ["cancel", "exec"] and backend.sky.calls[0][1] == ("worldtune-wt-a", [7])
     assert backend.sky.calls[1][1][0] == "worldtune-wt-a" and "--plan cfg2-u2-hsdp4" in backend.sky.calls[1][1][1]
     assert ready.state == "ready" and ready.cluster == "worldtune-wt-a" and ready.detail == "serve job 8"
-    assert ready.plan == "2xcfg2-u2-hsdp4" and ready.loads == 2 and len(ready.endpoints) == 2
+    assert str(ready.plan) == "2xcfg2-u2-hsdp4" and ready.loads == 2 and len(ready.endpoints) == 2
     (row,) = store.ledger(open_only=True)
     assert row["cluster"] == "worldtune-wt-a" and row["state"] == "ready" and row["detail"] == "serve job 8"
 
@@ -244,7 +244,7 @@ def test_kubernetes_replan_rolls_the_pods_on_the_same_nodes(tmp_path: Path) -> N
     live = backend.launch(dep)
     apps.create_namespaced_deployment.reset_mock()
     ready = backend.replan(live, "tp8")
-    assert ready.state == "ready" and ready.plan == "tp8" and len(ready.endpoints) == 1
+    assert ready.state == "ready" and str(ready.plan) == "tp8" and len(ready.endpoints) == 1
     applied = apps.create_namespaced_deployment.call_args.args[1]
     assert applied["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     assert apps.delete_namespaced_deployment.call_args.args[0] == f"worldtune-{dep.id}-r1"
