@@ -34,7 +34,6 @@ from worldtune.agent.steps import (
     emit,
     every_request_failed,
     failed_update,
-    get_deployment,
     lease_hours,
     measured_figures,
     measurement_of,
@@ -202,7 +201,7 @@ async def _spare_lane(
     """A spare node launched with the probe before this run, as a lane: its start was billed with that probe; a
     node of another plan is replanned to this one (a warm load, billed here). Why not, when it cannot serve."""
     try:
-        d = await get_deployment(runtime.context.tools, deployment_id)
+        d = await runtime.context.tools.get_deployment(deployment_id)
     except ToolCallFailed as exc:
         return f"spare node {deployment_id} unreadable: {exc}"
     if d.state == "ready" and d.plan == Plan.parse(cand.plan):
@@ -400,7 +399,7 @@ async def _relaunches_billed(tools: Tools, lane: Lane, cand: Candidate, options:
 
 async def _state(tools: Tools, deployment_id: str) -> str:
     try:
-        return (await get_deployment(tools, deployment_id)).state
+        return (await tools.get_deployment(deployment_id)).state
     except ToolCallFailed as exc:
         return f"unreadable ({exc})"
 

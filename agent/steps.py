@@ -56,11 +56,6 @@ async def listed_offers(tools: Tools, infra: str) -> list[Offer]:
     return [o for o in offers if o.capacity in can]
 
 
-async def get_deployment(tools: Tools, deployment_id: str) -> Deployment:
-    """MCP get_deployment, as the word."""
-    return await tools.get_deployment(deployment_id)
-
-
 def noise_seed(options: TuneOptions, role: str, key: str, iteration: int) -> int | None:
     """The deploy tool's noise_seed argument of a twin deployment (issue 39): a seed of its own per node the run
     starts (its role in the action, the candidate, the iteration), so lanes draw independent noise, as separate
@@ -105,7 +100,7 @@ async def live_deployment(
     ids += [d.id for d in listed if _of(d, cand) and d.id not in set(spare)]
     for deployment_id in ids:
         try:
-            current = await get_deployment(tools, deployment_id)
+            current = await tools.get_deployment(deployment_id)
         except ToolCallFailed:
             continue
         if current.state == "ready" and current.plan == Plan.parse(cand.plan):  # a held node of another plan:
@@ -172,7 +167,7 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: ResultReco
     )
 
 
-class Measured(BaseModel):
+class StoredSpec(BaseModel):
     """What of a benchmark's stored configuration (its BenchmarkSpec as stored) a measurement is read with."""
 
     repeats: int = 0
@@ -180,9 +175,9 @@ class Measured(BaseModel):
     probe_steps: list[int] = Field(default_factory=list)
 
 
-def spec_of(record: ResultRecord) -> Measured:
+def spec_of(record: ResultRecord) -> StoredSpec:
     """How a get_result record measured: its requests per client and level, its levels and its probes."""
-    return word(Measured, record.config)
+    return word(StoredSpec, record.config)
 
 
 def samples_of(record: ResultRecord) -> list[Sample]:
@@ -206,7 +201,7 @@ def waited_behind_others(stored: Sample | dict[str, Any]) -> bool:
 async def engine_check(tools: Tools, deployment_id: str) -> str:
     """After a run with failed or missing answers: what the deployment says about itself ('' if it looks ready)."""
     try:
-        current = await get_deployment(tools, deployment_id)
+        current = await tools.get_deployment(deployment_id)
     except ToolCallFailed as exc:
         return f"deployment {deployment_id} unreadable: {exc}"
     return "" if current.state == "ready" else f"deployment {deployment_id} is {current.state}"
@@ -280,7 +275,7 @@ async def relaunched_start_s(
 ) -> tuple[float, Deployment]:
     """GPU seconds of the relaunches a backend made of `before`'s node under a benchmark (a preempted spot node
     started again: more loads now than before), and the deployment as it now is."""
-    now = await get_deployment(tools, before.id)
+    now = await tools.get_deployment(before.id)
     return start_s(now, cand, options) * max(0, now.loads - before.loads), now
 
 
@@ -319,7 +314,7 @@ async def replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate,
     None when it is not ready or the replan failed (its node is then torn down) and a fresh deployment is due."""
     tools: Tools = runtime.context.tools
     try:
-        current = await get_deployment(tools, deployment_id)
+        current = await tools.get_deployment(deployment_id)
     except ToolCallFailed:
         return None
     if current.state != "ready" or current.gpu != cand.gpu:

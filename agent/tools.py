@@ -103,9 +103,7 @@ class McpTools:
         return listed.deployments
 
     async def deploy(self, request: DeployRequest) -> Deployment:
-        arguments = request.model_dump(exclude_none=True, exclude={"twin_profiles"})
-        outcome = await self._answer(DeployOutcome, "deploy", **arguments, twin_profiles=request.twin_profiles or None,
-                                     confirm=True)  # fmt: skip
+        outcome = await self._answer(DeployOutcome, "deploy", **request.model_dump(exclude_none=True), confirm=True)
         if outcome.deployment is None:  # confirmed, so only a server that answers oddly gets here
             raise ToolCallFailed("deploy", f"nothing was started: {outcome.message}")
         return outcome.deployment

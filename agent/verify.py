@@ -34,7 +34,6 @@ from worldtune.agent.steps import (
     every_request_failed,
     failed_update,
     finished_benchmark,
-    get_deployment,
     lease_hours,
     live_deployment,
     measured_figures,
@@ -193,7 +192,7 @@ async def _benchmarked(
             return failed_update(action, cand, over, bill(cand, cap_s), removed=True)
         if time.time() - looked >= ENGINE_CHECK_S:  # an engine that died mid-benchmark never answers again
             looked = time.time()
-            engine = await get_deployment(tools, deployment_id)
+            engine = await tools.get_deployment(deployment_id)
             if cannot_measure(engine.state, benchmark_running=True):
                 spent_s = min(cap_s, charged_s + _busy_s(options, action, time.time() - bench_started))
                 why = f"deployment {deployment_id} is {engine.state} during benchmark {bench_id}"
@@ -259,7 +258,7 @@ async def _recorded(
     options = task["options"]
     emit(runtime, Reused(key=cand.key, benchmark=bench_id, deployment=deployment_id))
     record = await tools.get_result(bench_id, include_samples=True)
-    deployment = await get_deployment(tools, deployment_id)
+    deployment = await tools.get_deployment(deployment_id)
     bench = record.benchmark
     wall_s = (bench.finished_at or bench.started_at) - bench.started_at
     charged_s = busy_model_s(record) if options.twin else wall_s

@@ -14,7 +14,7 @@ from langgraph.runtime import Runtime
 
 from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.state import VerifyTask
-from worldtune.agent.steps import bill, finished_benchmark, get_deployment
+from worldtune.agent.steps import bill, finished_benchmark
 from worldtune.agent.tools import McpTools
 from worldtune.agent.tools_client import ToolsClient
 from worldtune.agent.verify import start_s, verify
@@ -78,7 +78,7 @@ def test_a_full_run_finished_before_the_kill_is_used_not_repeated(tmp_path: Path
             runtime = Runtime(context=Context(tools=tools, progress=lambda kind, data: seen.append(kind)))
             update = await verify(task, runtime)
             again = await finished_benchmark(tools, RUN, cand, "full", used=["bm-done"])
-            stored = await get_deployment(tools, "wt-old")
+            stored = await tools.get_deployment("wt-old")
         return update, tools.calls, (again, stored)
 
     update, calls, (again, stored) = asyncio.run(main())
