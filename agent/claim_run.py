@@ -204,7 +204,7 @@ async def _spare_lane(
         d = await runtime.context.tools.get_deployment(deployment_id)
     except ToolCallFailed as exc:
         return f"spare node {deployment_id} unreadable: {exc}"
-    if d.state == "ready" and d.plan == Plan.parse(cand.plan):
+    if d.state == "ready" and d.plan == cand.plan:
         return d, 0.0
     if d.state == "ready":
         moved = await replan(runtime, deployment_id, cand, lease_hours(action, options, math.inf))
@@ -221,8 +221,8 @@ async def launch_early(
     under `action.early_plan`, launched together with the probe so that their provisioning and cold load overlap
     it; each (deployment, GPU seconds its start cost) or why it failed. Their lease covers the probe and the
     claim's whole run on one lane (what they may be kept for)."""
-    plan = action.early_plan or cand.plan
-    lane = cand.model_copy(update={"plan": plan, "key": f"{cand.offer.id}|{plan}"})
+    plan = action.early_plan or str(cand.plan)
+    lane = cand.model_copy(update={"plan": Plan.parse(plan), "key": f"{cand.offer.id}|{plan}"})
     scale = options.time_scale if options.twin else 1.0
     await asyncio.sleep(action.early_after_s / scale)  # late enough in the probe to be up when it ends
     run_s = action.expected_s + full_requests(task["goal"]) * cand.latency_s
@@ -273,7 +273,7 @@ async def _deploy_lane(
     lane) seeds a twin's noise: every lane draws its own, the same in every run of the same decisions."""
     lease = hours if hours is not None else lease_hours(action, options, math.inf)
     request = deploy_request(cand, options, task, lease, role)
-    emit(runtime, Deploying(key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra, lane=True))
+    emit(runtime, Deploying(key=cand.key, plan=str(cand.plan), gpu=cand.gpu, infra=options.infra, lane=True))
     try:
         d = await deploy_within(runtime, request, None)
     except (ToolCallFailed, TimeoutError) as exc:
@@ -288,7 +288,7 @@ async def _run(
     """Start every lane's benchmark, follow them, check the claim as samples arrive; why it stopped early or ''."""
     tools: Tools = runtime.context.tools
     goal = task["goal"]
-    replicas = Plan.parse(cand.plan).replicas
+    replicas = cand.plan.replicas
     for lane in lanes:
         request = BenchmarkRequest(steps=goal.workload.steps, repeats=max(1, math.ceil(lane.requests / replicas)),
                                    concurrency=[replicas], workload=anchor_changes(goal.workload))  # fmt: skip

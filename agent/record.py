@@ -203,7 +203,7 @@ def _add_candidates_and_recommendation(
         {
             "key": c.key,
             "gpu": c.gpu,
-            "plan": c.plan,
+            "plan": str(c.plan),
             "offer": c.offer.id,
             "capacity": c.capacity,
             "usd_per_hour": c.offer.usd_per_hour,
@@ -228,7 +228,7 @@ def _add_candidates_and_recommendation(
         summary["recommendation"] = {
             "key": best.key,
             "gpu": best.gpu,
-            "plan": best.plan,
+            "plan": str(best.plan),
             "replicas": best.replicas,
             "replicas_per_node": best.replicas // best.nodes,
             "nodes": best.nodes,

@@ -27,7 +27,6 @@ from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Deployment, stable_seed
 from worldtune.tools.words.infra import Infra
 from worldtune.tools.words.offer import Offer
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.sample import Sample
 
 W = TypeVar("W", bound=BaseModel)
@@ -75,7 +74,7 @@ def deploy_request(cand: Candidate, options: TuneOptions, task: Any, hours: floa
     """The deployment of `cand` that the run's action starts: on the run's infra and engine, owned by the run, its
     twin seeded by its `role` in the action (every node draws noise of its own, issue 39)."""
     return DeployRequest(
-        gpu=cand.gpu, plan=cand.plan, infra=options.infra, engine=options.engine,
+        gpu=cand.gpu, plan=str(cand.plan), infra=options.infra, engine=options.engine,
         capacity=cand.capacity, model=task["goal"].workload.model, twin_profiles=options.twin_profiles(),
         time_scale=options.time_scale if options.twin else None, hours=hours, run_id=task["run_id"],
         noise_seed=noise_seed(options, role, cand.key, task["iteration"]),
@@ -103,14 +102,14 @@ async def live_deployment(
             current = await tools.get_deployment(deployment_id)
         except ToolCallFailed:
             continue
-        if current.state == "ready" and current.plan == Plan.parse(cand.plan):  # a held node of another plan:
+        if current.state == "ready" and current.plan == cand.plan:  # a held node of another plan:
             return current  # not this candidate's until replanned
     return None
 
 
 def _of(d: Deployment, cand: Candidate) -> bool:
     """A deployment of the candidate's GPU type, plan and capacity."""
-    return d.gpu == cand.gpu and d.plan == Plan.parse(cand.plan) and d.capacity == cand.capacity
+    return d.gpu == cand.gpu and d.plan == cand.plan and d.capacity == cand.capacity
 
 
 async def finished_benchmark(
@@ -319,9 +318,9 @@ async def replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate,
         return None
     if current.state != "ready" or current.gpu != cand.gpu:
         return None
-    emit(runtime, Replanning(key=cand.key, deployment=deployment_id, plan=cand.plan, previous=str(current.plan)))
+    emit(runtime, Replanning(key=cand.key, deployment=deployment_id, plan=str(cand.plan), previous=str(current.plan)))
     try:
-        outcome = await tools.replan(deployment_id, cand.plan, hours)
+        outcome = await tools.replan(deployment_id, str(cand.plan), hours)
     except ToolCallFailed as exc:
         emit(runtime, Replanning(key=cand.key, deployment=deployment_id, note=str(exc)))
         return None

@@ -142,7 +142,7 @@ async def _started(
             charged_s += start_s(deployment, cand, options)
             start = (charged_s, believed_start_s(cand, node_held=True))  # a warm load, measured and believed
     if deployment is None:
-        emit(runtime, Deploying(key=cand.key, plan=cand.plan, gpu=cand.gpu, infra=options.infra))
+        emit(runtime, Deploying(key=cand.key, plan=str(cand.plan), gpu=cand.gpu, infra=options.infra))
         request = deploy_request(cand, options, task, lease_hours(action, options, cap_s), "first")
         # real GPUs: stop a start that uses this action's share. The twin's start is modelled (and judged below);
         # its wall time is process starts that a loaded machine slows, never GPU time: its backend bounds it.

@@ -59,7 +59,6 @@ from worldtune.tools.words.deployment import (
     Records,
     benchmark_with_recovery,
 )
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.result import BenchmarkResult
 
 AUTODOWN_IDLE_MINUTES = 10
@@ -101,7 +100,7 @@ def render_options_for(deployment: Deployment) -> RenderOptions:
     """Render options per infra: on Slurm the servers bind loopback on free ports and run this venv's worldtune."""
     if deployment.infra.kind == "slurm":
         base = os.environ.get(BASE_PORT_ENV)
-        port = int(base) if base else _free_port_range(Plan.parse(deployment.plan).replicas, deployment.id)
+        port = int(base) if base else _free_port_range(deployment.plan.replicas, deployment.id)
         worldtune = f"{cluster_python()} -m worldtune.cli"
         return RenderOptions(host="127.0.0.1", base_port=port, worldtune=worldtune, open_ports=False)
     # Elsewhere this checkout travels as the workdir, so the benchmark client runs next to the server.
@@ -310,7 +309,7 @@ class SkyPilotBackend:
         raise LaunchError(f"{cluster}: servers not ready within the start-up allowance")
 
     def endpoints_of(self, cluster: str, deployment: Deployment, options: RenderOptions) -> list[str]:
-        slices = replica_slices(Plan.parse(deployment.plan), options.base_port)
+        slices = replica_slices(deployment.plan, options.base_port)
         if deployment.infra.kind == "slurm":
             # The local Slurm cluster is this machine: its servers are on loopback.
             return [f"http://127.0.0.1:{r.port}" for r in slices]

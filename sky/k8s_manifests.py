@@ -28,7 +28,6 @@ from worldtune.sky.render import (
 from worldtune.tools.words.deployment import API_KEY_ENV, Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.models import get_model
-from worldtune.tools.words.plan import Plan
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "worldtune"}
@@ -215,7 +214,7 @@ def _leader_worker_set(deployment: Deployment, replica: int, options: K8sOptions
 def render_manifests(deployment: Deployment, options: K8sOptions | None = None) -> list[dict[str, Any]]:
     """Every object the deployment needs, in apply order (workloads first, then their Services)."""
     opts = options or K8sOptions()
-    plan = Plan.parse(deployment.plan)
+    plan = deployment.plan
     get_model(deployment.model)
     world = plan.world_size
     objects: list[dict[str, Any]] = []

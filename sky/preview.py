@@ -21,7 +21,6 @@ from worldtune.sky.dryrun import OFFLINE_CLOUDS, OptimizerChoice
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.infra import Infra
 from worldtune.tools.words.offer import Offer
-from worldtune.tools.words.plan import Plan
 
 
 class DeployPreview(BaseModel):
@@ -90,7 +89,7 @@ def preview_deploy(
         note = f"{cloud}: no offline catalog rows; the optimizer runs at launch with your credentials"
     serverless = deployment.capacity == "serverless"
     if serverless:
-        single = deployment.model_copy(update={"plan": Plan.parse(deployment.plan).single_replica()})
+        single = deployment.model_copy(update={"plan": deployment.plan.single_replica()})
         commands = render.serve_commands(single, opts.model_copy(update={"host": "0.0.0.0"}))
     else:
         commands = render.serve_commands(deployment, opts)
@@ -129,7 +128,7 @@ def _preview_kubernetes(
         validated.append("task.yaml (SkyPilot on Kubernetes) rendered, not checked by SkyPilot here")
     commands = [" ".join(c["command"]) for m in manifests if m["kind"] == "Deployment"
                 for c in m["spec"]["template"]["spec"]["containers"]]  # fmt: skip
-    plan = Plan.parse(deployment.plan)
+    plan = deployment.plan
     note = (
         f"your own cluster has no rental price; the same {plan.gpus}x{deployment.gpu} rent for "
         f"${reference.usd_per_hour:.2f}/h on {reference.id} ({reference.source}, as of {reference.as_of})"

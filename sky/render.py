@@ -50,7 +50,6 @@ from worldtune.tools.words.deployment import API_KEY_ENV, Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.gpus import get_gpu
 from worldtune.tools.words.models import get_model
-from worldtune.tools.words.plan import Plan
 
 __all__ = [
     "ALL_READY_MARKER",
@@ -158,7 +157,7 @@ def _run(deployment: Deployment, options: RenderOptions) -> str:
 
 
 def _resources(deployment: Deployment, options: RenderOptions, accelerators: str) -> dict[str, Any]:
-    plan = Plan.parse(deployment.plan)
+    plan = deployment.plan
     res: dict[str, Any] = {"infra": str(deployment.infra), "accelerators": accelerators}
     if deployment.engine == "vllm-omni":
         res["disk_size"] = options.disk_size_gb
@@ -212,7 +211,7 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
     plus model load): `cold_start_s` says how long.
     """
     opts = options or RenderOptions()
-    plan = Plan.parse(deployment.plan)
+    plan = deployment.plan
     single = deployment.model_copy(update={"plan": plan.single_replica(), "offer": None})
     # SkyServe replicas take no `sky exec` bench jobs, so only a twin (which is worldtune) needs worldtune there
     service_opts = opts.model_copy(

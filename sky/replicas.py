@@ -93,7 +93,7 @@ def replica_slices(plan: Plan, base_port: int = DEFAULT_PORT) -> list[ReplicaSli
 
 def node_gpus(deployment: Deployment) -> int:
     """GPUs to ask for on the node: the offer's shape, else what the plan uses."""
-    plan = Plan.parse(deployment.plan)
+    plan = deployment.plan
     count = deployment.offer.gpu_count if deployment.offer else plan.gpus
     if count < plan.gpus:
         raise InvalidInput("plan", str(plan), f"at most {count} GPUs (the offer's node)", f"it uses {plan.gpus}")
@@ -102,7 +102,7 @@ def node_gpus(deployment: Deployment) -> int:
 
 def serve_argv(deployment: Deployment, replica: ReplicaSlice, options: RenderOptions) -> list[str]:
     """The server command of one replica (without the CUDA_VISIBLE_DEVICES prefix)."""
-    plan = Plan.parse(deployment.plan)
+    plan = deployment.plan
     spec = get_model(deployment.model)
     if deployment.engine == "twin":
         argv = [*shlex.split(options.worldtune), "twin", "--port", str(replica.port), "--gpu", deployment.gpu]
@@ -144,7 +144,7 @@ def serve_command(deployment: Deployment, replica: ReplicaSlice, options: Render
 
 def serve_commands(deployment: Deployment, options: RenderOptions | None = None) -> list[str]:
     opts = options or RenderOptions()
-    return [serve_command(deployment, r, opts) for r in replica_slices(Plan.parse(deployment.plan), opts.base_port)]
+    return [serve_command(deployment, r, opts) for r in replica_slices(deployment.plan, opts.base_port)]
 
 
 def server_envs(deployment: Deployment) -> dict[str, str]:

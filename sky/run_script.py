@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from worldtune.sky.replicas import RenderOptions, replica_slices, serve_command
 from worldtune.tools.words.deployment import API_KEY_ENV, Deployment
-from worldtune.tools.words.plan import Plan
 
 READY_MARKER = "WORLDTUNE_READY"
 ALL_READY_MARKER = "WORLDTUNE_ALL_READY"
@@ -22,7 +21,7 @@ PROBE_PATH = "/v1/models"
 
 def run_script(deployment: Deployment, options: RenderOptions, allowance: int) -> str:
     """Start every replica, wait up to `allowance` s for /v1/models on each, report, then exit when any exits."""
-    plan = Plan.parse(deployment.plan)
+    plan = deployment.plan
     lines = [
         "set -u",
         # the servers take the key from a SkyPilot secret: without it, say so before anything starts

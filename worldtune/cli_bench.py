@@ -10,13 +10,16 @@ import csv
 import io
 import json
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from worldtune.cli import console, emit_json, err_console, fail, finite_json
 from worldtune.tools.words.errors import WorldtuneError
+
+if TYPE_CHECKING:
+    from worldtune.tools.words.plan import Plan
 
 DbOpt = Annotated[str | None, typer.Option("--db", help="results database (default: $WORLDTUNE_DB or ~/.local/share)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
@@ -64,10 +67,11 @@ def twin(
     import asyncio
 
     from worldtune.tools.twin.server import TwinConfig, replica_count, serve
+    from worldtune.tools.words.plan import Plan
 
     try:
         config = TwinConfig.from_env(
-            model=model, gpu=gpu, plan=plan, profile_path=profile, time_scale=time_scale, seed=seed,
+            model=model, gpu=gpu, plan=Plan.parse(plan), profile_path=profile, time_scale=time_scale, seed=seed,
             guardrails=guardrails, load_time_s=load_time, cold_load=cold_load, stage_profiler=stage_profiler,
             api_key=api_key or None, preempt_after_s=preempt_after,
         )  # fmt: skip
@@ -97,18 +101,17 @@ def twin(
     asyncio.run(serve(config, host=host, port=port, replicas=count, on_bound=bound, exit_with=owner))
 
 
-def _check_twin_plan(engine: Any, plan: str) -> None:
+def _check_twin_plan(engine: Any, plan: Plan) -> None:
     """A twin stands in for vLLM-Omni, so it refuses the plans vLLM-Omni refuses (tp3: 3 does not divide 8 KV heads)."""
     from worldtune.tools.plans.estimate import check_plan
     from worldtune.tools.words.errors import InvalidInput
-    from worldtune.tools.words.plan import Plan
     from worldtune.tools.words.workload import anchor_workload
 
-    verdict = check_plan(anchor_workload(engine.spec.key), engine.profile.gpu, Plan.parse(plan), engine.profile)
+    verdict = check_plan(anchor_workload(engine.spec.key), engine.profile.gpu, plan, engine.profile)
     # vLLM-Omni refuses bad parallel flags at start, but a plan too big for the GPU passes them and runs out
     # of memory while loading: the twin does the same (tools/twin/engine.py), so memory is not refused here
     if not verdict.valid and verdict.rule != "memory":
-        raise InvalidInput("plan", plan, f"a plan vLLM-Omni accepts on {verdict.gpu}", verdict.message)
+        raise InvalidInput("plan", str(plan), f"a plan vLLM-Omni accepts on {verdict.gpu}", verdict.message)
 
 
 def _check_ports(port: int, count: int) -> None:

@@ -375,7 +375,7 @@ def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS, repeats: 
 
 def full_seconds(cand: Candidate, requests: int = FULL_REQUESTS) -> float:
     """Model-seconds of a full run: `requests` anchor clips spread over the node's replicas."""
-    replicas = Plan.parse(cand.plan).replicas
+    replicas = cand.plan.replicas
     rounds = math.ceil(requests / replicas)
     return rounds * cand.latency_s
 

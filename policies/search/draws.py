@@ -94,7 +94,7 @@ def nearest_options(state: SearchState, d: Draws, top: int = 3) -> list[NearestO
             continue
         seen.add(hardware_key(cand.key))
         out.append(NearestOption(
-            key=cand.key, gpu=cand.gpu, plan=cand.plan, stage=cand.stage,
+            key=cand.key, gpu=cand.gpu, plan=str(cand.plan), stage=cand.stage,
             latency_q_s=round(float(np.median(lat_q[i])), 2),
             would_meet_s=round(float(np.quantile(lat_q[i], 0.95)), 2),
             usd_per_clip=round(cand.usd_per_clip, 4),

@@ -94,7 +94,7 @@ def _observed_latency(state: SearchState, m: Measurement) -> float | None:
 
 def _predicted_latency(state: SearchState, cand: Candidate) -> float:
     """What the belief (not earlier measurements) predicts for the candidate."""
-    p = perf_model.predict(state.goal.workload, Plan.parse(cand.plan), state.beliefs[cand.gpu])
+    p = perf_model.predict(state.goal.workload, cand.plan, state.beliefs[cand.gpu])
     return p.latency_s - p.guardrail_s
 
 

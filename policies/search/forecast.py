@@ -19,7 +19,6 @@ from worldtune.policies import belief, perf_model
 from worldtune.policies.search import acquisition, evidence, lanes
 from worldtune.policies.search.candidates import candidates, full_requests, held_offers, start_seconds
 from worldtune.policies.search.words import PROBE_REPEATS, PROBE_STEPS, Action, Candidate, Measurement, SearchState
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 
 RUNS = 3  # simulated searches per forecast: each costs a few seconds of CPU
@@ -57,7 +56,7 @@ def draw_truth(post: belief.Posterior, prior: Profile, rng: np.random.Generator)
 
 def _latency(truth: Profile, cand: Candidate, steps: int, state: SearchState, rng: np.random.Generator) -> float:
     """One request's latency as the twin serves it under `truth` (perf_model.noisy_parts, plus the guardrail)."""
-    p = perf_model.predict(state.goal.workload.with_changes(steps=steps), Plan.parse(cand.plan), truth)
+    p = perf_model.predict(state.goal.workload.with_changes(steps=steps), cand.plan, truth)
     per_step, fixed = perf_model.noisy_parts(p, truth.noise_cv, rng)
     return p.guardrail_s + fixed + steps * per_step
 
@@ -79,7 +78,7 @@ def _measure(
     steps = state.goal.workload.steps
     latencies = [[_latency(truth, cand, steps, state, rng) for _ in range(k)] for k in shares]
     starts = [start] + [first for first, _ in lanes.extra_starts(cand, len(shares), spare=state.spare_lanes)]
-    kept, wall, node_s, decided = lanes.simulate(state, starts, latencies, Plan.parse(cand.plan).replicas)
+    kept, wall, node_s, decided = lanes.simulate(state, starts, latencies, cand.plan.replicas)
     m = Measurement(key=cand.key, kind="full", latencies_s=kept, requested=len(kept) if decided else n,
                     lanes=len(shares), decided=decided)  # fmt: skip
     return m, wall, node_s

@@ -40,7 +40,6 @@ from pydantic import BaseModel, Field
 
 from worldtune.policies.search.candidates import start_seconds
 from worldtune.policies.search.words import Action, Candidate, SearchState
-from worldtune.tools.words.plan import Plan
 
 MAX_LANES = 8  # the most deployments one claim's run rents at once
 DEFAULT_ANSWER_S = 3600.0  # without `answer within`: aim at a verified answer within the hour...
@@ -96,7 +95,7 @@ def plan(
 ) -> LanePlan:  # fmt: skip
     """The full run of `requests` over `lanes` deployments: the first as the candidate starts now (live, a held
     node or a new one), the others spare nodes or new ones (extra_starts); modelled seconds and cost."""
-    replicas = Plan.parse(cand.plan).replicas
+    replicas = cand.plan.replicas
     first = start_seconds(cand, deployed, node_held)
     extras = extra_starts(cand, lanes, head_s, spare)
     starts = [first] + [s for s, _ in extras]
@@ -130,7 +129,7 @@ def choose(
     def fits(p: LanePlan) -> bool:
         return (p.seconds if bounded else p.seconds / SAFETY) <= target
 
-    if fits(one) or requests <= Plan.parse(cand.plan).replicas:
+    if fits(one) or requests <= cand.plan.replicas:
         return one.model_copy(update={"why": "one lane: the run fits the time to an answer"})
     allowed = [one]
     for lanes in range(2, MAX_LANES + 1):
@@ -232,7 +231,7 @@ def early_lanes(
     replans it) and when the optimum is likely (EARLY_P) on that offer; None when no lane is worth launching.
     `launch` False (another probe is likely before the run): no new node, and a spare node already up is kept
     through this probe only when that costs less than starting it again."""
-    if cand.offer.id != target.offer.id or requests <= Plan.parse(target.plan).replicas:
+    if cand.offer.id != target.offer.id or requests <= target.plan.replicas:
         return None
     on_offer = float(sum(p for p, c in zip(p_best, cands, strict=True) if c.offer.id == target.offer.id))
     if on_offer < EARLY_P:
@@ -252,7 +251,7 @@ def early_lanes(
     usd = run.offer.usd_per_hour * (new * cold + spare * probe_s) / 3600.0
     if usd > left_usd:
         return None
-    plan = run.plan
+    plan = str(run.plan)
     kept = f"{spare} spare node(s) kept" + (" and " if new else "") if spare else ""
     why = (f"{kept}{f'{new} node(s) of {run.offer.id} under {plan} launched' if new else ''} with this probe for "
            f"the claim's run (P(optimum on this offer) {on_offer:.0%}): {choice.why}")  # fmt: skip

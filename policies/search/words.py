@@ -12,7 +12,7 @@ from worldtune.policies import belief
 from worldtune.tools.words import stats
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.offer import Offer
-from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.plan import PlanField
 from worldtune.tools.words.profile import Profile
 
 ActionKind = Literal["probe", "full"]
@@ -32,7 +32,7 @@ class Candidate(BaseModel):
 
     key: str
     gpu: str
-    plan: str
+    plan: PlanField
     offer: Offer
     nodes: int = 1
     latency_s: float = Field(description="predicted (posterior mean) or measured p50 latency per clip")
@@ -55,7 +55,7 @@ class Candidate(BaseModel):
 
     @property
     def replicas(self) -> int:
-        return Plan.parse(self.plan).replicas * self.nodes
+        return self.plan.replicas * self.nodes
 
     @property
     def capacity(self) -> str:

@@ -44,7 +44,7 @@ def setup(db: Path, bound: float, scale: float = SCALE) -> tuple[Goal, Candidate
     goal = Goal(workload=anchor_workload(), latency_bound_s=bound, gpus=["H200"], capacities=["spot"],
                 confidence=0.95)  # fmt: skip
     cand = next(c for c in candidates(initial_state(goal, all_offers("snapshot")))
-                if c.plan == "cfg2-u4-vae8" and c.offer.gpu_count == 8)  # fmt: skip
+                if str(c.plan) == "cfg2-u4-vae8" and c.offer.gpu_count == 8)  # fmt: skip
     Store(db).add_run(RUN, "tune")
     return goal, cand, TuneOptions(db_path=str(db), yes=True, time_scale=scale)
 

@@ -57,7 +57,7 @@ def test_engine_killed_during_a_full_run_is_retried_then_rejected(tmp_path: Path
     goal = Goal(objective="min_cost_per_clip", workload=anchor_workload(), latency_bound_s=150, gpus=["H200"],
                 capacities=["on-demand"], budget_usd=300)  # fmt: skip
     state = search.initial_state(goal, all_offers("snapshot"))
-    cand = next(c for c in search.candidates(state) if c.plan == PLAN)
+    cand = next(c for c in search.candidates(state) if str(c.plan) == PLAN)
     first = _killed_run(store, db, cand, 20)
     assert first.requested == 20 and (first.failed_requests > 0 or len(first.latencies_s) < 20)
     once = search.record(state, first)

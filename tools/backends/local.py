@@ -38,7 +38,6 @@ from worldtune.tools.words.deployment import (
 )
 from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 from worldtune.tools.words.models import get_model
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.vllm_omni import PINNED
 
@@ -210,7 +209,7 @@ class LocalBackend(BenchmarksFromHere):
 
         The first start on the node is a cold load (weights from disk); later starts (replan) are warm.
         """
-        plan = Plan.parse(deployment.plan)
+        plan = deployment.plan
         profile = self._profile(deployment)
         cold = deployment.loads == 0 if cold is None else cold
         preempt_s = preemption_s(deployment, profile)
@@ -290,7 +289,7 @@ class LocalBackend(BenchmarksFromHere):
 
         profile = profile or self._profile(deployment)
         # the twin loads for the profile's load time of this plan (+ guardrail start-up) divided by its time scale
-        plan = Plan.parse(deployment.plan)
+        plan = deployment.plan
         load_s = perf_model.load_time_s(get_model(deployment.model), profile, cold, plan) + profile.guardrail_startup_s
         timeout = self.ready_timeout_s or (2.0 * load_s / deployment.time_scale + 60.0)
         deadline = time.monotonic() + timeout

@@ -92,7 +92,7 @@ def deployment_cold_load_s(deployment: Deployment) -> float:
 
 def predicted_service_s(deployment: Deployment) -> float:
     """Seconds one replica spends per request on the anchor workload, as the model predicts."""
-    plan = Plan.parse(deployment.plan).single_replica()
+    plan = deployment.plan.single_replica()
     found = estimate_plan(anchor_workload(deployment.model), deployment.gpu, plan, resolve_profile(deployment.gpu))
     if not found.valid or not found.latency_s:
         raise InvalidInput(
@@ -135,6 +135,6 @@ def preview(
     kube = reference = None
     if Infra.parse(deployment.infra).kind == "kubernetes":  # your own cluster: priced as the same node rented
         kube = k8s_options(deployment, k8s)
-        reference = reference_offer(deployment.gpu, Plan.parse(deployment.plan), deployment.capacity)
+        reference = reference_offer(deployment.gpu, deployment.plan, deployment.capacity)
     opts = render_options(deployment, options)
     return preview_deploy(deployment, opts, k8s_options=kube, optimize=optimize, reference_offer=reference)

@@ -40,7 +40,7 @@ from worldtune.tools.words.bench_spec import SYNC_TIMEOUT_S
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.gpus import get_gpu
 from worldtune.tools.words.models import get_model
-from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.plan import Plan, PlanField
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import Workload
 
@@ -67,7 +67,7 @@ class TwinConfig(BaseModel):
 
     model: str = "cosmos3-super"
     gpu: str = "H200"
-    plan: str = "cfg2-u4-hsdp8"
+    plan: PlanField = Field(default_factory=lambda: Plan.parse("cfg2-u4-hsdp8"))
     profile_path: str | None = Field(default=None, description="profile YAML; the shipped one for the GPU if unset")
     time_scale: float = Field(default=1.0, gt=0, description="every sleep is divided by this")
     seed: int = 0
@@ -186,7 +186,7 @@ class TwinEngine:
     def __init__(self, config: TwinConfig, profile: Profile | None = None) -> None:
         self.config = config
         self.spec = get_model(config.model)
-        self.plan = Plan.parse(config.plan).single_replica()
+        self.plan = config.plan.single_replica()
         self.prof = profile or resolve_profile(config.gpu, config.profile_path)
         self.profile = self.prof
         self.gpu = get_gpu(config.gpu)

@@ -41,7 +41,6 @@ from worldtune.tools.twin.engine import (
 from worldtune.tools.twin.form import ApiError, parse_request
 from worldtune.tools.twin.video import make_mp4
 from worldtune.tools.words.errors import InvalidInput
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.workload import anchor_workload
 
 __all__ = [
@@ -63,7 +62,7 @@ def replica_count(config: TwinConfig, replicas: int | None) -> int:
         if replicas < 1:
             raise InvalidInput("replicas", replicas, "a positive integer")
         return replicas
-    return Plan.parse(config.plan).replicas
+    return config.plan.replicas
 
 
 def bound_socket(host: str, port: int) -> socket.socket:

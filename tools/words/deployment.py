@@ -307,7 +307,7 @@ class BenchmarksFromHere:
 
 def node_gpu_count(deployment: Deployment) -> int:
     """GPUs of the node a deployment holds: its offer's shape, else what its plan uses."""
-    return deployment.offer.gpu_count if deployment.offer else Plan.parse(deployment.plan).gpus
+    return deployment.offer.gpu_count if deployment.offer else deployment.plan.gpus
 
 
 def replan_target(deployment: Deployment, plan: str) -> Plan:

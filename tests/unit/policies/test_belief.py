@@ -82,11 +82,11 @@ def test_bounds_hold_no_rate_above_the_datasheet_peak() -> None:
 def test_unmeasured_mechanism_candidate_keeps_prior_level_uncertainty() -> None:
     goal = _goal()
     state = initial_state(goal, all_offers("snapshot"))
-    key = next(c.key for c in candidates(state) if c.plan == "u8")
+    key = next(c.key for c in candidates(state) if str(c.plan) == "u8")
     cand = candidate_for(state, key)
     m = Measurement(key=key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)
     state = record(state, m)
-    after = {c.plan: c for c in candidates(state)}
+    after = {str(c.plan): c for c in candidates(state)}
     assert after["u8"].stage == "probed" and after["u8"].sigma < 0.01
     post = state.posterior("H200")
     i = post.names.index("allreduce_gbps")

@@ -47,7 +47,7 @@ def test_a_probes_repeats_teach_the_noise_before_any_full_run() -> None:
     goal = Goal(latency_bound_s=150, gpus=["H200"], capacities=["spot"], budget_usd=300,
                 workload=anchor_workload("cosmos3-super"))  # fmt: skip
     state = search.initial_state(goal, all_offers())
-    cand = next(c for c in search.candidates(state) if c.plan == "cfg2-u4-vae8" and c.offer.gpu_count == 8)
+    cand = next(c for c in search.candidates(state) if str(c.plan) == "cfg2-u4-vae8" and c.offer.gpu_count == 8)
     rng = np.random.default_rng(5)
     prior = evidence.noise(state, "H200")
     assert not prior.learned

@@ -14,7 +14,7 @@ GOAL = dict(latency_bound_s=150, gpus=["H200"], capacities=["spot"], budget_usd=
 
 def candidate(goal: Goal) -> tuple[search.SearchState, search.Candidate]:
     state = search.initial_state(goal, all_offers())
-    cand = next(c for c in search.candidates(state) if c.plan == "cfg2-u4-vae8" and c.offer.gpu_count == 8)
+    cand = next(c for c in search.candidates(state) if str(c.plan) == "cfg2-u4-vae8" and c.offer.gpu_count == 8)
     return state, cand
 
 
@@ -160,7 +160,9 @@ def test_a_challenger_within_the_margin_of_the_verified_best_gets_no_full_run() 
     from worldtune.policies.search.draws import Draws, draws
 
     state, best = candidate(Goal(**GOAL))
-    rival = next(c for c in search.candidates(state) if c.offer.id == best.offer.id and c.plan == "cfg2-u4-hsdp2-vae8")
+    rival = next(
+        c for c in search.candidates(state) if c.offer.id == best.offer.id and str(c.plan) == "cfg2-u4-hsdp2-vae8"
+    )
     for cand in (best, rival):
         state = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
                                                         fixed_s=cand.fixed_s, repeats=4))  # fmt: skip

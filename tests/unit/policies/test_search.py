@@ -81,7 +81,7 @@ def test_candidates_are_offers_times_valid_plans_ranked_under_the_goal() -> None
     assert [c.usd_per_clip for c in feasible] == sorted(c.usd_per_clip for c in feasible)
     assert all(c.latency_q_s <= 150 for c in feasible)
     assert any(not c.feasible and "exceeds the bound" in c.violations[0] for c in ranked)
-    assert all("fp8" not in c.plan for c in ranked)  # quantisation changes outputs: never chosen silently
+    assert all(not c.plan.fp8 for c in ranked)  # quantisation changes outputs: never chosen silently
 
 
 def test_throughput_floor_sets_the_number_of_nodes() -> None:
