@@ -137,9 +137,9 @@ async def launch_lanes(
     )
 
 
-def with_lanes_billed(update: dict[str, Any], cand: Candidate, launched: list[tuple[Deployment, float] | str]) -> (
-    dict[str, Any]
-):  # fmt: skip
+def with_lanes_billed(
+    update: dict[str, Any], cand: Candidate, launched: list[tuple[Deployment, float] | str]
+) -> dict[str, Any]:
     """A failed action's update with the starts of the lanes launched beside it billed too (they were torn down)."""
     seconds = sum(got[1] for got in launched if not isinstance(got, str))
     if not seconds or not update.get("results"):
@@ -152,9 +152,16 @@ def with_lanes_billed(update: dict[str, Any], cand: Candidate, launched: list[tu
 
 
 async def full_run(
-    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
-    cap_s: float, first: Deployment, first_charged_s: float, ahead: list[tuple[Deployment, float] | str] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    task: VerifyTask,
+    runtime: Runtime[Context],
+    cand: Candidate,
+    action: Action,
+    options: TuneOptions,
+    cap_s: float,
+    first: Deployment,
+    first_charged_s: float,
+    ahead: list[tuple[Deployment, float] | str] | None = None,
+) -> dict[str, Any]:
     """The action's full run over its lanes, checked as samples arrive; verify's update (an Outcome). `ahead`: lanes
     launched together with the first (lanes_to_launch_with_the_first)."""
     n = action.requests or full_requests(task["goal"])
@@ -227,8 +234,14 @@ async def launch_early(
     await asyncio.sleep(action.early_after_s / scale)  # late enough in the probe to be up when it ends
     run_s = action.expected_s + full_requests(task["goal"]) * cand.latency_s
     hours = round(max(options.hold_hours, 1.5 * run_s / scale / 3600.0), 4)
-    return list(await asyncio.gather(*(_deploy_lane(task, runtime, lane, action, options, f"early {i}", hours)
-                                       for i in range(action.early_lanes))))  # fmt: skip
+    return list(
+        await asyncio.gather(
+            *(
+                _deploy_lane(task, runtime, lane, action, options, f"early {i}", hours)
+                for i in range(action.early_lanes)
+            )
+        )
+    )
 
 
 def with_early(
@@ -266,9 +279,14 @@ def with_early(
 
 
 async def _deploy_lane(
-    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions, role: str,
+    task: VerifyTask,
+    runtime: Runtime[Context],
+    cand: Candidate,
+    action: Action,
+    options: TuneOptions,
+    role: str,
     hours: float | None = None,
-) -> tuple[Deployment, float] | str:  # fmt: skip
+) -> tuple[Deployment, float] | str:
     """One more deployment of the candidate for the run (its GPU seconds to start), or why it failed. `role` (which
     lane) seeds a twin's noise: every lane draws its own, the same in every run of the same decisions."""
     lease = hours if hours is not None else lease_hours(action, options, math.inf)
@@ -282,16 +300,24 @@ async def _deploy_lane(
 
 
 async def _run(
-    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, options: TuneOptions, lanes: list[Lane],
+    task: VerifyTask,
+    runtime: Runtime[Context],
+    cand: Candidate,
+    options: TuneOptions,
+    lanes: list[Lane],
     cap_s: float,
-) -> str:  # fmt: skip
+) -> str:
     """Start every lane's benchmark, follow them, check the claim as samples arrive; why it stopped early or ''."""
     tools: Tools = runtime.context.tools
     goal = task["goal"]
     replicas = cand.plan.replicas
     for lane in lanes:
-        request = BenchmarkRequest(steps=goal.workload.steps, repeats=max(1, math.ceil(lane.requests / replicas)),
-                                   concurrency=[replicas], workload=anchor_changes(goal.workload))  # fmt: skip
+        request = BenchmarkRequest(
+            steps=goal.workload.steps,
+            repeats=max(1, math.ceil(lane.requests / replicas)),
+            concurrency=[replicas],
+            workload=anchor_changes(goal.workload),
+        )
         try:
             status = await tools.start_benchmark(lane.deployment.id, task["run_id"], request)
         except ToolCallFailed as exc:
@@ -405,9 +431,15 @@ async def _state(tools: Tools, deployment_id: str) -> str:
 
 
 async def _outcome(
-    runtime: Runtime[Context], cand: Candidate, action: Action, lanes: list[Lane], n: int, decided: str,
-    cap_s: float, events: list[str],
-) -> dict[str, Any]:  # fmt: skip
+    runtime: Runtime[Context],
+    cand: Candidate,
+    action: Action,
+    lanes: list[Lane],
+    n: int,
+    decided: str,
+    cap_s: float,
+    events: list[str],
+) -> dict[str, Any]:
     """verify's update: the pooled measurement billed at every lane's GPU seconds, timed by the slowest lane."""
     node_s = sum(lane.start_s + lane.busy_s() for lane in lanes)
     wall_s = max(lane.start_s + lane.busy_s() for lane in lanes)
@@ -426,19 +458,40 @@ async def _outcome(
     latencies = [x for lane in lanes for x in lane.latencies(cand)]
     parts = [measurement_of(cand, "full", b, r) for lane in kept for b, r in lane.records.items()]
     # a dropped lane's unanswered requests were run again: only the surviving lanes' failures count
-    failed = sum(p.failed_requests for lane in kept if not lane.dropped for p in
-                 (measurement_of(cand, "full", b, r) for b, r in lane.records.items()))  # fmt: skip
+    failed = sum(
+        p.failed_requests
+        for lane in kept
+        if not lane.dropped
+        for p in (measurement_of(cand, "full", b, r) for b, r in lane.records.items())
+    )
     if decided:  # the requests in flight when the decided run tore its lanes down failed by our hand
         failed = 0
     usd, gpu_hours = bill(cand, node_s)
-    measurement = parts[0].model_copy(update={
-        "latencies_s": latencies, "requested": len(latencies) if decided else max(n, len(latencies)),
-        "failed_requests": failed, "contaminated": sum(p.contaminated for p in parts), "usd": usd,
-        "gpu_hours": gpu_hours, "lanes": len(kept), "decided": decided,
-        "benchmark_ids": [b for lane in kept for b in lane.records],
-    })  # fmt: skip
-    emit(runtime, Measured(key=cand.key, kind="full", usd=round(usd, 3), model_s=round(node_s, 1),
-                           wall_s=round(wall_s, 1), lanes=len(kept), **measured_figures(measurement)))  # fmt: skip
+    measurement = parts[0].model_copy(
+        update={
+            "latencies_s": latencies,
+            "requested": len(latencies) if decided else max(n, len(latencies)),
+            "failed_requests": failed,
+            "contaminated": sum(p.contaminated for p in parts),
+            "usd": usd,
+            "gpu_hours": gpu_hours,
+            "lanes": len(kept),
+            "decided": decided,
+            "benchmark_ids": [b for lane in kept for b in lane.records],
+        }
+    )
+    emit(
+        runtime,
+        Measured(
+            key=cand.key,
+            kind="full",
+            usd=round(usd, 3),
+            model_s=round(node_s, 1),
+            wall_s=round(wall_s, 1),
+            lanes=len(kept),
+            **measured_figures(measurement),
+        ),
+    )
     live = not decided and not first.dropped
     summary = f"{measured_figures(measurement)} over {len(kept)} lane(s) (${usd:.2f}, {node_s:.0f} model-s)"
     return {

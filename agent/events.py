@@ -99,8 +99,10 @@ class Believed(RunEvent):
         ]
         if est.claim_requests:
             why = f": {escape(est.claim_lanes_why)}" if est.claim_lanes > 1 else ""
-            out.append(f"  claim at {est.confidence * 100:g}% confidence: {est.claim_requests} requests (order "
-                       f"statistics), over {est.claim_lanes} lane(s){why}")  # fmt: skip
+            out.append(
+                f"  claim at {est.confidence * 100:g}% confidence: {est.claim_requests} requests (order "
+                f"statistics), over {est.claim_lanes} lane(s){why}"
+            )
         if est.parallel_why:
             out.append(f"  {escape(est.parallel_why)}")
         return "\n".join(out)

@@ -65,8 +65,10 @@ def fleet_for(
         out["rehearsal"] = rehearsal.model_dump(mode="json")
         if rehearsal.latency_disagrees():  # feed the measurement back: re-plan with that plan's measured latency
             measured = {(chosen.fleet.gpu, chosen.fleet.plan): float(rehearsal.measured_latency_mean_s or 0.0)}
-            note = (f"the rehearsal measured {rehearsal.measured_latency_mean_s:.0f} s per request against the "
-                    f"model's {rehearsal.predicted_latency_s:.0f} s: re-planning with the measured one")  # fmt: skip
+            note = (
+                f"the rehearsal measured {rehearsal.measured_latency_mean_s:.0f} s per request against the "
+                f"model's {rehearsal.predicted_latency_s:.0f} s: re-planning with the measured one"
+            )
             tell(progress, FleetNote(note=note))
             again = plan_capacity(goal, measured_latency_s=measured, profile_paths=paths)
             out["replanned"] = {
@@ -108,9 +110,13 @@ def _written(learned_profiles: dict[str, dict[str, Any]] | None) -> Iterator[dic
 
 
 def _rehearsed(
-    goal: Goal, chosen: FleetChoice, time_scale: float, db_path: str | None, twin_profiles: list[str] | None,
+    goal: Goal,
+    chosen: FleetChoice,
+    time_scale: float,
+    db_path: str | None,
+    twin_profiles: list[str] | None,
     mcp_url: str | None = None,
-) -> FleetRehearsal:  # fmt: skip
+) -> FleetRehearsal:
     """The chosen fleet rehearsed on twins serving the first twin profile the deploy takes for its GPU type, through
     the MCP tool rehearse_fleet (its twins and samples are written to the run's database by the tools: the
     server's, on the server's machine, when the run is remote)."""
@@ -118,9 +124,14 @@ def _rehearsed(
 
     async def call() -> FleetRehearsal:
         async with connect(db_path, mcp_url) as tools:
-            return await tools.rehearse_fleet(goal.model_dump(mode="json"), chosen.fleet.model_dump(mode="json"),
-                                              chosen.daily_cost_usd, twin_profiles or [], REHEARSAL_REQUESTS,
-                                              time_scale)  # fmt: skip
+            return await tools.rehearse_fleet(
+                goal.model_dump(mode="json"),
+                chosen.fleet.model_dump(mode="json"),
+                chosen.daily_cost_usd,
+                twin_profiles or [],
+                REHEARSAL_REQUESTS,
+                time_scale,
+            )
 
     return asyncio.run(call())
 
@@ -139,8 +150,14 @@ def record_fleet(run_id: str, fleet: dict[str, Any] | None, db_path: str | None,
 
 def _shape(fleet: Any) -> tuple[Any, ...]:
     """What a user rents and sets: plan, offer, capacity, servers per node, autoscaler, fallback (not the speed)."""
-    return (fleet.plan, fleet.offer_id, fleet.capacity, fleet.servers_per_node, fleet.autoscaler,
-            fleet.base_ondemand_fallback)  # fmt: skip
+    return (
+        fleet.plan,
+        fleet.offer_id,
+        fleet.capacity,
+        fleet.servers_per_node,
+        fleet.autoscaler,
+        fleet.base_ondemand_fallback,
+    )
 
 
 def fleet_lines(fleet: dict[str, Any]) -> list[str]:
@@ -162,8 +179,10 @@ def fleet_lines(fleet: dict[str, Any]) -> list[str]:
     ]
     sky = cap.get("skyserve_default")
     if sky:
-        lines.append(f"  SkyServe defaults, same plan: p{pct} {sky['p_e2e_s']:.0f} s, ${sky['daily_cost_usd']:.2f}/day"
-                     f"{'' if sky['meets'] else ' (misses the bound)'}")  # fmt: skip
+        lines.append(
+            f"  SkyServe defaults, same plan: p{pct} {sky['p_e2e_s']:.0f} s, ${sky['daily_cost_usd']:.2f}/day"
+            f"{'' if sky['meets'] else ' (misses the bound)'}"
+        )
     r = fleet.get("rehearsal")
     if r:
         meas = "n/a" if r["measured_p_s"] is None else f"{r['measured_p_s']:.0f} s"
@@ -179,8 +198,10 @@ def fleet_lines(fleet: dict[str, Any]) -> list[str]:
         lines.append(f"  meets the bound on the twin: {r['meets']}")
         if r.get("measured_latency_mean_s") is not None:
             sem = r["measured_latency_sem_s"] or 0.0
-            lines.append(f"  per request: measured {r['measured_latency_mean_s']:.1f} s (+-{sem:.1f}) "
-                         f"vs modelled {r['predicted_latency_s'] or 0:.1f} s")  # fmt: skip
+            lines.append(
+                f"  per request: measured {r['measured_latency_mean_s']:.1f} s (+-{sem:.1f}) "
+                f"vs modelled {r['predicted_latency_s'] or 0:.1f} s"
+            )
     else:
         lines.append(f"  {fleet.get('note', 'not rehearsed')}")
     return lines + _replanned_lines(fleet.get("replanned"), cap["percentile"])
@@ -194,8 +215,10 @@ def _replanned_lines(again: dict[str, Any] | None, pct: int) -> list[str]:
     if new is None:
         return ["  re-planned with the measured latency: no simulated fleet meets the bound"]
     if again["same_fleet"]:
-        return [f"  re-planned with the measured latency: the same fleet still meets the bound, p{pct} "
-                f"{new['p_e2e_s']:.0f} s, ${new['daily_cost_usd']:.2f}/day (simulated)"]  # fmt: skip
+        return [
+            f"  re-planned with the measured latency: the same fleet still meets the bound, p{pct} "
+            f"{new['p_e2e_s']:.0f} s, ${new['daily_cost_usd']:.2f}/day (simulated)"
+        ]
     nf, auto = new["fleet"], new["fleet"]["autoscaler"]
     return [
         f"  re-planned with the measured latency: {nf['plan']} x{nf['servers_per_node']}/node on {nf['offer_id']} "

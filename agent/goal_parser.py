@@ -37,12 +37,17 @@ RESOLUTIONS: dict[str, tuple[int, int]] = {"720p": (1280, 720), "480p": (832, 48
 
 
 _OBJECTIVES: tuple[tuple[str, str], ...] = (
-    (r"\b(?:cheapest|lowest[\s-]cost|least[\s-]expensive|min(?:imi[sz]e|imum)?[\s-]cost|cheap)"
-     r"(?:\s+(?:per|a|each)\s+(?:clip|video))?\b|\bcost[\s-]per[\s-]clip\b", "min_cost_per_clip"),
+    (
+        r"\b(?:cheapest|lowest[\s-]cost|least[\s-]expensive|min(?:imi[sz]e|imum)?[\s-]cost|cheap)"
+        r"(?:\s+(?:per|a|each)\s+(?:clip|video))?\b|\bcost[\s-]per[\s-]clip\b",
+        "min_cost_per_clip",
+    ),
     (r"\b(?:fastest|quickest|lowest[\s-]latency|min(?:imi[sz]e|imum)?[\s-]latency)\b", "min_latency"),
-    (r"\b(?:highest[\s-]throughput|max(?:imi[sz]e|imum)?[\s-]throughput|most\s+clips(?:\s+per\s+hour)?)\b",
-     "max_throughput"),
-)  # fmt: skip
+    (
+        r"\b(?:highest[\s-]throughput|max(?:imi[sz]e|imum)?[\s-]throughput|most\s+clips(?:\s+per\s+hour)?)\b",
+        "max_throughput",
+    ),
+)
 
 
 def _model(r: Reader) -> str | None:
@@ -212,10 +217,12 @@ def _capacities(r: Reader) -> list[str] | None:
     caps: list[str] | None = None
     only_spot = bool(r.take(r"\b(?:spot\s+only|only\s+spot)\b"))
     no_spot = bool(r.take(r"\b(?:no|not|without|avoid)\s+spot\b|\bon[\s-]demand\s+only\b|\bonly\s+on[\s-]demand\b"))
-    spot_ok = bool(r.take(
-        r"\bspot\s+(?:is\s+)?(?:ok|okay|allowed|fine|welcome|acceptable)\b|\ballow(?:ing)?\s+spot\b"
-        r"|\b(?:on[\s-]demand\s+or\s+spot|spot\s+or\s+on[\s-]demand)\b|\b(?:use|with)\s+spot\b"
-    ))  # fmt: skip
+    spot_ok = bool(
+        r.take(
+            r"\bspot\s+(?:is\s+)?(?:ok|okay|allowed|fine|welcome|acceptable)\b|\ballow(?:ing)?\s+spot\b"
+            r"|\b(?:on[\s-]demand\s+or\s+spot|spot\s+or\s+on[\s-]demand)\b|\b(?:use|with)\s+spot\b"
+        )
+    )
     if no_spot and (only_spot or spot_ok):
         said = "spot only" if only_spot else "spot ok"
         r.ask(f"The goal says both '{said}' and 'no spot' (or on-demand only): may spot capacity be used?")
@@ -355,8 +362,10 @@ def _read(r: Reader) -> dict[str, Any]:
         goal_traffic.traffic_fields(traffic_found, read["bound"], read["percentile"], r) if shaped else None
     )
     if not r.questions and all(v is None or v == {} or v == [] for k, v in read.items() if k != "percentile"):
-        r.ask("Nothing in the goal could be read: what should worldtune tune for? "
-              "e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip'")  # fmt: skip
+        r.ask(
+            "Nothing in the goal could be read: what should worldtune tune for? "
+            "e.g. 'Cosmos3-Super, p95 under 150 s, cheapest per clip'"
+        )
     if read["gpus"] == []:
         r.ask(f"Every GPU type is excluded: which may be used ({', '.join(GPUS)})?")
     return read
@@ -374,15 +383,19 @@ def unread_question(words: list[str], read: dict[str, Any], text: str) -> str:
     hints = []
     percentiles = [w for w in lowered if re.fullmatch(r"p\d{2}", w)]
     if percentiles and read.get("bound") is not None:
-        hints.append(f"it conflicts with p{read['percentile']} <= {read['bound']:g} s, already read: give one latency "
-                     "bound, as 'under N s'")  # fmt: skip
+        hints.append(
+            f"it conflicts with p{read['percentile']} <= {read['bound']:g} s, already read: give one latency "
+            "bound, as 'under N s'"
+        )
     elif percentiles:
         hints.append(f"'{percentiles[0]}' needs a bound in seconds, e.g. '{percentiles[0]} under 150 s'")
     if any(w.lstrip("$") in ("inf", "infinity", "nan", "unlimited") for w in lowered):
         hints.append("a budget is a finite dollar amount, e.g. 'budget $300'")
     if any(w in ("over", "above", "more", "least") for w in lowered) and not percentiles:
-        hints.append("a latency goal is an upper bound ('p95 under 150 s'), a throughput goal a floor ('at least "
-                     "40 clips per hour')")  # fmt: skip
+        hints.append(
+            "a latency goal is an upper bound ('p95 under 150 s'), a throughput goal a floor ('at least "
+            "40 clips per hour')"
+        )
     hint = ": " + "; ".join(hints) if hints else ""
     return f"{question}{hint}. Rephrase or remove it; a goal that reads: {EXAMPLE_GOAL}"
 

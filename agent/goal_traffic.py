@@ -39,8 +39,12 @@ def _shapes(r: Reader, found: dict[str, Any]) -> None:
         start, end = _hour(r, m.group(2), m.group(3), m.group(4)), _hour(r, m.group(5), m.group(6), m.group(7))
         count = r.number(m.group(1), "the clips per day")
         if None not in (start, end, count):
-            r.once(found, "shape", {"shape": "daily_window", "clips_per_day": count, "window_start_h": start,
-                                    "window_end_h": end}, "the traffic")  # fmt: skip
+            r.once(
+                found,
+                "shape",
+                {"shape": "daily_window", "clips_per_day": count, "window_start_h": start, "window_end_h": end},
+                "the traffic",
+            )
     for m in r.take(rf"\b{NUM}\s*(?:requests?|reqs?|arrivals?)\s*(?:/|per|an|a|every)\s*(hour|hr|h|minute|min|day)\b"):
         rate = r.number(m.group(1), "the arrival rate")
         if rate is not None:
@@ -72,13 +76,17 @@ def read_traffic(r: Reader) -> dict[str, Any]:
     found: dict[str, Any] = {}
     _shapes(r, found)
     _e2e(r, found)
-    if r.take(r"\b(?:cheapest|lowest[\s-]cost|least[\s-]expensive|min(?:imi[sz]e)?[\s-]cost)\s+(?:per|a|each)\s+day\b"
-              r"|\b(?:daily|per[\s-]day)\s+cost\b"):  # fmt: skip
+    if r.take(
+        r"\b(?:cheapest|lowest[\s-]cost|least[\s-]expensive|min(?:imi[sz]e)?[\s-]cost)\s+(?:per|a|each)\s+day\b"
+        r"|\b(?:daily|per[\s-]day)\s+cost\b"
+    ):
         found["per_day"] = True
     if "shape" not in found and ("e2e" in found or "per_day" in found):
-        r.ask("An end-to-end bound or a daily cost needs the traffic: how do requests arrive? "
-              "(e.g. '40 requests/hour', '300 clips/day between 8:00 and 20:00', 'bursts of 50 every 2 hours', "
-              "'trace arrivals.csv')")  # fmt: skip
+        r.ask(
+            "An end-to-end bound or a daily cost needs the traffic: how do requests arrive? "
+            "(e.g. '40 requests/hour', '300 clips/day between 8:00 and 20:00', 'bursts of 50 every 2 hours', "
+            "'trace arrivals.csv')"
+        )
     return found
 
 
@@ -89,8 +97,10 @@ def traffic_fields(found: dict[str, Any], bound: float | None, percentile: int |
         fields["e2e_bound_s"], fields["e2e_percentile"] = found["e2e"]
     elif bound is not None:
         said = f"p{percentile} under {bound:g} s"
-        r.ask(f"With traffic, is the p{percentile} bound of {bound:g} s one clip's own latency or end to end "
-              f"including the queue wait? Say '{said} including queueing' for the latter.")  # fmt: skip
+        r.ask(
+            f"With traffic, is the p{percentile} bound of {bound:g} s one clip's own latency or end to end "
+            f"including the queue wait? Say '{said} including queueing' for the latter."
+        )
         return None
     fields["objective"] = "min_cost_per_day" if found.get("per_day") else "min_cost_per_clip"
     try:

@@ -89,21 +89,38 @@ async def prepare(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]
     requests, lane = policy.claim_lanes(search)  # the claim at the goal's confidence, its run over lanes
     refusal = await asyncio.to_thread(policy.deadline_refusal, search, likely)
     estimate = SpendEstimate(
-        parallel=plan.parallel, usd=round(plan.usd, 2), gpu_hours=round(plan.gpu_hours, 2),
-        answer_hours=round(plan.answer_s / 3600.0, 2), deployments=plan.deployments, cold_loads=plan.cold_loads,
-        warm_loads=plan.warm_loads, estimate_basis=plan.basis, budget_usd=goal.budget_usd, candidates=len(ranked),
-        feasible=len(feasible), first_to_verify=plan.keys[:5], engine=options.engine, infra=options.infra,
+        parallel=plan.parallel,
+        usd=round(plan.usd, 2),
+        gpu_hours=round(plan.gpu_hours, 2),
+        answer_hours=round(plan.answer_s / 3600.0, 2),
+        deployments=plan.deployments,
+        cold_loads=plan.cold_loads,
+        warm_loads=plan.warm_loads,
+        estimate_basis=plan.basis,
+        budget_usd=goal.budget_usd,
+        candidates=len(ranked),
+        feasible=len(feasible),
+        first_to_verify=plan.keys[:5],
+        engine=options.engine,
+        infra=options.infra,
         priced_as="the offers' prices for the modelled GPU time (twin rehearsal)" if options.twin else "the offers",
         parallel_why=lanes_why or None,  # a deadline bought lanes, or could not
-        confidence=goal.confidence, claim_requests=requests, claim_lanes=lane.lanes if lane else 1,
+        confidence=goal.confidence,
+        claim_requests=requests,
+        claim_lanes=lane.lanes if lane else 1,
         claim_lanes_why=lane.why if lane else "",
         forecast=SpendForecast(
-            usd=round(likely.usd_p50, 2), usd_max=round(likely.usd_max, 2),
-            gpu_hours=round(likely.gpu_hours_p50, 2), answer_hours=round(likely.answer_s_p50 / 3600.0, 2),
-            answer_hours_max=round(likely.answer_s_max / 3600.0, 2), measurements=likely.measurements_p50,
-            runs=likely.runs, stops=likely.stops, basis=likely.basis,
+            usd=round(likely.usd_p50, 2),
+            usd_max=round(likely.usd_max, 2),
+            gpu_hours=round(likely.gpu_hours_p50, 2),
+            answer_hours=round(likely.answer_s_p50 / 3600.0, 2),
+            answer_hours_max=round(likely.answer_s_max / 3600.0, 2),
+            measurements=likely.measurements_p50,
+            runs=likely.runs,
+            stops=likely.stops,
+            basis=likely.basis,
         ),
-    )  # fmt: skip
+    )
     top = [f"{c.plan} on {c.offer.id}: {c.usd_per_clip:.3f} $/clip, p50 {c.latency_s:.0f} s" for c in feasible[:3]]
     emit(runtime, Believed(count=len(ranked), feasible=len(feasible), top=top, estimate=estimate))
     stopped: dict[str, Any] = {}
@@ -199,8 +216,17 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         update["events"] = [f"stop: {decision.stop_reason}"]
     else:
         for a in decision.actions:
-            emit(runtime, Next(kind=a.kind, key=a.key, reason=a.reason, expected_usd=round(a.expected_usd, 2),
-                               value=round(a.value, 5), requests=a.requests))  # fmt: skip
+            emit(
+                runtime,
+                Next(
+                    kind=a.kind,
+                    key=a.key,
+                    reason=a.reason,
+                    expected_usd=round(a.expected_usd, 2),
+                    value=round(a.value, 5),
+                    requests=a.requests,
+                ),
+            )
         update["events"] = [f"next: {a.kind} {a.key} ({a.reason})" for a in decision.actions]
     return update
 

@@ -72,8 +72,12 @@ def _latency_claim(measured: dict[str, Any], percentile: int, confidence: float 
     level = 95 if confidence == 0.99 and "claim_confidence" not in measured else round(confidence * 100)
     name = f"p{percentile}_upper_{level}conf_normal"
     bound = measured.get(name, measured.get(f"latency_p{percentile}_upper_s"))
-    claim: dict[str, Any] = {"percentile": percentile, "samples": n, "samples_needed_for_empirical": needed,
-                             "confidence": confidence}  # fmt: skip
+    claim: dict[str, Any] = {
+        "percentile": percentile,
+        "samples": n,
+        "samples_needed_for_empirical": needed,
+        "confidence": confidence,
+    }
     if bound is not None:
         claim["claim"] = (
             f"p{percentile} <= {bound} s at {level}% confidence ({name}: one-sided normal tolerance bound over n={n} "

@@ -62,17 +62,38 @@ def _plot(
     fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
     for stage, style in STAGE_STYLE.items():
         for (gpu, capacity), group in _groups([c for c in cands if c["stage"] == stage]).items():
-            ax.scatter([c[x_key] for c in group], [c[y_key] for c in group], c=GPU_COLOURS.get(gpu, "#7f7f7f"),
-                       marker=CAPACITY_MARKERS.get(capacity, "D"), edgecolors="black", **style)  # fmt: skip
+            ax.scatter(
+                [c[x_key] for c in group],
+                [c[y_key] for c in group],
+                c=GPU_COLOURS.get(gpu, "#7f7f7f"),
+                marker=CAPACITY_MARKERS.get(capacity, "D"),
+                edgecolors="black",
+                **style,
+            )
     if front:
         ax.plot([c[x_key] for c in front], [c[y_key] for c in front], "-", c="#444444", lw=1, zorder=3)
         for c in front[:10]:  # the frontier's plans by name: the choices a person weighs
-            ax.annotate(f"{c['plan']} ({c['gpu']})", (c[x_key], c[y_key]), textcoords="offset points", xytext=(6, 4),
-                        fontsize=7, color="#333333", zorder=7)  # fmt: skip
+            ax.annotate(
+                f"{c['plan']} ({c['gpu']})",
+                (c[x_key], c[y_key]),
+                textcoords="offset points",
+                xytext=(6, 4),
+                fontsize=7,
+                color="#333333",
+                zorder=7,
+            )
     for c in cands:
         if c["key"] == chosen:  # hollow, under the measured point: the point itself stays visible
-            ax.scatter([c[x_key]], [c[y_key]], s=420, marker="*", facecolors="none", edgecolors="#d62828",
-                       linewidths=1.6, zorder=4)  # fmt: skip
+            ax.scatter(
+                [c[x_key]],
+                [c[y_key]],
+                s=420,
+                marker="*",
+                facecolors="none",
+                edgecolors="#d62828",
+                linewidths=1.6,
+                zorder=4,
+            )
     bound = record["goal"].get("latency_bound_s")
     if bound and "latency" in x_key:
         ax.axvline(bound, ls="--", c="#d62828", lw=0.8, zorder=1)
@@ -85,20 +106,44 @@ def _plot(
     ax.set_ylabel(y_label)
     ax.grid(alpha=0.3, which="major")
     measured_word = "simulated on the twin" if simulated else "measured"
-    handles = [Line2D([], [], ls="", marker="o", color=col, label=gpu) for gpu, col in GPU_COLOURS.items()
-               if any(c["gpu"] == gpu for c in cands)]  # fmt: skip
-    handles += [Line2D([], [], ls="", marker=m, color="#555555", label=cap) for cap, m in CAPACITY_MARKERS.items()
-                if any(c["capacity"] == cap for c in cands)]  # fmt: skip
+    handles = [
+        Line2D([], [], ls="", marker="o", color=col, label=gpu)
+        for gpu, col in GPU_COLOURS.items()
+        if any(c["gpu"] == gpu for c in cands)
+    ]
+    handles += [
+        Line2D([], [], ls="", marker=m, color="#555555", label=cap)
+        for cap, m in CAPACITY_MARKERS.items()
+        if any(c["capacity"] == cap for c in cands)
+    ]
     handles += [
         Line2D([], [], ls="", marker="o", color="#999999", alpha=0.4, markersize=4, label="predicted (not run)"),
-        Line2D([], [], ls="", marker="o", color="#999999", markeredgecolor="black", markersize=6,
-               label=f"probed ({measured_word})"),
-        Line2D([], [], ls="", marker="o", color="#999999", markeredgecolor="black", markeredgewidth=1.4,
-               markersize=8, label=f"full runs ({measured_word})"),
+        Line2D(
+            [],
+            [],
+            ls="",
+            marker="o",
+            color="#999999",
+            markeredgecolor="black",
+            markersize=6,
+            label=f"probed ({measured_word})",
+        ),
+        Line2D(
+            [],
+            [],
+            ls="",
+            marker="o",
+            color="#999999",
+            markeredgecolor="black",
+            markeredgewidth=1.4,
+            markersize=8,
+            label=f"full runs ({measured_word})",
+        ),
         Line2D([], [], ls="-", color="#444444", label="Pareto frontier"),
-        Line2D([], [], ls="", marker="*", markerfacecolor="none", markeredgecolor="#d62828", markersize=14,
-               label="chosen"),
-    ]  # fmt: skip
+        Line2D(
+            [], [], ls="", marker="*", markerfacecolor="none", markeredgecolor="#d62828", markersize=14, label="chosen"
+        ),
+    ]
     if bound and "latency" in x_key:
         handles.append(Line2D([], [], ls="--", color="#d62828", label=f"p{record['goal']['latency_percentile']} bound"))
     ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.9)
@@ -206,8 +251,18 @@ def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, s
     shown = [c for c in record["candidates"] if c["stage"] != "predicted"] + [
         c for c in record["candidates"] if c["stage"] == "predicted"
     ][:30]
-    keys = ["key", "gpu", "capacity", "stage", "feasible", "latency_s", "clips_per_hour_per_node", "usd_per_clip",
-            "predicted_latency_s", "predicted_usd_per_clip"]  # fmt: skip
+    keys = [
+        "key",
+        "gpu",
+        "capacity",
+        "stage",
+        "feasible",
+        "latency_s",
+        "clips_per_hour_per_node",
+        "usd_per_clip",
+        "predicted_latency_s",
+        "predicted_usd_per_clip",
+    ]
     artifacts_title = (
         "Deployment artifacts (rendered for vLLM-Omni from a simulated choice: not launched, verify on GPUs first)"
         if prov["simulated"]
@@ -267,8 +322,15 @@ def write_report(data: ReportData, out_dir: str | Path | None = None) -> dict[st
         data.frontier("latency_s", "clips_per_hour_per_node"),
     )
     cost_front = data.frontier("latency_s", "usd_per_clip")
-    _plot(record, "latency_s", "usd_per_clip", "latency per clip (s)", "USD per clip", images["cost_per_clip_png"],
-          cost_front)  # fmt: skip
+    _plot(
+        record,
+        "latency_s",
+        "usd_per_clip",
+        "latency per clip (s)",
+        "USD per clip",
+        images["cost_per_clip_png"],
+        cost_front,
+    )
     if write_fleet_day(record, folder / "fleet_day.png"):  # a goal with traffic: its fleet's simulated day
         images["fleet_day_png"] = folder / "fleet_day.png"
     interactive = folder / "candidates.html"

@@ -62,26 +62,55 @@ def write_interactive(record: dict[str, Any], path: Path, front: list[dict[str, 
                 group = [c for c in cands if (c["stage"], c["gpu"], c["capacity"]) == (stage, gpu, capacity)]
                 if not group:
                     continue
-                fig.add_trace(go.Scatter(
-                    x=[c["latency_s"] for c in group], y=[c["usd_per_clip"] for c in group], mode="markers",
-                    name=f"{gpu} {capacity} ({stage if stage == 'predicted' else word + ', ' + stage})",
-                    marker={"color": COLOURS.get(gpu, "#7f7f7f"), "symbol": SYMBOLS.get(capacity, "diamond"),
-                            "size": SIZES[stage], "opacity": 0.4 if stage == "predicted" else 1.0,
-                            "line": {"width": 0 if stage == "predicted" else 1.5, "color": "black"}},
-                    text=[_hover(c, word) for c in group], hoverinfo="text",
-                ))  # fmt: skip
-    fig.add_trace(go.Scatter(x=[c["latency_s"] for c in front], y=[c["usd_per_clip"] for c in front],
-                             mode="lines+text", text=[c["plan"] for c in front], textposition="top right",
-                             name="Pareto frontier", line={"color": "#444444"}, hoverinfo="skip"))  # fmt: skip
+                fig.add_trace(
+                    go.Scatter(
+                        x=[c["latency_s"] for c in group],
+                        y=[c["usd_per_clip"] for c in group],
+                        mode="markers",
+                        name=f"{gpu} {capacity} ({stage if stage == 'predicted' else word + ', ' + stage})",
+                        marker={
+                            "color": COLOURS.get(gpu, "#7f7f7f"),
+                            "symbol": SYMBOLS.get(capacity, "diamond"),
+                            "size": SIZES[stage],
+                            "opacity": 0.4 if stage == "predicted" else 1.0,
+                            "line": {"width": 0 if stage == "predicted" else 1.5, "color": "black"},
+                        },
+                        text=[_hover(c, word) for c in group],
+                        hoverinfo="text",
+                    )
+                )
+    fig.add_trace(
+        go.Scatter(
+            x=[c["latency_s"] for c in front],
+            y=[c["usd_per_clip"] for c in front],
+            mode="lines+text",
+            text=[c["plan"] for c in front],
+            textposition="top right",
+            name="Pareto frontier",
+            line={"color": "#444444"},
+            hoverinfo="skip",
+        )
+    )
     chosen = [c for c in cands if c["key"] == (record.get("recommendation") or {}).get("key")]
     if chosen:
-        fig.add_trace(go.Scatter(x=[chosen[0]["latency_s"]], y=[chosen[0]["usd_per_clip"]], mode="markers",
-                                 name="chosen", hoverinfo="skip",
-                                 marker={"symbol": "star-open", "size": 26, "color": "#d62828"}))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=[chosen[0]["latency_s"]],
+                y=[chosen[0]["usd_per_clip"]],
+                mode="markers",
+                name="chosen",
+                hoverinfo="skip",
+                marker={"symbol": "star-open", "size": 26, "color": "#d62828"},
+            )
+        )
     title = record["goal"]["describe"] + (" | SIMULATED: twin engine, no GPU ran" if simulated else "")
     x_ticks, y_ticks = _ticks([c["latency_s"] for c in cands]), _ticks([c["usd_per_clip"] for c in cands])
-    fig.update_layout(title={"text": title, "font": {"size": 12}}, template="plotly_white", height=650,
-                      xaxis={"title": "latency per clip (s)", "type": "log", **x_ticks},
-                      yaxis={"title": "USD per clip", "type": "log", **y_ticks})  # fmt: skip
+    fig.update_layout(
+        title={"text": title, "font": {"size": 12}},
+        template="plotly_white",
+        height=650,
+        xaxis={"title": "latency per clip (s)", "type": "log", **x_ticks},
+        yaxis={"title": "USD per clip", "type": "log", **y_ticks},
+    )
     fig.write_html(path, include_plotlyjs=True, full_html=True)
     return True

@@ -239,8 +239,11 @@ def spawn_detached(run_id: str, goal_text: str, options: TuneOptions) -> None:
     with open(logs / f"{run_id}.log", "ab") as log:
         subprocess.Popen(
             [sys.executable, "-m", "worldtune.agent.detached", run_id, options.model_dump_json(), goal_text],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def resume_tuning(run_id: str, approve: bool | None, db_path: str | None, failed: Failed) -> str:

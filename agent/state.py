@@ -193,8 +193,16 @@ class VerifyTask(TypedDict):
 
 
 CHECKPOINT_WORDS: tuple[type[BaseModel], ...] = (
-    Goal, TuneOptions, SearchState, Decision, Action, Candidate, Profile, SpendEstimate, Outcome,
-)  # fmt: skip
+    Goal,
+    TuneOptions,
+    SearchState,
+    Decision,
+    Action,
+    Candidate,
+    Profile,
+    SpendEstimate,
+    Outcome,
+)
 """Every model that is a state value, an element of one, or a value of a VerifyTask (nested models are stored
 as their fields, rebuilt by the outer model's validation)."""
 

@@ -74,11 +74,18 @@ def deploy_request(cand: Candidate, options: TuneOptions, task: Any, hours: floa
     """The deployment of `cand` that the run's action starts: on the run's infra and engine, owned by the run, its
     twin seeded by its `role` in the action (every node draws noise of its own, issue 39)."""
     return DeployRequest(
-        gpu=cand.gpu, plan=str(cand.plan), infra=options.infra, engine=options.engine,
-        capacity=cand.capacity, model=task["goal"].workload.model, twin_profiles=options.twin_profiles(),
-        time_scale=options.time_scale if options.twin else None, hours=hours, run_id=task["run_id"],
+        gpu=cand.gpu,
+        plan=str(cand.plan),
+        infra=options.infra,
+        engine=options.engine,
+        capacity=cand.capacity,
+        model=task["goal"].workload.model,
+        twin_profiles=options.twin_profiles(),
+        time_scale=options.time_scale if options.twin else None,
+        hours=hours,
+        run_id=task["run_id"],
         noise_seed=noise_seed(options, role, cand.key, task["iteration"]),
-    )  # fmt: skip
+    )
 
 
 async def teardown(runtime: Runtime[Context], deployment_id: str) -> None:
@@ -136,8 +143,11 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: ResultReco
     if kind == "probe":
         fit = result.fit if result is not None else None
         # the server's own time when it reports one, as the full run's samples
-        probed = [(s.steps, float(s.server_time() or 0.0))
-                  for s in samples_of(record) if s.phase == "probe" and s.ok and not s.interrupted]  # fmt: skip
+        probed = [
+            (s.steps, float(s.server_time() or 0.0))
+            for s in samples_of(record)
+            if s.phase == "probe" and s.ok and not s.interrupted
+        ]
         return Measurement(
             key=cand.key,
             kind="probe",

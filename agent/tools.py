@@ -72,9 +72,14 @@ class Tools(Protocol):
     async def record_fleet(self, run_id: str, fleet: Mapping[str, Any]) -> RunRecord: ...
     async def heartbeat_run(self, run_id: str) -> RunClient: ...
     async def rehearse_fleet(
-        self, goal: Mapping[str, Any], fleet: Mapping[str, Any], predicted_daily_cost_usd: float,
-        twin_profiles: list[str], requests: int, time_scale: float,
-    ) -> FleetRehearsal: ...  # fmt: skip
+        self,
+        goal: Mapping[str, Any],
+        fleet: Mapping[str, Any],
+        predicted_daily_cost_usd: float,
+        twin_profiles: list[str],
+        requests: int,
+        time_scale: float,
+    ) -> FleetRehearsal: ...
 
 
 class McpTools:
@@ -112,22 +117,26 @@ class McpTools:
         return await self._answer(TeardownOutcome, "teardown", deployment_id=deployment_id, confirm=True)
 
     async def replan(self, deployment_id: str, plan: str, hours: float | None) -> ReplanOutcome:
-        return await self._answer(ReplanOutcome, "replan_deployment", deployment_id=deployment_id, plan=plan,
-                                  confirm=True, hours=hours)  # fmt: skip
+        return await self._answer(
+            ReplanOutcome, "replan_deployment", deployment_id=deployment_id, plan=plan, confirm=True, hours=hours
+        )
 
     async def start_benchmark(self, deployment_id: str, run_id: str, request: BenchmarkRequest) -> BenchmarkStatus:
         arguments = request.model_dump(exclude={"workload"}) | request.workload
-        return await self._answer(BenchmarkStatus, "start_benchmark", deployment_id=deployment_id, run_id=run_id,
-                                  **arguments)  # fmt: skip
+        return await self._answer(
+            BenchmarkStatus, "start_benchmark", deployment_id=deployment_id, run_id=run_id, **arguments
+        )
 
     async def get_benchmark(self, benchmark_id: str, wait_s: float = 0.0) -> BenchmarkStatus:
         """Status and counts only (no partial result: a poller reads get_result when samples_done grows)."""
-        return await self._answer(BenchmarkStatus, "get_benchmark", benchmark_id=benchmark_id, wait_s=wait_s,
-                                  partial=False)  # fmt: skip
+        return await self._answer(
+            BenchmarkStatus, "get_benchmark", benchmark_id=benchmark_id, wait_s=wait_s, partial=False
+        )
 
     async def get_result(self, benchmark_id: str, include_samples: bool = False) -> ResultRecord:
-        return await self._answer(ResultRecord, "get_result", benchmark_id=benchmark_id,
-                                  include_samples=include_samples)  # fmt: skip
+        return await self._answer(
+            ResultRecord, "get_result", benchmark_id=benchmark_id, include_samples=include_samples
+        )
 
     async def list_results(self, run_id: str, limit: int = 1000) -> ResultList:
         return await self._answer(ResultList, "list_results", run_id=run_id, limit=limit)
@@ -136,8 +145,9 @@ class McpTools:
         return await self._answer(RunRecord, "record_run", run_id=run_id, goal=dict(goal))
 
     async def mark_run(self, run_id: str, status: RunMark, summary: Mapping[str, Any] | None = None) -> RunRecord:
-        return await self._answer(RunRecord, "mark_run", run_id=run_id, status=status,
-                                  summary=dict(summary) if summary is not None else None)  # fmt: skip
+        return await self._answer(
+            RunRecord, "mark_run", run_id=run_id, status=status, summary=dict(summary) if summary is not None else None
+        )
 
     async def record_fleet(self, run_id: str, fleet: Mapping[str, Any]) -> RunRecord:
         return await self._answer(RunRecord, "record_fleet", run_id=run_id, fleet=dict(fleet))
@@ -146,14 +156,24 @@ class McpTools:
         return await self._answer(RunClient, "heartbeat_run", run_id=run_id)
 
     async def rehearse_fleet(
-        self, goal: Mapping[str, Any], fleet: Mapping[str, Any], predicted_daily_cost_usd: float,
-        twin_profiles: list[str], requests: int, time_scale: float,
-    ) -> FleetRehearsal:  # fmt: skip
+        self,
+        goal: Mapping[str, Any],
+        fleet: Mapping[str, Any],
+        predicted_daily_cost_usd: float,
+        twin_profiles: list[str],
+        requests: int,
+        time_scale: float,
+    ) -> FleetRehearsal:
         return await self._answer(
-            FleetRehearsal, "rehearse_fleet", goal=dict(goal), fleet=dict(fleet), requests=requests,
-            predicted_daily_cost_usd=predicted_daily_cost_usd, twin_profiles=twin_profiles or None,
+            FleetRehearsal,
+            "rehearse_fleet",
+            goal=dict(goal),
+            fleet=dict(fleet),
+            requests=requests,
+            predicted_daily_cost_usd=predicted_daily_cost_usd,
+            twin_profiles=twin_profiles or None,
             time_scale=time_scale,
-        )  # fmt: skip
+        )
 
 
 def typed(tools: Tools | ToolCaller) -> Tools:

@@ -124,9 +124,13 @@ def _in_round(task: VerifyTask, update: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _started(
-    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
+    task: VerifyTask,
+    runtime: Runtime[Context],
+    cand: Candidate,
+    action: Action,
+    options: TuneOptions,
     cap_s: float,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """A ready deployment for the candidate (live, replanned or new) and the GPU seconds its start cost, or the
     failed action's update."""
     tools: Tools = runtime.context.tools
@@ -162,10 +166,17 @@ async def _started(
 
 
 async def _benchmarked(
-    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions,
-    cap_s: float, deployment: Deployment, charged_s: float, ahead: list[tuple[Deployment, float] | str] | None = None,
+    task: VerifyTask,
+    runtime: Runtime[Context],
+    cand: Candidate,
+    action: Action,
+    options: TuneOptions,
+    cap_s: float,
+    deployment: Deployment,
+    charged_s: float,
+    ahead: list[tuple[Deployment, float] | str] | None = None,
     start: tuple[float, float] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update. `ahead`:
     a claim's extra lanes, launched with its first node; `start`: the node's start (measured, believed) if this
     action started it, which the search learns its starts from before it sizes a claim's lanes."""
@@ -177,9 +188,12 @@ async def _benchmarked(
         return await full_run(task, runtime, cand, action, options, cap_s, deployment, charged_s, ahead)
     # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
     request = BenchmarkRequest(
-        steps=PROBE_STEPS[0], repeats=PROBE_REPEATS, probe_steps=list(PROBE_STEPS), warmup=1,
+        steps=PROBE_STEPS[0],
+        repeats=PROBE_REPEATS,
+        probe_steps=list(PROBE_STEPS),
+        warmup=1,
         workload=anchor_changes(goal.workload),
-    )  # fmt: skip
+    )
     emit(runtime, Probing(key=cand.key, deployment=deployment_id))
     status = await tools.start_benchmark(deployment_id, task["run_id"], request)
     bench_id = status.id
@@ -237,8 +251,12 @@ async def _measured(
         measurement = measurement.model_copy(update={"engine_problem": await engine_check(tools, deployment_id)})
     usd, gpu_hours = bill(cand, charged_s)
     measurement = measurement.model_copy(update={"usd": usd, "gpu_hours": gpu_hours})
-    emit(runtime, Measured(key=cand.key, kind=kind, usd=round(usd, 3), model_s=round(charged_s, 1),
-                           **measured_figures(measurement)))  # fmt: skip
+    emit(
+        runtime,
+        Measured(
+            key=cand.key, kind=kind, usd=round(usd, 3), model_s=round(charged_s, 1), **measured_figures(measurement)
+        ),
+    )
     return {
         "results": [Outcome(measurement=measurement, deployment_id=deployment_id, model_s=charged_s)],
         "deployments": {cand.key: deployment_id} if live else {},

@@ -54,8 +54,10 @@ class Noise:
     def describe(self) -> str:
         if not self.learned:
             return f"noise cv {self.cv:.4f}: prior ({self.prior_df:g} df), nothing learned yet"
-        return (f"noise cv {self.cv:.4f}: learned from {self.samples} samples in {self.runs} group(s) of one shape "
-                f"(prior {self.prior_cv:.4f} with {self.prior_df:g} df; posterior {self.df:g} df)")  # fmt: skip
+        return (
+            f"noise cv {self.cv:.4f}: learned from {self.samples} samples in {self.runs} group(s) of one shape "
+            f"(prior {self.prior_cv:.4f} with {self.prior_df:g} df; posterior {self.df:g} df)"
+        )
 
     def basis(self) -> ParamBasis:
         """The basis entry a belief profile carries once the noise is learned: its df as the cv's sigma."""

@@ -90,12 +90,21 @@ PIPELINED = (
 
 def plan_families(plan: Plan) -> list[str]:
     """The mechanism families a plan belongs to (issue 37 item 6): what a published cell of the family has measured."""
-    out = [name for name, on in (
-        ("tensor parallel", plan.tp > 1), ("CFG parallel", plan.cfg > 1), (f"Ulysses {plan.ulysses}", plan.ulysses > 1),
-        ("ring attention", plan.ring > 1), ("HSDP", plan.hsdp > 1), ("VAE patch parallel", plan.vae > 1),
-        ("FP8", plan.fp8), (f"attention backend {plan.attn}", plan.attn != "auto"),
-        ("one GPU", plan.world_size == 1),
-    ) if on]  # fmt: skip
+    out = [
+        name
+        for name, on in (
+            ("tensor parallel", plan.tp > 1),
+            ("CFG parallel", plan.cfg > 1),
+            (f"Ulysses {plan.ulysses}", plan.ulysses > 1),
+            ("ring attention", plan.ring > 1),
+            ("HSDP", plan.hsdp > 1),
+            ("VAE patch parallel", plan.vae > 1),
+            ("FP8", plan.fp8),
+            (f"attention backend {plan.attn}", plan.attn != "auto"),
+            ("one GPU", plan.world_size == 1),
+        )
+        if on
+    ]
     return out
 
 
@@ -323,8 +332,9 @@ def fit_published(gpu: str, exclude: set[str] | None = None, reference: Profile 
     noise, noise_basis = belief_noise.measured_noise()
     if gpu != "H200":
         measured = noise_basis.source.removeprefix("measured: ")
-        noise_basis = ParamBasis(kind="assumed", source=f"assumed: the H200's {measured}; not measured on a {gpu}",
-                                 sigma=noise_basis.sigma)  # fmt: skip
+        noise_basis = ParamBasis(
+            kind="assumed", source=f"assumed: the H200's {measured}; not measured on a {gpu}", sigma=noise_basis.sigma
+        )
     base = base.model_copy(update={"noise_cv": noise, "basis": base.basis | {"noise_cv": noise_basis}})
     source = "fit to published cells (REFERENCE.md sections 5 and 8)"
     if gpu == "H200":

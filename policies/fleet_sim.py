@@ -247,8 +247,9 @@ class _Sim:
         while self.env.now <= until:
             billed = [n for n in self.nodes if n.ended is None]
             queued = len(self.pending) + sum(len(s.queue) for n in billed for s in n.servers)
-            self.timeline.append(FleetMoment(t_s=self.env.now, nodes=len(billed), ready=sum(n.ready for n in billed),
-                                        queued=queued))  # fmt: skip
+            self.timeline.append(
+                FleetMoment(t_s=self.env.now, nodes=len(billed), ready=sum(n.ready for n in billed), queued=queued)
+            )
             yield self.env.timeout(SAMPLE_EVERY_S)
 
     def run(self, horizon_s: float) -> None:
@@ -277,12 +278,21 @@ def simulate_day(fleet: Fleet, arrivals: list[float], seed: int = 0, horizon_s: 
     cost = (hours - ondemand) * spot_price + ondemand * (od_price if fleet.capacity == "spot" else spot_price)
     pct = {f"p{p}": float(np.percentile(e2e, p)) for p in (50, 90, 95, 99)} if e2e.size else {}
     return FleetDay(
-        seed=seed, arrivals=len(sim.requests), completed=int((e2e >= 0).sum()), e2e_s=pct,
+        seed=seed,
+        arrivals=len(sim.requests),
+        completed=int((e2e >= 0).sum()),
+        e2e_s=pct,
         wait_mean_s=float(waits.mean()) if waits.size else 0.0,
         wait_p95_s=float(np.percentile(waits, 95)) if waits.size else 0.0,
-        cold_starts=sim.cold_starts, waited_on_cold_start=sum(r.held for r in sim.requests),
-        preemptions=sim.preemptions, node_hours=hours, ondemand_node_hours=ondemand, cost_usd=cost,
+        cold_starts=sim.cold_starts,
+        waited_on_cold_start=sum(r.held for r in sim.requests),
+        preemptions=sim.preemptions,
+        node_hours=hours,
+        ondemand_node_hours=ondemand,
+        cost_usd=cost,
         usd_per_clip=cost / len(sim.requests) if sim.requests else None,
-        max_nodes=max((s.nodes for s in sim.timeline), default=0), timeline=sim.timeline,
-        answers=[(r.arrival, r.done - r.arrival) for r in sim.requests], e2e_samples_s=e2e.tolist(),
-    )  # fmt: skip
+        max_nodes=max((s.nodes for s in sim.timeline), default=0),
+        timeline=sim.timeline,
+        answers=[(r.arrival, r.done - r.arrival) for r in sim.requests],
+        e2e_samples_s=e2e.tolist(),
+    )

@@ -90,11 +90,16 @@ def collective_fit(raw: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"collective_latency_us": latency_us, "world": world(raw), "cases": []}
     for collective in ("a2a", "allreduce", "allgather"):
         rows = [
-            {"name": c["name"], "scheme": c["scheme"], "mb": c["buffer_bytes"] / 1e6, "time_us": c["median_ms"] * 1e3,
-             "bus_bytes": c["bus_bytes"]}
+            {
+                "name": c["name"],
+                "scheme": c["scheme"],
+                "mb": c["buffer_bytes"] / 1e6,
+                "time_us": c["median_ms"] * 1e3,
+                "bus_bytes": c["bus_bytes"],
+            }
             for c in cases
             if c["collective"] == collective and c["scheme"] not in ("latency probe", "size sweep")
-        ]  # fmt: skip
+        ]
         if not rows:
             raise InvalidInput("raw", "collectives", f"{collective} timings at the schemes' per-layer sizes")
         readings = []

@@ -133,8 +133,16 @@ overhead): the search computes these for thousands of plans a decision and reads
 
 def _breakdown(parts: StepParts) -> Breakdown:
     linear, attention, ulysses, tp, ring, hsdp, cfg, overhead = parts
-    return Breakdown.model_construct(linear_s=linear, attention_s=attention, ulysses_s=ulysses, tp_s=tp, ring_s=ring,
-                                     hsdp_s=hsdp, cfg_s=cfg, overhead_s=overhead)  # fmt: skip
+    return Breakdown.model_construct(
+        linear_s=linear,
+        attention_s=attention,
+        ulysses_s=ulysses,
+        tp_s=tp,
+        ring_s=ring,
+        hsdp_s=hsdp,
+        cfg_s=cfg,
+        overhead_s=overhead,
+    )
 
 
 def _step_total(parts: StepParts) -> float:
@@ -236,8 +244,16 @@ def _step_parts(spec: ModelSpec, workload: Workload, plan: Plan, profile: Profil
     if plan.cfg > 1 and workload.cfg_branches > 1:
         cfg_s = _collective_s(shape.cfg_bus, "allgather", profile)
     scale = shape.scale
-    return (linear_s * scale, attention_s * scale, ulysses_s * scale, tp_s * scale, ring_s * scale, hsdp_s * scale,
-            cfg_s, profile.step_overhead_s)  # fmt: skip
+    return (
+        linear_s * scale,
+        attention_s * scale,
+        ulysses_s * scale,
+        tp_s * scale,
+        ring_s * scale,
+        hsdp_s * scale,
+        cfg_s,
+        profile.step_overhead_s,
+    )
 
 
 def attention_factor(plan: Plan, profile: Profile) -> float:
@@ -298,16 +314,33 @@ def vae_time_s(workload: Workload, plan: Plan, profile: Profile) -> float:
         return whole / (1.0 + (plan.vae - 1) * profile.vae_parallel_efficiency)
     _, latent_h, latent_w = vae_latent(workload)
     rgb = workload.width * workload.height * workload.num_frames * RGB_BYTES
-    return _tiled_vae_s(latent_h, latent_w, frames_ratio, rgb, plan.vae, profile.vae_decode_s,
-                        profile.vae_tile_fixed_share, profile.vae_tile_area_cost, profile.collective_latency_us,
-                        profile.bandwidth("allgather"))  # fmt: skip
+    return _tiled_vae_s(
+        latent_h,
+        latent_w,
+        frames_ratio,
+        rgb,
+        plan.vae,
+        profile.vae_decode_s,
+        profile.vae_tile_fixed_share,
+        profile.vae_tile_area_cost,
+        profile.collective_latency_us,
+        profile.bandwidth("allgather"),
+    )
 
 
 @lru_cache(maxsize=50_000)
 def _tiled_vae_s(
-    latent_h: int, latent_w: int, frames_ratio: float, rgb_bytes: int, ranks: int, decode_s: float,
-    tile_fixed_share: float, tile_area_cost: float, latency_us: float, allgather_bytes_per_s: float,
-) -> float:  # fmt: skip
+    latent_h: int,
+    latent_w: int,
+    frames_ratio: float,
+    rgb_bytes: int,
+    ranks: int,
+    decode_s: float,
+    tile_fixed_share: float,
+    tile_area_cost: float,
+    latency_us: float,
+    allgather_bytes_per_s: float,
+) -> float:
     """The tiled decode over `ranks`, from numbers alone, so the cache's key is exactly what it depends on: a fit
     moves other terms far more often than these, and the search asks for the same decode again and again."""
     anchor_area = math.ceil(720 / VAE_SPATIAL) * math.ceil(1280 / VAE_SPATIAL)

@@ -314,8 +314,11 @@ class SkyPilotBackend:
             # The local Slurm cluster is this machine: its servers are on loopback.
             return [f"http://127.0.0.1:{r.port}" for r in slices]
         urls = {int(port): url for port, url in self.result(self.sky.endpoints(cluster)).items()}
-        return [f"http://{urls[r.port]}" if not str(urls[r.port]).startswith("http") else str(urls[r.port])
-                for r in slices if r.port in urls]  # fmt: skip
+        return [
+            f"http://{urls[r.port]}" if not str(urls[r.port]).startswith("http") else str(urls[r.port])
+            for r in slices
+            if r.port in urls
+        ]
 
     def status(self, deployment: Deployment) -> Deployment:
         """Ask SkyPilot (refreshing from the infra); a ready cluster that vanished or stopped was preempted."""
@@ -397,9 +400,13 @@ class SkyPilotBackend:
                 self.store.update_benchmark(benchmark_id, status="failed", error=outcome)
                 raise LaunchError(f"benchmark {benchmark_id} failed: {outcome}")
             measured = BenchmarkResult.model_validate(result)
-            self.store.update_benchmark(benchmark_id, status="completed", progress=1.0,
-                                        result=measured.model_dump(mode="json"),
-                                        message=f"completed on attempt {attempt}")  # fmt: skip
+            self.store.update_benchmark(
+                benchmark_id,
+                status="completed",
+                progress=1.0,
+                result=measured.model_dump(mode="json"),
+                message=f"completed on attempt {attempt}",
+            )
             return measured
 
         def on_cut(current: Deployment, attempt: int) -> str:  # run_attempt marked them already; this says so

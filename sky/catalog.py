@@ -25,8 +25,17 @@ CATALOG_VERSION = "v8"
 # Cloud names as SkyPilot's catalog spells them in accelerators.csv, per folder name.
 CLOUD_LABELS = {"nebius": "nebius", "lambda": "Lambda", "aws": "AWS", "slurm": "Slurm", "kubernetes": "Kubernetes"}
 VMS_CLOUDS = ("nebius", "lambda")
-VMS_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "Region",
-               "GpuInfo", "SpotPrice")  # fmt: skip
+VMS_COLUMNS = (
+    "InstanceType",
+    "AcceleratorName",
+    "AcceleratorCount",
+    "vCPUs",
+    "MemoryGiB",
+    "Price",
+    "Region",
+    "GpuInfo",
+    "SpotPrice",
+)
 MIB_PER_GIB = 1024
 
 

@@ -118,8 +118,11 @@ def validate_manifests(manifests: list[dict[str, Any]]) -> list[str]:
             pods = [obj]
             if obj.get("kind") == "LeaderWorkerSet":
                 roles = obj["spec"]["leaderWorkerTemplate"]
-                pods = [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": roles[r]}
-                        for r in ("leaderTemplate", "workerTemplate") if r in roles]  # fmt: skip
+                pods = [
+                    {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": roles[r]}
+                    for r in ("leaderTemplate", "workerTemplate")
+                    if r in roles
+                ]
             for pod in pods:
                 try:
                     kubernetes_validate.validate(pod, version, strict=True)

@@ -34,8 +34,14 @@ def render_fleet_service(
     the replica policy is the fleet's, so the service time defaults to the fleet's own."""
     servers = fleet.servers_per_node
     plan = Plan.parse(fleet.plan).single_replica().model_copy(update={"replicas": servers})
-    deployment = Deployment(gpu=fleet.gpu, plan=str(plan), model=model, engine=engine,
-                            capacity="serverless", infra=fleet.offer_id.split("/")[0] or "nebius")  # fmt: skip
+    deployment = Deployment(
+        gpu=fleet.gpu,
+        plan=str(plan),
+        model=model,
+        engine=engine,
+        capacity="serverless",
+        infra=fleet.offer_id.split("/")[0] or "nebius",
+    )
     opts = options or RenderOptions()
     if opts.service_time_s is None:
         opts = opts.model_copy(update={"service_time_s": fleet.service_s})
@@ -48,8 +54,11 @@ def render_fleet_service(
         "downscale_delay_seconds": int(auto.downscale_delay_s),
     }
     if auto.policy != "fixed":
-        per_server = (auto.target_qps_per_replica / servers) if auto.policy == "qps" and auto.target_qps_per_replica \
-            else 1.0 / fleet.service_s  # fmt: skip
+        per_server = (
+            (auto.target_qps_per_replica / servers)
+            if auto.policy == "qps" and auto.target_qps_per_replica
+            else 1.0 / fleet.service_s
+        )
         policy["target_qps_per_replica"] = float(f"{per_server:.3g}")
     if fleet.capacity == "spot":
         policy["base_ondemand_fallback_replicas"] = fleet.base_ondemand_fallback * servers

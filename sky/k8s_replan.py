@@ -78,8 +78,9 @@ def render_replan(
     stale = [o for o in render_manifests(deployment, opts) if (o["kind"], o["metadata"]["name"]) not in kept]
     warm = bool(opts.hf_cache_host_path)
     note = "" if warm else "hf-cache is an emptyDir: the weights leave with the old pods, so this load is cold"
-    return ReplanManifests(deployment=target, apply=apply, delete=stale, nodes=sorted(nodes or []), warm=warm,
-                           note=note)  # fmt: skip
+    return ReplanManifests(
+        deployment=target, apply=apply, delete=stale, nodes=sorted(nodes or []), warm=warm, note=note
+    )
 
 
 def _nodes(backend: KubernetesBackend, deployment: Deployment) -> list[str]:

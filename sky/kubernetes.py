@@ -111,12 +111,19 @@ class KubernetesBackend(BenchmarksFromHere):
             return
         from worldtune.sky.api_key import deployment_api_key
 
-        self.apply({
-            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": api_key_secret(deployment), "namespace": self.options.namespace,
-                         "labels": pod_labels(deployment, 0)},
-            "stringData": {API_KEY_ENV: deployment_api_key(self.store.path, deployment)},
-        })  # fmt: skip
+        self.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "Opaque",
+                "metadata": {
+                    "name": api_key_secret(deployment),
+                    "namespace": self.options.namespace,
+                    "labels": pod_labels(deployment, 0),
+                },
+                "stringData": {API_KEY_ENV: deployment_api_key(self.store.path, deployment)},
+            }
+        )
         token = os.environ.get(HF_SECRET_KEY)
         if not token:
             return

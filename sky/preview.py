@@ -126,8 +126,12 @@ def _preview_kubernetes(
         validated.append("sky.Task.from_yaml_config (task.yaml, infra kubernetes)")
     else:
         validated.append("task.yaml (SkyPilot on Kubernetes) rendered, not checked by SkyPilot here")
-    commands = [" ".join(c["command"]) for m in manifests if m["kind"] == "Deployment"
-                for c in m["spec"]["template"]["spec"]["containers"]]  # fmt: skip
+    commands = [
+        " ".join(c["command"])
+        for m in manifests
+        if m["kind"] == "Deployment"
+        for c in m["spec"]["template"]["spec"]["containers"]
+    ]
     plan = deployment.plan
     note = (
         f"your own cluster has no rental price; the same {plan.gpus}x{deployment.gpu} rent for "
@@ -167,7 +171,8 @@ def write_preview(preview: DeployPreview, out: Path) -> list[Path]:
             path.write_text(yaml.safe_dump(obj, sort_keys=False))
             written.append(path)
     commands = out / "serve-commands.sh"
-    commands.write_text("#!/bin/sh\n# one line per replica (worldtune deploy --dry-run)\n" +
-                        "\n".join(preview.serve_commands) + "\n")  # fmt: skip
+    commands.write_text(
+        "#!/bin/sh\n# one line per replica (worldtune deploy --dry-run)\n" + "\n".join(preview.serve_commands) + "\n"
+    )
     written.append(commands)
     return written

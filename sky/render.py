@@ -95,9 +95,11 @@ def cold_load_s(given: float | None) -> float:
     without it."""
     if given is None:
         raise InvalidInput(
-            "cold_load_s", None, "the model's predicted cold load in seconds",
+            "cold_load_s",
+            None,
+            "the model's predicted cold load in seconds",
             "render through tools/deploy_preview.render_options, which fills it from the calibrated profile",
-        )  # fmt: skip
+        )
     return given
 
 
@@ -258,9 +260,11 @@ def service_time_s(deployment: Deployment, options: RenderOptions) -> float:
     the model's prediction, which the deploy capability fills in (tools/deploy_preview.render_options)."""
     if options.service_time_s is None:
         raise InvalidInput(
-            "service_time_s", None, f"one replica's seconds per request of {deployment.plan} (measured or predicted)",
+            "service_time_s",
+            None,
+            f"one replica's seconds per request of {deployment.plan} (measured or predicted)",
             "render through tools/deploy_preview.render_options, which predicts it",
-        )  # fmt: skip
+        )
     return options.service_time_s
 
 

@@ -240,19 +240,38 @@ def plans(
         caption="latency s: a client's end-to-end time of one sync request (goals are judged on "
         "it); server s: the server's generation time (vLLM-Omni's stage time); fixed s is the server's",
     )
-    for name in ("plan", "repl x GPUs", "latency s", "±1σ", "server s", "s/step", "fixed s", "GiB/GPU", "clips/h/repl",
-                 "clips/h/node", "$/clip", "offer"):  # fmt: skip
+    for name in (
+        "plan",
+        "repl x GPUs",
+        "latency s",
+        "±1σ",
+        "server s",
+        "s/step",
+        "fixed s",
+        "GiB/GPU",
+        "clips/h/repl",
+        "clips/h/node",
+        "$/clip",
+        "offer",
+    ):
         table.add_column(name, justify="left" if name in ("plan", "offer") else "right")
     for e in shown:
         marked = ("*" if e.relies_on_assumed else "") + ("\u2020" if e.unmeasured_families else "")
         sigma = f"{e.latency_sigma:.0%}" if e.latency_sigma is not None else "-"
         table.add_row(
-            e.plan + marked, f"{e.replicas} x {e.world_size}", _fmt(e.latency_s), sigma, _fmt(e.server_s),
+            e.plan + marked,
+            f"{e.replicas} x {e.world_size}",
+            _fmt(e.latency_s),
+            sigma,
+            _fmt(e.server_s),
             _fmt(e.per_step_s, 3),
             _fmt(e.fixed_s),
-            _fmt(e.memory_gib_per_gpu), _fmt(e.clips_per_hour_per_replica), _fmt(e.clips_per_hour_per_node),
-            _fmt(e.usd_per_clip, 3), e.offer.id if e.offer else "-",
-        )  # fmt: skip
+            _fmt(e.memory_gib_per_gpu),
+            _fmt(e.clips_per_hour_per_replica),
+            _fmt(e.clips_per_hour_per_node),
+            _fmt(e.usd_per_clip, 3),
+            e.offer.id if e.offer else "-",
+        )
     console.print(table)
     if len(shown) < len(valid):
         console.print(f"... {len(valid) - len(shown)} more valid plans (--all lists them, --json gives every field)")

@@ -71,10 +71,19 @@ def twin(
 
     try:
         config = TwinConfig.from_env(
-            model=model, gpu=gpu, plan=Plan.parse(plan), profile_path=profile, time_scale=time_scale, seed=seed,
-            guardrails=guardrails, load_time_s=load_time, cold_load=cold_load, stage_profiler=stage_profiler,
-            api_key=api_key or None, preempt_after_s=preempt_after,
-        )  # fmt: skip
+            model=model,
+            gpu=gpu,
+            plan=Plan.parse(plan),
+            profile_path=profile,
+            time_scale=time_scale,
+            seed=seed,
+            guardrails=guardrails,
+            load_time_s=load_time,
+            cold_load=cold_load,
+            stage_profiler=stage_profiler,
+            api_key=api_key or None,
+            preempt_after_s=preempt_after,
+        )
         count = replica_count(config, replicas)
         from worldtune.tools.twin.server import TwinEngine
 
@@ -189,11 +198,21 @@ def bench(
             if frames is not None:
                 changes["num_frames"] = frames
             spec = BenchmarkSpec(
-                endpoints=endpoint, workload=anchor_workload(model, **changes), steps=steps, repeats=repeats,
-                concurrency=_csv_ints(concurrency, "concurrency"), poisson_rate_per_hour=poisson,
-                poisson_requests=requests, seed=seed, probe_steps=_csv_ints(probe_steps, "probe_steps"),
-                warmup=warmup, full=full, label=label, ready_timeout_s=ready_timeout, api=api,
-            )  # fmt: skip
+                endpoints=endpoint,
+                workload=anchor_workload(model, **changes),
+                steps=steps,
+                repeats=repeats,
+                concurrency=_csv_ints(concurrency, "concurrency"),
+                poisson_rate_per_hour=poisson,
+                poisson_requests=requests,
+                seed=seed,
+                probe_steps=_csv_ints(probe_steps, "probe_steps"),
+                warmup=warmup,
+                full=full,
+                label=label,
+                ready_timeout_s=ready_timeout,
+                api=api,
+            )
         store = Store(db)
     except (WorldtuneError, ValueError) as exc:
         raise fail(exc, as_json) from exc
@@ -249,18 +268,38 @@ def print_result(result: Any) -> None:
     console.print(table)
     if result.levels:
         levels = Table(title="load levels (model seconds)")
-        for name in ("phase", "conc.", "rate/h", "n", "ok", "fail", "clips/h", "qps", "lat mean", "lat p50",
-                     "lat p90", "server mean"):  # fmt: skip
+        for name in (
+            "phase",
+            "conc.",
+            "rate/h",
+            "n",
+            "ok",
+            "fail",
+            "clips/h",
+            "qps",
+            "lat mean",
+            "lat p50",
+            "lat p90",
+            "server mean",
+        ):
             levels.add_column(name, justify="left" if name == "phase" else "right")
         for lv in result.levels:
             p90 = lv.latency.percentiles.get("p90")
             clients = "open" if lv.phase == "poisson" else str(lv.concurrency)
             levels.add_row(
-                lv.phase, clients, _f(lv.rate_per_hour, 0), str(lv.requests), str(lv.completed),
-                str(lv.failed), _f(lv.clips_per_hour), f"{lv.throughput_qps:.5f}", _f(lv.latency.mean),
-                _f(lv.latency.median), _f(p90.value) if p90 and p90.claimable else f"n/c (n={lv.latency.n})",
+                lv.phase,
+                clients,
+                _f(lv.rate_per_hour, 0),
+                str(lv.requests),
+                str(lv.completed),
+                str(lv.failed),
+                _f(lv.clips_per_hour),
+                f"{lv.throughput_qps:.5f}",
+                _f(lv.latency.mean),
+                _f(lv.latency.median),
+                _f(p90.value) if p90 and p90.claimable else f"n/c (n={lv.latency.n})",
                 _f(lv.server_time.mean),
-            )  # fmt: skip
+            )
         console.print(levels)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
@@ -294,10 +333,15 @@ def results_list(
     for r in rows:
         s = _summary(r)
         table.add_row(
-            r["id"], r["status"], _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(r["started_at"])),
-            ", ".join((r.get("config") or {}).get("endpoints", [])), str(len(store.samples(r["id"]))),
-            _f(s.get("latency_mean")), _f(s.get("clips_per_hour")), _f(s.get("per_step_s"), 4),
-        )  # fmt: skip
+            r["id"],
+            r["status"],
+            _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(r["started_at"])),
+            ", ".join((r.get("config") or {}).get("endpoints", [])),
+            str(len(store.samples(r["id"]))),
+            _f(s.get("latency_mean")),
+            _f(s.get("clips_per_hour")),
+            _f(s.get("per_step_s"), 4),
+        )
     console.print(table)
 
 

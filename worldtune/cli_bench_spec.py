@@ -16,12 +16,17 @@ def only_endpoints_with_spec(ctx: typer.Context) -> None:
     from worldtune.tools.words.errors import InvalidInput
 
     given = sorted(
-        name for name in ctx.params
+        name
+        for name in ctx.params
         if name not in SPEC_COMPANIONS and getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
-    )  # fmt: skip
+    )
     if given:
-        raise InvalidInput("spec_json", "(given)", "--spec-json with only --endpoint, --db, --json, --wait",
-                           f"also given: {', '.join('--' + g.replace('_', '-') for g in given)}")  # fmt: skip
+        raise InvalidInput(
+            "spec_json",
+            "(given)",
+            "--spec-json with only --endpoint, --db, --json, --wait",
+            f"also given: {', '.join('--' + g.replace('_', '-') for g in given)}",
+        )
 
 
 def spec_from_json(text: str, endpoints: list[str]) -> Any:

@@ -62,9 +62,15 @@ def deploy(
         check_hold_hours(hours)  # what the real deploy's quote refuses (negative, not finite, past 720 h)
         store = None if dry_run else Store(db)  # resolved before HOME may change for SkyPilot
         deployment = build_deployment(
-            gpu, plan, model=model, infra=infra, engine=engine, capacity=capacity,
-            time_scale=time_scale, twin_profile=twin_profile,
-        )  # fmt: skip
+            gpu,
+            plan,
+            model=model,
+            infra=infra,
+            engine=engine,
+            capacity=capacity,
+            time_scale=time_scale,
+            twin_profile=twin_profile,
+        )
         options = render_options_for(deployment).model_copy(
             update={"spot_fallback": spot_fallback, "install": install, **({"image": image} if image else {})}
         )
@@ -77,8 +83,9 @@ def deploy(
             home.import_skypilot(sky_home)
         k8s = K8sOptions(namespace=namespace, **({"image": image} if image else {}))
         if dry_run:  # the real deploy's quote and guardrails (own GPUs are not free; the caps), checked here too
-            spend = quote("deploy", gpu, plan, infra=infra, capacity=capacity, model=model, hours=hours,
-                          usd_per_hour=usd_per_hour)  # fmt: skip
+            spend = quote(
+                "deploy", gpu, plan, infra=infra, capacity=capacity, model=model, hours=hours, usd_per_hour=usd_per_hour
+            )
             existing = resolve_db_path(db)
             # against what is live in the database, if there is one: a dry run creates no database
             check_commitment(spend, Store(existing).list_deployments() if existing.is_file() else [], None)
@@ -96,11 +103,24 @@ def deploy(
         return
     assert store is not None
     guarded: dict[str, Any] = {
-        "gpu": gpu, "plan": plan, "infra": infra, "engine": engine, "capacity": capacity, "model": model,
-        "hours": hours, "usd_per_hour": usd_per_hour, "store": store,
-    }  # fmt: skip
-    _launch(guarded, lambda: _backend(infra, store, k8s, options), yes=yes, as_json=as_json, time_scale=time_scale,
-            twin_profile=twin_profile)  # fmt: skip
+        "gpu": gpu,
+        "plan": plan,
+        "infra": infra,
+        "engine": engine,
+        "capacity": capacity,
+        "model": model,
+        "hours": hours,
+        "usd_per_hour": usd_per_hour,
+        "store": store,
+    }
+    _launch(
+        guarded,
+        lambda: _backend(infra, store, k8s, options),
+        yes=yes,
+        as_json=as_json,
+        time_scale=time_scale,
+        twin_profile=twin_profile,
+    )
 
 
 def _launch(
@@ -135,8 +155,9 @@ def _launch(
     try:
         backend = backend_for()
         with contextlib.redirect_stdout(sys.stderr):  # SkyPilot prints to stdout; keep it for our output
-            ready = deploying.deploy(**guarded, time_scale=time_scale, twin_profile=twin_profile, progress=progress,
-                                     backend=backend)  # fmt: skip
+            ready = deploying.deploy(
+                **guarded, time_scale=time_scale, twin_profile=twin_profile, progress=progress, backend=backend
+            )
     except (WorldtuneError, ValueError, RuntimeError, TimeoutError) as exc:
         raise fail(f"launch failed: {exc}", as_json) from exc
     if as_json:
@@ -206,10 +227,17 @@ def gc(
     found = garbage(store)
     listed = {row.get("deployment_id") for row in found}
     expired = [
-        {"cluster": d.cluster, "backend": str(d.infra), "deployment_id": d.id, "run_id": d.run_id, "state": d.state,
-         "reason": f"its {d.hold_hours:g} h ran out"}
-        for d in lease.expired(store) if d.id not in listed
-    ]  # fmt: skip
+        {
+            "cluster": d.cluster,
+            "backend": str(d.infra),
+            "deployment_id": d.id,
+            "run_id": d.run_id,
+            "state": d.state,
+            "reason": f"its {d.hold_hours:g} h ran out",
+        }
+        for d in lease.expired(store)
+        if d.id not in listed
+    ]
     dead = [r["id"] for r in dead_runs(store)]
     if not yes:
         if as_json:

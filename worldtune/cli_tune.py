@@ -38,17 +38,38 @@ def _printer(as_json: bool) -> Any:
 def _output(outcome: dict[str, Any]) -> dict[str, Any]:
     """The --json object (issue 5 item 7's keys, plus where to find the rest)."""
     if outcome["status"] != "completed":
-        return {"run_id": outcome["run_id"], "thread_id": outcome["thread_id"], "status": outcome["status"],
-                "question": outcome.get("question"), "stop_reason": None}  # fmt: skip
+        return {
+            "run_id": outcome["run_id"],
+            "thread_id": outcome["thread_id"],
+            "status": outcome["status"],
+            "question": outcome.get("question"),
+            "stop_reason": None,
+        }
     s = outcome["summary"]
     from worldtune.agent.provenance import provenance
 
-    keys = ("goal", "recommendation", "measured", "predicted", "spend", "spend_estimate", "stop_reason", "stop_kind",
-            "run_id", "nearest", "rejected", "failed")  # fmt: skip
+    keys = (
+        "goal",
+        "recommendation",
+        "measured",
+        "predicted",
+        "spend",
+        "spend_estimate",
+        "stop_reason",
+        "stop_kind",
+        "run_id",
+        "nearest",
+        "rejected",
+        "failed",
+    )
     # provenance: which figures are simulated (twin) or measured, which model terms are assumed, how far the
     # latency claim goes with n samples, and the prices' snapshot date
-    return {"status": "completed", "thread_id": outcome["thread_id"], **{k: s.get(k) for k in keys},
-            "provenance": s.get("provenance") or provenance(s)}  # fmt: skip
+    return {
+        "status": "completed",
+        "thread_id": outcome["thread_id"],
+        **{k: s.get(k) for k in keys},
+        "provenance": s.get("provenance") or provenance(s),
+    }
 
 
 def _print_outcome(outcome: dict[str, Any]) -> None:
@@ -59,8 +80,11 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
         question = outcome.get("question") or {}
         for line in approval_lines(question.get("spend_estimate") or {}):
             console.print(line, markup=False, highlight=False)
-        console.print(f"approve with: worldtune resume {outcome['thread_id']} --yes   (or --no to decline)",
-                      markup=False, highlight=False)  # fmt: skip
+        console.print(
+            f"approve with: worldtune resume {outcome['thread_id']} --yes   (or --no to decline)",
+            markup=False,
+            highlight=False,
+        )
         return
     s = outcome["summary"]
     rec = s.get("recommendation")
@@ -70,8 +94,10 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
             f"[bold red]no verified recommendation[/] ({s.get('stop_kind') or 'stopped'}): {s['stop_reason']}"
         )
         for o in s.get("nearest") or []:
-            console.print(f"  nearest: {o['plan']} on {o['gpu']} ({o['stage']}): p95 ~{o['latency_q_s']} s, "
-                              f"meets {o['would_meet_s']} s at 95%, ${o['usd_per_clip']}/clip")  # fmt: skip
+            console.print(
+                f"  nearest: {o['plan']} on {o['gpu']} ({o['stage']}): p95 ~{o['latency_q_s']} s, "
+                f"meets {o['would_meet_s']} s at 95%, ${o['usd_per_clip']}/clip"
+            )
     else:
         m, p = s["measured"], s["predicted"]
         simulated = (s.get("provenance") or provenance(s))["simulated"]
@@ -188,13 +214,19 @@ def tune(
         _use_token(mcp_token, mcp_url)
         free = not needs_confirmation(infra, engine)  # as start_tuning: a run that bills nothing is not asked
         options = TuneOptions(
-            infra=infra, engine=engine, twin_profile=twin_profile, budget_usd=budget, yes=yes or (free and not ask),
+            infra=infra,
+            engine=engine,
+            twin_profile=twin_profile,
+            budget_usd=budget,
+            yes=yes or (free and not ask),
             db_path=db,
-            parallel=parallel, mcp_url=mcp_url, reuse_nodes=reuse_nodes,
+            parallel=parallel,
+            mcp_url=mcp_url,
+            reuse_nodes=reuse_nodes,
             confidence=confidence / 100.0 if confidence is not None and confidence > 1 else confidence,
             # `or` would read --time-scale 0 as unset (300): only a missing option takes the default
             time_scale=(LOCAL_TWIN_TIME_SCALE if engine == "twin" else 1.0) if time_scale is None else time_scale,
-        )  # fmt: skip
+        )
         options.checkpoint_path()  # the database and its checkpoints file, checked before anything is created
         parsed = goal_for(goal, options)
     except GoalQuestion as exc:
@@ -250,11 +282,18 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
             from worldtune.agent.fleet_step import fleet_for, record_fleet
 
             recommended = (outcome["summary"].get("recommendation") or {}).get("plan")
-            outcome["fleet"] = fleet_for(parsed.goal, options.infra, options.engine, options.time_scale, db,
-                                         _printer(as_json), twin_profiles=options.twin_profiles(),
-                                         learned_profiles=outcome["summary"].get("learned_profiles"),
-                                         mcp_url=options.mcp_url,
-                                         recommended=recommended)  # fmt: skip
+            outcome["fleet"] = fleet_for(
+                parsed.goal,
+                options.infra,
+                options.engine,
+                options.time_scale,
+                db,
+                _printer(as_json),
+                twin_profiles=options.twin_profiles(),
+                learned_profiles=outcome["summary"].get("learned_profiles"),
+                mcp_url=options.mcp_url,
+                recommended=recommended,
+            )
             # the report draws its day; over MCP, so a remote run's fleet is kept by its server
             record_fleet(outcome["run_id"], outcome["fleet"], db, options.mcp_url)
     except RunStopped as exc:
@@ -315,8 +354,15 @@ def report(
 def _stopped(exc: Any, as_json: bool) -> typer.Exit:
     """A run stopped by SIGINT/SIGTERM/SIGHUP after its teardown: say so, exit 128 + the signal's number."""
     if as_json:
-        emit_json({"run_id": exc.run_id, "thread_id": exc.run_id, "status": "interrupted", "reason": exc.reason,
-                   "resume": f"worldtune resume {exc.run_id}"})  # fmt: skip
+        emit_json(
+            {
+                "run_id": exc.run_id,
+                "thread_id": exc.run_id,
+                "status": "interrupted",
+                "reason": exc.reason,
+                "resume": f"worldtune resume {exc.run_id}",
+            }
+        )
     err_console.print(f"[bold yellow]stopped[/] {exc}")
     return typer.Exit(128 + exc.signum if exc.signum else EXIT_STOPPED)
 

@@ -74,8 +74,13 @@ def run_plan(
             layer = sizes.layer
             heads = layer.q_heads // (plan.ulysses * plan.tp)
             q = torch.randn(sizes.video_tokens, heads, layer.head_dim, device=device, dtype=dtype)
-            kv = torch.randn(sizes.video_tokens, max(1, heads * layer.kv_heads // layer.q_heads), layer.head_dim,
-                             device=device, dtype=dtype)  # fmt: skip
+            kv = torch.randn(
+                sizes.video_tokens,
+                max(1, heads * layer.kv_heads // layer.q_heads),
+                layer.head_dim,
+                device=device,
+                dtype=dtype,
+            )
             runner.attention(q, kv, kv, kv[: sizes.prompt_tokens], kv[: sizes.prompt_tokens])
             del q, kv
         except RuntimeError as exc:

@@ -130,9 +130,16 @@ def ring(bench: Mech) -> None:
 
 
 def _ring_case(
-    bench: Mech, name: str, backend: str, u: int, r: int, flops: float, one_call: Callable[[], object],
-    chunks_of: Callable[[bool], Any], ref: Any,
-) -> None:  # fmt: skip
+    bench: Mech,
+    name: str,
+    backend: str,
+    u: int,
+    r: int,
+    flops: float,
+    one_call: Callable[[], object],
+    chunks_of: Callable[[bool], Any],
+    ref: Any,
+) -> None:
     """One split's records: one call, the chunks alone, the chunks merged (with its error against `ref`),
     and the overheads of the last two over the first."""
     one = bench.record("ring", f"{name}-one-call", bench.timed(one_call))

@@ -69,8 +69,19 @@ class MechSizes:
     def of(cls, sizes: Sizes, vae_base: int = 0) -> MechSizes:
         layer = sizes.layer
         base = vae_base or VAE_BASE["full" if sizes.variant == "full" else "tiny"]
-        return cls(layer.q_heads, layer.kv_heads, layer.head_dim, layer.hidden, layer.ffn, sizes.video_tokens,
-                   sizes.prompt_tokens, sizes.latent, base, sizes.vae_tile, sizes.vae_tiles)  # fmt: skip
+        return cls(
+            layer.q_heads,
+            layer.kv_heads,
+            layer.head_dim,
+            layer.hidden,
+            layer.ffn,
+            sizes.video_tokens,
+            sizes.prompt_tokens,
+            sizes.latent,
+            base,
+            sizes.vae_tile,
+            sizes.vae_tiles,
+        )
 
 
 def __getattr__(name: str) -> MechSizes:

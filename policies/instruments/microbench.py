@@ -57,10 +57,23 @@ from .shapes import SP_DEGREES, Sizes, record
 
 # the micro-benchmark's face: what `worldtune calibrate`, policies/gpu_calibration.py and the tests read
 __all__ = [
-    "HALVINGS", "MULTICAST_OFF_ENV", "RAW_FORMAT", "SP_DEGREES", "attention_flops", "cfg_gather_bytes",
-    "collective_cases", "group_cases", "hsdp_gather_bytes", "linear_flops", "main", "mechanisms_path",
-    "sub_groups", "token_sweep", "tp_allreduce_bytes", "ulysses_bytes",
-]  # fmt: skip
+    "HALVINGS",
+    "MULTICAST_OFF_ENV",
+    "RAW_FORMAT",
+    "SP_DEGREES",
+    "attention_flops",
+    "cfg_gather_bytes",
+    "collective_cases",
+    "group_cases",
+    "hsdp_gather_bytes",
+    "linear_flops",
+    "main",
+    "mechanisms_path",
+    "sub_groups",
+    "token_sweep",
+    "tp_allreduce_bytes",
+    "ulysses_bytes",
+]
 RAW_FORMAT = "worldtune-gpu-microbench/1"
 
 

@@ -35,8 +35,24 @@ MAX_RANKS = 8  # bus factors are written for 1..8 ranks: one node
 COLLECTIVES = ("a2a", "allreduce", "allgather")
 STEP_GRAMMAR = "tokens tpN, cfgN (N=1,2), uN, hsdpN joined by '-', or 1gpu (e.g. cfg2-u4-hsdp8, tp8)"
 # The plans a written file carries when none are named: the generator-step runs the docs show.
-STEP_PLANS = ("1gpu", "cfg2", "u2", "tp2", "hsdp2", "cfg2-hsdp2", "cfg2-u2", "u4", "tp4", "cfg2-tp2", "u2-hsdp2",
-              "cfg2-u2-hsdp4", "cfg2-u4", "u8", "tp8", "cfg2-u4-hsdp8")  # fmt: skip
+STEP_PLANS = (
+    "1gpu",
+    "cfg2",
+    "u2",
+    "tp2",
+    "hsdp2",
+    "cfg2-hsdp2",
+    "cfg2-u2",
+    "u4",
+    "tp4",
+    "cfg2-tp2",
+    "u2-hsdp2",
+    "cfg2-u2-hsdp4",
+    "cfg2-u4",
+    "u8",
+    "tp8",
+    "cfg2-u4-hsdp8",
+)
 
 
 @dataclass(frozen=True)
@@ -53,9 +69,10 @@ TOYS = {
     "tiny": Toy(TowerShape(layers=2, hidden=256, q_heads=8, kv_heads=2, head_dim=32, ffn=512), 552, 64, (3, 10, 14)),
     # the generator step's toy: 8 KV heads as the real model has (Ulysses/TP 2, 4 and 8 all split them); a step
     # is scaled to the model's 64 layers
-    "step-tiny": Toy(TowerShape(layers=64, hidden=128, q_heads=16, kv_heads=8, head_dim=8, ffn=256), 96, 16,
-                     (3, 10, 14)),
-}  # fmt: skip
+    "step-tiny": Toy(
+        TowerShape(layers=64, hidden=128, q_heads=16, kv_heads=8, head_dim=8, ffn=256), 96, 16, (3, 10, 14)
+    ),
+}
 
 
 def scheme_cases(tower: TowerShape, tokens: int) -> list[dict[str, Any]]:
@@ -90,8 +107,13 @@ def variant(name: str, model: str = "cosmos3-super") -> dict[str, Any]:
     t = toy.tower
     _, latent_h, latent_w = toy.latent
     return {
-        "layer": {"hidden": t.hidden, "q_heads": t.q_heads, "kv_heads": t.kv_heads, "head_dim": t.head_dim,
-                  "ffn": t.ffn},
+        "layer": {
+            "hidden": t.hidden,
+            "q_heads": t.q_heads,
+            "kv_heads": t.kv_heads,
+            "head_dim": t.head_dim,
+            "ffn": t.ffn,
+        },
         "layer_params": t.params_per_layer,
         "layers": t.layers,
         "video_tokens": toy.video_tokens,
@@ -101,7 +123,7 @@ def variant(name: str, model: str = "cosmos3-super") -> dict[str, Any]:
         "vae_tile": [perf_model.VAE_TILE_LATENT, perf_model.VAE_TILE_STRIDE],
         "vae_tiles": [list(tile) for tile in perf_model.vae_tile_shapes(latent_h, latent_w)],
         "cases": scheme_cases(t, toy.video_tokens),
-    }  # fmt: skip
+    }
 
 
 def step_plan(text: str) -> dict[str, Any]:
@@ -110,16 +132,25 @@ def step_plan(text: str) -> dict[str, Any]:
     try:
         plan = Plan.parse(text)
     except InvalidInput as exc:
-        raise ValueError(f"plan={text!r}: bad or repeated token ({exc.hint or exc.expected}); a generator step "
-                         f"takes {STEP_GRAMMAR}") from exc  # fmt: skip
+        raise ValueError(
+            f"plan={text!r}: bad or repeated token ({exc.hint or exc.expected}); a generator step takes {STEP_GRAMMAR}"
+        ) from exc
     extra = {"rN": plan.ring > 1, "vaeN": plan.vae > 1, "fp8": plan.fp8, plan.attn: plan.attn != "auto"}
     extra["Nx"] = plan.replicas > 1
     if any(extra.values()):
         tokens = ", ".join(k for k, v in extra.items() if v)
-        raise ValueError(f"plan={text!r}: bad or repeated token for a generator step ({tokens}: it has no ring, VAE "
-                         f"patch, FP8, backend or replica dimension); it takes {STEP_GRAMMAR}")  # fmt: skip
-    return {"name": str(plan), "world": plan.world_size, "cfg": plan.cfg, "ulysses": plan.ulysses, "tp": plan.tp,
-            "hsdp": plan.hsdp}  # fmt: skip
+        raise ValueError(
+            f"plan={text!r}: bad or repeated token for a generator step ({tokens}: it has no ring, VAE "
+            f"patch, FP8, backend or replica dimension); it takes {STEP_GRAMMAR}"
+        )
+    return {
+        "name": str(plan),
+        "world": plan.world_size,
+        "cfg": plan.cfg,
+        "ulysses": plan.ulysses,
+        "tp": plan.tp,
+        "hsdp": plan.hsdp,
+    }
 
 
 def document(
@@ -135,10 +166,11 @@ def document(
         "format": SIZES_FORMAT,
         "source": f"worldtune's model of {model} (tools/words/models.py, workload.py, policies/perf_model.py)",
         "variants": {name: variant(name, model) for name in variants},
-        "bus_factors": {c: {str(w): perf_model.bus_bytes(c, 1.0, w) for w in range(1, MAX_RANKS + 1)}
-                        for c in COLLECTIVES},
+        "bus_factors": {
+            c: {str(w): perf_model.bus_bytes(c, 1.0, w) for w in range(1, MAX_RANKS + 1)} for c in COLLECTIVES
+        },
         "plans": parsed,
-    }  # fmt: skip
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

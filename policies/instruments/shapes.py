@@ -112,8 +112,10 @@ def from_document(doc: Mapping[str, Any], variant: str, source: str) -> Sizes:
     v = doc["variants"][variant]
     layer = LayerShape(**v["layer"])
     if layer.params != v["layer_params"]:  # the matrices built here against the model's weight count
-        raise ValueError(f"{source}: the layer built from {v['layer']} has {layer.params} weights, the model's has "
-                         f"{v['layer_params']}")  # fmt: skip
+        raise ValueError(
+            f"{source}: the layer built from {v['layer']} has {layer.params} weights, the model's has "
+            f"{v['layer_params']}"
+        )
     return Sizes(
         variant=variant,
         source=source,
@@ -142,5 +144,11 @@ def record(sizes: Sizes) -> dict[str, Any]:
     layer = sizes.layer
     dims = {"hidden": layer.hidden, "q_heads": layer.q_heads, "kv_heads": layer.kv_heads}
     dims |= {"head_dim": layer.head_dim, "ffn": layer.ffn}
-    return {**dims, "video_tokens": sizes.video_tokens, "prompt_tokens": sizes.prompt_tokens, "layers": sizes.layers,
-            "layer_params": layer.params, "from": sizes.source}  # fmt: skip
+    return {
+        **dims,
+        "video_tokens": sizes.video_tokens,
+        "prompt_tokens": sizes.prompt_tokens,
+        "layers": sizes.layers,
+        "layer_params": layer.params,
+        "from": sizes.source,
+    }

@@ -132,4 +132,4 @@ __all__ = [
     "spend_estimate",
     "start_seconds",
     "tolerance_bound",
-]  # fmt: skip
+]

@@ -75,18 +75,27 @@ def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iter
     d = draws(state, assessed)
     p_any = float(d.feasible.any(axis=0).mean())
     if state.iterations >= max_iterations:
-        return Decision(stop_reason=f"iteration cap reached ({max_iterations} measurements): a last resort, "
-                           "not a verdict", stop_kind="iteration_cap", best=best_key, p_feasible=p_any)  # fmt: skip
+        return Decision(
+            stop_reason=f"iteration cap reached ({max_iterations} measurements): a last resort, not a verdict",
+            stop_kind="iteration_cap",
+            best=best_key,
+            p_feasible=p_any,
+        )
     open_ = np.asarray([c.stage != "measured" and c.key not in state.failed for c in ranked])
     if best is None and p_any < STOP_LEVEL:
         nearest = nearest_options(state, d)
-        near = "; ".join(f"{o.plan} on {o.gpu}: p{goal.latency_percentile} ~{o.latency_q_s:.1f} s, meets "
-                         f"{o.would_meet_s:.1f} s at 95%, ${o.usd_per_clip:.3f}/clip" for o in nearest)  # fmt: skip
+        near = "; ".join(
+            f"{o.plan} on {o.gpu}: p{goal.latency_percentile} ~{o.latency_q_s:.1f} s, meets "
+            f"{o.would_meet_s:.1f} s at 95%, ${o.usd_per_clip:.3f}/clip"
+            for o in nearest
+        )
         return Decision(
             stop_reason=f"infeasible: P(any candidate meets the constraints) = {p_any:.1%} < {STOP_LEVEL:.0%} "
             f"under the posterior; nearest: {near}",
-            stop_kind="infeasible", p_feasible=p_any, nearest=nearest,
-        )  # fmt: skip
+            stop_kind="infeasible",
+            p_feasible=p_any,
+            nearest=nearest,
+        )
     if best is not None:
         value_best = objective_value(goal, best)
         threshold = value_best - margin * abs(value_best)
@@ -98,8 +107,11 @@ def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iter
                 f"P(an unverified candidate beats it by more than {margin:.0%}) = {p_beaten:.1%} < "
                 f"{STOP_LEVEL:.0%} under the posterior ({DRAWS} draws): "
                 f"{1 - STOP_LEVEL:.0%} confidence none does",
-                stop_kind="converged", best=best_key, p_beaten=p_beaten, p_feasible=1.0,
-            )  # fmt: skip
+                stop_kind="converged",
+                best=best_key,
+                p_beaten=p_beaten,
+                p_feasible=1.0,
+            )
         reference = np.full(d.objective.shape[1], threshold)
         lead = None
     else:
@@ -164,8 +176,13 @@ def _production_value(goal: Goal, best: Candidate | None, d: Draws, open_: np.nd
     share = _with_others(d, gain.mean(axis=1))
     clips, whence = goal.production()
     usd = clips * best.usd_per_clip
-    unit = {"min_cost_per_clip": "cost per clip", "max_throughput": "clips per node-hour",
-            "min_latency": "latency (priced as the same share of the production's cost: an assumption)"}  # fmt: skip
-    says = (f"value = the expected improvement in {unit[goal.objective]} where beyond the {margin:.0%} margin x "
-            f"{clips:,.0f} production clips ({whence}) x ${best.usd_per_clip:.3f}/clip")  # fmt: skip
+    unit = {
+        "min_cost_per_clip": "cost per clip",
+        "max_throughput": "clips per node-hour",
+        "min_latency": "latency (priced as the same share of the production's cost: an assumption)",
+    }
+    says = (
+        f"value = the expected improvement in {unit[goal.objective]} where beyond the {margin:.0%} margin x "
+        f"{clips:,.0f} production clips ({whence}) x ${best.usd_per_clip:.3f}/clip"
+    )
     return Worth(usd, share, says)

@@ -163,20 +163,31 @@ def assess(state: SearchState) -> list[Assessed]:
             cand = _with_measurements(goal, cand, measured.get(hardware_key(key), []), prior)
             if cand.stage == "predicted":
                 shifts = [
-                    ModeShift(d_latency=p.log_latency - main.log_latency, d_service=p.log_service - main.log_service,
-                              grad_latency=p.grad_latency.tolist(), grad_service=p.grad_service.tolist())
+                    ModeShift(
+                        d_latency=p.log_latency - main.log_latency,
+                        d_service=p.log_service - main.log_service,
+                        grad_latency=p.grad_latency.tolist(),
+                        grad_service=p.grad_service.tolist(),
+                    )
                     for p in preds[1:]
-                ]  # fmt: skip
-                out.append(Assessed(cand=cand, grad_latency=main.grad_latency.tolist(),
-                                    grad_service=main.grad_service.tolist(), own_sigma=math.hypot(post.model_error,
-                                    extra), modes=shifts))  # fmt: skip
+                ]
+                out.append(
+                    Assessed(
+                        cand=cand,
+                        grad_latency=main.grad_latency.tolist(),
+                        grad_service=main.grad_service.tolist(),
+                        own_sigma=math.hypot(post.model_error, extra),
+                        modes=shifts,
+                    )
+                )
             else:  # its own measurement pins it: no parameter moves it any more
                 zero = [0.0] * len(post.names)
                 pinned = [ModeShift(d_latency=0.0, d_service=0.0, grad_latency=zero, grad_service=zero)] * (
                     len(preds) - 1
                 )
-                out.append(Assessed(cand=cand, grad_latency=zero, grad_service=zero, own_sigma=cand.sigma,
-                                    modes=pinned))  # fmt: skip
+                out.append(
+                    Assessed(cand=cand, grad_latency=zero, grad_service=zero, own_sigma=cand.sigma, modes=pinned)
+                )
     return sorted(out, key=lambda a: (not a.cand.feasible, objective_value(goal, a.cand), a.cand.key))
 
 

@@ -58,17 +58,24 @@ def ready_for_full(state: SearchState, cands: list[Candidate]) -> set[str]:
 
 
 def worth_first(
-    state: SearchState, d: Draws, full: int, ready: set[str], open_: np.ndarray, held: set[str], requests: int,
+    state: SearchState,
+    d: Draws,
+    full: int,
+    ready: set[str],
+    open_: np.ndarray,
+    held: set[str],
+    requests: int,
     margin: float,
-) -> list[tuple[float, int]]:  # fmt: skip
+) -> list[tuple[float, int]]:
     """(gain, index) of each unprobed open candidate whose probe costs less than what it would likely save before
     a full run of `full` (many probes' worth), in the candidates' order. The saving is P(it is feasible and beats
     `full` by the margin) x the full run's cost, since that full run would then be spent on a plan the search does
     not end on."""
     cands = d.cands
     target = cands[full]
-    _, full_usd = action_cost(target, "full", target.key in state.deployed, requests=requests,
-                              node_held=target.offer.id in held)  # fmt: skip
+    _, full_usd = action_cost(
+        target, "full", target.key in state.deployed, requests=requests, node_held=target.offer.id in held
+    )
     own = d.objective[full]
     worth: list[tuple[float, int]] = []
     for i, c in enumerate(cands):
@@ -125,14 +132,18 @@ class _Round:
         picks = [Pick(i, "retry") for i, c in enumerate(cands) if c.key in self.state.retry]
         full = lead if self.best is None else self._challenger()
         if full is not None:
-            ahead = worth_first(self.state, self.d, full, self.ready, self.open_, self.held, self.requests,
-                                self.margin)  # fmt: skip
+            ahead = worth_first(self.state, self.d, full, self.ready, self.open_, self.held, self.requests, self.margin)
             # a probe that could spare the full run goes first, and the full run waits for what it says
             picks.append(Pick(max(ahead, key=lambda g: g[0])[1], "displace") if ahead else Pick(full, "lead"))
         for i, c in enumerate(cands):
             if self.open_[i] and self.value[i] > 0:
-                _, usd = action_cost(c, "full" if c.key in self.ready else "probe", c.key in self.state.deployed,
-                                     requests=self.requests, node_held=c.offer.id in self.held)  # fmt: skip
+                _, usd = action_cost(
+                    c,
+                    "full" if c.key in self.ready else "probe",
+                    c.key in self.state.deployed,
+                    requests=self.requests,
+                    node_held=c.offer.id in self.held,
+                )
                 picks.append(Pick(i, "value", float(self.value[i] / max(usd, 1e-6))))
         picks.sort(key=lambda p: (RANK[p.why], -p.per_usd))
         return picks, full
@@ -194,13 +205,25 @@ class _Round:
         if on_node:
             self.held.discard(cand.offer.id)  # one node runs one plan at a time
         reason = _why(self, i, pick.why, kind, n) + note + (f"; {early.why}" if early else "")
-        self.actions.append(Action(
-            key=cand.key, kind=kind, expected_usd=usd, expected_s=seconds, needs_deploy=not deployed, reason=reason,
-            requests=n if kind == "full" else 0, lanes=lane.lanes if lane else 1,
-            lane_requests=lane.requests if lane else [], redeploy=retry, value=float(self.value[i]),
-            early_lanes=early.lanes.lanes - 1 - early.spare if early else 0, early_plan=early.plan if early else "",
-            spares_held=early.spare if early else 0, early_after_s=early.after_s if early else 0.0,
-        ))  # fmt: skip
+        self.actions.append(
+            Action(
+                key=cand.key,
+                kind=kind,
+                expected_usd=usd,
+                expected_s=seconds,
+                needs_deploy=not deployed,
+                reason=reason,
+                requests=n if kind == "full" else 0,
+                lanes=lane.lanes if lane else 1,
+                lane_requests=lane.requests if lane else [],
+                redeploy=retry,
+                value=float(self.value[i]),
+                early_lanes=early.lanes.lanes - 1 - early.spare if early else 0,
+                early_plan=early.plan if early else "",
+                spares_held=early.spare if early else 0,
+                early_after_s=early.after_s if early else 0.0,
+            )
+        )
 
     def _priced(
         self, cand: Candidate, kind: ActionKind, deployed: bool, on_node: bool
@@ -226,17 +249,32 @@ class _Round:
         worth a probe, they would wait through its probe too (kept spares only if that is cheaper)."""
         cands = self.d.cands
         run = run_after(i, cands, self.p_best, lead_full)
-        rivals = [j for _, j in worth_first(self.state, self.d, run, self.ready, self.open_, self.held,
-                                            self.requests, self.margin) if j != i]  # fmt: skip
-        return early_lanes(self.state, cand, cands[run], seconds, self.left - usd, self.requests, self.p_best, cands,
-                           launch=not rivals)  # fmt: skip
+        rivals = [
+            j
+            for _, j in worth_first(
+                self.state, self.d, run, self.ready, self.open_, self.held, self.requests, self.margin
+            )
+            if j != i
+        ]
+        return early_lanes(
+            self.state, cand, cands[run], seconds, self.left - usd, self.requests, self.p_best, cands, launch=not rivals
+        )
 
 
 def choose(
-    state: SearchState, d: Draws, ei: np.ndarray, value: np.ndarray, open_: np.ndarray, best: Candidate | None,
-    parallel: int, p_beaten: float | None, p_any: float, margin: float = 0.03,
-    lead: tuple[int, float] | None = None, worth: Worth | None = None,
-) -> Decision:  # fmt: skip
+    state: SearchState,
+    d: Draws,
+    ei: np.ndarray,
+    value: np.ndarray,
+    open_: np.ndarray,
+    best: Candidate | None,
+    parallel: int,
+    p_beaten: float | None,
+    p_any: float,
+    margin: float = 0.03,
+    lead: tuple[int, float] | None = None,
+    worth: Worth | None = None,
+) -> Decision:
     """At most `parallel` actions on distinct hardware, picks taken best first; or why nothing is bought."""
     p_stop = lead[1] if lead is not None else None  # decide gives a lead only while nothing is verified
     r = _Round(state, d, ei, value, open_, best, margin, worth, p_stop)
@@ -258,9 +296,13 @@ def choose(
 
 
 def _not_worth(
-    best: Candidate, p_beaten: float | None, unworthy: list[tuple[float, float, int]], cands: list[Candidate],
-    worth: Worth, margin: float,
-) -> Decision:  # fmt: skip
+    best: Candidate,
+    p_beaten: float | None,
+    unworthy: list[tuple[float, float, int]],
+    cands: list[Candidate],
+    worth: Worth,
+    margin: float,
+) -> Decision:
     """A verified answer, and every measurement left would cost more than what it may find is worth: stop."""
     gain, usd, i = max(unworthy, key=lambda u: u[0] - u[1])
     top = cands[i]
@@ -269,28 +311,47 @@ def _not_worth(
         stop_reason=f"converged: {best.plan} on {best.offer.id} meets the goal ({best.evidence}); {beaten}nothing "
         f"left is worth its cost: the most valuable, {top.plan} on {top.offer.id}, is worth ${gain:,.2f} against "
         f"its ${usd:,.2f} ({len(unworthy)} such measurement(s); {worth.says})",
-        stop_kind="converged", best=best.key, p_beaten=p_beaten, p_feasible=1.0,
-    )  # fmt: skip
+        stop_kind="converged",
+        best=best.key,
+        p_beaten=p_beaten,
+        p_feasible=1.0,
+    )
 
 
 def _nothing_fits(
-    state: SearchState, d: Draws, best: Candidate | None, p_beaten: float | None, p_any: float,
-    skipped: int, late: int, ordered: bool,
-) -> Decision:  # fmt: skip
+    state: SearchState,
+    d: Draws,
+    best: Candidate | None,
+    p_beaten: float | None,
+    p_any: float,
+    skipped: int,
+    late: int,
+    ordered: bool,
+) -> Decision:
     """No measurement fits what is left of the budget (or of the time to answer): stop, and say which."""
     goal = state.goal
-    reason = (f"budget reached: ${state.spent_usd:.2f} of ${goal.budget_usd:g} spent and the next of "
-              f"{max(skipped, 1)} candidate measurement(s) would not fit in what is left")  # fmt: skip
+    reason = (
+        f"budget reached: ${state.spent_usd:.2f} of ${goal.budget_usd:g} spent and the next of "
+        f"{max(skipped, 1)} candidate measurement(s) would not fit in what is left"
+    )
     stop: StopKind = "budget"
     if late and not skipped:
         stop = "deadline"
-        reason = (f"time to answer reached: {state.elapsed_s / 3600:.2f} h of "
-                  f"{(goal.answer_within_s or 0) / 3600:g} h used and the next of {late} candidate measurement(s) "
-                  "would end after it")  # fmt: skip
+        reason = (
+            f"time to answer reached: {state.elapsed_s / 3600:.2f} h of "
+            f"{(goal.answer_within_s or 0) / 3600:g} h used and the next of {late} candidate measurement(s) "
+            "would end after it"
+        )
     if not ordered:
         reason = "nothing left worth measuring, yet no candidate is verified"
-    return Decision(stop_reason=reason, stop_kind=stop, best=best.key if best else None,
-                       p_beaten=p_beaten, p_feasible=p_any, nearest=nearest_options(state, d))  # fmt: skip
+    return Decision(
+        stop_reason=reason,
+        stop_kind=stop,
+        best=best.key if best else None,
+        p_beaten=p_beaten,
+        p_feasible=p_any,
+        nearest=nearest_options(state, d),
+    )
 
 
 def _why(r: _Round, i: int, why: Why, kind: str, requests: int) -> str:
@@ -307,18 +368,23 @@ def _why(r: _Round, i: int, why: Why, kind: str, requests: int) -> str:
     against = "the best verified by the margin" if best is not None else "the plan it would verify now by the margin"
     if best is None and p_stop is None:
         against = "the best predicted"
-    text = (f"predicted {_fmt(state.goal, cand)} (±{cand.sigma:.1%}), P(feasible) "
-            f"{float(d.feasible[i].mean()):.0%}, P(optimum) {p_best[i]:.0%}; expected improvement over {against} "
-            f"{ei[i]:.1%} of the objective, {value[i]:.1%} with what it tells about the others")  # fmt: skip
+    text = (
+        f"predicted {_fmt(state.goal, cand)} (±{cand.sigma:.1%}), P(feasible) "
+        f"{float(d.feasible[i].mean()):.0%}, P(optimum) {p_best[i]:.0%}; expected improvement over {against} "
+        f"{ei[i]:.1%} of the objective, {value[i]:.1%} with what it tells about the others"
+    )
     if why == "lead" and best is None and p_stop is not None:
-        text = (f"the likeliest optimum, pinned by its probe: verified, P(no open candidate beats it by more than "
-                f"{margin:.0%}) = {p_stop:.0%}, so a full run of {requests} requests most likely ends the search; "
-                + text)  # fmt: skip
+        text = (
+            f"the likeliest optimum, pinned by its probe: verified, P(no open candidate beats it by more than "
+            f"{margin:.0%}) = {p_stop:.0%}, so a full run of {requests} requests most likely ends the search; " + text
+        )
     elif why == "lead":
         text = f"the likeliest optimum, pinned by its probe: a full run of {requests} requests verifies it; " + text
     elif why == "displace":
-        text = ("probed before the likeliest optimum's full run: the chance it beats that plan by more than the "
-                "margin, times the full run's cost, is more than this probe costs; " + text)  # fmt: skip
+        text = (
+            "probed before the likeliest optimum's full run: the chance it beats that plan by more than the "
+            "margin, times the full run's cost, is more than this probe costs; " + text
+        )
     if learns:
         text += "; would narrow " + ", ".join(learns)
     if best is not None:

@@ -93,12 +93,17 @@ def nearest_options(state: SearchState, d: Draws, top: int = 3) -> list[NearestO
         if cand.key in state.failed or hardware_key(cand.key) in seen:
             continue
         seen.add(hardware_key(cand.key))
-        out.append(NearestOption(
-            key=cand.key, gpu=cand.gpu, plan=str(cand.plan), stage=cand.stage,
-            latency_q_s=round(float(np.median(lat_q[i])), 2),
-            would_meet_s=round(float(np.quantile(lat_q[i], 0.95)), 2),
-            usd_per_clip=round(cand.usd_per_clip, 4),
-        ))  # fmt: skip
+        out.append(
+            NearestOption(
+                key=cand.key,
+                gpu=cand.gpu,
+                plan=str(cand.plan),
+                stage=cand.stage,
+                latency_q_s=round(float(np.median(lat_q[i])), 2),
+                would_meet_s=round(float(np.quantile(lat_q[i], 0.95)), 2),
+                usd_per_clip=round(cand.usd_per_clip, 4),
+            )
+        )
         if len(out) >= top:
             break
     return out

@@ -115,17 +115,36 @@ def observations(state: SearchState, gpu: str) -> list[belief_fit.Observation]:
             root = math.sqrt(m.repeats)
             step_sd = max(math.sqrt(2) * cv * hi / (span * m.per_step_s) / root, 0.0005)
             fixed_sd = max(math.sqrt(5) * cv * hi / m.fixed_s / root, 0.0005)
-            out.append(belief_fit.Observation(plan=plan, workload=wl, quantity="per_step", value=m.per_step_s,
-                                          rel_sigma=step_sd, label=f"probe {m.key}"))  # fmt: skip
-            out.append(belief_fit.Observation(plan=plan, workload=wl, quantity="fixed", value=m.fixed_s,
-                                          rel_sigma=fixed_sd, label=f"probe {m.key}"))  # fmt: skip
+            out.append(
+                belief_fit.Observation(
+                    plan=plan,
+                    workload=wl,
+                    quantity="per_step",
+                    value=m.per_step_s,
+                    rel_sigma=step_sd,
+                    label=f"probe {m.key}",
+                )
+            )
+            out.append(
+                belief_fit.Observation(
+                    plan=plan,
+                    workload=wl,
+                    quantity="fixed",
+                    value=m.fixed_s,
+                    rel_sigma=fixed_sd,
+                    label=f"probe {m.key}",
+                )
+            )
         elif m.kind == "full" and m.latencies_s:
             values = np.asarray(m.latencies_s)
             median = float(np.median(values))
             spread = float(values.std(ddof=1)) / median if values.size > 1 else cv
             sd = max(1.25 * spread / math.sqrt(values.size), 0.0005)  # the median's standard error
-            out.append(belief_fit.Observation(plan=plan, workload=wl, quantity="latency", value=median,
-                                          rel_sigma=sd, label=f"full {m.key}"))  # fmt: skip
+            out.append(
+                belief_fit.Observation(
+                    plan=plan, workload=wl, quantity="latency", value=median, rel_sigma=sd, label=f"full {m.key}"
+                )
+            )
     return out
 
 
@@ -138,9 +157,14 @@ def noise(state: SearchState, gpu: str) -> belief_noise.Noise:
         shape, plan_text = hardware_key(m.key).split("|", 1)
         if shape.split(":")[0] != gpu:
             continue
-        groups = [(state.goal.workload.steps, m.latencies_s)] if m.kind == "full" else [
-            (steps, [v for s, v in m.probe_points if s == steps]) for steps in sorted({s for s, _ in m.probe_points})
-        ]  # fmt: skip
+        groups = (
+            [(state.goal.workload.steps, m.latencies_s)]
+            if m.kind == "full"
+            else [
+                (steps, [v for s, v in m.probe_points if s == steps])
+                for steps in sorted({s for s, _ in m.probe_points})
+            ]
+        )
         for steps, latencies in groups:
             if len(latencies) < 2:
                 continue
@@ -160,9 +184,13 @@ def recalibrated(state: SearchState, gpu: str) -> SearchState:
     learned = noise(state, gpu)
     basis = {**prior.basis, "noise_cv": learned.basis()} if learned.learned else prior.basis
     profile = post.profile(prior).model_copy(
-        update={"source": f"posterior MAP after {len(obs)} observation(s) of this run: {post.summary()}; "
-                f"{learned.describe()}", "noise_cv": learned.cv, "basis": basis}
-    )  # fmt: skip
+        update={
+            "source": f"posterior MAP after {len(obs)} observation(s) of this run: {post.summary()}; "
+            f"{learned.describe()}",
+            "noise_cv": learned.cv,
+            "basis": basis,
+        }
+    )
     return state.model_copy(
         update={"posteriors": {**state.posteriors, gpu: post}, "beliefs": {**state.beliefs, gpu: profile}}
     )

@@ -69,8 +69,14 @@ def _measure(
     if action.kind == "probe":
         points = [(s, _latency(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
-        m = Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
-                           repeats=PROBE_REPEATS, probe_points=points)  # fmt: skip
+        m = Measurement(
+            key=cand.key,
+            kind="probe",
+            per_step_s=float(slope),
+            fixed_s=float(intercept),
+            repeats=PROBE_REPEATS,
+            probe_points=points,
+        )
         wall = start + sum(v for _, v in points)
         return m, wall, wall
     n = action.requests or full_requests(state.goal)
@@ -79,8 +85,14 @@ def _measure(
     latencies = [[_latency(truth, cand, steps, state, rng) for _ in range(k)] for k in shares]
     starts = [start] + [first for first, _ in lanes.extra_starts(cand, len(shares), spare=state.spare_lanes)]
     kept, wall, node_s, decided = lanes.simulate(state, starts, latencies, cand.plan.replicas)
-    m = Measurement(key=cand.key, kind="full", latencies_s=kept, requested=len(kept) if decided else n,
-                    lanes=len(shares), decided=decided)  # fmt: skip
+    m = Measurement(
+        key=cand.key,
+        kind="full",
+        latencies_s=kept,
+        requested=len(kept) if decided else n,
+        lanes=len(shares),
+        decided=decided,
+    )
     return m, wall, node_s
 
 
@@ -129,8 +141,12 @@ def forecast(state: SearchState, parallel: int = 1, runs: int = RUNS, seed: int 
     for o in outcomes:
         stops[o[4]] = stops.get(o[4], 0) + 1
     return Forecast(
-        runs=len(outcomes), usd_p50=float(np.median(usd)), usd_max=float(usd.max()),
-        gpu_hours_p50=float(np.median(hours)), answer_s_p50=float(np.median(wall)),
-        answer_s_max=float(wall.max()), measurements_p50=float(np.median(count)),
+        runs=len(outcomes),
+        usd_p50=float(np.median(usd)),
+        usd_max=float(usd.max()),
+        gpu_hours_p50=float(np.median(hours)),
+        answer_s_p50=float(np.median(wall)),
+        answer_s_max=float(wall.max()),
+        measurements_p50=float(np.median(count)),
         stops=dict(sorted(stops.items())),
-    )  # fmt: skip
+    )

@@ -90,9 +90,15 @@ def extra_starts(
 
 
 def plan(
-    cand: Candidate, requests: int, lanes: int, deployed: bool, node_held: bool = False, safety: float = SAFETY,
-    head_s: float = 0.0, spare: list[str] | None = None,
-) -> LanePlan:  # fmt: skip
+    cand: Candidate,
+    requests: int,
+    lanes: int,
+    deployed: bool,
+    node_held: bool = False,
+    safety: float = SAFETY,
+    head_s: float = 0.0,
+    spare: list[str] | None = None,
+) -> LanePlan:
     """The full run of `requests` over `lanes` deployments: the first as the candidate starts now (live, a held
     node or a new one), the others spare nodes or new ones (extra_starts); modelled seconds and cost."""
     replicas = cand.plan.replicas
@@ -104,16 +110,26 @@ def plan(
     busy = [math.ceil(c / replicas) * cand.latency_s for c in counts]
     used = [i for i, c in enumerate(counts) if c > 0]
     node_s = sum(billed[i] + busy[i] for i in used) * safety
-    return LanePlan(lanes=len(used), requests=[counts[i] for i in used],
-                    seconds=max(starts[i] + busy[i] for i in used) * safety, node_seconds=node_s,
-                    usd=cand.offer.usd_per_hour * node_s / 3600.0,
-                    gpu_hours=cand.offer.gpu_count * node_s / 3600.0)  # fmt: skip
+    return LanePlan(
+        lanes=len(used),
+        requests=[counts[i] for i in used],
+        seconds=max(starts[i] + busy[i] for i in used) * safety,
+        node_seconds=node_s,
+        usd=cand.offer.usd_per_hour * node_s / 3600.0,
+        gpu_hours=cand.offer.gpu_count * node_s / 3600.0,
+    )
 
 
 def choose(
-    state: SearchState, cand: Candidate, requests: int, deployed: bool, node_held: bool, left_usd: float,
-    elapsed_s: float | None = None, head_s: float = 0.0,
-) -> LanePlan:  # fmt: skip
+    state: SearchState,
+    cand: Candidate,
+    requests: int,
+    deployed: bool,
+    node_held: bool,
+    left_usd: float,
+    elapsed_s: float | None = None,
+    head_s: float = 0.0,
+) -> LanePlan:
     """How many lanes this full run takes (the module's rule), with why. `elapsed_s`: the search's modelled
     seconds before this run starts (default: the state's); `head_s`: how long before it new lanes would be
     launched (with the probe before it); the state's spare nodes on the offer are used first."""
@@ -143,13 +159,20 @@ def choose(
     if not fits(best):  # out of reach: the fewest lanes within KNEE of the fastest (the rest buy little time)
         fastest = min(p.seconds for p in allowed)
         best = min((p for p in allowed if p.seconds <= KNEE * fastest), key=lambda p: p.lanes)
-    limit = f"answer within {goal.answer_within_s / 3600:g} h" if bounded else (  # type: ignore[operator]
-        f"the default aim of an answer within {DEFAULT_ANSWER_S / 3600:g} h at no more than "
-        f"+{DEFAULT_EXTRA:.0%} GPU-hours")  # fmt: skip
+    limit = (
+        f"answer within {goal.answer_within_s / 3600:g} h"
+        if goal.answer_within_s is not None
+        else (
+            f"the default aim of an answer within {DEFAULT_ANSWER_S / 3600:g} h at no more than "
+            f"+{DEFAULT_EXTRA:.0%} GPU-hours"
+        )
+    )
     met = "meets" if fits(best) else f"is within {KNEE - 1:.0%} of the fastest allowed, short of"
-    why = (f"{best.lanes} lane(s) of {cand.plan} on {cand.offer.id} ({'/'.join(map(str, best.requests))} requests): "
-           f"{best.seconds / 3600:.2f} h modelled instead of {one.seconds / 3600:.2f} h on one, "
-           f"+{best.gpu_hours - one.gpu_hours:.2f} GPU-h; {met} {limit}")  # fmt: skip
+    why = (
+        f"{best.lanes} lane(s) of {cand.plan} on {cand.offer.id} ({'/'.join(map(str, best.requests))} requests): "
+        f"{best.seconds / 3600:.2f} h modelled instead of {one.seconds / 3600:.2f} h on one, "
+        f"+{best.gpu_hours - one.gpu_hours:.2f} GPU-h; {met} {limit}"
+    )
     return best.model_copy(update={"why": why})
 
 
@@ -222,9 +245,16 @@ def run_after(probe: int, cands: list[Candidate], p_best: np.ndarray, lead: int 
 
 
 def early_lanes(
-    state: SearchState, cand: Candidate, target: Candidate, probe_s: float, left_usd: float, requests: int,
-    p_best: np.ndarray, cands: list[Candidate], launch: bool = True,
-) -> EarlyLanes | None:  # fmt: skip
+    state: SearchState,
+    cand: Candidate,
+    target: Candidate,
+    probe_s: float,
+    left_usd: float,
+    requests: int,
+    p_best: np.ndarray,
+    cands: list[Candidate],
+    launch: bool = True,
+) -> EarlyLanes | None:
     """New nodes of `target`'s offer to launch with `cand`'s probe, when the claim's run of `target` (the
     likeliest optimum) would be dealt over lanes: their provisioning and cold load then overlap the probe
     instead of delaying the run. Only for a probe on the same offer (a node serves either plan: a warm load
@@ -253,7 +283,9 @@ def early_lanes(
         return None
     plan = str(run.plan)
     kept = f"{spare} spare node(s) kept" + (" and " if new else "") if spare else ""
-    why = (f"{kept}{f'{new} node(s) of {run.offer.id} under {plan} launched' if new else ''} with this probe for "
-           f"the claim's run (P(optimum on this offer) {on_offer:.0%}): {choice.why}")  # fmt: skip
+    why = (
+        f"{kept}{f'{new} node(s) of {run.offer.id} under {plan} launched' if new else ''} with this probe for "
+        f"the claim's run (P(optimum on this offer) {on_offer:.0%}): {choice.why}"
+    )
     after = max(0.0, probe_s - cold) / SAFETY
     return EarlyLanes(choice, max(0.0, cold - probe_s) if new else 0.0, usd, spare, why, plan, after)

@@ -121,9 +121,18 @@ def search_plan(
                 extra, extra_s = extra + lane.lanes - 1, extra_s + lane.node_seconds - lane.seconds
             seconds, usd = seconds + s, usd + u
         offer = members[0][1].offer
-        used.append(NodeUse(offer=offer.id, keys=[c.key for _, c in members], seconds=seconds, usd=usd,
-                            gpu_hours=(seconds + extra_s) / 3600.0 * offer.gpu_count, cold_loads=1 + extra,
-                            warm_loads=len(members) - 1, lanes=extra))  # fmt: skip
+        used.append(
+            NodeUse(
+                offer=offer.id,
+                keys=[c.key for _, c in members],
+                seconds=seconds,
+                usd=usd,
+                gpu_hours=(seconds + extra_s) / 3600.0 * offer.gpu_count,
+                cold_loads=1 + extra,
+                warm_loads=len(members) - 1,
+                lanes=extra,
+            )
+        )
     return SearchPlan(
         usd=min(sum(n.usd for n in used), state.goal.budget_usd),
         gpu_hours=sum(n.gpu_hours for n in used),

@@ -89,9 +89,11 @@ class Measurement(BaseModel):
     lanes: int = Field(default=1, ge=1, description="full runs: deployments whose samples were pooled")
     decided: str = Field(default="", description="full runs stopped once the claim was decided: why")
     start_s: float | None = Field(
-        default=None, ge=0, description="model seconds the node this measurement started took from launch to ready "
-        "(provisioning and its load, cold on a new node, warm on a replanned one); None: it ran on a live one"
-    )  # fmt: skip
+        default=None,
+        ge=0,
+        description="model seconds the node this measurement started took from launch to ready "
+        "(provisioning and its load, cold on a new node, warm on a replanned one); None: it ran on a live one",
+    )
     start_predicted_s: float | None = Field(
         default=None, gt=0, description="what the belief predicted for that start (candidates.believed_start_s)"
     )

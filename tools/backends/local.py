@@ -173,9 +173,11 @@ class LocalBackend(BenchmarksFromHere):
         """Start one twin per replica, wait until every /health answers 200, return the ready deployment."""
         if deployment.engine != "twin":
             raise InvalidInput(
-                "engine", deployment.engine, "twin on infra local (this machine has no GPU)",
+                "engine",
+                deployment.engine,
+                "twin on infra local (this machine has no GPU)",
                 "use infra slurm/NAME, kubernetes or a cloud for vllm-omni",
-            )  # fmt: skip
+            )
         if deployment.state in ("loading", "ready") and self._pids(deployment):
             current = self.status(deployment)
             if current.state in ("loading", "ready"):
@@ -225,11 +227,27 @@ class LocalBackend(BenchmarksFromHere):
                 port = free_port()
                 log = open(self.log_dir / f"{deployment.id}-r{i}.log", "ab")  # noqa: SIM115 (the child keeps it)
                 cmd = [
-                    sys.executable, "-m", "worldtune.cli", "twin", "--host", HOST, "--port", str(port),
-                    "--gpu", deployment.gpu, "--plan", str(plan.single_replica()), "--model", deployment.model,
-                    "--time-scale", repr(deployment.time_scale), "--seed", str(deployment.replica_seed(i)),
-                    PINNED.stage_profiler, "--cold-load" if cold else "--warm-load",
-                ]  # fmt: skip
+                    sys.executable,
+                    "-m",
+                    "worldtune.cli",
+                    "twin",
+                    "--host",
+                    HOST,
+                    "--port",
+                    str(port),
+                    "--gpu",
+                    deployment.gpu,
+                    "--plan",
+                    str(plan.single_replica()),
+                    "--model",
+                    deployment.model,
+                    "--time-scale",
+                    repr(deployment.time_scale),
+                    "--seed",
+                    str(deployment.replica_seed(i)),
+                    PINNED.stage_profiler,
+                    "--cold-load" if cold else "--warm-load",
+                ]
                 if deployment.twin_profile:
                     cmd += ["--profile", deployment.twin_profile]
                 if preempt_s is not None:  # the node's replicas go together, at the drawn moment
@@ -252,15 +270,20 @@ class LocalBackend(BenchmarksFromHere):
             self.store.ledger_gone(cluster, f"spawn failed: {exc}")
             raise DeploymentFailed(f"could not start the twin: {exc}") from exc
         facts: dict[str, Any] = {
-            "pgid": pgid, "pids": pids, "starts": starts, "ports": ports, "profile": profile.source,
-        }  # fmt: skip
+            "pgid": pgid,
+            "pids": pids,
+            "starts": starts,
+            "ports": ports,
+            "profile": profile.source,
+        }
         if preempt_s is not None:  # not before then, on the wall clock (the twin counts from its load: status() tells
             facts["preempt_at"] = time.time() + preempt_s / deployment.time_scale  # it from a failure by this)
         detail = json.dumps(facts)
         if not self.store.ledger_open(cluster):  # a teardown won the race with this launch: it stays down
             self._kill(pgid, dict(zip(pids, starts, strict=True)))
-            self.store.save_deployment(deployment.model_copy(update={"state": "terminated", "detail": detail,
-                                                                     "terminated_at": time.time()}))  # fmt: skip
+            self.store.save_deployment(
+                deployment.model_copy(update={"state": "terminated", "detail": detail, "terminated_at": time.time()})
+            )
             raise DeploymentFailed(f"deployment {deployment.id} was torn down while it was starting")
         self.store.ledger_update(cluster, "running", detail)
         current = deployment.model_copy(

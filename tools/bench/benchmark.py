@@ -131,17 +131,22 @@ def _run_locked(
         partial = runner.result(time.monotonic() - started)
         partial.load = benchmark_lock.load_seen(store, bid, target, waited)
         if attempt is not None and status == "failed":  # the backend judges it: relaunched, or failed (below)
-            store.update_benchmark(bid, message=f"attempt {attempt} ended: {type(exc).__name__}: {exc}",
-                                   result=partial.model_dump(mode="json"))  # fmt: skip
+            store.update_benchmark(
+                bid,
+                message=f"attempt {attempt} ended: {type(exc).__name__}: {exc}",
+                result=partial.model_dump(mode="json"),
+            )
         else:
-            store.update_benchmark(bid, status=status, error=f"{type(exc).__name__}: {exc}",
-                                   result=partial.model_dump(mode="json"))  # fmt: skip
+            store.update_benchmark(
+                bid, status=status, error=f"{type(exc).__name__}: {exc}", result=partial.model_dump(mode="json")
+            )
         raise
     result = runner.result(time.monotonic() - started)
     result.load = benchmark_lock.load_seen(store, bid, target, waited)
     if attempt is not None:  # a recovering backend's attempt is complete once its node outlived it: not before
-        store.update_benchmark(bid, message=f"attempt {attempt} measured; is its node still there?",
-                               result=result.model_dump(mode="json"))  # fmt: skip
+        store.update_benchmark(
+            bid, message=f"attempt {attempt} measured; is its node still there?", result=result.model_dump(mode="json")
+        )
         return result
     store.update_benchmark(bid, status="completed", progress=1.0, message="done", result=result.model_dump(mode="json"))
     return result
@@ -198,8 +203,9 @@ def benchmark_deployment(
         # completed only now, once no preemption cut its last attempt: a reader never sees a benchmark complete
         # (or fail) between a cut attempt and the one on its relaunched node
         if (store.get_benchmark(bid) or {}).get("status") != "completed":
-            store.update_benchmark(bid, status="completed", progress=1.0, message="done",
-                                   result=result.model_dump(mode="json"))  # fmt: skip
+            store.update_benchmark(
+                bid, status="completed", progress=1.0, message="done", result=result.model_dump(mode="json")
+            )
     except BaseException as exc:  # an attempt may have completed before its node was found gone
         if (store.get_benchmark(bid) or {}).get("status") != "cancelled":
             store.update_benchmark(bid, status="failed", error=f"{type(exc).__name__}: {exc}")
@@ -274,10 +280,13 @@ def get_benchmark(benchmark_id: str, store_path: str | None = None, partial: boo
         result = BenchmarkResult.model_validate(row["result"])
     elif samples and (partial or status != "running"):
         result = compute_result(
-            samples, benchmark_id=benchmark_id, endpoints=config.get("endpoints", []),
-            model=(config.get("workload") or {}).get("model", ""), steps=int(config.get("steps", 0)),
+            samples,
+            benchmark_id=benchmark_id,
+            endpoints=config.get("endpoints", []),
+            model=(config.get("workload") or {}).get("model", ""),
+            steps=int(config.get("steps", 0)),
             time_scale=_scale_of(samples),
-        )  # fmt: skip
+        )
     return BenchmarkStatus(
         id=benchmark_id,
         status=status,

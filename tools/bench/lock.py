@@ -116,6 +116,7 @@ def load_seen(store: Store, benchmark_id: str, target: str, waited_s: float) -> 
         "target": target,
         "waited_s": round(waited_s, 3),
         "concurrent_benchmarks": others,
-        "note": "alone on its target (as far as this database knows)" if not others else
-        f"shared its target with {', '.join(others)}: its latencies include their queueing",
-    }  # fmt: skip
+        "note": "alone on its target (as far as this database knows)"
+        if not others
+        else f"shared its target with {', '.join(others)}: its latencies include their queueing",
+    }

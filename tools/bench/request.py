@@ -75,10 +75,19 @@ def benchmark_spec(
         queue = math.ceil(max(concurrency, default=1) / max(1, len(endpoints)))  # clients spread over replicas
         api = api_for(expected, queue)
     return BenchmarkSpec(
-        endpoints=endpoints, workload=workload, steps=steps, repeats=repeats, concurrency=list(concurrency),
-        probe_steps=list(probe_steps), warmup=warmup, expected_latency_s=expected, deployment_id=deployment.id,
-        plan=str(deployment.plan), run_id=run_id or deployment.run_id, api=api,
-    )  # fmt: skip
+        endpoints=endpoints,
+        workload=workload,
+        steps=steps,
+        repeats=repeats,
+        concurrency=list(concurrency),
+        probe_steps=list(probe_steps),
+        warmup=warmup,
+        expected_latency_s=expected,
+        deployment_id=deployment.id,
+        plan=str(deployment.plan),
+        run_id=run_id or deployment.run_id,
+        api=api,
+    )
 
 
 def start_on_deployment(

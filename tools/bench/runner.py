@@ -116,8 +116,15 @@ class Runner:
         self.t0 = time.monotonic()
 
     # ---- one request ----------------------------------------------------------------------------
-    async def request(self, client: Any, phase: str, steps: int, concurrency: int, endpoint: str | None = None,
-                      extra: dict[str, Any] | None = None) -> None:  # fmt: skip
+    async def request(
+        self,
+        client: Any,
+        phase: str,
+        steps: int,
+        concurrency: int,
+        endpoint: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         """Send one request and wait for its answer; checking the clip and storing the sample run on in a task,
         so a closed-loop client sends its next request at once (its think time stays near zero)."""
         import httpx
@@ -131,11 +138,22 @@ class Runner:
         timeout = self.timeout_s(steps, ahead)
         self.in_flight[endpoint] += 1
         sample = Sample(
-            seq=seq, phase=phase, steps=steps, concurrency=concurrency, endpoint=endpoint, sent_at=time.time(),
-            sent_at_model=self.model_now(), client_timeout_s=timeout * self.scale, queue_ahead=ahead, ok=False,
-            error_kind=None, status_code=None, **({"attempt": self.attempt} if self.attempt is not None else {}),
-            video_seconds=workload.video_seconds, **(extra or {}),
-        )  # fmt: skip
+            seq=seq,
+            phase=phase,
+            steps=steps,
+            concurrency=concurrency,
+            endpoint=endpoint,
+            sent_at=time.time(),
+            sent_at_model=self.model_now(),
+            client_timeout_s=timeout * self.scale,
+            queue_ahead=ahead,
+            ok=False,
+            error_kind=None,
+            status_code=None,
+            **({"attempt": self.attempt} if self.attempt is not None else {}),
+            video_seconds=workload.video_seconds,
+            **(extra or {}),
+        )
         body: bytes | None = None
         started = time.monotonic()
         try:
@@ -175,8 +193,9 @@ class Runner:
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
-    async def _job(self, client: Any, endpoint: str, form: Any, timeout: float, steps: int,
-                   sample: Sample) -> bytes | None:  # fmt: skip
+    async def _job(
+        self, client: Any, endpoint: str, form: Any, timeout: float, steps: int, sample: Sample
+    ) -> bytes | None:
         """The async API: create a job, poll it, download the clip, delete the job (no sync timeout applies)."""
         import httpx
 
@@ -281,8 +300,9 @@ class Runner:
             for steps in {spec.steps, warm_steps, *spec.probe_steps}:
                 self.timeout_s(steps, 0)  # the first bound loads a profile: do it before any arrival is timed
             if spec.warmup:
-                await asyncio.gather(*(self._sequence(client, "warmup", warm_steps, spec.warmup, e)
-                                       for e in spec.endpoints))  # fmt: skip
+                await asyncio.gather(
+                    *(self._sequence(client, "warmup", warm_steps, spec.warmup, e) for e in spec.endpoints)
+                )
             for steps in spec.probe_steps:
                 for _ in range(spec.repeats):
                     await self.request(client, "probe", steps, 1)
@@ -321,9 +341,14 @@ class Runner:
 
     def result(self, wall: float) -> BenchmarkResult:
         return compute_result(
-            self.samples, benchmark_id=self.id, endpoints=self.spec.endpoints, model=self.spec.workload.model,
-            steps=self.spec.steps, time_scale=self.scale, wall_duration=wall,
-        )  # fmt: skip
+            self.samples,
+            benchmark_id=self.id,
+            endpoints=self.spec.endpoints,
+            model=self.spec.workload.model,
+            steps=self.spec.steps,
+            time_scale=self.scale,
+            wall_duration=wall,
+        )
 
 
 def auth_headers(store: Store | None = None, deployment_id: str | None = None) -> dict[str, str]:

@@ -69,8 +69,13 @@ def _plans(goal: Goal, gpu: str, profile_path: str | None) -> list[Estimate]:
     for size in NODE_SIZES:
         if size > min(goal.max_gpus_per_node, get_gpu(gpu).max_gpus_per_node):
             continue
-        valid = [e for e in list_plans(gpu=gpu, gpus=size, profile_path=profile_path, include_invalid=False,
-                                       workload=goal.workload) if e.latency_s and e.service_s]  # fmt: skip
+        valid = [
+            e
+            for e in list_plans(
+                gpu=gpu, gpus=size, profile_path=profile_path, include_invalid=False, workload=goal.workload
+            )
+            if e.latency_s and e.service_s
+        ]
         valid = [e for e in valid if bound is None or (e.latency_s or math.inf) < bound]
         # FP8 changes what the clips look like: a fleet uses it only when the goal allows it, as the search does
         valid = [e for e in valid if goal.allow_fp8 or not Plan.parse(e.plan).fp8]
@@ -87,10 +92,23 @@ def _autoscalers(stable: int, servers: int, service_s: float) -> list[Autoscaler
     out = [Autoscaler(policy="fixed", min_replicas=n, max_replicas=n) for n in range(max(1, stable), top + 1)]
     for low in sorted({0, 1, stable}):
         for per in (1.0, 2.0):
-            out.append(Autoscaler(policy="queue", min_replicas=low, max_replicas=max(top, 1),
-                                  target_queue_per_server=per, upscale_delay_s=20.0))  # fmt: skip
-        out.append(Autoscaler(policy="qps", min_replicas=low, max_replicas=max(top, 1),
-                              target_qps_per_replica=round(0.7 * node_qps, 6)))  # fmt: skip
+            out.append(
+                Autoscaler(
+                    policy="queue",
+                    min_replicas=low,
+                    max_replicas=max(top, 1),
+                    target_queue_per_server=per,
+                    upscale_delay_s=20.0,
+                )
+            )
+        out.append(
+            Autoscaler(
+                policy="qps",
+                min_replicas=low,
+                max_replicas=max(top, 1),
+                target_qps_per_replica=round(0.7 * node_qps, 6),
+            )
+        )
     return out
 
 
@@ -116,10 +134,20 @@ def _fleets(goal: Goal, est: Estimate, preempt: float) -> list[Fleet]:
         servers = plan_replicas * max(1, offer.gpu_count // est.gpus)  # a bigger node runs more replicas
         load = traffic.peak_rate_per_hour * est.service_s / 3600
         stable = max(1, math.ceil(load / 0.85 / servers))
-        common = dict(plan=est.plan, gpu=est.gpu, offer_id=offer.id, capacity=capacity, servers_per_node=servers,
-                      service_s=est.service_s, latency_s=est.latency_s, service_cv=0.02,
-                      provision_s=offer.provision_s, load_s=est.load_s or 0.0, usd_per_node_hour=offer.usd_per_hour,
-                      ondemand_usd_per_node_hour=demand.usd_per_hour if demand else None)  # fmt: skip
+        common = dict(
+            plan=est.plan,
+            gpu=est.gpu,
+            offer_id=offer.id,
+            capacity=capacity,
+            servers_per_node=servers,
+            service_s=est.service_s,
+            latency_s=est.latency_s,
+            service_cv=0.02,
+            provision_s=offer.provision_s,
+            load_s=est.load_s or 0.0,
+            usd_per_node_hour=offer.usd_per_hour,
+            ondemand_usd_per_node_hour=demand.usd_per_hour if demand else None,
+        )
         for auto in _autoscalers(stable, servers, est.service_s):
             for fallback in (0, 1) if capacity == "spot" else (0,):
                 spot = {"base_ondemand_fallback": fallback, "preemptions_per_node_hour": preempt}
@@ -158,22 +186,33 @@ def plan_capacity(
     if not 0 <= preemptions_per_node_hour <= 10:
         raise InvalidInput("preemptions_per_node_hour", preemptions_per_node_hour, "a rate from 0 to 10 per node-hour")
     pct, bound = traffic.e2e_percentile, traffic.e2e_bound_s
-    fleets = [f for gpu in goal.gpus for e in _plans(goal, gpu, paths.get(gpu))
-              for f in _fleets(goal, _measured(e, measured_latency_s), preemptions_per_node_hour)]  # fmt: skip
+    fleets = [
+        f
+        for gpu in goal.gpus
+        for e in _plans(goal, gpu, paths.get(gpu))
+        for f in _fleets(goal, _measured(e, measured_latency_s), preemptions_per_node_hour)
+    ]
     if not fleets:
         raise InvalidInput("goal", goal.describe(), "a goal some plan can serve: one clip must fit the bound")
     first = sorted(_first_pass(fleets, traffic, pct, bound), key=lambda c: (not c.meets, c.daily_cost_usd))
     chosen = _confirm(first, goal, paths, traffic)
     if chosen is None:  # every near-tie failed on more days: simulate what the first pass skipped, and go on
         seen = {c.fleet for c in first}
-        first += sorted(_first_pass([f for f in fleets if f not in seen], traffic, pct, bound, prune=False),
-                        key=lambda c: (not c.meets, c.daily_cost_usd))  # fmt: skip
+        first += sorted(
+            _first_pass([f for f in fleets if f not in seen], traffic, pct, bound, prune=False),
+            key=lambda c: (not c.meets, c.daily_cost_usd),
+        )
         chosen = _confirm(first, goal, paths, traffic)
     skyserve = _skyserve_default(chosen.fleet, traffic, pct, bound) if chosen else None
     return CapacityPlan(
-        traffic=traffic, percentile=pct, bound_s=bound, chosen=chosen, skyserve_default=skyserve,
+        traffic=traffic,
+        percentile=pct,
+        bound_s=bound,
+        chosen=chosen,
+        skyserve_default=skyserve,
         runners_up=[c for c in first if c.meets and (chosen is None or c.fleet != chosen.fleet)][:5],
-        simulated_fleets=len(first), candidate_fleets=len(fleets),
+        simulated_fleets=len(first),
+        candidate_fleets=len(fleets),
         assumptions=[
             f"spot preemptions: {preemptions_per_node_hour:g} per node-hour (assumed), the replacement a cold start",
             "per-request service spread 2% (lognormal, assumed); noise beyond it is the model's prior uncertainty",
@@ -181,10 +220,12 @@ def plan_capacity(
             "serverless capacity is not modelled; a 2-GPU plan rents the smallest node that fits and runs more "
             "replicas on it",
             *[f"{gpu}: service times predicted with {path}" for gpu, path in sorted(paths.items())],
-            *[f"{gpu} {plan}: service time scaled to the measured mean latency {sec:.1f} s (the rehearsal's)"
-              for (gpu, plan), sec in sorted((measured_latency_s or {}).items())],
+            *[
+                f"{gpu} {plan}: service time scaled to the measured mean latency {sec:.1f} s (the rehearsal's)"
+                for (gpu, plan), sec in sorted((measured_latency_s or {}).items())
+            ],
         ],
-    )  # fmt: skip
+    )
 
 
 def _confirm(first: list[FleetChoice], goal: Goal, paths: dict[str, str], traffic: Traffic) -> FleetChoice | None:
@@ -194,8 +235,9 @@ def _confirm(first: list[FleetChoice], goal: Goal, paths: dict[str, str], traffi
         cand = judge_fleet(cand.fleet, traffic, (0, *CONFIRM_SEEDS), pct, bound)
         if not cand.meets:
             continue
-        worst = judge_fleet(_pessimistic(cand.fleet, goal, paths.get(cand.fleet.gpu)), traffic, (0, *CONFIRM_SEEDS),
-                            pct, bound)  # fmt: skip
+        worst = judge_fleet(
+            _pessimistic(cand.fleet, goal, paths.get(cand.fleet.gpu)), traffic, (0, *CONFIRM_SEEDS), pct, bound
+        )
         if worst.meets:
             kept = simulate_day(cand.fleet, traffic.arrivals(seed=0), seed=0)
             day = cand.day.model_copy(update={"timeline": kept.timeline, "answers": kept.answers})
@@ -237,8 +279,12 @@ def _pessimistic(fleet: Fleet, goal: Goal, profile_path: str | None) -> Fleet:
 
 def _skyserve_default(fleet: Fleet, traffic: Traffic, pct: int, bound: float | None) -> FleetChoice:
     """The chosen plan and offer under SkyServe's default autoscaling: min 1, its delays, target QPS of one node."""
-    auto = Autoscaler(policy="qps", min_replicas=1, max_replicas=max(fleet.autoscaler.max_replicas, 2),
-                      target_qps_per_replica=round(fleet.servers_per_node / fleet.service_s, 6))  # fmt: skip
+    auto = Autoscaler(
+        policy="qps",
+        min_replicas=1,
+        max_replicas=max(fleet.autoscaler.max_replicas, 2),
+        target_qps_per_replica=round(fleet.servers_per_node / fleet.service_s, 6),
+    )
     return judge_fleet(fleet.model_copy(update={"autoscaler": auto}), traffic, (0, *CONFIRM_SEEDS), pct, bound)
 
 

@@ -70,9 +70,11 @@ def _fits_infra(where: Infra, engine: str, capacity: str) -> None:
         raise InvalidInput("capacity", capacity, f"{' or '.join(where.capacities)} on {place} ({why})")
     if where.is_local and engine == "vllm-omni":
         raise InvalidInput(
-            "engine", engine, "twin on infra local: this machine has no GPU",
+            "engine",
+            engine,
+            "twin on infra local: this machine has no GPU",
             "use --infra slurm/NAME, kubernetes or a cloud for vllm-omni, or engine twin to rehearse here",
-        )  # fmt: skip
+        )
 
 
 def _twin_only(engine: str, time_scale: float, twin_profile: str | None, noise_seed: int | None) -> float:

@@ -59,9 +59,11 @@ def backend_for(infra: str | Infra, store: Store, options: Any = None) -> Backen
         backend_class = backends.backend_class(kind)
     except (ImportError, AttributeError) as exc:
         raise InvalidInput(
-            "infra", infra, f"an infra whose backend ({module_name}.{class_name}) is installed",
+            "infra",
+            infra,
+            f"an infra whose backend ({module_name}.{class_name}) is installed",
             f"it could not be imported: {exc}; infra local runs the twin engine without it",
-        ) from exc  # fmt: skip
+        ) from exc
     if kind == "local":
         return cast(Backend, backend_class(store))
     from worldtune.tools.deployments import preview as deploy_preview
@@ -99,9 +101,15 @@ def quote_deploy(
     store = store or Store()
     inputs = check_deploy_inputs(gpu, plan, infra, engine, capacity, model, time_scale, twin_profile, noise_seed)
     spend = quote(
-        action, inputs.gpu.name, str(inputs.plan), infra=str(inputs.infra), capacity=capacity,
-        model=inputs.model.key, hours=hours, usd_per_hour=usd_per_hour,
-    )  # fmt: skip
+        action,
+        inputs.gpu.name,
+        str(inputs.plan),
+        infra=str(inputs.infra),
+        capacity=capacity,
+        model=inputs.model.key,
+        hours=hours,
+        usd_per_hour=usd_per_hour,
+    )
     check_commitment(spend, store.list_deployments(), run_id)
     return spend
 
@@ -136,9 +144,20 @@ def deploy(
     """
     store = store or Store()
     spend = quote_deploy(
-        gpu, plan, infra, engine, capacity, model, hours, run_id, usd_per_hour, store,
-        time_scale=time_scale, twin_profile=twin_profile, noise_seed=noise_seed,
-    )  # fmt: skip
+        gpu,
+        plan,
+        infra,
+        engine,
+        capacity,
+        model,
+        hours,
+        run_id,
+        usd_per_hour,
+        store,
+        time_scale=time_scale,
+        twin_profile=twin_profile,
+        noise_seed=noise_seed,
+    )
     where = Infra.parse(spend.infra)
     truth_path = None
     if twin_profile:

@@ -97,15 +97,36 @@ def rehearse_fleet(
     try:
         for _ in range(nodes):
             t0 = time.monotonic()
-            dep = deploy(fleet.gpu, _node_plan(fleet), infra="local", engine="twin", model=workload.model,
-                         twin_profile=twin_profile, time_scale=time_scale, run_id=run_id, store=store)  # fmt: skip
+            dep = deploy(
+                fleet.gpu,
+                _node_plan(fleet),
+                infra="local",
+                engine="twin",
+                model=workload.model,
+                twin_profile=twin_profile,
+                time_scale=time_scale,
+                run_id=run_id,
+                store=store,
+            )
             started.append(dep.id)
             loads.append((time.monotonic() - t0) * time_scale)
             endpoints += dep.endpoints
-        spec = BenchmarkSpec(endpoints=endpoints, workload=workload, steps=workload.steps, repeats=1,
-                             concurrency=[1], poisson_rate_per_hour=rate, poisson_requests=requests, probe_steps=[4],
-                             warmup=0, full=False, check_video=False, expected_latency_s=fleet.latency_s,
-                             run_id=run_id, label="fleet rehearsal")  # fmt: skip
+        spec = BenchmarkSpec(
+            endpoints=endpoints,
+            workload=workload,
+            steps=workload.steps,
+            repeats=1,
+            concurrency=[1],
+            poisson_rate_per_hour=rate,
+            poisson_requests=requests,
+            probe_steps=[4],
+            warmup=0,
+            full=False,
+            check_video=False,
+            expected_latency_s=fleet.latency_s,
+            run_id=run_id,
+            label="fleet rehearsal",
+        )
         bid = new_benchmark_id()
         run_benchmark(spec, store=store, benchmark_id=bid)
         samples = [s.record() for s in store.samples(bid) if s.phase == "poisson"]
@@ -130,39 +151,71 @@ def rehearse_on_first_profile(
     anything starts, so the next one is tried."""
     for path in [*(twin_profiles or []), None]:
         try:
-            return rehearse_fleet(fleet, traffic, workload, predicted_daily_cost_usd, requests=requests,
-                                  time_scale=time_scale, store=store, twin_profile=path)  # fmt: skip
+            return rehearse_fleet(
+                fleet,
+                traffic,
+                workload,
+                predicted_daily_cost_usd,
+                requests=requests,
+                time_scale=time_scale,
+                store=store,
+                twin_profile=path,
+            )
         except InvalidInput as exc:
             if path is None or exc.field != "twin_profile":
                 raise
     raise AssertionError("unreachable: the shipped profile (None) either rehearses or raises")
 
 
-def _compare(fleet: Fleet, traffic: Traffic, nodes: int, requests: int, scale: float, samples: list[dict[str, object]],
-             loads: list[float], predicted_cost: float, deployments: list[str]) -> FleetRehearsal:  # fmt: skip
+def _compare(
+    fleet: Fleet,
+    traffic: Traffic,
+    nodes: int,
+    requests: int,
+    scale: float,
+    samples: list[dict[str, object]],
+    loads: list[float],
+    predicted_cost: float,
+    deployments: list[str],
+) -> FleetRehearsal:
     pct = traffic.e2e_percentile
     ok = [s for s in samples if s.get("ok")]
     lat = np.asarray([float(str(s["latency_s"])) for s in ok])
     waits = np.asarray([float(str(s["latency_s"])) - float(str(s.get("server_time_s") or 0.0)) for s in ok])
     # a request sent to an idle server: its server time is the plan's own latency (no queue in it)
-    own = np.asarray([float(str(s["server_time_s"])) for s in ok
-                      if s.get("server_time_s") is not None and s.get("queue_ahead") == 0])  # fmt: skip
-    fixed = fleet.model_copy(update={"autoscaler": Autoscaler(policy="fixed", min_replicas=nodes, max_replicas=nodes),
-                                     "preemptions_per_node_hour": 0.0, "capacity": "on-demand"})  # fmt: skip
+    own = np.asarray(
+        [float(str(s["server_time_s"])) for s in ok if s.get("server_time_s") is not None and s.get("queue_ahead") == 0]
+    )
+    fixed = fleet.model_copy(
+        update={
+            "autoscaler": Autoscaler(policy="fixed", min_replicas=nodes, max_replicas=nodes),
+            "preemptions_per_node_hour": 0.0,
+            "capacity": "on-demand",
+        }
+    )
     arrivals = Traffic(shape="poisson", rate_per_hour=traffic.peak_rate_per_hour).arrivals(seed=17)
     predicted = simulate_day(fixed, arrivals, seed=17)
     measured_p = float(np.percentile(lat, pct)) if lat.size else None
     bound = traffic.e2e_bound_s
     return FleetRehearsal(
-        nodes=nodes, servers=nodes * fleet.servers_per_node, requests=requests, answered=len(ok), time_scale=scale,
-        percentile=pct, measured_p_s=measured_p, predicted_p_s=predicted.percentile(pct),
-        measured_p50_s=float(np.percentile(lat, 50)) if lat.size else None, predicted_p50_s=predicted.percentile(50),
-        measured_wait_mean_s=float(waits.mean()) if waits.size else None, predicted_wait_mean_s=predicted.wait_mean_s,
+        nodes=nodes,
+        servers=nodes * fleet.servers_per_node,
+        requests=requests,
+        answered=len(ok),
+        time_scale=scale,
+        percentile=pct,
+        measured_p_s=measured_p,
+        predicted_p_s=predicted.percentile(pct),
+        measured_p50_s=float(np.percentile(lat, 50)) if lat.size else None,
+        predicted_p50_s=predicted.percentile(50),
+        measured_wait_mean_s=float(waits.mean()) if waits.size else None,
+        predicted_wait_mean_s=predicted.wait_mean_s,
         measured_cold_start_s=max(loads) if loads else None,
         measured_latency_mean_s=float(own.mean()) if own.size else None,
         measured_latency_sem_s=float(own.std(ddof=1) / np.sqrt(own.size)) if own.size > 1 else None,
         predicted_latency_s=fleet.latency_s,
-        measured_daily_cost_usd=nodes * fleet.usd_per_node_hour * 24, predicted_daily_cost_usd=predicted_cost,
+        measured_daily_cost_usd=nodes * fleet.usd_per_node_hour * 24,
+        predicted_daily_cost_usd=predicted_cost,
         meets=None if measured_p is None or bound is None else (measured_p <= bound and len(ok) == requests),
         deployments=deployments,
-    )  # fmt: skip
+    )

@@ -41,9 +41,14 @@ def garbage(store: Store) -> list[dict[str, Any]]:
         if deployment.id in launched or store.owner_alive(store.owner_of_deployment(deployment.id)):
             continue
         found.append(
-            {"cluster": deployment.cluster or f"(none: {deployment.id})", "backend": RECORD_ONLY,
-             "deployment_id": deployment.id, "run_id": deployment.run_id, "state": deployment.state}
-        )  # fmt: skip
+            {
+                "cluster": deployment.cluster or f"(none: {deployment.id})",
+                "backend": RECORD_ONLY,
+                "deployment_id": deployment.id,
+                "run_id": deployment.run_id,
+                "state": deployment.state,
+            }
+        )
     return found
 
 
@@ -79,10 +84,13 @@ def collect_garbage(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, 
         done.append({**row, "result": result})
     for run in dead_runs(store):
         store.finish_run(
-            run["id"], "interrupted",
-            {"error": "its process is gone (no heartbeat); gc tore down what it left",
-             "resume": f"worldtune resume {run['id']}"},
-        )  # fmt: skip
+            run["id"],
+            "interrupted",
+            {
+                "error": "its process is gone (no heartbeat); gc tore down what it left",
+                "resume": f"worldtune resume {run['id']}",
+            },
+        )
     return done
 
 

@@ -95,8 +95,15 @@ def expire(
             result = f"down: {why}"
         except Exception as exc:  # report and go on: one stuck deployment must not keep the others up
             result = f"failed: {type(exc).__name__}: {exc}"
-        done.append({"deployment_id": deployment.id, "cluster": deployment.cluster, "infra": str(deployment.infra),
-                     "hold_hours": deployment.hold_hours, "result": result})  # fmt: skip
+        done.append(
+            {
+                "deployment_id": deployment.id,
+                "cluster": deployment.cluster,
+                "infra": str(deployment.infra),
+                "hold_hours": deployment.hold_hours,
+                "result": result,
+            }
+        )
     return done
 
 

@@ -76,8 +76,11 @@ def check_replan(deployment_id: str, plan: str, store: Store | None = None, hour
 
         quoted = spend.extension(current, hours, warm_load_s)
         committed = spend.check_extension(quoted, current, store.list_deployments())
-        lease = {"hours": quoted.hold_hours, "extension_usd": round(quoted.expected_usd, 4),
-                 "committed_usd": round(committed, 4)}  # fmt: skip
+        lease = {
+            "hours": quoted.hold_hours,
+            "extension_usd": round(quoted.expected_usd, 4),
+            "committed_usd": round(committed, 4),
+        }
     return ReplanCheck(
         deployment_id=current.id,
         from_plan=str(current.plan),

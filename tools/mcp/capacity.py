@@ -57,18 +57,29 @@ async def plan_capacity(
     session = session_of(ctx)
     with refusals():
         fields: dict[str, object] = dict(
-            shape=shape, e2e_bound_s=e2e_bound_s, e2e_percentile=e2e_percentile, rate_per_hour=rate_per_hour,
-            clips_per_day=clips_per_day, window_start_h=window_start_h, window_end_h=window_end_h,
-            burst_size=burst_size, burst_every_s=burst_every_s,
-        )  # fmt: skip
+            shape=shape,
+            e2e_bound_s=e2e_bound_s,
+            e2e_percentile=e2e_percentile,
+            rate_per_hour=rate_per_hour,
+            clips_per_day=clips_per_day,
+            window_start_h=window_start_h,
+            window_end_h=window_end_h,
+            burst_size=burst_size,
+            burst_every_s=burst_every_s,
+        )
         if shape == "trace":
             if trace is None:
                 raise InvalidInput("trace", None, "a CSV of arrival times for shape=trace")
             fields |= {"trace_path": trace, "trace_s": read_trace(trace, session.origin)}
         elif trace is not None:
             raise InvalidInput("trace", trace, f"no trace with shape={shape} (give shape=trace)")
-        goal = Goal(workload=anchor_workload(model), gpus=list(gpus), capacities=list(capacities),
-                    max_gpus_per_node=max_gpus_per_node, traffic=Traffic.model_validate(fields))  # fmt: skip
+        goal = Goal(
+            workload=anchor_workload(model),
+            gpus=list(gpus),
+            capacities=list(capacities),
+            max_gpus_per_node=max_gpus_per_node,
+            traffic=Traffic.model_validate(fields),
+        )
     with refusals():
         return await anyio.to_thread.run_sync(
             lambda: capacity.plan_capacity(goal, preemptions_per_node_hour=preemptions_per_node_hour)
@@ -117,8 +128,16 @@ async def rehearse_fleet(
         paths = [p for p in (allowed_profile(session, x, "twin_profiles") for x in twin_profiles or []) if p]
 
     def run() -> FleetRehearsal:
-        return rehearse_on_first_profile(shape, traffic, wanted.workload, predicted_daily_cost_usd, paths,
-                                         requests=requests, time_scale=time_scale, store=session.store)  # fmt: skip
+        return rehearse_on_first_profile(
+            shape,
+            traffic,
+            wanted.workload,
+            predicted_daily_cost_usd,
+            paths,
+            requests=requests,
+            time_scale=time_scale,
+            store=session.store,
+        )
 
     with refusals():
         return await anyio.to_thread.run_sync(run)

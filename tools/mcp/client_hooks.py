@@ -26,9 +26,18 @@ if TYPE_CHECKING:
 
 # Tools that would start, measure or record something for the run: refused once it is abandoned.
 STARTS_FOR_RUN = frozenset(
-    {"deploy", "provision", "start_benchmark", "replan_deployment", "record_run", "mark_run", "rehearse_fleet",
-     "record_fleet", "heartbeat_run"}
-)  # fmt: skip
+    {
+        "deploy",
+        "provision",
+        "start_benchmark",
+        "replan_deployment",
+        "record_run",
+        "mark_run",
+        "rehearse_fleet",
+        "record_fleet",
+        "heartbeat_run",
+    }
+)
 # Of those, the ones that start something new (a node, a lane, a benchmark): held while the run's client has
 # missed its heartbeat, so a run whose client died buys nothing while it waits out its grace (issue 36).
 STARTS_NEW = frozenset({"deploy", "provision", "start_benchmark", "replan_deployment", "rehearse_fleet"})
@@ -88,8 +97,9 @@ async def _wait_while_missing(store: Any, run_id: str) -> str | None:
         if missing is None:
             return None
         if not said:
-            run_heartbeat.log.warning("run %s: %s; nothing new starts until it is back or the run is abandoned",
-                                      run_id, missing)  # fmt: skip
+            run_heartbeat.log.warning(
+                "run %s: %s; nothing new starts until it is back or the run is abandoned", run_id, missing
+            )
             said = True
         await anyio.sleep(HELD_POLL_S)
 
@@ -117,8 +127,10 @@ class RunClients:
             # a run's own tools: hold a start while its client is missing, until it is back or the run abandoned
             reason = await _wait_while_missing(store, run_id)
         if reason is not None and name in STARTS_FOR_RUN:
-            return _refusal(f"Error executing tool {name}: run_id={run_id!r} is not valid: the run was abandoned "
-                            f"({reason}); nothing more is started for it")  # fmt: skip
+            return _refusal(
+                f"Error executing tool {name}: run_id={run_id!r} is not valid: the run was abandoned "
+                f"({reason}); nothing more is started for it"
+            )
         if not self.beats:
             return await call_next(ctx)
         key = session_key(connection_of(ctx.session))

@@ -78,16 +78,22 @@ ConfirmArg = Annotated[
 HoursArg = Annotated[
     float,
     Field(
-        ge=0, le=720, allow_inf_nan=False,
+        ge=0,
+        le=720,
+        allow_inf_nan=False,
         description="hours to keep it up once ready: the commitment counted against the guardrails, and on "
         "SkyPilot the hard autodown",
     ),
-]  # fmt: skip
+]
 UsdPerHourArg = Annotated[
     float | None,
-    Field(ge=0, le=100000, allow_inf_nan=False,
-          description="your own cluster's price per node-hour (slurm/NAME, kubernetes); clouds use their offer"),
-]  # fmt: skip
+    Field(
+        ge=0,
+        le=100000,
+        allow_inf_nan=False,
+        description="your own cluster's price per node-hour (slurm/NAME, kubernetes); clouds use their offer",
+    ),
+]
 # The workload of a benchmark's requests, one argument per Workload field (unset: the model's anchor value).
 # Limits are Workload's own (checked when it is built), so they are stated here, not enforced twice.
 SizeArg = Annotated[

@@ -20,15 +20,23 @@ if TYPE_CHECKING:
 
 GraceArg = Annotated[
     float | None,
-    Field(gt=0, le=86400, allow_inf_nan=False,
-          description="seconds without a heartbeat after which the server abandons the run (tears down what it "
-          "started); default: the server's (120 s unless --run-grace-s)"),
-]  # fmt: skip
+    Field(
+        gt=0,
+        le=86400,
+        allow_inf_nan=False,
+        description="seconds without a heartbeat after which the server abandons the run (tears down what it "
+        "started); default: the server's (120 s unless --run-grace-s)",
+    ),
+]
 HoldHoursArg = Annotated[
     float | None,
-    Field(gt=0, le=720, allow_inf_nan=False,
-          description="detach only: hours a detached run may go on without a heartbeat before it is abandoned"),
-]  # fmt: skip
+    Field(
+        gt=0,
+        le=720,
+        allow_inf_nan=False,
+        description="detach only: hours a detached run may go on without a heartbeat before it is abandoned",
+    ),
+]
 
 
 class RunClient(BaseModel):

@@ -44,7 +44,10 @@ def list_offers(
 
     with refusals():
         found = find_offers(
-            gpu=gpu, gpus=gpus, infra=[infra] if infra else None, capacity=[capacity] if capacity else None,
+            gpu=gpu,
+            gpus=gpus,
+            infra=[infra] if infra else None,
+            capacity=[capacity] if capacity else None,
             source=source,
-        )  # fmt: skip
+        )
     return OfferList(count=len(found), offers=[OfferEntry(**o.model_dump(), offer_id=o.id) for o in found])

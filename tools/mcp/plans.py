@@ -104,7 +104,15 @@ def list_plans(
     with refusals():
         path = allowed_profile(session, profile)
         return plan_frontier(
-            model=model, gpu=gpu, gpus=gpus, steps=steps, capacity=capacity, profile_path=path,
-            latency_bound_s=latency_bound_s, throughput_floor=throughput_floor, frontier_only=frontier_only, sort=sort,
+            model=model,
+            gpu=gpu,
+            gpus=gpus,
+            steps=steps,
+            capacity=capacity,
+            profile_path=path,
+            latency_bound_s=latency_bound_s,
+            throughput_floor=throughput_floor,
+            frontier_only=frontier_only,
+            sort=sort,
             limit=limit,
-        )  # fmt: skip
+        )

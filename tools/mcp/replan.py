@@ -58,12 +58,17 @@ async def replan_deployment(
     what = f"{current.id}: {check.from_plan} -> {check.to_plan} on its {check.node_gpus} GPUs"
     if needs_confirmation(current.infra, current.engine) and not confirm:
         return ReplanOutcome(
-            done=False, needs_confirmation=True, check=check,
+            done=False,
+            needs_confirmation=True,
+            check=check,
             message=f"would restart {what} (warm load ~{check.warm_load_s:.0f} s, modelled)"
-            + (f", kept {check.hours:g} h once ready (about ${check.extension_usd:.2f} more)"
-               if check.hours is not None and check.extension_usd is not None else "")
+            + (
+                f", kept {check.hours:g} h once ready (about ${check.extension_usd:.2f} more)"
+                if check.hours is not None and check.extension_usd is not None
+                else ""
+            )
             + "; call again with confirm=true",
-        )  # fmt: skip
+        )
 
     def work(progress: Progress) -> Deployment:
         with refusals():
@@ -73,6 +78,9 @@ async def replan_deployment(
     ready = await in_thread_with_progress(ctx, work)
     await ctx.report_progress(1.0, 1.0, f"{ready.id} is {ready.state}")
     return ReplanOutcome(
-        done=True, needs_confirmation=False, check=check, deployment=ready,
+        done=True,
+        needs_confirmation=False,
+        check=check,
+        deployment=ready,
         message=f"{what}: {ready.state} at {', '.join(ready.endpoints) or '-'}",
-    )  # fmt: skip
+    )

@@ -78,8 +78,10 @@ class NoTokenChallenge:
 
         async def send_challenge(message: Any) -> None:
             if message.get("type") == "http.response.start" and message.get("status") == 401:
-                headers = [(k, _bare_challenge(v) if k.lower() == b"www-authenticate" else v)
-                           for k, v in message.get("headers", [])]  # fmt: skip
+                headers = [
+                    (k, _bare_challenge(v) if k.lower() == b"www-authenticate" else v)
+                    for k, v in message.get("headers", [])
+                ]
                 message = {**message, "headers": headers}
             await send(message)
 

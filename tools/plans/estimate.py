@@ -77,8 +77,9 @@ def estimate_plan(
 ) -> Estimate:
     """Validate `plan` and, if valid, predict latency, throughput, memory and cost per clip."""
     check = check_plan(workload, gpu, plan, profile, node_gpus, pool)
-    shared = check.model_dump(include={"valid", "rule", "alternative", "model", "gpu", "plan", "gpus", "world_size",
-                                       "replicas"})  # fmt: skip
+    shared = check.model_dump(
+        include={"valid", "rule", "alternative", "model", "gpu", "plan", "gpus", "world_size", "replicas"}
+    )
     base = Estimate(**shared, reason=check.message, steps=workload.steps, profile_source=profile.source)
     if not check.valid:
         return base

@@ -71,9 +71,14 @@ def plan_frontier(
         capacities=[capacity],
     )
     found = all_plans(
-        model=model, gpu=spec.name, gpus=gpus, steps=steps, profile_path=profile_path, capacity=capacity,
+        model=model,
+        gpu=spec.name,
+        gpus=gpus,
+        steps=steps,
+        profile_path=profile_path,
+        capacity=capacity,
         workload=workload,
-    )  # fmt: skip
+    )
     valid = [e for e in found if e.valid]
     refused = [e for e in found if not e.valid]
     meeting = [e for e in valid if not goal_violations(e, goal)]

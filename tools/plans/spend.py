@@ -148,9 +148,11 @@ def rented_offer(gpu: str, plan: Plan, capacity: str, where: Infra) -> Offer | N
     offer = cheapest_fitting_offer(gpu, need, capacity=[capacity], infra=[str(where)])
     if offer is None:
         raise InvalidInput(
-            "infra", str(where), f"an infra that rents {need}x{gpu} at capacity {capacity}",
+            "infra",
+            str(where),
+            f"an infra that rents {need}x{gpu} at capacity {capacity}",
             "list_offers (`worldtune plans`) shows which do",
-        )  # fmt: skip
+        )
     return offer
 
 
@@ -176,9 +178,11 @@ def _price(
             return None, rails.own_usd_per_hour[key], f"guardrails own_usd_per_hour[{key!r}]"
     # Own GPUs cost what the cluster's owner says they cost: worldtune will not count them as free.
     raise InvalidInput(
-        "usd_per_hour", None, f"a price per node-hour for {where} (your own GPUs are not free to worldtune)",
+        "usd_per_hour",
+        None,
+        f"a price per node-hour for {where} (your own GPUs are not free to worldtune)",
         f"pass usd_per_hour (--usd-per-hour), or set own_usd_per_hour: {{{str(where)!r}: PRICE}} in guardrails",
-    )  # fmt: skip
+    )
 
 
 def check_hold_hours(hours: Any) -> float:
@@ -310,8 +314,12 @@ def check_tuning(infra: str, engine: str, budget_usd: float | None, field: str =
         raise InvalidInput("infra", infra, f"one of allowed_infras: {', '.join(rails.allowed_infras)}", source)
     if where.kind == "cloud" and not list_offers(infra=[str(where)]):
         priced = sorted({o.infra for o in list_offers()})
-        raise InvalidInput("infra", infra, f"a cloud worldtune has prices for: {', '.join(priced)}",
-                           "list_offers shows them; SkyPilot catalog files add more")  # fmt: skip
+        raise InvalidInput(
+            "infra",
+            infra,
+            f"a cloud worldtune has prices for: {', '.join(priced)}",
+            "list_offers shows them; SkyPilot catalog files add more",
+        )
     if budget_usd is not None and budget_usd > rails.max_usd_per_run:
         raise InvalidInput(field, budget_usd, f"at most max_usd_per_run={rails.max_usd_per_run:g}", source)
 
@@ -342,13 +350,23 @@ def extension(deployment: Deployment, hours: float, load_s: float, now: float | 
     price = deployment.usd_per_hour
     expected_hours = load_s / 3600.0 + hold
     return SpendQuote(
-        action="replan", model=deployment.model, gpu=deployment.gpu, plan=str(deployment.plan),
-        gpus=deployment.offer.gpu_count if deployment.offer else 0, infra=str(deployment.infra),
-        capacity=deployment.capacity, offer=deployment.offer, usd_per_hour=price,
-        price_source="the deployment's own price", provision_s=0.0, load_s=load_s, hold_hours=hold,
-        expected_hours=expected_hours, expected_usd=price * expected_hours,
+        action="replan",
+        model=deployment.model,
+        gpu=deployment.gpu,
+        plan=str(deployment.plan),
+        gpus=deployment.offer.gpu_count if deployment.offer else 0,
+        infra=str(deployment.infra),
+        capacity=deployment.capacity,
+        offer=deployment.offer,
+        usd_per_hour=price,
+        price_source="the deployment's own price",
+        provision_s=0.0,
+        load_s=load_s,
+        hold_hours=hold,
+        expected_hours=expected_hours,
+        expected_usd=price * expected_hours,
         note=f"on top of ${run_spent_usd([deployment], now):.2f} billed so far",
-    )  # fmt: skip
+    )
 
 
 def check_extension(spend: SpendQuote, deployment: Deployment, deployments: list[Deployment]) -> float:

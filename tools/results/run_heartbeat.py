@@ -87,14 +87,19 @@ def _db(store: Store) -> Iterator[sqlite3.Connection]:
 
 
 def bind(
-    store: Store, run_id: str, session: str, grace_s: float | None = None, detach: bool = False,
+    store: Store,
+    run_id: str,
+    session: str,
+    grace_s: float | None = None,
+    detach: bool = False,
     hold_hours: float | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Bind a run to the client session `session` of this server, heartbeating from now; binding again (the same
     run from another session, or new terms) moves it there. Refused once the run was abandoned."""
     if hold_hours is not None and not detach:
-        raise InvalidInput("hold_hours", hold_hours, "only with detach=true (how long a detached run may go on "
-                           "without a heartbeat)")  # fmt: skip
+        raise InvalidInput(
+            "hold_hours", hold_hours, "only with detach=true (how long a detached run may go on without a heartbeat)"
+        )
     grace = hold_hours * 3600.0 if detach and hold_hours is not None else (None if detach else check_grace(grace_s))
     now = time.time()
     found = get(store, run_id)
@@ -164,8 +169,10 @@ def session_ended(store: Store, session: str) -> list[str]:
         rows = db.execute(
             "SELECT run_id FROM run_clients WHERE session = ? AND detach = 0 AND abandoned_at IS NULL", (session,)
         ).fetchall()
-        db.execute("UPDATE run_clients SET session_ended_at = ? WHERE session = ? AND session_ended_at IS NULL",
-                   (time.time(), session))  # fmt: skip
+        db.execute(
+            "UPDATE run_clients SET session_ended_at = ? WHERE session = ? AND session_ended_at IS NULL",
+            (time.time(), session),
+        )
     WAKE.set()
     return [str(r["run_id"]) for r in rows]
 
@@ -177,8 +184,9 @@ def due(store: Store, now: float | None = None) -> list[tuple[str, str]]:
     with _db(store) as db:
         rows = db.execute(
             "SELECT c.*, r.status AS run_status FROM run_clients c LEFT JOIN runs r ON r.id = c.run_id "
-            "WHERE c.abandoned_at IS NULL AND c.server = ?", (owners.process_owner_id(),),
-        ).fetchall()  # fmt: skip
+            "WHERE c.abandoned_at IS NULL AND c.server = ?",
+            (owners.process_owner_id(),),
+        ).fetchall()
     found = []
     for row in rows:
         if row["run_status"] in ("completed", "failed", "interrupted", "abandoned", "waiting_for_approval"):
@@ -194,8 +202,10 @@ def due(store: Store, now: float | None = None) -> list[tuple[str, str]]:
 
 def _mark_abandoned(store: Store, run_id: str, reason: str) -> None:
     with _db(store) as db:
-        db.execute("UPDATE run_clients SET abandoned_at = ?, reason = ? WHERE run_id = ? AND abandoned_at IS NULL",
-                   (time.time(), reason, run_id))  # fmt: skip
+        db.execute(
+            "UPDATE run_clients SET abandoned_at = ?, reason = ? WHERE run_id = ? AND abandoned_at IS NULL",
+            (time.time(), reason, run_id),
+        )
 
 
 def tear_down_run(store: Store, run_id: str, settle_s: float = SETTLE_S) -> list[dict[str, Any]]:
@@ -226,8 +236,11 @@ def _record_abandoned(store: Store, run_id: str, reason: str) -> None:
     run = store.get_run(run_id)
     if run is not None:
         summary = run["summary"] if isinstance(run.get("summary"), dict) else {}
-        store.finish_run(run_id, "abandoned", {**summary, "abandoned": reason, "error": f"abandoned: {reason}",
-                                               "resume": f"worldtune resume {run_id}"})  # fmt: skip
+        store.finish_run(
+            run_id,
+            "abandoned",
+            {**summary, "abandoned": reason, "error": f"abandoned: {reason}", "resume": f"worldtune resume {run_id}"},
+        )
 
 
 def abandon(store: Store, run_id: str, reason: str, stop_driver: Stopper | None = None) -> dict[str, Any]:
@@ -239,8 +252,10 @@ def abandon(store: Store, run_id: str, reason: str, stop_driver: Stopper | None 
     torn = tear_down_run(store, run_id)
     _record_abandoned(store, run_id, reason)  # again: the stopped driver may have marked it interrupted
     with _db(store) as db:
-        db.execute("UPDATE run_clients SET torn_down_at = ?, teardown = ? WHERE run_id = ?",
-                   (time.time(), repr(torn)[:2000], run_id))  # fmt: skip
+        db.execute(
+            "UPDATE run_clients SET torn_down_at = ?, teardown = ? WHERE run_id = ?",
+            (time.time(), repr(torn)[:2000], run_id),
+        )
     log.warning("run %s abandoned (%s): driver stopped=%s, torn down %s", run_id, reason, stopped, torn)
     return {"run_id": run_id, "reason": reason, "driver_stopped": stopped, "torn_down": torn}
 

@@ -40,14 +40,23 @@ def _record(store: Store, run_id: str) -> RunRecord:
         known = [r["id"] for r in store.list_runs(10)]
         hint = f"recent: {', '.join(known)}" if known else "no runs yet: record_run opens one"
         raise InvalidInput("run_id", run_id, f"a run recorded in {store.path}", hint)
-    return RunRecord(run_id=run_id, kind=row["kind"], status=row["status"], created_at=row["created_at"],
-                     finished_at=row.get("finished_at"))  # fmt: skip
+    return RunRecord(
+        run_id=run_id,
+        kind=row["kind"],
+        status=row["status"],
+        created_at=row["created_at"],
+        finished_at=row.get("finished_at"),
+    )
 
 
 def _run_id(run_id: str) -> str:
     if not RUN_ID.fullmatch(run_id):
-        raise InvalidInput("run_id", run_id, "1 to 100 letters, digits, '_', '.', ':' or '-', starting with one "
-                           "letter or digit, e.g. tune-20261202-081500-a1b2c3")  # fmt: skip
+        raise InvalidInput(
+            "run_id",
+            run_id,
+            "1 to 100 letters, digits, '_', '.', ':' or '-', starting with one "
+            "letter or digit, e.g. tune-20261202-081500-a1b2c3",
+        )
     return run_id
 
 

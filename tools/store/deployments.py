@@ -68,9 +68,16 @@ class DeploymentRecords(RunRecords):
             db.execute(
                 "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (deployment.id, deployment.run_id, deployment.state, str(deployment.infra), deployment.created_at, now,
-                 deployment.model_dump_json()),
-            )  # fmt: skip
+                (
+                    deployment.id,
+                    deployment.run_id,
+                    deployment.state,
+                    str(deployment.infra),
+                    deployment.created_at,
+                    now,
+                    deployment.model_dump_json(),
+                ),
+            )
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

@@ -83,8 +83,14 @@ class _TimeScaleHeader:
 
 def engine_dead_body(request_id: str | None) -> JSONResponse:
     """serve/utils/errors.py `_build_engine_error_payload`: EngineDeadError is a VLLMServerError (500)."""
-    error = {"message": ENGINE_DEAD_MESSAGE, "type": "InternalServerError", "param": None, "code": 500,
-             "request_id": request_id, "error_stage_id": None}  # fmt: skip
+    error = {
+        "message": ENGINE_DEAD_MESSAGE,
+        "type": "InternalServerError",
+        "param": None,
+        "code": 500,
+        "request_id": request_id,
+        "error_stage_id": None,
+    }
     return JSONResponse({"error": error}, 500)
 
 
@@ -92,13 +98,30 @@ def model_card(model_name: str) -> dict[str, Any]:
     """models/serving.py `_DiffusionServingModels`: vLLM's ModelCard, made at each call, one ModelPermission."""
     now = int(time.time())
     permission = {
-        "id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission", "created": now,
-        "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True, "allow_search_indices": False,
-        "allow_view": True, "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False,
-    }  # fmt: skip
+        "id": f"modelperm-{uuid.uuid4().hex}",
+        "object": "model_permission",
+        "created": now,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
     # pure diffusion mode has no model config, so max_model_len is null
-    return {"id": model_name, "object": "model", "created": now, "owned_by": "vllm", "root": model_name,
-            "parent": None, "max_model_len": None, "permission": [permission]}  # fmt: skip
+    return {
+        "id": model_name,
+        "object": "model",
+        "created": now,
+        "owned_by": "vllm",
+        "root": model_name,
+        "parent": None,
+        "max_model_len": None,
+        "permission": [permission],
+    }
 
 
 async def _read(request: Request, engine: TwinEngine) -> tuple[TwinRequest, Any]:
@@ -198,8 +221,10 @@ class TwinApi:
             problems.append(("limit", limit, "less_than_equal", "Input should be a valid integer from 0 to 100"))
         if problems:
             name, value, kind, msg = problems[0]
-            message = f"1 validation error:\n  {{'type': '{kind}', 'loc': 'query.{name}', 'msg': '{msg}', " \
-                      f"'input': '{value}'}}"  # fmt: skip
+            message = (
+                f"1 validation error:\n  {{'type': '{kind}', 'loc': 'query.{name}', 'msg': '{msg}', "
+                f"'input': '{value}'}}"
+            )
             return error_body(400, message, "Bad Request", f"query.{name}")
         found = sorted(self.jobs.values(), key=lambda j: j.record["created_at"], reverse=query.get("order") != "asc")
         after = query.get("after")
@@ -209,9 +234,15 @@ class TwinApi:
         has_more = limit is not None and len(found) > int(limit)
         found = found[: int(limit)] if limit is not None else found
         data = [dict(j.record) for j in found]
-        return JSONResponse({"object": "list", "data": data, "has_more": has_more,
-                             "first_id": data[0]["id"] if data else None,
-                             "last_id": data[-1]["id"] if data else None})  # fmt: skip
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "has_more": has_more,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+            }
+        )
 
     async def retrieve(self, request: Request) -> Response:
         job = self.jobs.get(request.path_params["video_id"])
@@ -314,8 +345,12 @@ async def _run_job(
         record["status"] = "in_progress"
 
     def failed(code: int, message: str) -> None:
-        record.update(status="failed", completed_at=int(time.time()), error={"code": code, "message": message},
-                      inference_time_s=(time.monotonic() - started) * engine.scale)  # fmt: skip
+        record.update(
+            status="failed",
+            completed_at=int(time.time()),
+            error={"code": code, "message": message},
+            inference_time_s=(time.monotonic() - started) * engine.scale,
+        )
 
     try:
         done: Generated = await engine.generate(request, on_started=mark_started)

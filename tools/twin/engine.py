@@ -81,9 +81,11 @@ class TwinConfig(BaseModel):
     keep_alive_on_engine_death: bool = Field(default=False, description="VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1")
     api_key: str | None = Field(default=None, description="as vLLM's --api-key: /v1 routes need this bearer token")
     preempt_after_s: float | None = Field(
-        default=None, gt=0, description="model seconds after its load at which its spot node is taken back "
-        "(rehearsed preemption: the process exits at once, every connection dropped); None: never"
-    )  # fmt: skip
+        default=None,
+        gt=0,
+        description="model seconds after its load at which its spot node is taken back "
+        "(rehearsed preemption: the process exits at once, every connection dropped); None: never",
+    )
 
     @classmethod
     def from_env(cls, **fields: Any) -> TwinConfig:

@@ -90,10 +90,12 @@ class Deployment(BaseModel):
     twin_profile: str | None = Field(default=None, description="profile file the twin engine runs with")
     time_scale: float = Field(default=1.0, gt=0, description="twin only: sleeps divided by this")
     noise_seed: int | None = Field(
-        default=None, ge=0, lt=2**63,
+        default=None,
+        ge=0,
+        lt=2**63,
         description="twin only: the seed of its run-to-run noise (replica i draws from noise_seed + i); None: one "
         "drawn from the deployment's id, so every deployment draws its own noise, as separate nodes do",
-    )  # fmt: skip
+    )
     created_at: float = Field(default_factory=time.time)
     ready_at: float | None = None
     modelled_load_s: float | None = Field(
@@ -318,9 +320,11 @@ def replan_target(deployment: Deployment, plan: str) -> Plan:
     gpus = node_gpu_count(deployment)
     if new.gpus > gpus:
         raise InvalidInput(
-            "plan", plan, f"a plan of at most {gpus} GPUs (the node deployment {deployment.id} holds)",
+            "plan",
+            plan,
+            f"a plan of at most {gpus} GPUs (the node deployment {deployment.id} holds)",
             f"it uses {new.gpus}; a larger plan needs a new deployment",
-        )  # fmt: skip
+        )
     return new
 
 

@@ -64,8 +64,10 @@ class Autoscaler(BaseModel):
             if self.policy == "qps"
             else f"{self.target_queue_per_server:g} outstanding per server"
         )
-        return (f"{self.policy} {self.min_replicas}-{self.max_replicas} nodes, {rule}, up after "
-                f"{self.upscale_delay_s:g} s, down after {self.downscale_delay_s:g} s")  # fmt: skip
+        return (
+            f"{self.policy} {self.min_replicas}-{self.max_replicas} nodes, {rule}, up after "
+            f"{self.upscale_delay_s:g} s, down after {self.downscale_delay_s:g} s"
+        )
 
 
 class Fleet(BaseModel):
@@ -105,8 +107,10 @@ class Fleet(BaseModel):
 
     def describe(self) -> str:
         spot = f", {self.base_ondemand_fallback} on-demand fallback" if self.capacity == "spot" else ""
-        return (f"{self.plan} x{self.servers_per_node}/node on {self.offer_id or self.gpu} ({self.capacity}{spot}), "
-                f"{self.autoscaler.describe()}")  # fmt: skip
+        return (
+            f"{self.plan} x{self.servers_per_node}/node on {self.offer_id or self.gpu} ({self.capacity}{spot}), "
+            f"{self.autoscaler.describe()}"
+        )
 
 
 class FleetMoment(BaseModel):

@@ -40,23 +40,29 @@ class Goal(BaseModel):
     max_gpus_per_node: int = Field(default=8, ge=1, le=8)
     traffic: Traffic | None = Field(default=None, description="arrivals and the end-to-end bound a fleet must meet")
     confidence: float = Field(
-        default=0.95, allow_inf_nan=False,
+        default=0.95,
+        allow_inf_nan=False,
         description="one level for the percentile claim and the stopping rule (order statistics), e.g. 0.99",
-    )  # fmt: skip
+    )
     allow_fp8: bool = Field(
         default=False,
         description="quality-changing choices may be made (FP8 quantization of the generator): only when the goal "
         "says so ('fp8 ok'); BF16 otherwise, in the search and in a traffic goal's fleet alike",
     )
     answer_within_s: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
         description="most modelled wall seconds from approval to a verified answer (provisioning, loads, requests)",
-    )  # fmt: skip
+    )
     production_clips: float | None = Field(
-        default=None, gt=0, le=MAX_PRODUCTION_CLIPS, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        le=MAX_PRODUCTION_CLIPS,
+        allow_inf_nan=False,
         description="clips the answer will make in production: a measurement is bought only when the improvement "
         "it may find, times these clips' cost, exceeds its own cost (default: 30 days of the traffic, else 20,000)",
-    )  # fmt: skip
+    )
 
     @field_validator("latency_percentile")
     @classmethod

@@ -20,9 +20,26 @@ InfraKind = Literal["local", "slurm", "kubernetes", "cloud"]
 # SkyPilot 0.14's clouds that rent GPU nodes. Only these can be a `CLOUD` or `CLOUD/REGION` infra;
 # whether worldtune has prices for one is the spend quote's question (tools/plans/spend.py), not the parser's.
 SKYPILOT_CLOUDS: tuple[str, ...] = (
-    "aws", "azure", "cudo", "do", "fluidstack", "gcp", "hyperbolic", "ibm", "lambda", "nebius", "oci",
-    "paperspace", "primeintellect", "runpod", "scp", "seeweb", "shadeform", "vast", "vsphere",
-)  # fmt: skip
+    "aws",
+    "azure",
+    "cudo",
+    "do",
+    "fluidstack",
+    "gcp",
+    "hyperbolic",
+    "ibm",
+    "lambda",
+    "nebius",
+    "oci",
+    "paperspace",
+    "primeintellect",
+    "runpod",
+    "scp",
+    "seeweb",
+    "shadeform",
+    "vast",
+    "vsphere",
+)
 MAX_INFRA_CHARS = 100
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 FORMS = "local, slurm/NAME, kubernetes, or a SkyPilot cloud (nebius, aws, lambda, ...) optionally /REGION"
@@ -58,8 +75,9 @@ class Infra(BaseModel):
             raise InvalidInput(field, text, f"'{'local' if head == 'local' else 'kubernetes'}' with nothing after it")
         if head == "slurm":
             if not sep or not _NAME.fullmatch(tail):
-                raise InvalidInput(field, text, "slurm/<cluster name> (letters, digits, '_', '.', '-')",
-                                   "e.g. slurm/localcluster")  # fmt: skip
+                raise InvalidInput(
+                    field, text, "slurm/<cluster name> (letters, digits, '_', '.', '-')", "e.g. slurm/localcluster"
+                )
             return cls(kind="slurm", name="slurm", cluster=tail)
         if head not in SKYPILOT_CLOUDS:
             raise InvalidInput(field, text, FORMS, f"known clouds: {', '.join(SKYPILOT_CLOUDS)}")

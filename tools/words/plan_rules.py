@@ -204,9 +204,15 @@ def candidate_plans(gpus: int, max_world: int = 8, include_fp8: bool = True) -> 
                             for vae in sorted({1, world}):
                                 for fp8 in (False, True) if include_fp8 else (False,):
                                     plan = Plan(
-                                        replicas=replicas, tp=tp, cfg=cfg, ulysses=u, ring=r,
-                                        hsdp=hsdp, vae=vae, fp8=fp8,
-                                    )  # fmt: skip
+                                        replicas=replicas,
+                                        tp=tp,
+                                        cfg=cfg,
+                                        ulysses=u,
+                                        ring=r,
+                                        hsdp=hsdp,
+                                        vae=vae,
+                                        fp8=fp8,
+                                    )
                                     if str(plan) not in seen:
                                         seen.add(str(plan))
                                         yield plan
@@ -220,9 +226,14 @@ def candidate_plans(gpus: int, max_world: int = 8, include_fp8: bool = True) -> 
 
 def _distance(a: Plan, b: Plan) -> float:
     score = (
-        (a.replicas != b.replicas) + (a.tp != b.tp) + (a.cfg != b.cfg) + (a.ulysses != b.ulysses)
-        + (a.ring != b.ring) + (a.hsdp != b.hsdp) + (a.vae != b.vae)
-    )  # fmt: skip
+        (a.replicas != b.replicas)
+        + (a.tp != b.tp)
+        + (a.cfg != b.cfg)
+        + (a.ulysses != b.ulysses)
+        + (a.ring != b.ring)
+        + (a.hsdp != b.hsdp)
+        + (a.vae != b.vae)
+    )
     return score + (0.5 if a.fp8 != b.fp8 else 0.0) + (0.5 if a.attn != b.attn else 0.0) + 0.01 * abs(a.gpus - b.gpus)
 
 

@@ -132,9 +132,11 @@ class Profile(BaseModel):
 
     noise_cv: float = Field(default=0.002, ge=0, description="run-to-run spread of per-step time")
     spot_preemptions_per_node_hour: float = Field(
-        default=0.0, ge=0, description="rehearsal truth: how often a spot node is taken back (a Poisson rate per node "
-        "and model hour); the local backend's spot twins exit at a drawn moment, as a vanished node. 0: never"
-    )  # fmt: skip
+        default=0.0,
+        ge=0,
+        description="rehearsal truth: how often a spot node is taken back (a Poisson rate per node "
+        "and model hour); the local backend's spot twins exit at a drawn moment, as a vanished node. 0: never",
+    )
     assumed: list[str] = Field(default_factory=list, description="fields set by assumption, not data")
     basis: dict[str, ParamBasis] = Field(
         default_factory=dict, description="per parameter: fitted, measured, published or assumed, and its uncertainty"

@@ -143,8 +143,9 @@ def _claim(name: str, q: float, data: np.ndarray, confidence: float, ci_level: f
     n = int(data.size)
     needed = 1 if q <= 0.5 else samples_needed(q, confidence)  # P50 is always reported, like the mean
     if n == 0:
-        return PercentileClaim(name=name, q=q, value=None, estimate=None, claimable=False, n=0, needed=needed,
-                               note="not claimable (n=0)")  # fmt: skip
+        return PercentileClaim(
+            name=name, q=q, value=None, estimate=None, claimable=False, n=0, needed=needed, note="not claimable (n=0)"
+        )
     estimate = float(np.percentile(data, q * 100))
     claimable = n >= needed
     return PercentileClaim(

@@ -190,8 +190,12 @@ def read_trace(path: object, origin: str = "cli", field: str = "trace") -> tuple
                 except ValueError:
                     if line_no == 1 and not times:
                         continue  # a header
-                    raise InvalidInput(field, path, "arrival times in seconds (a number first on each line)",
-                                       f"line {line_no} is not a number") from None  # fmt: skip
+                    raise InvalidInput(
+                        field,
+                        path,
+                        "arrival times in seconds (a number first on each line)",
+                        f"line {line_no} is not a number",
+                    ) from None
                 if not math.isfinite(value) or value < 0 or value > 365 * DAY_S:
                     raise InvalidInput(
                         field, path, "arrival times from 0 to 31536000 s", f"line {line_no} is out of range"

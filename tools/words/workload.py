@@ -13,11 +13,26 @@ from worldtune.tools.words.models import ANCHOR_FRAMES, ANCHOR_HEIGHT, ANCHOR_WI
 
 # Sizes Cosmos 3's resolution table knows (vLLM-Omni 0.30, model cosmos3 utils), width x height.
 SUPPORTED_SIZES: tuple[tuple[int, int], ...] = (
-    (256, 256), (320, 256), (256, 320), (320, 192), (192, 320),
-    (640, 640), (736, 544), (544, 736), (832, 480), (480, 832),
-    (960, 960), (1088, 832), (832, 1088), (1280, 704), (704, 1280),
-    (1104, 832), (832, 1104), (1280, 720), (720, 1280),
-)  # fmt: skip
+    (256, 256),
+    (320, 256),
+    (256, 320),
+    (320, 192),
+    (192, 320),
+    (640, 640),
+    (736, 544),
+    (544, 736),
+    (832, 480),
+    (480, 832),
+    (960, 960),
+    (1088, 832),
+    (832, 1088),
+    (1280, 704),
+    (704, 1280),
+    (1104, 832),
+    (832, 1104),
+    (1280, 720),
+    (720, 1280),
+)
 SUPPORTED_FPS = (10, 16, 24, 30)
 VAE_TEMPORAL = 4  # the Wan VAE compresses time 4x
 SPATIAL_DOWN = 32  # VAE 16x times the 2x2 patch
