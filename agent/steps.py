@@ -81,7 +81,7 @@ def deploy_request(cand: Candidate, options: TuneOptions, task: Any, hours: floa
         capacity=cand.capacity,
         model=task["goal"].workload.model,
         twin_profiles=options.twin_profiles(),
-        time_scale=options.time_scale if options.twin else None,
+        time_scale=options.time_scale if options.twin else 1.0,
         hours=hours,
         run_id=task["run_id"],
         noise_seed=noise_seed(options, role, cand.key, task["iteration"]),

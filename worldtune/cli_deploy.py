@@ -102,43 +102,31 @@ def deploy(
     if dry_run:
         return
     assert store is not None
-    guarded: dict[str, Any] = {
-        "gpu": gpu,
-        "plan": plan,
-        "infra": infra,
-        "engine": engine,
-        "capacity": capacity,
-        "model": model,
-        "hours": hours,
-        "usd_per_hour": usd_per_hour,
-        "store": store,
-    }
-    _launch(
-        guarded,
-        lambda: _backend(infra, store, k8s, options),
-        yes=yes,
-        as_json=as_json,
+    from worldtune.tools.words.deploy_request import DeployRequest
+
+    request = DeployRequest(
+        gpu=gpu,
+        plan=plan,
+        infra=infra,
+        engine=engine,
+        capacity=capacity,
+        model=model,
+        hours=hours,
+        usd_per_hour=usd_per_hour,
         time_scale=time_scale,
         twin_profile=twin_profile,
     )
+    _launch(request, store, lambda: _backend(infra, store, k8s, options), yes=yes, as_json=as_json)
 
 
-def _launch(
-    guarded: dict[str, Any],
-    backend_for: Callable[[], Any],
-    *,
-    yes: bool,
-    as_json: bool,
-    time_scale: float,
-    twin_profile: str | None,
-) -> None:
+def _launch(request: Any, store: Any, backend_for: Callable[[], Any], *, yes: bool, as_json: bool) -> None:
     """Quote under the guardrails, ask (or take --yes), then build the backend, launch, and say where it is and
     how to tear it down."""
     from worldtune.tools.deployments import deploy as deploying
 
-    where = {k: guarded[k] for k in ("gpu", "plan", "infra")}
+    where = {"gpu": request.gpu, "plan": request.plan, "infra": request.infra}
     try:  # the guardrails bind the command line as they bind MCP and the agent: refused before anything starts
-        spend = deploying.quote_deploy(**guarded)
+        spend = deploying.quote_deploy(request, store)
     except (WorldtuneError, ValueError) as exc:
         raise fail(str(exc), as_json, where) from exc
     if spend.expected_usd > 0 and not yes:
@@ -155,9 +143,7 @@ def _launch(
     try:
         backend = backend_for()
         with contextlib.redirect_stdout(sys.stderr):  # SkyPilot prints to stdout; keep it for our output
-            ready = deploying.deploy(
-                **guarded, time_scale=time_scale, twin_profile=twin_profile, progress=progress, backend=backend
-            )
+            ready = deploying.deploy(request, store, progress, backend=backend)
     except (WorldtuneError, ValueError, RuntimeError, TimeoutError) as exc:
         raise fail(f"launch failed: {exc}", as_json) from exc
     if as_json:

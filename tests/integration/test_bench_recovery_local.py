@@ -18,6 +18,7 @@ from worldtune.tools.backends.local import LocalBackend, _alive
 from worldtune.tools.bench.benchmark import BenchmarkSpec, benchmark_deployment
 from worldtune.tools.deployments import deploy as deploying
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Deployment, Progress
 
 pytestmark = pytest.mark.integration
@@ -46,7 +47,7 @@ def pids_of(dep: Deployment) -> list[int]:
 def test_a_benchmark_cut_by_a_reclaimed_node_is_relaunched_and_completes(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
     backend = SpotLikeLocal(store)
-    dep = deploying.deploy("H200", "1gpu", time_scale=1000.0, store=store, backend=backend)
+    dep = deploying.deploy(DeployRequest(gpu="H200", plan="1gpu", time_scale=1000.0), store=store, backend=backend)
     first_pids = pids_of(dep)
     spec = BenchmarkSpec(endpoints=dep.endpoints, steps=4, repeats=6, concurrency=[1], probe_steps=[], warmup=0,
                          deployment_id=dep.id, plan=str(dep.plan))  # fmt: skip
@@ -92,7 +93,7 @@ def test_a_benchmark_cut_by_a_reclaimed_node_is_relaunched_and_completes(tmp_pat
 def test_a_live_server_that_fails_is_not_relaunched(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
     backend = SpotLikeLocal(store)  # never reclaimed: a killed replica reads failed, as on a node still held
-    dep = deploying.deploy("H200", "1gpu", time_scale=1000.0, store=store, backend=backend)
+    dep = deploying.deploy(DeployRequest(gpu="H200", plan="1gpu", time_scale=1000.0), store=store, backend=backend)
     spec = BenchmarkSpec(endpoints=dep.endpoints, steps=4, repeats=4, concurrency=[1], probe_steps=[], warmup=0,
                          deployment_id=dep.id, plan=str(dep.plan))  # fmt: skip
     killed: list[int] = []

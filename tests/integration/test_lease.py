@@ -25,6 +25,7 @@ from worldtune.tools.bench import lock as benchmark_lock
 from worldtune.tools.deployments import deploy as deploying
 from worldtune.tools.deployments import lease
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.errors import InvalidInput
 
 pytestmark = pytest.mark.integration
@@ -33,7 +34,7 @@ WORLDTUNE = Path(sys.executable).parent / "worldtune"
 
 def test_paid_hours_run_out_after_ready_or_the_last_benchmark_never_during_one(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
-    dep = deploying.deploy("H200", "cfg2-u4-hsdp8", time_scale=1000.0, hours=1.0, store=store)
+    dep = deploying.deploy(DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", time_scale=1000.0, hours=1.0), store=store)
     pids = [int(p) for p in json.loads(dep.detail)["pids"]]
     try:
         assert dep.ready_at is not None and dep.hold_hours == 1.0
@@ -65,7 +66,7 @@ def test_paid_hours_run_out_after_ready_or_the_last_benchmark_never_during_one(t
 
 def test_a_deploy_without_hours_never_expires_and_a_bad_sweep_setting_is_refused(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
-    dep = deploying.deploy("H200", "cfg2-u4-hsdp8", time_scale=1000.0, store=store)
+    dep = deploying.deploy(DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", time_scale=1000.0), store=store)
     try:
         assert dep.hold_hours is not None  # deploy always records the hours it quoted (1 h by default)
         forever = dep.model_copy(update={"hold_hours": None})
@@ -85,7 +86,9 @@ def test_a_deploy_without_hours_never_expires_and_a_bad_sweep_setting_is_refused
 def test_gc_lists_and_tears_down_a_deployment_whose_hours_ran_out(tmp_path: Path) -> None:
     db = tmp_path / "w.db"
     store = Store(db)
-    dep = deploying.deploy("H200", "cfg2-u4-hsdp8", time_scale=1000.0, hours=0.0001, store=store)  # 0.36 s
+    dep = deploying.deploy(
+        DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", time_scale=1000.0, hours=0.0001), store=store
+    )  # 0.36 s
     try:
         while time.time() < (dep.ready_at or 0.0) + 0.5:  # the lease is wall time: let 0.36 s pass for sure
             time.sleep(0.1)

@@ -14,6 +14,7 @@ import pytest
 from worldtune.tools.backends.local import LocalBackend, _alive
 from worldtune.tools.deployments import deploy as deploying
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.errors import InvalidInput
 
 pytestmark = pytest.mark.integration
@@ -22,8 +23,11 @@ pytestmark = pytest.mark.integration
 def test_two_replicas_deploy_serve_and_tear_down(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
     seen: list[str] = []
-    dep = deploying.deploy("H200", "2xcfg2-u2-hsdp4", time_scale=1000.0, run_id="r1", store=store,
-                           progress=lambda message, fraction: seen.append(message))  # fmt: skip
+    dep = deploying.deploy(
+        DeployRequest(gpu="H200", plan="2xcfg2-u2-hsdp4", time_scale=1000.0, run_id="r1"),
+        store=store,
+        progress=lambda message, fraction: seen.append(message),
+    )
     try:
         assert dep.state == "ready" and len(dep.endpoints) == 2 and dep.endpoints[0] != dep.endpoints[1]
         for url in dep.endpoints:
@@ -52,7 +56,7 @@ def test_two_replicas_deploy_serve_and_tear_down(tmp_path: Path) -> None:
 
 def test_a_dead_replica_is_reported_failed(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
-    dep = deploying.deploy("H200", "2xcfg2-u2-hsdp4", time_scale=1000.0, store=store)
+    dep = deploying.deploy(DeployRequest(gpu="H200", plan="2xcfg2-u2-hsdp4", time_scale=1000.0), store=store)
     pids = [int(p) for p in json.loads(dep.detail)["pids"]]
     try:
         first = pids[0]
@@ -70,11 +74,11 @@ def test_a_dead_replica_is_reported_failed(tmp_path: Path) -> None:
 def test_refusals_start_nothing(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
     with pytest.raises(InvalidInput, match="no GPU"):
-        deploying.deploy("H200", "cfg2-u4-hsdp8", engine="vllm-omni", store=store)
+        deploying.deploy(DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", engine="vllm-omni"), store=store)
     with pytest.raises(InvalidInput, match="plan"):
-        deploying.deploy("H200", "tp3", store=store)
+        deploying.deploy(DeployRequest(gpu="H200", plan="tp3"), store=store)
     with pytest.raises(InvalidInput, match="gpu"):
-        deploying.deploy("Z100", "tp8", store=store)
+        deploying.deploy(DeployRequest(gpu="Z100", plan="tp8"), store=store)
     assert store.list_deployments() == [] and store.ledger() == []
 
 
@@ -103,8 +107,11 @@ def test_two_lanes_of_one_plan_draw_their_own_noise_from_one_distribution(tmp_pa
 
     store = Store(tmp_path / "w.db")
     n = 40
-    lanes = [deploying.deploy("H200", "1gpu", time_scale=3000.0, store=store) for _ in range(2)]
-    seeded = [deploying.deploy("H200", "1gpu", time_scale=3000.0, store=store, noise_seed=7) for _ in range(2)]
+    lanes = [deploying.deploy(DeployRequest(gpu="H200", plan="1gpu", time_scale=3000.0), store=store) for _ in range(2)]
+    seeded = [
+        deploying.deploy(DeployRequest(gpu="H200", plan="1gpu", time_scale=3000.0, noise_seed=7), store=store)
+        for _ in range(2)
+    ]
     try:
         first, second = (_server_times(d.endpoints[0], n) for d in lanes)
         again = [_server_times(d.endpoints[0], n) for d in seeded]
@@ -116,7 +123,9 @@ def test_two_lanes_of_one_plan_draw_their_own_noise_from_one_distribution(tmp_pa
     assert ks_2samp(first, second).pvalue > 1e-4  # one distribution: the plan's, with the profile's noise
     assert again[0] == again[1] and len(set(again[0])) > n // 2  # the same seed, the same sequence
     with pytest.raises(InvalidInput, match="noise_seed"):
-        deploying.deploy("H200", "1gpu", engine="vllm-omni", infra="slurm/x", store=store, noise_seed=1)
+        deploying.deploy(
+            DeployRequest(gpu="H200", plan="1gpu", engine="vllm-omni", infra="slurm/x", noise_seed=1), store=store
+        )
 
 
 def test_a_spot_twin_is_preempted_at_its_profiles_rate_and_says_so(tmp_path: Path) -> None:
@@ -142,9 +151,9 @@ def test_a_spot_twin_is_preempted_at_its_profiles_rate_and_says_so(tmp_path: Pat
 
     seed = next(s for s in range(200) if 400.0 < moment(s) < 800.0)  # 8-16 s of wall: after both deploys, loaded
     store = Store(tmp_path / "w.db")
-    common = {"time_scale": 50.0, "store": store, "twin_profile": str(path), "noise_seed": seed}
-    spot = deploying.deploy("H200", "2x1gpu", capacity="spot", **common)  # type: ignore[arg-type]
-    steady = deploying.deploy("H200", "2x1gpu", **common)  # type: ignore[arg-type]
+    common = {"time_scale": 50.0, "twin_profile": str(path), "noise_seed": seed}
+    spot = deploying.deploy(DeployRequest(gpu="H200", plan="2x1gpu", capacity="spot", **common), store)
+    steady = deploying.deploy(DeployRequest(gpu="H200", plan="2x1gpu", **common), store)
     try:
         assert spot.state == "ready" and "preempt_at" in json.loads(spot.detail or "{}")
         assert "preempt_at" not in json.loads(steady.detail or "{}")

@@ -14,6 +14,7 @@ from worldtune.tools.backends.local import _alive
 from worldtune.tools.deployments import deploy as deploying
 from worldtune.tools.deployments import replan as replanning
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.errors import InvalidInput
 
 pytestmark = pytest.mark.integration
@@ -27,7 +28,7 @@ def _load_lines(tmp_path: Path, deployment_id: str) -> list[str]:
 
 def test_replan_restarts_the_twin_warm_on_the_same_node(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
-    dep = deploying.deploy("H200", "cfg2-u4-hsdp8", time_scale=SCALE, run_id="r1", store=store)
+    dep = deploying.deploy(DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", time_scale=SCALE, run_id="r1"), store=store)
     pids: list[int] = []
     try:
         first_pids = [int(p) for p in json.loads(dep.detail)["pids"]]

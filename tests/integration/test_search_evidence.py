@@ -20,6 +20,7 @@ from worldtune.tools.deployments import deploy as deploying
 from worldtune.tools.mcp.results import ResultRecord
 from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
 
@@ -28,7 +29,7 @@ PLAN = "2xcfg2-u2-hsdp4"
 
 
 def _killed_run(store: Store, db: Path, cand: search.Candidate, requests: int) -> search.Measurement:
-    dep = deploying.deploy("H200", PLAN, time_scale=1000.0, store=store)
+    dep = deploying.deploy(DeployRequest(gpu="H200", plan=PLAN, time_scale=1000.0), store=store)
     pids = [int(p) for p in json.loads(dep.detail)["pids"]]
     try:
         spec = BenchmarkSpec(endpoints=dep.endpoints, workload=anchor_workload(), steps=35, concurrency=[2],

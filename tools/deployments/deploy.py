@@ -2,17 +2,16 @@
 
 Public API (plain, typed, pydantic out; the MCP server and the agent call these):
 
-    quote_deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
-                 hours=1.0, run_id=None, usd_per_hour=None, store=None, action="deploy", time_scale=1.0,
-                 twin_profile=None, noise_seed=None) -> SpendQuote   # checks, starts nothing
-    deploy(gpu, plan, infra="local", engine="twin", capacity="on-demand", model="cosmos3-super",
-           twin_profile=None, time_scale=1.0, run_id=None, store=None, progress=None, hours=1.0,
-           usd_per_hour=None, profile_origin="cli", noise_seed=None) -> Deployment
+    quote_deploy(request: DeployRequest, store=None, action="deploy") -> SpendQuote   # checks, starts nothing
+    with_profile_for(request, origin) -> DeployRequest   # its twin_profiles list resolved to the one for its GPU
+    deploy(request: DeployRequest, store=None, progress=None, profile_origin="cli", backend=None,
+           deployment_id=None) -> Deployment
     get_deployment(deployment_id, store=None, refresh=True) -> Deployment
     list_deployments(run_id=None, alive_only=False, store=None) -> list[Deployment]
     teardown(deployment_id, store=None) -> Deployment
     backend_for(infra, store, options=None) -> Backend
-    deploy_for_caller(caller_gone, **deploy_arguments) -> Deployment   # torn down if the caller went away
+    deploy_for_caller(caller_gone, request, store=None, progress=None, profile_origin="cli") -> Deployment
+        # torn down if the caller went away
 
 The backend is chosen by infra from the one table of backends (tools/backends/registry.py): "local" ->
 LocalBackend (twin processes here); "slurm/<name>" and SkyPilot clouds -> worldtune.sky.backend.SkyPilotBackend;
@@ -35,6 +34,7 @@ from worldtune.tools.deployments.checks import check_deploy_inputs
 from worldtune.tools.plans.profile_paths import allowed_profile_path
 from worldtune.tools.plans.spend import SpendQuote, check_commitment, quote, reference_offer
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Backend, Deployment, Progress, new_deployment_id
 from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 from worldtune.tools.words.infra import Infra
@@ -76,88 +76,70 @@ def backend_for(infra: str | Infra, store: Store, options: Any = None) -> Backen
     return backend
 
 
-def quote_deploy(
-    gpu: str,
-    plan: str,
-    infra: str = "local",
-    engine: str = "twin",
-    capacity: str = "on-demand",
-    model: str = "cosmos3-super",
-    hours: float = 1.0,
-    run_id: str | None = None,
-    usd_per_hour: float | None = None,
-    store: Store | None = None,
-    action: str = "deploy",
-    time_scale: float = 1.0,
-    twin_profile: str | None = None,
-    noise_seed: int | None = None,
-) -> SpendQuote:
-    """What `deploy` with these arguments would commit, refused now if a guardrail would refuse it then.
+def quote_deploy(request: DeployRequest, store: Store | None = None, action: str = "deploy") -> SpendQuote:
+    """What `deploy` of this request would commit, refused now if a guardrail would refuse it then.
 
     Checks every input deploy checks (tools/deployments/checks.py, the same checks as `worldtune deploy --dry-run`'s
     build_deployment: engine, capacity and infra, what the infra cannot do, the plan against vLLM-Omni's rules and
     memory) and the commitment against the guardrails, counting every live deployment in the Store.
     """
     store = store or Store()
-    inputs = check_deploy_inputs(gpu, plan, infra, engine, capacity, model, time_scale, twin_profile, noise_seed)
+    r = request
+    if r.twin_profiles:
+        raise InvalidInput("twin_profiles", r.twin_profiles, "one twin_profile (with_profile_for picks it)")
+    inputs = check_deploy_inputs(
+        r.gpu, r.plan, r.infra, r.engine, r.capacity, r.model, r.time_scale, r.twin_profile, r.noise_seed
+    )
     spend = quote(
         action,
         inputs.gpu.name,
         str(inputs.plan),
         infra=str(inputs.infra),
-        capacity=capacity,
+        capacity=r.capacity,
         model=inputs.model.key,
-        hours=hours,
-        usd_per_hour=usd_per_hour,
+        hours=r.hours,
+        usd_per_hour=r.usd_per_hour,
     )
-    check_commitment(spend, store.list_deployments(), run_id)
+    check_commitment(spend, store.list_deployments(), r.run_id)
     return spend
 
 
+def with_profile_for(request: DeployRequest, origin: str) -> DeployRequest:
+    """The request with its `twin_profiles` list resolved to the one profile the twin serves: the first one for the
+    request's GPU type (one for another GPU type is passed over), else none (the shipped profile)."""
+    if not request.twin_profiles:
+        return request
+    if request.twin_profile:
+        raise InvalidInput("twin_profiles", request.twin_profiles, "either twin_profile or twin_profiles, not both")
+    from worldtune.tools.plans.profile_paths import profile_for_gpu
+
+    chosen = profile_for_gpu(request.twin_profiles, request.gpu, origin)
+    return request.model_copy(update={"twin_profile": chosen, "twin_profiles": []})
+
+
 def deploy(
-    gpu: str,
-    plan: str,
-    infra: str = "local",
-    engine: str = "twin",
-    capacity: str = "on-demand",
-    model: str = "cosmos3-super",
-    twin_profile: str | None = None,
-    time_scale: float = 1.0,
-    run_id: str | None = None,
+    request: DeployRequest,
     store: Store | None = None,
     progress: Progress | None = None,
-    hours: float = 1.0,
-    usd_per_hour: float | None = None,
     profile_origin: str = "cli",
     backend: Backend | None = None,
     deployment_id: str | None = None,
-    noise_seed: int | None = None,
 ) -> Deployment:
-    """Start `plan` on `gpu` under `engine` on `infra`; return the deployment once ready (or raise).
+    """Start `request.plan` on `request.gpu` under its engine on its infra; return the deployment once ready (or
+    raise).
 
-    Bound by the guardrails whoever calls it: the commitment (price x (provisioning + load + `hours`)) is
+    Bound by the guardrails whoever calls it: the commitment (price x (provisioning + load + hours)) is
     checked against the per-action, per-run and everything-live caps and recorded in the same database
     transaction, before anything starts. Local twins cost nothing (usd_per_hour 0); `offer` still names
-    the node the plan would rent, so cost per clip can be computed from a rehearsal. `twin_profile` passes
-    the profile allow-list for `profile_origin` (a remote MCP client may only name a profile). `backend`:
+    the node the plan would rent, so cost per clip can be computed from a rehearsal. The request's twin profile
+    passes the profile allow-list for `profile_origin` (a remote MCP client may only name a profile). `backend`:
     one the caller configured (the CLI's render options); else the infra's default.
     """
     store = store or Store()
-    spend = quote_deploy(
-        gpu,
-        plan,
-        infra,
-        engine,
-        capacity,
-        model,
-        hours,
-        run_id,
-        usd_per_hour,
-        store,
-        time_scale=time_scale,
-        twin_profile=twin_profile,
-        noise_seed=noise_seed,
-    )
+    request = with_profile_for(request, profile_origin)
+    spend = quote_deploy(request, store)
+    twin_profile, capacity, run_id = request.twin_profile, request.capacity, request.run_id
+    time_scale, noise_seed, engine = request.time_scale, request.noise_seed, request.engine
     where = Infra.parse(spend.infra)
     truth_path = None
     if twin_profile:
@@ -253,24 +235,30 @@ class CallerGone(WorldtuneError):
     """The caller of a deploy went away before it was ready; what had started was torn down."""
 
 
-def deploy_for_caller(caller_gone: threading.Event, **arguments: Any) -> Deployment:
+def deploy_for_caller(
+    caller_gone: threading.Event,
+    request: DeployRequest,
+    store: Store | None = None,
+    progress: Progress | None = None,
+    profile_origin: str = "cli",
+) -> Deployment:
     """deploy(), for a caller that may go away (an MCP client that timed out, cancelled or disconnected).
 
     Once `caller_gone` is set the launch is abandoned at its next progress report, or torn down as soon
     as it is ready: nobody holds the id of such a deployment, so it must not stay up (and bill).
     """
-    store: Store = arguments.pop("store", None) or Store()
-    passed: Progress | None = arguments.pop("progress", None)
+    store = store or Store()
+    passed = progress
     deployment_id = new_deployment_id()
 
-    def progress(message: str, fraction: float | None) -> None:
+    def report(message: str, fraction: float | None) -> None:
         if caller_gone.is_set():
             raise CallerGone(f"deployment {deployment_id}: the caller went away while it was starting")
         if passed is not None:
             passed(message, fraction)
 
     try:
-        ready = deploy(**arguments, store=store, progress=progress, deployment_id=deployment_id)
+        ready = deploy(request, store, report, profile_origin, deployment_id=deployment_id)
     except BaseException:
         if caller_gone.is_set() and store.get_deployment(deployment_id) is not None:
             with contextlib.suppress(Exception):  # the launch's own error is the one to report

@@ -19,6 +19,7 @@ from worldtune.policies.fleet_sim import simulate_day
 from worldtune.tools.bench.benchmark import BenchmarkSpec, new_benchmark_id, run_benchmark
 from worldtune.tools.deployments.deploy import deploy, teardown
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.fleet import Autoscaler, Fleet
 from worldtune.tools.words.plan import Plan
@@ -97,17 +98,15 @@ def rehearse_fleet(
     try:
         for _ in range(nodes):
             t0 = time.monotonic()
-            dep = deploy(
-                fleet.gpu,
-                _node_plan(fleet),
-                infra="local",
-                engine="twin",
+            request = DeployRequest(
+                gpu=fleet.gpu,
+                plan=_node_plan(fleet),
                 model=workload.model,
                 twin_profile=twin_profile,
                 time_scale=time_scale,
                 run_id=run_id,
-                store=store,
             )
+            dep = deploy(request, store)
             started.append(dep.id)
             loads.append((time.monotonic() - t0) * time_scale)
             endpoints += dep.endpoints

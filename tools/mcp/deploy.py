@@ -8,7 +8,7 @@ layer's.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context
@@ -36,10 +36,9 @@ from worldtune.tools.mcp.common import (
 from worldtune.tools.mcp.session import session_of
 from worldtune.tools.plans.spend import SpendQuote
 from worldtune.tools.words.deployment import Deployment, Progress
-from worldtune.tools.words.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from worldtune.tools.mcp.session import Session
+    pass
 
 
 class DeployOutcome(BaseModel):
@@ -67,14 +66,6 @@ class DeploymentList(BaseModel):
 
     count: int
     deployments: list[Deployment]
-
-
-def quote_or_refuse(session: Session, action: str, **arguments: Any) -> SpendQuote:
-    """The deploy capability's quote; it checks the plan, the infra and the guardrails (refusals as tool errors)."""
-    from worldtune.tools.deployments.deploy import quote_deploy
-
-    with refusals():
-        return quote_deploy(action=action, store=session.store, **arguments)
 
 
 def would(spend: SpendQuote, what: str) -> str:
@@ -130,34 +121,25 @@ async def deploy(
     respects the budget guardrails (policies/guardrails.yaml).
     """
     session = session_of(ctx)
+    from worldtune.tools.deployments import deploy as deploying
     from worldtune.tools.plans.spend import needs_confirmation
+    from worldtune.tools.words.deploy_request import DeployRequest
 
-    if twin_profiles:
-        from worldtune.tools.plans.profile_paths import profile_for_gpu
-
-        with refusals():
-            if twin_profile:
-                raise InvalidInput("twin_profiles", twin_profiles, "either twin_profile or twin_profiles, not both")
-            twin_profile = profile_for_gpu(twin_profiles, gpu, session.origin)
-    spend = quote_or_refuse(
-        session, "deploy", gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
-        hours=hours, run_id=run_id, usd_per_hour=usd_per_hour, time_scale=time_scale, twin_profile=twin_profile,
-        noise_seed=noise_seed,
+    given = DeployRequest(
+        gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model, twin_profile=twin_profile,
+        twin_profiles=twin_profiles or [], time_scale=time_scale, hours=hours, usd_per_hour=usd_per_hour,
+        run_id=run_id, noise_seed=noise_seed,
     )  # fmt: skip
+    with refusals():
+        request = deploying.with_profile_for(given, session.origin)
+        spend = deploying.quote_deploy(request, session.store)
     if needs_confirmation(infra, engine) and not confirm:
         return DeployOutcome(done=False, needs_confirmation=True, message=would(spend, f"deploy {engine}"), quote=spend)
-    from worldtune.tools.deployments import deploy as deploying
-
     caller_gone = threading.Event()  # set when this call is cancelled: the deploy is then torn down
 
     def work(progress: Progress) -> Deployment:
         with refusals():
-            return deploying.deploy_for_caller(
-                caller_gone, gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model,
-                twin_profile=twin_profile, time_scale=time_scale, run_id=run_id, store=session.store,
-                progress=progress, hours=hours, usd_per_hour=usd_per_hour, profile_origin=session.origin,
-                noise_seed=noise_seed,
-            )  # fmt: skip
+            return deploying.deploy_for_caller(caller_gone, request, session.store, progress, session.origin)
 
     await ctx.report_progress(0.0, 1.0, f"deploying {spend.plan} on {infra} ({engine})")
     deployment = await while_caller_waits(caller_gone, lambda: in_thread_with_progress(ctx, work))
@@ -257,10 +239,15 @@ async def provision(
     (policies/guardrails.yaml, $WORLDTUNE_GUARDRAILS) do not allow it.
     """
     session = session_of(ctx)
-    spend = quote_or_refuse(
-        session, "provision", gpu=gpu, plan=plan, infra=infra, engine="vllm-omni", capacity=capacity,
-        model=model, hours=hours, run_id=run_id, usd_per_hour=usd_per_hour,
+    from worldtune.tools.deployments.deploy import quote_deploy
+    from worldtune.tools.words.deploy_request import DeployRequest
+
+    request = DeployRequest(
+        gpu=gpu, plan=plan, infra=infra, engine="vllm-omni", capacity=capacity, model=model, hours=hours,
+        run_id=run_id, usd_per_hour=usd_per_hour,
     )  # fmt: skip
+    with refusals():
+        spend = quote_deploy(request, session.store, action="provision")
     if not confirm:
         return DeployOutcome(done=False, needs_confirmation=True, message=would(spend, "rent"), quote=spend)
     return await deploy(

@@ -20,6 +20,7 @@ from worldtune.tools.deployments.preview import build_deployment
 from worldtune.tools.mcp.server import build_server
 from worldtune.tools.plans.spend import quote
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.errors import InvalidInput
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
@@ -41,9 +42,9 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
 IDS = [case[0] for case in BAD]
 
 
-def refusal(call: Any, **arguments: Any) -> InvalidInput:
+def refusal(call: Any, *args: Any, **arguments: Any) -> InvalidInput:
     with pytest.raises(InvalidInput) as refused:
-        call(**arguments)
+        call(*args, **arguments)
     return refused.value
 
 
@@ -54,8 +55,10 @@ def test_the_dry_run_and_a_real_deploy_refuse_the_same_inputs_identically(
     arguments = {**BASE, **bad}
     store = Store(tmp_path / "w.db")
     dry = refusal(build_deployment, **arguments)
-    quoted = refusal(deploying.quote_deploy, **arguments, store=store)
-    real = refusal(deploying.deploy, **arguments, store=store)
+    # as given, unvalidated: a None the word's types would refuse still reaches the checks, which must say the same
+    request = DeployRequest.model_construct(**arguments)
+    quoted = refusal(deploying.quote_deploy, request, store=store)
+    real = refusal(deploying.deploy, request, store=store)
     assert dry.field == quoted.field == real.field == field, why
     assert str(dry) == str(quoted) == str(real), why
     assert f"{field}={dry.value!r} is not valid: " in str(dry) and valid in str(dry), str(dry)
@@ -90,8 +93,10 @@ def test_a_noise_seed_is_for_twins_only_in_the_one_set_of_checks(tmp_path: Path)
     vllm-omni with the same words, before anything is quoted as a commitment or started."""
     arguments = {**BASE, "infra": "nebius", "engine": "vllm-omni", "noise_seed": 3}
     store = Store(tmp_path / "w.db")
-    quoted = refusal(deploying.quote_deploy, **arguments, store=store)
-    real = refusal(deploying.deploy, **arguments, store=store)
+    # as given, unvalidated: a None the word's types would refuse still reaches the checks, which must say the same
+    request = DeployRequest.model_construct(**arguments)
+    quoted = refusal(deploying.quote_deploy, request, store=store)
+    real = refusal(deploying.deploy, request, store=store)
     assert quoted.field == real.field == "noise_seed" and str(quoted) == str(real)
 
     async def main() -> str:
@@ -111,7 +116,7 @@ def test_worldtune_deploy_says_the_same_with_and_without_dry_run(tmp_path: Path,
     done = subprocess.run([WORLDTUNE, "deploy", *flags, *(["--dry-run"] if dry_run else [])],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stdout + done.stderr
-    quoted = refusal(deploying.quote_deploy, **bad, store=Store(tmp_path / "q.db"))
+    quoted = refusal(deploying.quote_deploy, DeployRequest(**bad), store=Store(tmp_path / "q.db"))
     assert json.loads(done.stdout)["reason"] == str(quoted)
 
 
@@ -129,7 +134,9 @@ def test_both_paths_check_through_the_one_function(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(deploying, "check_deploy_inputs", counting)
     monkeypatch.setattr(preview, "check_deploy_inputs", counting)
     build_deployment("H200", "cfg2-u4-hsdp8", infra="nebius")
-    deploying.quote_deploy("H200", "cfg2-u4-hsdp8", infra="local", store=Store(tmp_path / "w.db"))
+    deploying.quote_deploy(
+        DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", infra="local"), store=Store(tmp_path / "w.db")
+    )
     assert seen == ["nebius", "local"]
 
 
@@ -154,7 +161,7 @@ def test_local_twins_rehearse_any_capacity_the_search_may_choose(tmp_path: Path)
 
     store = Store(tmp_path / "w.db")
     for capacity in Infra.parse("local").capacities:
-        spend = deploying.quote_deploy(**{**BASE, "infra": "local", "capacity": capacity}, store=store)
+        spend = deploying.quote_deploy(DeployRequest(**{**BASE, "infra": "local", "capacity": capacity}), store=store)
         assert spend.capacity == capacity
     assert Infra.parse("slurm/x").capacities == ("on-demand",)
     assert "serverless" not in Infra.parse("kubernetes").capacities

@@ -21,6 +21,7 @@ from worldtune.tools.backends import registry as backend_registry
 from worldtune.tools.deployments import deploy as deploying
 from worldtune.tools.plans.spend import GUARDRAILS_ENV, check_commitment, check_tuning, needs_confirmation, quote
 from worldtune.tools.store.database import Store
+from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.infra import Infra
@@ -40,7 +41,8 @@ def store(tmp_path: Path) -> Store:
 
 def provision(store: Store, run_id: str | None, hours: float = 3.2) -> Deployment:
     return deploying.deploy(
-        gpu="H200", plan="cfg2-u4-hsdp8", infra="nebius", engine="vllm-omni", hours=hours, run_id=run_id, store=store
+        DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", infra="nebius", engine="vllm-omni", hours=hours, run_id=run_id),
+        store=store,
     )
 
 
@@ -68,8 +70,10 @@ def test_infra_is_parsed_once_and_malformed_forms_are_refused() -> None:
 def test_a_cloud_region_is_priced_and_the_price_is_stored(store: Store) -> None:
     q = quote("deploy", "H200", "cfg2-u4-hsdp8", infra="nebius/eu-north1", hours=1.0)
     assert q.offer is not None and q.offer.region == "eu-north1" and q.usd_per_hour == 28.0
-    dep = deploying.deploy(gpu="H200", plan="cfg2-u4-hsdp8", infra="nebius/eu-north1", engine="vllm-omni",
-                           hours=1.0, store=store)  # fmt: skip
+    dep = deploying.deploy(
+        DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", infra="nebius/eu-north1", engine="vllm-omni", hours=1.0),
+        store=store,
+    )
     assert dep.usd_per_hour == 28.0 and dep.committed_usd == pytest.approx(q.expected_usd)  # was stored as $0
 
 
