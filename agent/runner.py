@@ -24,7 +24,7 @@ from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.events import CleanupFailed, Events, GoalRead, RecordFailed, Resumed, TornDown, tell
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.record import check_options, first_state, goal_for
-from worldtune.agent.stopping import _CONTROLS, RunStopped, _catch_signals, _Control, stop_tuning
+from worldtune.agent.stopping import CONTROLS, RunControl, RunStopped, catch_signals, stop_tuning
 from worldtune.agent.tools import Tools
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.tuning import Failed
@@ -58,8 +58,8 @@ async def _drive(
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    control = _CONTROLS[run_id] = _Control(run_id, loop, task)
-    caught = _catch_signals(loop, control)
+    control = CONTROLS[run_id] = RunControl(run_id, loop, task)
+    caught = catch_signals(loop, control)
     try:
         async with (
             async_sqlite_saver(options.checkpoint_path()) as saver,
@@ -92,7 +92,7 @@ async def _drive(
     finally:
         for sig in caught:
             loop.remove_signal_handler(sig)
-        _CONTROLS.pop(run_id, None)
+        CONTROLS.pop(run_id, None)
     if error is not None:  # raised here, outside the MCP session, so it is not wrapped in a task-group error
         raise error
     values = dict(snapshot.values)

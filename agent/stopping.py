@@ -23,7 +23,7 @@ class RunStopped(Exception):
         super().__init__(f"run {run_id} stopped ({reason}); torn down; continue it with: worldtune resume {run_id}")
 
 
-class _Control:
+class RunControl:
     """How a running graph is asked to stop: the reason is kept, and the driving task cancelled until it notices.
 
     The reason is what counts: a cancellation that some library swallows on the way (seen under load, where
@@ -60,10 +60,10 @@ class _Control:
         return RunStopped(self.run_id, self.reason, self.signum)
 
 
-_CONTROLS: dict[str, _Control] = {}
+CONTROLS: dict[str, RunControl] = {}  # the runs this process drives, by id (agent/runner.py adds and removes them)
 
 
-def _catch_signals(loop: asyncio.AbstractEventLoop, control: _Control) -> list[int]:
+def catch_signals(loop: asyncio.AbstractEventLoop, control: RunControl) -> list[int]:
     """SIGINT, SIGTERM and SIGHUP stop the run like Ctrl-C (only the main thread can take signals)."""
     if threading.current_thread() is not threading.main_thread():
         return []
@@ -74,7 +74,7 @@ def _catch_signals(loop: asyncio.AbstractEventLoop, control: _Control) -> list[i
 
 def stop_tuning(run_id: str, reason: str) -> bool:
     """Ask a run driven in this process to stop (it tears down what it started); False when none runs here."""
-    control = _CONTROLS.get(run_id)
+    control = CONTROLS.get(run_id)
     if control is None:
         return False
     control.loop.call_soon_threadsafe(control.stop, reason, None)

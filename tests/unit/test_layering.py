@@ -315,3 +315,42 @@ def test_the_room_check_finds_a_room_reaching_up(tmp_path: Path, monkeypatch: py
     (tmp_path / "tools" / "mcp" / "fine.py").write_text("from worldtune.tools.store.database import Store\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert [o.split(" (")[0] for o in tools_room_offenders()] == ["tools/store/bad.py: worldtune.tools.mcp.server"]
+
+
+def private_reaches(tree: ast.AST) -> list[str]:
+    """Names starting with one underscore taken from another worldtune module: `from worldtune.x import _y`, or
+    `m._y` where `m` was imported as a worldtune module (`import worldtune.x as m`, `from worldtune import x as m`)."""
+    found: list[str] = []
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("worldtune"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules |= {alias.asname for alias in node.names if alias.name.startswith("worldtune") and alias.asname}
+    for node in ast.walk(tree):
+        named = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+        if named and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    """Issue 38: what a module keeps to itself (one leading underscore) is used only there."""
+    found = [
+        f"{path.relative_to(ROOT)} {reach}"
+        for room in (*ROOMS, "worldtune")
+        for path in sorted((ROOT / room).rglob("*.py"))
+        for reach in private_reaches(ast.parse(path.read_text(), str(path)))
+    ]
+    assert found == []
+
+
+def test_the_private_name_check_finds_a_reach() -> None:
+    source = "from worldtune.sky import backend\nfrom worldtune.agent.stopping import _Control\nbackend._get_within()\n"
+    assert private_reaches(ast.parse(source)) == [
+        "line 2: from worldtune.agent.stopping import _Control",
+        "line 3: backend._get_within",
+    ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from worldtune.agent.stopping import RunStopped, _Control
+from worldtune.agent.stopping import RunControl, RunStopped
 
 
 def test_a_swallowed_cancellation_is_delivered_again_and_the_reason_is_kept() -> None:
@@ -23,7 +23,7 @@ def test_a_swallowed_cancellation_is_delivered_again_and_the_reason_is_kept() ->
     async def main() -> RunStopped | None:
         task = asyncio.current_task()
         assert task is not None
-        control = _Control("run-x", asyncio.get_running_loop(), task)
+        control = RunControl("run-x", asyncio.get_running_loop(), task)
         asyncio.get_running_loop().call_soon(control.stop, "SIGINT", 2)
         try:
             await stubborn_step()
@@ -40,7 +40,7 @@ def test_notice_clears_the_pending_cancellations_so_cleanup_can_await() -> None:
     async def main() -> str:
         task = asyncio.current_task()
         assert task is not None
-        control = _Control("run-y", asyncio.get_running_loop(), task)
+        control = RunControl("run-y", asyncio.get_running_loop(), task)
         control.stop("SIGTERM", 15)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(30)
@@ -55,6 +55,6 @@ def test_no_stop_asked_means_no_stop() -> None:
     async def main() -> RunStopped | None:
         task = asyncio.current_task()
         assert task is not None
-        return _Control("run-z", asyncio.get_running_loop(), task).notice()
+        return RunControl("run-z", asyncio.get_running_loop(), task).notice()
 
     assert asyncio.run(main()) is None
