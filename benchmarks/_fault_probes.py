@@ -71,7 +71,7 @@ def twin_processes(db: Path) -> list[tuple[int, int | None]]:
     """(pid, start ticks) of every twin process any ledger row or deployment ever recorded."""
     found: dict[int, int | None] = {}
     texts = [r[0] for r in query(db, "SELECT detail FROM ledger")]
-    texts += [json.loads(r[0]).get("detail", "") for r in query(db, "SELECT body FROM deployments")]
+    texts += [json.dumps(json.loads(r[0]).get("handle") or {}) for r in query(db, "SELECT body FROM deployments")]
     for text in texts:
         try:
             data = json.loads(text or "{}")

@@ -35,7 +35,6 @@ from worldtune.sky.launch import (
     RequestTimeout,
     field_of,
     hard_down_minutes,
-    job_from_detail,
     launch_timeout_s,
 )
 from worldtune.sky.local_cluster import cluster_python
@@ -262,7 +261,8 @@ class SkyPilotBackend:
         self.serve_jobs[deployment.id] = int(job_id)
         say(f"serve job {job_id} submitted after {time.time() - started:.0f} s; waiting for the servers", 0.5)
         self.store.ledger_update(cluster, "loading", f"serve job {job_id}")
-        dep = dep.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
+        serving = dep.handle.model_copy(update={"serve_job": int(job_id)})
+        dep = dep.model_copy(update={"state": "loading", "detail": f"serve job {job_id}", "handle": serving})
         self.store.save_deployment(dep)
         try:
             local = self.endpoints_of(cluster, deployment, options) if deployment.infra.kind == "slurm" else []
@@ -331,7 +331,7 @@ class SkyPilotBackend:
         if not up:
             state = "preempted" if deployment.state in ("ready", "loading") else deployment.state
             return deployment.model_copy(update={"state": state, "detail": "cluster gone or not UP"})
-        job_id = self.serve_jobs.get(deployment.id) or job_from_detail(deployment.detail)
+        job_id = self.serve_jobs.get(deployment.id) or deployment.handle.serve_job
         if job_id is not None:
             status = self.job_status(deployment.cluster, job_id)
             if status not in ("RUNNING", "PENDING", "SETTING_UP", "INIT", None):

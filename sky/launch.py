@@ -48,8 +48,3 @@ def hard_down_minutes(deployment: Deployment, allowance_s: int) -> int:
 
 def field_of(record: Any, name: str) -> Any:
     return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
-
-
-def job_from_detail(detail: str) -> int | None:
-    parts = detail.split()
-    return int(parts[2]) if len(parts) >= 3 and parts[:2] == ["serve", "job"] and parts[2].isdigit() else None

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from worldtune.sky.dryrun import validate_task
-from worldtune.sky.launch import LaunchError, field_of, hard_down_minutes, job_from_detail, launch_timeout_s
+from worldtune.sky.launch import LaunchError, field_of, hard_down_minutes, launch_timeout_s
 from worldtune.sky.render import cluster_name, render_task
 from worldtune.tools.words.deployment import Deployment, Progress, replan_target, replanned
 from worldtune.tools.words.errors import InvalidInput
@@ -53,7 +53,7 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     cluster = deployment.cluster or cluster_name(deployment)
     if not backend.store.ledger_open(cluster):
         raise InvalidInput("deployment_id", deployment.id, "a deployment whose cluster is still up", cluster)
-    old_job = backend.serve_jobs.get(deployment.id) or job_from_detail(deployment.detail)
+    old_job = backend.serve_jobs.get(deployment.id) or deployment.handle.serve_job
     timer_hours = _launched_hours(backend, deployment)  # read before the target (with any new hours) is saved
     target = replanned(deployment, new).model_copy(update={"cluster": cluster})
     options = backend.options_for(target)
@@ -73,7 +73,8 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     if target.hold_hours is not None and target.hold_hours != timer_hours:
         _reset_autodown(backend, cluster, target, say)
     backend.store.ledger_update(cluster, "loading", f"serve job {job_id}")
-    target = target.model_copy(update={"state": "loading", "detail": f"serve job {job_id}"})
+    serving = target.handle.model_copy(update={"serve_job": int(job_id)})
+    target = target.model_copy(update={"state": "loading", "detail": f"serve job {job_id}", "handle": serving})
     backend.store.save_deployment(target)
     say(f"serve job {job_id} submitted on {cluster} after {time.time() - started:.0f} s; warm load", 0.4)
     local = backend.endpoints_of(cluster, target, options) if target.infra.kind == "slurm" else []

@@ -7,7 +7,6 @@ processes, HTTP, the clip checks, the results database, the lock, the relaunch."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -41,7 +40,7 @@ class SpotLikeLocal(LocalBackend):
 
 
 def pids_of(dep: Deployment) -> list[int]:
-    return [int(p) for p in json.loads(dep.detail)["pids"]]
+    return list(dep.handle.pids)
 
 
 def test_a_benchmark_cut_by_a_reclaimed_node_is_relaunched_and_completes(tmp_path: Path) -> None:

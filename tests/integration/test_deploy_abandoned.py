@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -40,5 +39,5 @@ def test_a_deploy_whose_client_timed_out_is_torn_down(tmp_path: Path) -> None:
     (gone,) = store.list_deployments()
     assert gone.state in ("terminated", "failed")
     assert store.ledger(open_only=True) == [] and len(store.ledger()) == 1
-    pids = [int(p) for p in json.loads(gone.detail).get("pids", [])]
+    pids = list(gone.handle.pids)
     assert pids and not any(owners.start_time(pid) for pid in pids)  # no twin process is left

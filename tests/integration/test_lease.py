@@ -35,7 +35,7 @@ WORLDTUNE = Path(sys.executable).parent / "worldtune"
 def test_paid_hours_run_out_after_ready_or_the_last_benchmark_never_during_one(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
     dep = deploying.deploy(DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", time_scale=1000.0, hours=1.0), store=store)
-    pids = [int(p) for p in json.loads(dep.detail)["pids"]]
+    pids = list(dep.handle.pids)
     try:
         assert dep.ready_at is not None and dep.hold_hours == 1.0
         assert lease.deadline(store, dep) == pytest.approx(dep.ready_at + 3600.0)

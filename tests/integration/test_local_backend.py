@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -43,7 +42,7 @@ def test_two_replicas_deploy_serve_and_tear_down(tmp_path: Path) -> None:
         again = LocalBackend(store).launch(dep)
         assert again.endpoints == dep.endpoints and again.state == "ready"
     finally:
-        pids = [int(p) for p in json.loads(dep.detail)["pids"]]
+        pids = list(dep.handle.pids)
         gone = deploying.teardown(dep.id, store=store)
     assert gone.state == "terminated" and gone.terminated_at is not None
     assert not any(_alive(pid) for pid in pids)
@@ -57,7 +56,7 @@ def test_two_replicas_deploy_serve_and_tear_down(tmp_path: Path) -> None:
 def test_a_dead_replica_is_reported_failed(tmp_path: Path) -> None:
     store = Store(tmp_path / "w.db")
     dep = deploying.deploy(DeployRequest(gpu="H200", plan="2xcfg2-u2-hsdp4", time_scale=1000.0), store=store)
-    pids = [int(p) for p in json.loads(dep.detail)["pids"]]
+    pids = list(dep.handle.pids)
     try:
         first = pids[0]
         os.kill(first, signal.SIGKILL)
@@ -155,8 +154,8 @@ def test_a_spot_twin_is_preempted_at_its_profiles_rate_and_says_so(tmp_path: Pat
     spot = deploying.deploy(DeployRequest(gpu="H200", plan="2x1gpu", capacity="spot", **common), store)
     steady = deploying.deploy(DeployRequest(gpu="H200", plan="2x1gpu", **common), store)
     try:
-        assert spot.state == "ready" and "preempt_at" in json.loads(spot.detail or "{}")
-        assert "preempt_at" not in json.loads(steady.detail or "{}")
+        assert spot.state == "ready" and spot.handle.preempt_at is not None
+        assert steady.handle.preempt_at is None
         deadline = time.monotonic() + 120
         current = spot
         # the drawn moment is 8-16 s of wall away; a busy machine's slow /health may read 'loading' meanwhile
@@ -164,7 +163,7 @@ def test_a_spot_twin_is_preempted_at_its_profiles_rate_and_says_so(tmp_path: Pat
             time.sleep(0.2)
             current = deploying.get_deployment(spot.id, store=store)
         assert current.state == "preempted", current
-        assert not any(_alive(pid) for pid in json.loads(current.detail or "{}")["pids"])
+        assert not any(_alive(pid) for pid in current.handle.pids)
         (row,) = [r for r in store.ledger() if r["cluster"] == current.cluster]
         assert row["gone_at"] is not None and "preempted" in (row.get("detail") or row.get("note") or str(row))
         assert deploying.get_deployment(steady.id, store=store).state == "ready"

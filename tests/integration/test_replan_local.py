@@ -4,7 +4,6 @@ the node is refused before anything stops, and teardown still leaves nothing run
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
@@ -31,7 +30,7 @@ def test_replan_restarts_the_twin_warm_on_the_same_node(tmp_path: Path) -> None:
     dep = deploying.deploy(DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", time_scale=SCALE, run_id="r1"), store=store)
     pids: list[int] = []
     try:
-        first_pids = [int(p) for p in json.loads(dep.detail)["pids"]]
+        first_pids = list(dep.handle.pids)
         pids += first_pids
         (row,) = store.ledger(open_only=True)
         assert dep.loads == 1 and "loading (cold) 643 model s" in _load_lines(tmp_path, dep.id)[0]
@@ -43,7 +42,7 @@ def test_replan_restarts_the_twin_warm_on_the_same_node(tmp_path: Path) -> None:
 
         seen: list[str] = []
         tp = replanning.replan(dep.id, "tp8", store=store, progress=lambda m, f: seen.append(m))
-        pids += [int(p) for p in json.loads(tp.detail)["pids"]]
+        pids += list(tp.handle.pids)
         assert tp.id == dep.id and tp.state == "ready" and str(tp.plan) == "tp8"
         assert tp.previous_plans == ["cfg2-u4-hsdp8"]
         assert tp.loads == 2 and tp.cluster == dep.cluster and tp.committed_usd == dep.committed_usd
@@ -56,7 +55,7 @@ def test_replan_restarts_the_twin_warm_on_the_same_node(tmp_path: Path) -> None:
         assert any("warm load" in m for m in seen)
 
         two = replanning.replan(dep.id, "2xcfg2-u2-hsdp4", store=store)  # two replicas on the same 8 GPUs
-        pids += [int(p) for p in json.loads(two.detail)["pids"]]
+        pids += list(two.handle.pids)
         assert len(two.endpoints) == 2 and two.loads == 3 and two.previous_plans == ["cfg2-u4-hsdp8", "tp8"]
         assert all("loading (warm) 308 model s" in line for line in _load_lines(tmp_path, dep.id)[-2:])
         assert len(store.ledger()) == 1  # one node all along

@@ -4,7 +4,6 @@ processes, the real benchmark client and store; the measurement is read the way 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -30,7 +29,7 @@ PLAN = "2xcfg2-u2-hsdp4"
 
 def _killed_run(store: Store, db: Path, cand: search.Candidate, requests: int) -> search.Measurement:
     dep = deploying.deploy(DeployRequest(gpu="H200", plan=PLAN, time_scale=1000.0), store=store)
-    pids = [int(p) for p in json.loads(dep.detail)["pids"]]
+    pids = list(dep.handle.pids)
     try:
         spec = BenchmarkSpec(endpoints=dep.endpoints, workload=anchor_workload(), steps=35, concurrency=[2],
                              repeats=requests // 2, probe_steps=[], warmup=0, deployment_id=dep.id)  # fmt: skip

@@ -31,6 +31,7 @@ from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import (
     BenchmarksFromHere,
     Deployment,
+    Handle,
     Progress,
     replan_target,
     replanned,
@@ -78,11 +79,8 @@ def preemption_s(deployment: Deployment, profile: Profile) -> float | None:
 
 def _preempted(deployment: Deployment) -> bool:
     """Its processes are gone at or after the moment its spot node was to be taken back."""
-    try:
-        at = json.loads(deployment.detail or "{}").get("preempt_at")
-    except (ValueError, AttributeError):
-        return False
-    return isinstance(at, int | float) and time.time() >= at - 1.0
+    at = deployment.handle.preempt_at
+    return at is not None and time.time() >= at - 1.0
 
 
 class DeploymentFailed(WorldtuneError):
@@ -269,29 +267,24 @@ class LocalBackend(BenchmarksFromHere):
             self._kill(pgid, pids)
             self.store.ledger_gone(cluster, f"spawn failed: {exc}")
             raise DeploymentFailed(f"could not start the twin: {exc}") from exc
-        facts: dict[str, Any] = {
-            "pgid": pgid,
-            "pids": pids,
-            "starts": starts,
-            "ports": ports,
-            "profile": profile.source,
-        }
-        if preempt_s is not None:  # not before then, on the wall clock (the twin counts from its load: status() tells
-            facts["preempt_at"] = time.time() + preempt_s / deployment.time_scale  # it from a failure by this)
-        detail = json.dumps(facts)
+        # preempt_at: not before then, on the wall clock (the twin counts from its load: status() tells it from a
+        # failure by this)
+        at = None if preempt_s is None else time.time() + preempt_s / deployment.time_scale
+        handle = Handle(pgid=pgid, pids=pids, starts=starts, ports=ports, profile=profile.source, preempt_at=at)
         if not self.store.ledger_open(cluster):  # a teardown won the race with this launch: it stays down
             self._kill(pgid, dict(zip(pids, starts, strict=True)))
             self.store.save_deployment(
-                deployment.model_copy(update={"state": "terminated", "detail": detail, "terminated_at": time.time()})
+                deployment.model_copy(update={"state": "terminated", "handle": handle, "terminated_at": time.time()})
             )
             raise DeploymentFailed(f"deployment {deployment.id} was torn down while it was starting")
-        self.store.ledger_update(cluster, "running", detail)
+        self.store.ledger_update(cluster, "running", handle.model_dump_json(exclude_none=True))
         current = deployment.model_copy(
             update={
                 "state": "loading",
                 "cluster": cluster,
                 "endpoints": [f"http://{HOST}:{p}" for p in ports],
-                "detail": detail,
+                "handle": handle,
+                "detail": f"{len(pids)} twin process(es) started",
                 "loads": deployment.loads + 1,
             }
         )
@@ -350,15 +343,14 @@ class LocalBackend(BenchmarksFromHere):
         ready = deployment.model_copy(update={"state": "ready", "ready_at": time.time(), "modelled_load_s": load_s})
         self.store.save_deployment(ready)
         if ready.cluster:
-            self.store.ledger_update(ready.cluster, "ready", ready.detail)
+            self.store.ledger_update(ready.cluster, "ready", ready.handle.model_dump_json(exclude_none=True))
         if progress:
             progress(f"{ready.id} ready at {', '.join(ready.endpoints)}", 1.0)
         return ready
 
     def _fail(self, deployment: Deployment, reason: str) -> None:
         current = self.store.get_deployment(deployment.id) or deployment
-        detail = json.dumps({**self._detail(current), "reason": reason[-2000:]})
-        failed = current.model_copy(update={"state": "failed", "detail": detail})
+        failed = current.model_copy(update={"state": "failed", "detail": reason[-2000:]})
         self.store.save_deployment(failed)
         raise DeploymentFailed(f"deployment {deployment.id} failed: {reason}")
 
@@ -371,23 +363,16 @@ class LocalBackend(BenchmarksFromHere):
 
     # ---- status ------------------------------------------------------------------------------------
     @staticmethod
-    def _detail(deployment: Deployment) -> dict[str, Any]:
-        try:
-            data = json.loads(deployment.detail or "{}")
-        except ValueError:
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def _pids(self, deployment: Deployment) -> list[int]:
-        return [int(p) for p in self._detail(deployment).get("pids", [])]
+    def _pids(deployment: Deployment) -> list[int]:
+        return list(deployment.handle.pids)
 
     def _processes(self, deployment: Deployment) -> tuple[int, dict[int, int | None]]:
         """(pgid, pid -> start time) from the deployment and from its ledger row (written first, per process)."""
         cluster = deployment.cluster or cluster_name(deployment)
-        found: dict[int, int | None] = {}
-        pgid = 0
+        found: dict[int, int | None] = dict(zip(deployment.handle.pids, deployment.handle.starts, strict=False))
+        pgid = deployment.handle.pgid
         rows = [r["detail"] for r in self.store.ledger() if r["cluster"] == cluster]
-        for text in [deployment.detail, *rows]:
+        for text in rows:
             try:
                 data = json.loads(text or "{}")
             except ValueError:
@@ -416,7 +401,7 @@ class LocalBackend(BenchmarksFromHere):
             if any(row["cluster"] == cluster for row in self.store.ledger(open_only=True)):
                 why = "spot node preempted (rehearsed)" if preempted else "a replica process is gone"
                 self.store.ledger_gone(cluster, why)
-            # detail keeps the pids teardown needs
+            # the handle keeps the pids teardown needs
             current = deployment.model_copy(update={"state": "preempted" if preempted else "failed"})
             return self._saved_if_alive(current)
         codes: list[int] = []

@@ -65,6 +65,25 @@ def stored_api_key(results_db: Path, deployment_id: str) -> str | None:
     return path.read_text().strip() if path.is_file() else None
 
 
+class Handle(BaseModel):
+    """How the backend that started a deployment finds what it started: its processes here (the local backend) or
+    its serve job on the cluster (SkyPilot). Kept with the deployment's record; `detail` is only words for people."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pgid: int = Field(default=0, ge=0, description="local: the process group of its twin servers")
+    pids: list[int] = Field(default_factory=list, description="local: one server process per replica")
+    starts: list[int | None] = Field(
+        default_factory=list, description="local: each process's start time in clock ticks (a reused pid is not it)"
+    )
+    ports: list[int] = Field(default_factory=list, description="local: the replicas' ports")
+    profile: str = Field(default="", description="local: the profile file its twins run with")
+    preempt_at: float | None = Field(
+        default=None, description="local spot twin: when (wall clock) the rehearsal's truth takes the node back"
+    )
+    serve_job: int | None = Field(default=None, description="SkyPilot: the job id of its servers on the cluster")
+
+
 class Deployment(BaseModel):
     """A plan running (or about to run) on an offer, with its endpoints and state."""
 
@@ -105,7 +124,8 @@ class Deployment(BaseModel):
         "guardrails' start-up) in model seconds, SIMULATED; a real engine's load is its wall time (ready_at)",
     )
     terminated_at: float | None = None
-    detail: str = ""
+    detail: str = Field(default="", description="what its backend last said of it, in words (a failure's reason)")
+    handle: Handle = Field(default_factory=Handle, description="what its backend started, to find it again")
     loads: int = Field(default=0, ge=0, description="engine starts on this node: the first is cold, later ones warm")
     previous_plans: list[str] = Field(default_factory=list, description="plans it ran before a replan, oldest first")
     replanned_at: float | None = Field(default=None, description="when the current plan's restart began")

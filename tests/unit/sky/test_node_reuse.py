@@ -24,7 +24,7 @@ from worldtune.tools.plans.estimate import resolve_profile
 from worldtune.tools.plans.offers import cheapest_fitting_offer
 from worldtune.tools.store.database import Store
 from worldtune.tools.twin.engine import TwinConfig, TwinEngine
-from worldtune.tools.words.deployment import Deployment, replan_target
+from worldtune.tools.words.deployment import Deployment, Handle, replan_target
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.models import get_model
 from worldtune.tools.words.plan import Plan
@@ -143,7 +143,7 @@ def test_skypilot_replan_is_a_new_job_on_the_same_cluster(tmp_path: Path) -> Non
     backend.store, backend.options, backend.poll_s, backend.autodown = store, None, 0.0, True
     backend.predicted = render_options  # the model's numbers, as tools/deploy.backend_for gives them
     backend.sky, backend.serve_jobs = FakeSky(), {}
-    dep = _node_dep(infra="nebius", cluster="worldtune-wt-a", detail="serve job 7", loads=1)
+    dep = _node_dep(infra="nebius", cluster="worldtune-wt-a", detail="serve job 7", handle=Handle(serve_job=7), loads=1)
     store.save_deployment(dep)
     store.ledger_launch("worldtune-wt-a", "skypilot", dep.id)
     with pytest.raises(InvalidInput):
@@ -185,8 +185,8 @@ def test_a_replan_with_new_hours_is_bound_by_the_guardrails_and_resets_skypilots
     backend.store, backend.options, backend.poll_s, backend.autodown = store, None, 0.0, True
     backend.predicted = render_options  # the model's numbers, as tools/deploy.backend_for gives them
     backend.sky, backend.serve_jobs = AutostopSky(refuse), {}
-    dep = _node_dep(infra="nebius", cluster="worldtune-wt-b", detail="serve job 7", loads=1, hold_hours=0.25,
-                    usd_per_hour=30.0, committed_usd=20.0)  # fmt: skip
+    dep = _node_dep(infra="nebius", cluster="worldtune-wt-b", detail="serve job 7", handle=Handle(serve_job=7),
+                    loads=1, hold_hours=0.25, usd_per_hour=30.0, committed_usd=20.0)  # fmt: skip
     store.save_deployment(dep)
     store.ledger_launch("worldtune-wt-b", "skypilot", dep.id)
     with pytest.raises(InvalidInput) as long:
@@ -272,9 +272,9 @@ def test_a_skypilot_relaunch_after_a_preemption_is_one_more_load(tmp_path: Path)
     backend.store, backend.options, backend.poll_s, backend.autodown = store, None, 0.0, True
     backend.predicted = render_options
     backend.sky, backend.serve_jobs = RelaunchSky(), {}
-    dep = _node_dep(infra="nebius", cluster="worldtune-wt-c", detail="serve job 7", loads=1).model_copy(
-        update={"state": "preempted"}
-    )
+    dep = _node_dep(
+        infra="nebius", cluster="worldtune-wt-c", detail="serve job 7", handle=Handle(serve_job=7), loads=1
+    ).model_copy(update={"state": "preempted"})
     store.save_deployment(dep)
     store.ledger_launch("worldtune-wt-c", "skypilot", dep.id)
     back = backend.recover(dep)

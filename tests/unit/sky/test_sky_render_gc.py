@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.sky import backend, bench_remote, launch, local_cluster
+from worldtune.sky import backend, bench_remote, local_cluster
 from worldtune.tools.deployments import garbage
 from worldtune.tools.deployments.preview import build_deployment
 from worldtune.tools.store.database import Store
-from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.deployment import Deployment, Handle
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 
@@ -83,9 +83,10 @@ def test_slurm_render_options_bind_loopback_on_free_ports(monkeypatch: pytest.Mo
     assert cloud.ship_worldtune and cloud.host == "0.0.0.0"
 
 
-def test_serve_job_id_is_read_back_from_the_detail() -> None:
-    assert launch.job_from_detail("serve job 7") == 7
-    assert launch.job_from_detail("launching") is None
+def test_serve_job_id_is_kept_in_the_deployments_handle() -> None:
+    dep = Deployment(gpu="H200", plan="tp8", handle=Handle(serve_job=7), detail="serve job 7")
+    assert Deployment.model_validate_json(dep.model_dump_json()).handle.serve_job == 7
+    assert Deployment(gpu="H200", plan="tp8").handle.serve_job is None
     assert bench_remote._after("(task, pid=3) WORLDTUNE_RESULT {}", "WORLDTUNE_RESULT") == "{}"
 
 

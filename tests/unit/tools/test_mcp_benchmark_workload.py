@@ -7,7 +7,6 @@ real HTTP server, gone when the test ends), recorded as a local deployment whose
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import threading
@@ -26,7 +25,7 @@ from worldtune.tools.plans.estimate import estimate
 from worldtune.tools.store.database import Store
 from worldtune.tools.twin.server import TwinConfig, create_app
 from worldtune.tools.twin.video import make_mp4
-from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.deployment import Deployment, Handle
 from worldtune.tools.words.workload import Workload, anchor_workload
 
 SCALE = 2000.0  # the anchor clip (~120 model s on cfg2-u4-hsdp8) takes ~60 ms
@@ -75,7 +74,7 @@ def ready_deployment(store: Store, url: str, plan: str = "cfg2-u4-hsdp8") -> Dep
     """The twin recorded as a ready local deployment; its process (this one) is what the backend checks."""
     dep = Deployment(
         gpu="H200", plan=plan, infra="local", engine="twin", state="ready", endpoints=[url],
-        time_scale=SCALE, ready_at=time.time(), detail=json.dumps({"pids": [os.getpid()]}),
+        time_scale=SCALE, ready_at=time.time(), handle=Handle(pids=[os.getpid()]),
     )  # fmt: skip
     store.save_deployment(dep)
     return dep
