@@ -261,8 +261,8 @@ class LocalBackend(BenchmarksFromHere):
                 pids.append(child.pid)
                 starts.append(owners.start_time(child.pid))
                 # recorded before the next one starts: a kill right here still leaves gc every pid
-                spawned = json.dumps({"pgid": pgid, "pids": pids, "starts": starts, "ports": ports})
-                self.store.ledger_update(cluster, "launching", spawned)
+                spawned = Handle(pgid=pgid, pids=pids, starts=starts, ports=ports)
+                self.store.ledger_update(cluster, "launching", spawned.model_dump_json(exclude_none=True))
         except OSError as exc:
             self._kill(pgid, pids)
             self.store.ledger_gone(cluster, f"spawn failed: {exc}")
@@ -272,7 +272,7 @@ class LocalBackend(BenchmarksFromHere):
         at = None if preempt_s is None else time.time() + preempt_s / deployment.time_scale
         handle = Handle(pgid=pgid, pids=pids, starts=starts, ports=ports, profile=profile.source, preempt_at=at)
         if not self.store.ledger_open(cluster):  # a teardown won the race with this launch: it stays down
-            self._kill(pgid, dict(zip(pids, starts, strict=True)))
+            self._kill(pgid, handle.processes())
             self.store.save_deployment(
                 deployment.model_copy(update={"state": "terminated", "handle": handle, "terminated_at": time.time()})
             )
@@ -369,20 +369,14 @@ class LocalBackend(BenchmarksFromHere):
     def _processes(self, deployment: Deployment) -> tuple[int, dict[int, int | None]]:
         """(pgid, pid -> start time) from the deployment and from its ledger row (written first, per process)."""
         cluster = deployment.cluster or cluster_name(deployment)
-        found: dict[int, int | None] = dict(zip(deployment.handle.pids, deployment.handle.starts, strict=False))
-        pgid = deployment.handle.pgid
-        rows = [r["detail"] for r in self.store.ledger() if r["cluster"] == cluster]
-        for text in rows:
-            try:
-                data = json.loads(text or "{}")
-            except ValueError:
+        found, pgid = deployment.handle.processes(), deployment.handle.pgid
+        for row in self.store.ledger():
+            recorded = Handle.from_record(row["detail"]) if row["cluster"] == cluster else None
+            if recorded is None:
                 continue
-            if not isinstance(data, dict):
-                continue
-            pgid = pgid or int(data.get("pgid") or 0)
-            starts = list(data.get("starts") or [])
-            for i, pid in enumerate(data.get("pids") or []):
-                found.setdefault(int(pid), starts[i] if i < len(starts) else None)
+            pgid = pgid or recorded.pgid
+            for pid, start in recorded.processes().items():
+                found.setdefault(pid, start)
         return pgid, found
 
     def status(self, deployment: Deployment) -> Deployment:

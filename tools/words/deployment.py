@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 from worldtune.tools.words.infra import FORMS, Infra, InfraField
@@ -82,6 +82,18 @@ class Handle(BaseModel):
         default=None, description="local spot twin: when (wall clock) the rehearsal's truth takes the node back"
     )
     serve_job: int | None = Field(default=None, description="SkyPilot: the job id of its servers on the cluster")
+
+    def processes(self) -> dict[int, int | None]:
+        """Its processes: pid -> start time in clock ticks (None where it was not recorded)."""
+        return {pid: self.starts[i] if i < len(self.starts) else None for i, pid in enumerate(self.pids)}
+
+    @classmethod
+    def from_record(cls, text: str) -> Handle | None:
+        """The handle a ledger row's detail holds (the local backend writes it there first), else None (words)."""
+        try:
+            return cls.model_validate_json(text or "{}")
+        except ValidationError:
+            return None
 
 
 class Deployment(BaseModel):
