@@ -260,10 +260,7 @@ class SkyPilotBackend:
             raise LaunchError(f"SkyPilot launched {cluster} but submitted no job")
         self.serve_jobs[deployment.id] = int(job_id)
         say(f"serve job {job_id} submitted after {time.time() - started:.0f} s; waiting for the servers", 0.5)
-        self.store.ledger_update(cluster, "loading", f"serve job {job_id}")
-        serving = dep.handle.model_copy(update={"serve_job": int(job_id)})
-        dep = dep.model_copy(update={"state": "loading", "detail": f"serve job {job_id}", "handle": serving})
-        self.store.save_deployment(dep)
+        dep = serve_job.record_serving(self, cluster, dep, int(job_id))
         try:
             local = self.endpoints_of(cluster, deployment, options) if deployment.infra.kind == "slurm" else []
             self.wait_ready(cluster, int(job_id), deployment, say, local)

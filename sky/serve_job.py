@@ -33,6 +33,15 @@ def serve_task(backend: SkyPilotBackend, deployment: Deployment, config: dict[st
     return validate_task(backend.with_secrets(deployment, serve_config))
 
 
+def record_serving(backend: SkyPilotBackend, cluster: str, deployment: Deployment, job_id: int) -> Deployment:
+    """`deployment` loading under serve job `job_id`: said in the ledger, kept in its handle, saved."""
+    backend.store.ledger_update(cluster, "loading", f"serve job {job_id}")
+    handle = deployment.handle.model_copy(update={"serve_job": job_id})
+    loading = deployment.model_copy(update={"state": "loading", "detail": f"serve job {job_id}", "handle": handle})
+    backend.store.save_deployment(loading)
+    return loading
+
+
 def _handle(backend: SkyPilotBackend, cluster: str) -> Any:
     """The cluster's handle from SkyPilot's status (for its launched resources), None if it has none."""
 
@@ -72,10 +81,7 @@ def replan(backend: SkyPilotBackend, deployment: Deployment, plan: str, progress
     backend.serve_jobs[deployment.id] = int(job_id)
     if target.hold_hours is not None and target.hold_hours != timer_hours:
         _reset_autodown(backend, cluster, target, say)
-    backend.store.ledger_update(cluster, "loading", f"serve job {job_id}")
-    serving = target.handle.model_copy(update={"serve_job": int(job_id)})
-    target = target.model_copy(update={"state": "loading", "detail": f"serve job {job_id}", "handle": serving})
-    backend.store.save_deployment(target)
+    target = record_serving(backend, cluster, target, int(job_id))
     say(f"serve job {job_id} submitted on {cluster} after {time.time() - started:.0f} s; warm load", 0.4)
     local = backend.endpoints_of(cluster, target, options) if target.infra.kind == "slurm" else []
     backend.wait_ready(cluster, int(job_id), target, say, local)
