@@ -228,8 +228,8 @@ async def launch_early(
     under `action.early_plan`, launched together with the probe so that their provisioning and cold load overlap
     it; each (deployment, GPU seconds its start cost) or why it failed. Their lease covers the probe and the
     claim's whole run on one lane (what they may be kept for)."""
-    plan = action.early_plan or str(cand.plan)
-    lane = cand.model_copy(update={"plan": Plan.parse(plan), "key": f"{cand.offer.id}|{plan}"})
+    plan = Plan.parse(action.early_plan) if action.early_plan else cand.plan
+    lane = cand.model_copy(update={"plan": plan, "key": f"{cand.offer.id}|{plan}"})
     scale = options.time_scale if options.twin else 1.0
     await asyncio.sleep(action.early_after_s / scale)  # late enough in the probe to be up when it ends
     run_s = action.expected_s + full_requests(task["goal"]) * cand.latency_s

@@ -138,8 +138,7 @@ def deploy(
     store = store or Store()
     request = with_profile_for(request, profile_origin)
     spend = quote_deploy(request, store)
-    twin_profile, capacity, run_id = request.twin_profile, request.capacity, request.run_id
-    time_scale, noise_seed, engine = request.time_scale, request.noise_seed, request.engine
+    twin_profile, run_id = request.twin_profile, request.run_id
     where = Infra.parse(spend.infra)
     truth_path = None
     if twin_profile:
@@ -147,7 +146,7 @@ def deploy(
         truth = Profile.load(truth_path, field="twin_profile")
         if truth.gpu.lower() != spend.gpu.lower():
             raise InvalidInput("twin_profile", twin_profile, f"a profile for {spend.gpu}", f"it is for {truth.gpu}")
-    offer = spend.offer or reference_offer(spend.gpu, Plan.parse(spend.plan), capacity)
+    offer = spend.offer or reference_offer(spend.gpu, Plan.parse(spend.plan), request.capacity)
     deployment = Deployment(
         id=deployment_id or new_deployment_id(),
         run_id=run_id,
@@ -155,15 +154,15 @@ def deploy(
         gpu=spend.gpu,
         plan=spend.plan,
         infra=str(where),
-        engine="twin" if engine == "twin" else "vllm-omni",
-        capacity=capacity,
+        engine="twin" if request.engine == "twin" else "vllm-omni",
+        capacity=request.capacity,
         offer=offer,
         usd_per_hour=spend.usd_per_hour,
         hold_hours=spend.hold_hours,
         committed_usd=spend.expected_usd,
         twin_profile=str(truth_path) if truth_path else None,
-        time_scale=float(time_scale),
-        noise_seed=noise_seed,
+        time_scale=float(request.time_scale),
+        noise_seed=request.noise_seed,
         state="pending",
     )
     host = backend or backend_for(str(where), store)
@@ -248,14 +247,13 @@ def deploy_for_caller(
     as it is ready: nobody holds the id of such a deployment, so it must not stay up (and bill).
     """
     store = store or Store()
-    passed = progress
     deployment_id = new_deployment_id()
 
     def report(message: str, fraction: float | None) -> None:
         if caller_gone.is_set():
             raise CallerGone(f"deployment {deployment_id}: the caller went away while it was starting")
-        if passed is not None:
-            passed(message, fraction)
+        if progress is not None:
+            progress(message, fraction)
 
     try:
         ready = deploy(request, store, report, profile_origin, deployment_id=deployment_id)
