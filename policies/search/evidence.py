@@ -115,26 +115,12 @@ def observations(state: SearchState, gpu: str) -> list[belief_fit.Observation]:
             root = math.sqrt(m.repeats)
             step_sd = max(math.sqrt(2) * cv * hi / (span * m.per_step_s) / root, 0.0005)
             fixed_sd = max(math.sqrt(5) * cv * hi / m.fixed_s / root, 0.0005)
-            out.append(
-                belief_fit.Observation(
-                    plan=plan,
-                    workload=wl,
-                    quantity="per_step",
-                    value=m.per_step_s,
-                    rel_sigma=step_sd,
-                    label=f"probe {m.key}",
+            for quantity, value, sd in (("per_step", m.per_step_s, step_sd), ("fixed", m.fixed_s, fixed_sd)):
+                out.append(
+                    belief_fit.Observation(
+                        plan=plan, workload=wl, quantity=quantity, value=value, rel_sigma=sd, label=f"probe {m.key}"
+                    )
                 )
-            )
-            out.append(
-                belief_fit.Observation(
-                    plan=plan,
-                    workload=wl,
-                    quantity="fixed",
-                    value=m.fixed_s,
-                    rel_sigma=fixed_sd,
-                    label=f"probe {m.key}",
-                )
-            )
         elif m.kind == "full" and m.latencies_s:
             values = np.asarray(m.latencies_s)
             median = float(np.median(values))

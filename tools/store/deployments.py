@@ -41,16 +41,7 @@ class DeploymentRecords(RunRecords):
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
                 "updated_at = excluded.updated_at, body = excluded.body, run_id = excluded.run_id, "
                 "owner_id = COALESCE(excluded.owner_id, deployments.owner_id) WHERE " + guard,
-                (
-                    deployment.id,
-                    deployment.run_id,
-                    deployment.state,
-                    str(deployment.infra),
-                    deployment.created_at,
-                    now,
-                    deployment.model_dump_json(),
-                    owner,
-                ),
+                (*_row(deployment, now), owner),
             )
 
     def reserve_deployment(self, deployment: Deployment, check: Callable[[list[Deployment]], None]) -> None:
@@ -68,15 +59,7 @@ class DeploymentRecords(RunRecords):
             db.execute(
                 "INSERT INTO deployments (id, run_id, state, infra, created_at, updated_at, body) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    deployment.id,
-                    deployment.run_id,
-                    deployment.state,
-                    str(deployment.infra),
-                    deployment.created_at,
-                    now,
-                    deployment.model_dump_json(),
-                ),
+                _row(deployment, now),
             )
             db.execute("COMMIT")
         except BaseException:
@@ -142,3 +125,16 @@ class DeploymentRecords(RunRecords):
         query = "SELECT * FROM ledger" + (" WHERE gone_at IS NULL" if open_only else "") + " ORDER BY launched_at"
         with self._connect() as db:
             return [dict(r) for r in db.execute(query).fetchall()]
+
+
+def _row(deployment: Deployment, now: float) -> tuple[Any, ...]:
+    """A deployment's columns (id, run_id, state, infra, created_at, updated_at, body), as both inserts write them."""
+    return (
+        deployment.id,
+        deployment.run_id,
+        deployment.state,
+        str(deployment.infra),
+        deployment.created_at,
+        now,
+        deployment.model_dump_json(),
+    )
