@@ -8,6 +8,7 @@ with the private SkyPilot home in its environment (never the test process's own 
     python slurm_driver.py fault --db FILE   the same, with the Slurm job scancel'ed mid-benchmark
     python slurm_driver.py replan --db FILE  as run, then change the plan in place (tp8), benchmark, tear down
                           [--deployment-id ID]  the same on a deployment `worldtune deploy` launched, left up
+                          [--fault]             the tp8 benchmark's Slurm job scancel'ed mid-benchmark (as fault)
     python slurm_driver.py lanes --db FILE   one claim's full run over two lanes (two clusters) through the agent's
                                              verify node and the MCP tools; both torn down
 """
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
+from slurm_support import fast_load_profile
 
 from worldtune.sky import catalog, home
 from worldtune.tools.bench.benchmark import BenchmarkSpec, Here
@@ -175,23 +176,6 @@ def lanes(db: str, infra: str, time_scale: float) -> int:
     return 0
 
 
-def fast_load_profile() -> str:
-    """The shipped H200 profile with a load of ~10 model seconds, for a run at a low time scale whose subject is not
-    the load (the scancel test: at time scale 8 the shipped cold load took ~60 s of wall time, twice). Written in
-    the repository's .cache, which the cluster's job user can read (a pytest tmp_path is private to root)."""
-    from worldtune.policies.calibration import shipped_profile
-
-    fast = shipped_profile("H200").model_copy(update={
-        "load_base_s": 5.0, "load_gib_per_s_warm": 1000.0, "load_gib_per_s_cold": 1000.0, "guardrail_startup_s": 0.0,
-        "source": "tests/integration/slurm_driver.py: the shipped H200 profile with a ~5 s load (test only)",
-    })  # fmt: skip
-    path = Path(__file__).resolve().parents[2] / ".cache" / "slurm-fast-load-H200.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(fast.model_dump(mode="json"), sort_keys=False))
-    path.chmod(0o644)
-    return str(path)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["run", "fault", "replan", "lanes"])
@@ -200,6 +184,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fast-load", action="store_true", help="twins load in ~10 model-s (fast_load_profile)")
     parser.add_argument("--deployment-id", help="replan: a deployment `worldtune deploy` launched; left up for gc")
+    parser.add_argument("--fault", action="store_true", help="replan: scancel the tp8 benchmark mid-benchmark")
     args = parser.parse_args()
     sky_home = Path(os.environ["WORLDTUNE_SKY_HOME"])
     catalog.write_catalog(sky_home, SNAPSHOT_FILE)  # GPU requests need common/accelerators.csv, even on Slurm
@@ -233,15 +218,25 @@ def main() -> int:
     benchmark_id = f"bm-slurm-{args.mode}-{ready.id}"
     fault: dict[str, Any] = {}
 
-    def on_job(current: Deployment, job_id: int) -> None:
-        if args.mode == "fault" and not fault:
-            fault["armed"] = True
-            threading.Thread(target=scancel_after, args=(store, benchmark_id, current, 2, fault), daemon=True).start()
+    def cut(bench: str) -> Any:
+        """on_job for a benchmark whose first Slurm job is scancel'ed once 2 samples are in (a preemption)."""
+
+        def on_job(current: Deployment, job_id: int) -> None:
+            if not fault:
+                fault["armed"] = True
+                threading.Thread(target=scancel_after, args=(store, bench, current, 2, fault), daemon=True).start()
+
+        return on_job
 
     final = ready
     try:
         final, result = backend.benchmark(
-            ready, bench_spec(ready, args.repeats), benchmark_id, Here(store, progress), progress, on_job=on_job
+            ready,
+            bench_spec(ready, args.repeats),
+            benchmark_id,
+            Here(store, progress),
+            progress,
+            on_job=cut(benchmark_id) if args.mode == "fault" else None,
         )
         say("benchmarked", benchmark_id=benchmark_id, result=result.model_dump(mode="json"), fault=fault)
         if args.mode == "replan":
@@ -251,18 +246,25 @@ def main() -> int:
             final = replan(ready.id, "tp8", store=store, progress=progress, backend=backend)
             say("replanned", deployment=final.model_dump(mode="json"), replan_s=round(time.time() - began, 1),
                 sky_calls=list(counting.calls))  # fmt: skip
+            repeats = 6 if args.fault else args.repeats
             final, result = backend.benchmark(
-                final, bench_spec(final, args.repeats), f"{benchmark_id}-tp8", Here(store, progress), progress
+                final,
+                bench_spec(final, repeats),
+                f"{benchmark_id}-tp8",
+                Here(store, progress),
+                progress,
+                on_job=cut(f"{benchmark_id}-tp8") if args.fault else None,
             )
             say(
                 "benchmarked",
                 benchmark_id=f"{benchmark_id}-tp8",
                 result=result.model_dump(mode="json"),
                 plan=final.plan,
+                fault=fault,
             )
     finally:
-        if adopted is None:  # an adopted deployment is left to `worldtune gc`
-            store.save_deployment(backend.teardown(final))
+        # an adopted deployment is left to `worldtune gc`, as it is now (a recovery may have relaunched it)
+        store.save_deployment(final if adopted is not None else backend.teardown(final))
         say("down", ledger_open=store.ledger(open_only=True), ledger=store.ledger(), sky_calls=list(counting.calls))
     return 0
 

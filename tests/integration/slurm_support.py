@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from worldtune.tools.store.database import Store
 
@@ -165,3 +166,20 @@ def _squeue() -> list[tuple[str, str]]:
     """Every Slurm job on the cluster: (job id, job name)."""
     listing = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout
     return [(job, name) for job, name in (line.split(maxsplit=1) for line in listing.splitlines() if line.strip())]
+
+
+def fast_load_profile() -> str:
+    """The shipped H200 profile with a load of ~10 model seconds, for a run at a low time scale whose subject is not
+    the load (the scancel test: at time scale 8 the shipped cold load took ~60 s of wall time, twice). Written in
+    the repository's .cache, which the cluster's job user can read (a pytest tmp_path is private to root)."""
+    from worldtune.policies.calibration import shipped_profile
+
+    fast = shipped_profile("H200").model_copy(update={
+        "load_base_s": 5.0, "load_gib_per_s_warm": 1000.0, "load_gib_per_s_cold": 1000.0, "guardrail_startup_s": 0.0,
+        "source": "tests/integration/slurm_driver.py: the shipped H200 profile with a ~5 s load (test only)",
+    })  # fmt: skip
+    path = REPO / ".cache" / "slurm-fast-load-H200.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(fast.model_dump(mode="json"), sort_keys=False))
+    path.chmod(0o644)
+    return str(path)

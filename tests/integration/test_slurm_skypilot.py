@@ -1,7 +1,7 @@
 """worldtune on a real SkyPilot cluster: the local Slurm cluster (scripts/slurm-cluster.sh), twin engine, H200.
 
-A Slurm job cancelled mid-benchmark; the CLI's deploy, benchmarked, replanned in place and torn down by the CLI's gc;
-one claim over two lanes, each its own cluster. The SkyPilot side runs in a child process
+The CLI's deploy, benchmarked, replanned in place, its Slurm job cancelled mid-benchmark and relaunched, torn down
+by the CLI's gc; one claim over two lanes, each its own cluster. The SkyPilot side runs in a child process
 (tests/integration/slurm_driver.py) whose HOME is a private SkyPilot home made for these tests, so the real ~/.sky
 is never touched; SKYPILOT_DISABLE_USAGE_COLLECTION=1 is set for it. One file on one worker, its tests one after
 another (on 2 cores, two Slurm files on two workers at once made the suite slower, not faster: issue 35's note);
@@ -16,58 +16,39 @@ import sys
 from pathlib import Path
 
 import pytest
-from slurm_support import drive, run_step, sky_request_logs, slurm_jobs_of
+from slurm_support import drive, fast_load_profile, run_step, sky_request_logs, slurm_jobs_of
 
 from worldtune.tools.store.database import Store
 
 pytestmark = pytest.mark.integration  # scripts/test.sh runs each file on one worker (--dist loadfile)
 
 
-def test_scancel_mid_benchmark_keeps_samples_relaunches_and_completes(
-    slurm_env: dict[str, str], slurm_db: Path
-) -> None:
-    db = slurm_db
-    # Time scale 8: a 4-step clip takes ~3.3 s; the driver pauses the twins once 2 samples are in, before squeue and
-    # scancel, so the cut lands mid-benchmark however loaded the machine is (16 clips once left time for it instead).
-    # --fast-load: the twins load in ~5 model-s instead of the profile's cold load (~60 s of wall at scale 8, twice)
-    steps = drive(slurm_env, db, "fault", "--time-scale", "8", "--repeats", "6", "--fast-load")
-    cancel = next(s for s in steps if s["step"] == "scancel")
-    assert cancel["jobs"] and cancel["samples_at_cancel"] >= 2 and cancel["paused_twins"] >= 1
-    done = next(s for s in steps if s["step"] == "benchmarked")
-    store = Store(db)
-    samples = store.samples(done["benchmark_id"])
-    first = [s for s in samples if s.attempt == 1]
-    second = [s for s in samples if s.attempt == 2]
-    assert len(first) >= cancel["samples_at_cancel"] and all(s.interrupted for s in first)
-    assert len(second) == 6 and all(s.ok for s in second)
-    assert [s.seq for s in samples] == sorted({s.seq for s in samples})  # nothing overwritten
-    assert "completed on attempt 2" in (store.get_benchmark(done["benchmark_id"]) or {}).get("message", "")
-    down = next(s for s in steps if s["step"] == "down")
-    assert down["ledger_open"] == [] and {r["state"] for r in down["ledger"]} == {"gone"}
-    assert slurm_jobs_of(db) == []
-
-
-def test_cli_deploy_benchmark_replan_in_place_then_gc_tears_down_what_the_ledger_says_is_up(
+def test_cli_deploy_benchmark_replan_in_place_scancel_mid_benchmark_relaunch_then_gc_tears_down(
     slurm_env: dict[str, str], slurm_db: Path
 ) -> None:
     """`worldtune deploy` launches the twin (2xtp4: two servers, guarded by the deployment's key); another process
     benchmarks next to it, then (issue 18) replaces the serve job under tp8 on the same cluster (sky.cancel +
-    sky.exec, no launch) and benchmarks again; `worldtune gc` then lists and tears down what the ledger says is up.
-    (Issue 35 merged three tests here: launch-benchmark-teardown, replan in place, CLI deploy and gc: one launch
-    asserts all three.)"""
+    sky.exec, no launch) and benchmarks again, with the Slurm job scancel'ed mid-benchmark: the samples measured
+    before the cut are kept, the cluster is relaunched and the benchmark completes on attempt 2; `worldtune gc` then
+    lists and tears down what the ledger says is up. (Issue 35 merged four tests here: launch-benchmark-teardown,
+    replan in place, CLI deploy and gc, scancel mid-benchmark: one launch and its one relaunch assert all four.)"""
     db = slurm_db
     env = {**slurm_env, "WORLDTUNE_DB": str(db)}
     worldtune = str(Path(sys.executable).parent / "worldtune")
     infra = env.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
+    # Time scale 8: a 4-step clip takes a few seconds, so the scancel lands mid-benchmark (the driver also pauses the
+    # twins once 2 samples are in, before squeue and scancel, however loaded the machine is); the fast-load profile
+    # loads in ~5 model-s instead of the shipped cold load (~60 s of wall at scale 8, at each of three loads).
     command = [worldtune, "deploy", "--gpu", "H200", "--plan", "2xtp4", "--infra", infra, "--engine", "twin",
-               "--time-scale", "100", "--yes", "--json"]  # fmt: skip
+               "--time-scale", "8", "--twin-profile", fast_load_profile(), "--yes", "--json"]  # fmt: skip
     up = run_step(command, env, timeout=600)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:] + sky_request_logs()
     deployment = json.loads(up.stdout)
     assert deployment["state"] == "ready" and deployment["cluster"] == f"worldtune-{deployment['id']}"
     assert len(deployment["endpoints"]) == 2 and all(e.startswith("http://127.0.0.1:") for e in deployment["endpoints"])
 
-    steps = drive(slurm_env, db, "replan", "--time-scale", "100", "--repeats", "3", "--deployment-id", deployment["id"])
+    steps = drive(slurm_env, db, "replan", "--time-scale", "8", "--repeats", "3", "--deployment-id", deployment["id"],
+                  "--fault")  # fmt: skip
     # issue 15: the launched servers are guarded by the deployment's key; the bench job on the cluster sends it
     guarded = next(s for s in steps if s["step"] == "guarded")
     assert guarded["has_key"] and guarded["none"] == guarded["wrong"] == [401, 401] and guarded["key"] == [200, 200]
@@ -85,20 +66,29 @@ def test_cli_deploy_benchmark_replan_in_place_then_gc_tears_down_what_the_ledger
     assert len(after["endpoints"]) == 1
     calls = replanned["sky_calls"]  # the bench job, then the serve job replaced: the cluster stays, no launch
     assert "launch" not in calls and calls.count("cancel") == 1 and calls[-2:] == ["cancel", "exec"]
+
+    # the tp8 benchmark, cut by scancel: what attempt 1 measured is kept (marked), attempt 2 runs on the relaunch
+    cancel = next(s for s in steps if s["step"] == "scancel")
+    assert cancel["jobs"] and cancel["samples_at_cancel"] >= 2 and cancel["paused_twins"] >= 1
     done = [s for s in steps if s["step"] == "benchmarked"]
     assert len(done) == 2 and done[1]["plan"] == "tp8"
-    for step in done:
-        bench = store.get_benchmark(step["benchmark_id"])
-        assert bench is not None and bench["status"] == "completed"
-        assert len(store.samples(step["benchmark_id"])) == 3
-    assert "launch" not in next(s for s in steps if s["step"] == "down")["sky_calls"]  # one launch in all: the CLI's
+    cut = store.samples(done[1]["benchmark_id"])
+    before = [s for s in cut if s.attempt == 1]
+    again = [s for s in cut if s.attempt == 2]
+    assert len(before) >= cancel["samples_at_cancel"] and all(s.interrupted for s in before)
+    assert len(again) == 6 and all(s.ok for s in again)
+    assert [s.seq for s in cut] == sorted({s.seq for s in cut})  # nothing overwritten
+    tp8 = store.get_benchmark(done[1]["benchmark_id"])
+    assert tp8 is not None and tp8["status"] == "completed" and "completed on attempt 2" in tp8.get("message", "")
+    down_calls = next(s for s in steps if s["step"] == "down")["sky_calls"]
+    assert down_calls.count("launch") == 1 and down_calls.index("launch") > len(calls)  # the relaunch, after the cut
 
     listed = subprocess.run([worldtune, "gc", "--json"], capture_output=True, text=True, timeout=120, env=env)
     assert [r["cluster"] for r in json.loads(listed.stdout)["would_tear_down"]] == [deployment["cluster"]]
     gone = subprocess.run([worldtune, "gc", "--yes", "--json"], capture_output=True, text=True, timeout=300, env=env)
     assert gone.returncode == 0, gone.stderr[-3000:]
     assert [r["result"] for r in json.loads(gone.stdout)["torn_down"]] == ["down"]
-    assert store.ledger(open_only=True) == [] and [r["state"] for r in store.ledger()] == ["gone"]
+    assert store.ledger(open_only=True) == [] and {r["state"] for r in store.ledger()} == {"gone"}
     stored = store.get_deployment(deployment["id"])
     assert stored is not None and stored.state == "terminated"
     assert slurm_jobs_of(db) == []
