@@ -53,10 +53,16 @@ if [ -n "$slurm_pid" ] && ! wait "$slurm_pid"; then
 fi
 
 echo "== tests: unit and integration, ${WORLDTUNE_TEST_WORKERS:-3} workers"
+# the machine's busy CPU seconds over the tests (every process, SkyPilot's daemons included): /proc/stat's first line
+busy() { awk '/^cpu /{print ($2+$3+$4+$7+$8) / 100}' /proc/stat; }
+busy_before=$(busy)
+pytest_began=$(date +%s)
 status=0
 .venv/bin/pytest -q -p no:cacheprovider -n "${WORLDTUNE_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
     --durations=25 --junitxml=.cache/junit.xml -o junit_duration_report=total tests \
     || status=$?
 .venv/bin/python scripts/slowest.py .cache/junit.xml || true  # the last lines CI keeps: where the time went
+echo "test.sh: the tests kept the machine's CPUs busy $(awk -v a="$busy_before" -v b="$(busy)" 'BEGIN{printf "%.0f", b-a}') s" \
+    "over $(( $(date +%s) - pytest_began )) s of wall time on $(nproc) cores"
 echo "test.sh: total $(( $(date +%s) - began )) s (setup, lint, types and every test), pytest exit $status"
 exit "$status"

@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 os.environ.setdefault("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
 # A private cache for the whole test process: dry runs import SkyPilot under a home inside the cache
 # (sky/home.py) and offers are read from that home's catalog files, so a shared ~/.cache that another
@@ -42,3 +44,31 @@ def pytest_collection_modifyitems(config: object, items: list[Any]) -> None:
         return len(LONGEST_FIRST) + (1 if "/unit/" in str(item.fspath) else 0)
 
     items.sort(key=rank)  # stable: each file's own order is kept
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its waited-for children (the twins, CLIs and servers a test started and
+    reaped, with what they reaped in turn); not of detached daemons such as SkyPilot's API server."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+CPU_BEGAN = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    item.stash[CPU_BEGAN] = _cpu_s()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each test's CPU seconds (setup, call, teardown) as a JUnit property on its teardown report, the one the JUnit
+    XML takes properties from: on 2 cores the suite is CPU-bound, so what a test costs the run is its CPU, not its
+    wall time (scripts/slowest.py prints the largest files; issue 35)."""
+    if call.when == "teardown" and CPU_BEGAN in item.stash:
+        item.user_properties.append(("cpu_s", round(_cpu_s() - item.stash[CPU_BEGAN], 2)))
+    yield
