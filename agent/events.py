@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from rich.markup import escape
 
+from worldtune.tools.words.run_summary import Recommendation
 from worldtune.tools.words.tuning import SpendEstimate
 
 Events = Callable[[str, dict[str, Any]], None]  # (event kind, its fields as JSON): what a run says, to a person
@@ -167,7 +168,7 @@ class Elapsed(RunEvent):
 class Done(RunEvent):
     event: ClassVar[str] = "done"
     stop_reason: str | None = None
-    recommendation: dict[str, Any] | None = None
+    recommendation: Recommendation | None = None
 
 
 @_kind

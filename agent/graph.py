@@ -298,7 +298,7 @@ async def finish(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     summary = build_summary(state, await tools.list_deployments(run_id=run_id))
     # written here, so a run that Studio / `langgraph dev` drives (no runner around it) ends completed too
     await write_record(tools, run_id, summary)
-    emit(runtime, Done(stop_reason=summary["stop_reason"], recommendation=summary["recommendation"]))
+    emit(runtime, Done(stop_reason=summary.stop_reason, recommendation=summary.recommendation))
     cleared = {k: "" for k in (state.get("deployments") or {})}
     spares = dict.fromkeys(state.get("spare_lanes") or {}, "")
     return {"summary": summary, "deployments": cleared, "spare_lanes": spares, "events": ["torn down; record written"]}

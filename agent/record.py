@@ -20,6 +20,7 @@ from worldtune.policies.search import Candidate, SearchState, candidates, hardwa
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.run_summary import CandidateRow, Figures, Recommendation, RunSummary, Spend
 
 
 def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
@@ -72,9 +73,9 @@ async def mark_approved(tools: Tools, run_id: str) -> None:
     await tools.mark_run(run_id, "running")
 
 
-async def write_record(tools: Tools, run_id: str, summary: dict[str, Any]) -> None:
+async def write_record(tools: Tools, run_id: str, summary: RunSummary) -> None:
     """The run's record, completed: its owner lets go (whoever drove the graph: the runner or Studio)."""
-    await tools.mark_run(run_id, "completed", summary)
+    await tools.mark_run(run_id, "completed", summary.record())
 
 
 def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> TuneState:
@@ -91,68 +92,65 @@ def first_state(parsed: ParsedGoal, options: TuneOptions, run_id: str) -> TuneSt
     )
 
 
-def _figures(goal: Goal, cand: Candidate | None, latencies: list[float] | None = None) -> dict[str, Any]:
+def _figures(goal: Goal, cand: Candidate | None, latencies: list[float] | None = None) -> Figures:
     """The record's figures: a measured percentile only as tools/stats claims it (order statistics when n allows;
     else null, with the named parametric bound and its assumption beside it)."""
     if cand is None:
-        return {"latency_p50_s": None, "latency_p95_s": None, "clips_per_hour_per_node": None, "usd_per_clip": None}
-    out: dict[str, Any] = {
-        "latency_p50_s": round(cand.latency_s, 2),
-        "latency_p95_s": round(cand.latency_s * (1 + 1.645 * 0.002), 2),
-        "clips_per_hour_per_node": round(cand.clips_per_hour_per_node, 3),
-        "usd_per_clip": round(cand.usd_per_clip, 4),
-    }
+        return Figures(latency_p50_s=None, latency_p95_s=None, clips_per_hour_per_node=None, usd_per_clip=None)
+    out = Figures(
+        latency_p50_s=round(cand.latency_s, 2),
+        latency_p95_s=round(cand.latency_s * (1 + 1.645 * 0.002), 2),
+        clips_per_hour_per_node=round(cand.clips_per_hour_per_node, 3),
+        usd_per_clip=round(cand.usd_per_clip, 4),
+    )
     if latencies:
         from worldtune.tools.words import stats
 
         # one confidence for the claim and the stop: the goal's (tools/words/goal.py)
         p95 = stats.percentile_verdict(latencies, 95, goal.confidence)
-        out["latency_p95_s"] = round(p95.upper, 2) if p95.upper is not None else None
-        out["latency_p95_claim"] = "claimable (order statistics)" if p95.claimable else p95.note
-        out["claim_confidence"] = goal.confidence
+        out.latency_p95_s = round(p95.upper, 2) if p95.upper is not None else None
+        out.latency_p95_claim = "claimable (order statistics)" if p95.claimable else p95.note
+        out.claim_confidence = goal.confidence
         verdict = stats.percentile_verdict(latencies, goal.latency_percentile, goal.confidence)
         if verdict.parametric_upper is not None:
-            out[verdict.parametric_name] = round(verdict.parametric_upper, 2)
-            out["parametric_assumption"] = verdict.parametric_assumption
-        out["samples"] = len(latencies)
+            setattr(out, verdict.parametric_name, round(verdict.parametric_upper, 2))  # an extra field, by its name
+            out.parametric_assumption = verdict.parametric_assumption
+        out.samples = len(latencies)
     return out
 
 
-def build_summary(state: TuneState, deployments: list[Deployment]) -> dict[str, Any]:
-    """The run's record (plain JSON): goal, recommendation, measured vs predicted, spend, stop reason, every
-    candidate."""
+def build_summary(state: TuneState, deployments: list[Deployment]) -> RunSummary:
+    """The run's record: goal, recommendation, measured vs predicted, spend, stop reason, every candidate."""
     goal, options = state["goal"], state["options"]
     search = state.get("search")
     results = list(state.get("results") or [])
     estimate, decision = state.get("spend_estimate"), state.get("decision")
-    summary: dict[str, Any] = {
-        "run_id": state["run_id"],
-        "thread_id": state["run_id"],
-        "goal": {**goal.model_dump(mode="json"), "text": state.get("goal_text", ""), "describe": goal.describe()},
-        "goal_source": state.get("goal_source", "parser"),
-        "options": options.model_dump(mode="json"),
-        "stop_reason": state.get("stop_reason") or "stopped",
-        "stop_kind": state.get("stop_kind") or "",
-        "recommendation": None,
-        "measured": _figures(goal, None),
-        "predicted": _figures(goal, None),
-        "spend": _spend(search, goal, options, deployments, results),
-        "spend_estimate": estimate.as_json() if estimate else None,
-        "decision": decision.model_dump(mode="json") if decision else None,
-        "events": list(state.get("events") or []),
-        "measurements": [r.as_json() for r in results],
-        "candidates": [],
-    }
-    if search is None:
-        summary["provenance"] = provenance(summary)
-        return summary
-    summary["rejected"] = [r.model_dump(mode="json") for r in search.rejected]
-    summary["failed"] = dict(search.failures)
-    summary["nearest"] = summary["decision"]["nearest"] if decision else []
-    # what the run's measurements taught it, per GPU type: the fleet step plans a goal's traffic with these
-    summary["learned_profiles"] = {g: search.beliefs[g].model_dump(mode="json") for g in search.posteriors}
-    _add_candidates_and_recommendation(summary, state, search, goal)
-    summary["provenance"] = provenance(summary)  # what is simulated, measured, assumed; how prices are dated
+    summary = RunSummary(
+        run_id=state["run_id"],
+        thread_id=state["run_id"],
+        goal={**goal.model_dump(mode="json"), "text": state.get("goal_text", ""), "describe": goal.describe()},
+        goal_source=state.get("goal_source", "parser"),
+        options=options.model_dump(mode="json"),
+        stop_reason=state.get("stop_reason") or "stopped",
+        stop_kind=state.get("stop_kind") or "",
+        recommendation=None,
+        measured=_figures(goal, None),
+        predicted=_figures(goal, None),
+        spend=_spend(search, goal, options, deployments, results),
+        spend_estimate=estimate.as_json() if estimate else None,
+        decision=decision.model_dump(mode="json") if decision else None,
+        events=list(state.get("events") or []),
+        measurements=[r.as_json() for r in results],
+        candidates=[],
+    )
+    if search is not None:
+        summary.rejected = [r.model_dump(mode="json") for r in search.rejected]
+        summary.failed = dict(search.failures)
+        summary.nearest = summary.decision["nearest"] if summary.decision else []
+        # what the run's measurements taught it, per GPU type: the fleet step plans a goal's traffic with these
+        summary.learned_profiles = {g: search.beliefs[g].model_dump(mode="json") for g in search.posteriors}
+        _add_candidates_and_recommendation(summary, state, search, goal)
+    summary.provenance = provenance(summary.record())  # what is simulated, measured, assumed; how prices are dated
     return summary
 
 
@@ -162,32 +160,30 @@ def _spend(
     options: TuneOptions,
     deployments: list[Deployment],
     results: list[Outcome],
-) -> dict[str, Any]:
+) -> Spend:
     """What the search spent: GPU-hours, dollars, deployments, plan changes in place, benchmarks, time to answer."""
     model_s = sum(r.model_s for r in results)
-    return {
-        "gpu_hours": round(search.spent_gpu_hours, 4) if search else 0.0,
-        "usd": round(search.spent_usd, 4) if search else 0.0,
-        "budget_usd": goal.budget_usd,
-        "deployments": len(deployments),
-        "replans": sum(len(d.previous_plans) for d in deployments),
-        "benchmarks": sum(len(r.measurement.benchmarks()) for r in results),
-        "model_seconds": round(model_s, 1),
+    return Spend(
+        gpu_hours=round(search.spent_gpu_hours, 4) if search else 0.0,
+        usd=round(search.spent_usd, 4) if search else 0.0,
+        budget_usd=goal.budget_usd,
+        deployments=len(deployments),
+        replans=sum(len(d.previous_plans) for d in deployments),
+        benchmarks=sum(len(r.measurement.benchmarks()) for r in results),
+        model_seconds=round(model_s, 1),
         # time to a verified answer on real infra: provisioning, loads and requests; one after another with
         # --parallel 1, else the verifications of one round overlap (assumed: evenly over the lanes)
-        "answer_hours": round(answer_seconds(results, options.parallel) / 3600.0, 3),
-        "lanes": max((r.measurement.lanes for r in results if r.measurement.kind == "full"), default=0),
-        "full_requests": sum(len(r.measurement.latencies_s) for r in results if r.measurement.kind == "full"),
-        "confidence": goal.confidence,
-        "answer_basis": ("modelled: the twin's model-seconds" if options.twin else "wall time of the rented nodes")
+        answer_hours=round(answer_seconds(results, options.parallel) / 3600.0, 3),
+        lanes=max((r.measurement.lanes for r in results if r.measurement.kind == "full"), default=0),
+        full_requests=sum(len(r.measurement.latencies_s) for r in results if r.measurement.kind == "full"),
+        confidence=goal.confidence,
+        answer_basis=("modelled: the twin's model-seconds" if options.twin else "wall time of the rented nodes")
         + ("" if options.parallel == 1 else f", divided over {options.parallel} parallel lanes (assumed even)"),
-        "priced_as": "offer price x modelled GPU seconds (twin)" if options.twin else "offer price x wall time",
-    }
+        priced_as="offer price x modelled GPU seconds (twin)" if options.twin else "offer price x wall time",
+    )
 
 
-def _add_candidates_and_recommendation(
-    summary: dict[str, Any], state: TuneState, search: SearchState, goal: Goal
-) -> None:
+def _add_candidates_and_recommendation(summary: RunSummary, state: TuneState, search: SearchState, goal: Goal) -> None:
     """Every candidate as believed before measuring and now, and the recommendation with its measured and
     predicted figures."""
     initial = search.model_copy(
@@ -199,25 +195,25 @@ def _add_candidates_and_recommendation(
     )
     before = {c.key: c for c in candidates(initial)}
     now = candidates(search)
-    summary["candidates"] = [
-        {
-            "key": c.key,
-            "gpu": c.gpu,
-            "plan": str(c.plan),
-            "offer": c.offer.id,
-            "capacity": c.capacity,
-            "usd_per_hour": c.offer.usd_per_hour,
-            "nodes": c.nodes,
-            "stage": c.stage,
-            "feasible": c.feasible,
-            "latency_s": c.latency_s,
-            "latency_q_s": c.latency_q_s,
-            "clips_per_hour_per_node": c.clips_per_hour_per_node,
-            "usd_per_clip": c.usd_per_clip,
-            "predicted_latency_s": before[c.key].latency_s if c.key in before else None,
-            "predicted_usd_per_clip": before[c.key].usd_per_clip if c.key in before else None,
-            "predicted_clips_per_hour_per_node": before[c.key].clips_per_hour_per_node if c.key in before else None,
-        }
+    summary.candidates = [
+        CandidateRow(
+            key=c.key,
+            gpu=c.gpu,
+            plan=str(c.plan),
+            offer=c.offer.id,
+            capacity=c.capacity,
+            usd_per_hour=c.offer.usd_per_hour,
+            nodes=c.nodes,
+            stage=c.stage,
+            feasible=c.feasible,
+            latency_s=c.latency_s,
+            latency_q_s=c.latency_q_s,
+            clips_per_hour_per_node=c.clips_per_hour_per_node,
+            usd_per_clip=c.usd_per_clip,
+            predicted_latency_s=before[c.key].latency_s if c.key in before else None,
+            predicted_usd_per_clip=before[c.key].usd_per_clip if c.key in before else None,
+            predicted_clips_per_hour_per_node=before[c.key].clips_per_hour_per_node if c.key in before else None,
+        )
         for c in now
     ]
     best = recommendation(search)
@@ -225,17 +221,17 @@ def _add_candidates_and_recommendation(
         latencies = [
             x for m in search.measurements if hardware_key(m.key) == hardware_key(best.key) for x in m.latencies_s
         ]
-        summary["recommendation"] = {
-            "key": best.key,
-            "gpu": best.gpu,
-            "plan": str(best.plan),
-            "replicas": best.replicas,
-            "replicas_per_node": best.replicas // best.nodes,
-            "nodes": best.nodes,
-            "capacity": best.capacity,
-            "offer": best.offer.id,
-            "usd_per_hour": best.offer.usd_per_hour,
-            "offer_detail": best.offer.model_dump(mode="json"),
-        }
-        summary["measured"] = _figures(goal, best, latencies)
-        summary["predicted"] = _figures(goal, before.get(best.key))
+        summary.recommendation = Recommendation(
+            key=best.key,
+            gpu=best.gpu,
+            plan=str(best.plan),
+            replicas=best.replicas,
+            replicas_per_node=best.replicas // best.nodes,
+            nodes=best.nodes,
+            capacity=best.capacity,
+            offer=best.offer.id,
+            usd_per_hour=best.offer.usd_per_hour,
+            offer_detail=best.offer.model_dump(mode="json"),
+        )
+        summary.measured = _figures(goal, best, latencies)
+        summary.predicted = _figures(goal, before.get(best.key))

@@ -27,6 +27,7 @@ from worldtune.agent.record import check_options, first_state, goal_for
 from worldtune.agent.stopping import CONTROLS, RunControl, RunStopped, catch_signals, stop_tuning
 from worldtune.agent.tools import Tools
 from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.run_summary import RunSummary
 from worldtune.tools.words.tuning import Failed
 
 RECURSION_LIMIT = 1000  # the search's own iteration cap stops long before this
@@ -105,8 +106,9 @@ async def _drive(
             "question": snapshot.interrupts[0].value,
             "state": values,
         }
-    summary = values.get("summary") or {}  # the finish node has recorded it (MCP mark_run)
-    return {"run_id": run_id, "thread_id": run_id, "status": "completed", "summary": summary, "state": values}
+    summary = values.get("summary")  # the finish node has recorded it (MCP mark_run)
+    record = summary.record() if isinstance(summary, RunSummary) else dict(summary or {})  # an older checkpoint's
+    return {"run_id": run_id, "thread_id": run_id, "status": "completed", "summary": record, "state": values}
 
 
 async def _mark_interrupted(tools: Tools, run_id: str, why: str, progress: Events) -> None:

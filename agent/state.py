@@ -25,6 +25,7 @@ from worldtune.agent.configuration import TuneOptions
 from worldtune.policies.search import Action, Candidate, Decision, Measurement, SearchState
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.profile import Profile
+from worldtune.tools.words.run_summary import RunSummary
 from worldtune.tools.words.tuning import SpendEstimate
 
 
@@ -122,9 +123,9 @@ class TuneState(TypedDict, total=False):
     """Why the search stopped (decide, approve)."""
     stop_kind: str
     """converged | budget | iteration_cap | infeasible | declined (decide, approve)."""
-    summary: dict[str, Any]
-    """The final record as written to the database, plain JSON: recommendation, measured vs predicted, spend
-    (finish)."""
+    summary: RunSummary
+    """The final record as written to the database (its JSON: `summary.record()`): recommendation, measured vs
+    predicted, spend (finish)."""
 
 
 class TuneInput(TypedDict):
@@ -153,7 +154,7 @@ class TuneOutput(TypedDict, total=False):
 
     run_id: str
     """The run's id (runner, or read_goal)."""
-    summary: dict[str, Any]
+    summary: RunSummary
     """Recommendation, measured vs predicted figures with what is simulated and assumed, spend (finish)."""
     stop_reason: str
     """Why the search stopped (decide, approve)."""
@@ -202,6 +203,7 @@ CHECKPOINT_WORDS: tuple[type[BaseModel], ...] = (
     Profile,
     SpendEstimate,
     Outcome,
+    RunSummary,
 )
 """Every model that is a state value, an element of one, or a value of a VerifyTask (nested models are stored
 as their fields, rebuilt by the outer model's validation)."""

@@ -75,6 +75,7 @@ def _output(outcome: dict[str, Any]) -> dict[str, Any]:
 def _print_outcome(outcome: dict[str, Any]) -> None:
     """The answer, on stdout (progress went to stderr): the recommendation or why there is none, or the question."""
     from worldtune.agent.provenance import labels, provenance
+    from worldtune.tools.words.run_summary import RunSummary
 
     if outcome["status"] == "waiting_for_approval":
         question = outcome.get("question") or {}
@@ -86,47 +87,45 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
             highlight=False,
         )
         return
-    s = outcome["summary"]
-    rec = s.get("recommendation")
-    spend = s["spend"]
+    s = RunSummary.model_validate(outcome["summary"])
+    rec, spend = s.recommendation, s.spend
     if rec is None:
-        console.print(
-            f"[bold red]no verified recommendation[/] ({s.get('stop_kind') or 'stopped'}): {s['stop_reason']}"
-        )
-        for o in s.get("nearest") or []:
+        console.print(f"[bold red]no verified recommendation[/] ({s.stop_kind or 'stopped'}): {s.stop_reason}")
+        for o in s.nearest or []:
             console.print(
                 f"  nearest: {o['plan']} on {o['gpu']} ({o['stage']}): p95 ~{o['latency_q_s']} s, "
                 f"meets {o['would_meet_s']} s at 95%, ${o['usd_per_clip']}/clip"
             )
     else:
-        m, p = s["measured"], s["predicted"]
-        simulated = (s.get("provenance") or provenance(s))["simulated"]
+        m, p = s.measured, s.predicted
+        record = s.record()
+        simulated = (s.provenance or provenance(record))["simulated"]
         console.print(
-            f"[bold green]recommendation[/] {rec['gpu']} plan {rec['plan']} x {rec['nodes']} node(s) "
-            f"({rec['replicas']} replicas), {rec['capacity']} on {rec['offer']} at ${rec['usd_per_hour']:.2f}/h"
+            f"[bold green]recommendation[/] {rec.gpu} plan {rec.plan} x {rec.nodes} node(s) "
+            f"({rec.replicas} replicas), {rec.capacity} on {rec.offer} at ${rec.usd_per_hour:.2f}/h"
         )
         # A percentile only as tools/stats claims it; a parametric bound by its name and assumption.
-        bounds = [f"{k} {v} s" for k, v in m.items() if k.endswith("_normal")]
-        evidence = f" (n={m['samples']}; {m.get('latency_p95_claim')}" if m.get("samples") else ""
-        evidence += (f"; {', '.join(bounds)}, {m.get('parametric_assumption')})" if bounds else ")") if evidence else ""
-        p95 = m["latency_p95_s"] if m["latency_p95_s"] is not None else "not claimable"
+        bounds = [f"{k} {v} s" for k, v in m.bounds().items()]
+        evidence = f" (n={m.samples}; {m.latency_p95_claim}" if m.samples else ""
+        evidence += (f"; {', '.join(bounds)}, {m.parametric_assumption})" if bounds else ")") if evidence else ""
+        p95 = m.latency_p95_s if m.latency_p95_s is not None else "not claimable"
         console.print(
-            f"  {'simulated on the twin' if simulated else 'measured'}: p50 {m['latency_p50_s']} s, "
-            f"p95 {p95}{' s' if m['latency_p95_s'] is not None else ''}{evidence}, "
-            f"{m['clips_per_hour_per_node']} clips/h/node, ${m['usd_per_clip']}/clip"
+            f"  {'simulated on the twin' if simulated else 'measured'}: p50 {m.latency_p50_s} s, "
+            f"p95 {p95}{' s' if m.latency_p95_s is not None else ''}{evidence}, "
+            f"{m.clips_per_hour_per_node} clips/h/node, ${m.usd_per_clip}/clip"
         )
         console.print(
-            f"  predicted before measuring: p50 {p['latency_p50_s']} s, {p['clips_per_hour_per_node']} clips/h/node, "
-            f"${p['usd_per_clip']}/clip"
+            f"  predicted before measuring: p50 {p.latency_p50_s} s, {p.clips_per_hour_per_node} clips/h/node, "
+            f"${p.usd_per_clip}/clip"
         )
-        console.print(f"  why it stopped: {s['stop_reason']}")
-        for line in labels(s):
+        console.print(f"  why it stopped: {s.stop_reason}")
+        for line in labels(record):
             console.print(f"  [yellow]{escape(line.split(':', 1)[0])}[/]:{escape(line.split(':', 1)[1])}")
     console.print(
-        f"  search cost: ${spend['usd']:.2f}, {spend['gpu_hours']:.2f} GPU-h ({spend['model_seconds']:.0f} model-s), "
-        f"{spend['deployments']} deployments, {spend['benchmarks']} benchmarks"
+        f"  search cost: ${spend.usd:.2f}, {spend.gpu_hours:.2f} GPU-h ({spend.model_seconds:.0f} model-s), "
+        f"{spend.deployments} deployments, {spend.benchmarks} benchmarks"
     )
-    console.print(f"  report: worldtune report {s['run_id']}")
+    console.print(f"  report: worldtune report {s.run_id}")
 
 
 def approval_lines(estimate: dict[str, Any]) -> list[str]:
