@@ -4,7 +4,7 @@ A rehearsal on the twin produces numbers that look like measurements but are a s
 a prediction rests on model terms some of which are assumed, not fitted; prices come from a dated
 snapshot; and an empirical percentile from a handful of samples is not a claim. `provenance(record)`
 says all of that from the record alone (so the report, `tune`'s output and its JSON say the same thing),
-and `labels(record)` turns it into the short lines a person reads next to the figures.
+and `labels(provenance)` turns it into the short lines a person reads next to the figures.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.run_summary import Figures, RunSummary, Spend
 from worldtune.tools.words.stats import samples_needed
 
 # Profile terms by the plan feature they matter for (by name prefix, so a new term of a mechanism is covered
@@ -62,16 +63,17 @@ def assumed_terms(gpu: str, plan: str, guardrails: bool) -> list[str]:
     return [t for t in profile.assumed if _feature_of(t) in features]
 
 
-def _latency_claim(measured: dict[str, Any], percentile: int, confidence: float = 0.99) -> dict[str, Any]:
+def _latency_claim(measured: Figures, percentile: int, confidence: float = 0.99) -> dict[str, Any]:
     """What the measured latency supports at the goal's confidence (records before it had one: 99%): the
     tolerance bound always, the empirical percentile only with n."""
-    n = int(measured.get("samples") or 0)
-    confidence = float(measured.get("claim_confidence") or confidence)
+    n = measured.samples or 0
+    confidence = measured.claim_confidence or confidence
     needed = samples_needed(percentile / 100.0, confidence)
     # the parametric bound by its name (tools/words/stats.py); older records call it latency_p95_upper_s
-    level = 95 if confidence == 0.99 and "claim_confidence" not in measured else round(confidence * 100)
+    level = 95 if confidence == 0.99 and measured.claim_confidence is None else round(confidence * 100)
     name = f"p{percentile}_upper_{level}conf_normal"
-    bound = measured.get(name, measured.get(f"latency_p{percentile}_upper_s"))
+    bound = measured.figure(name)
+    bound = bound if bound is not None else measured.figure(f"latency_p{percentile}_upper_s")
     claim: dict[str, Any] = {
         "percentile": percentile,
         "samples": n,
@@ -84,7 +86,7 @@ def _latency_claim(measured: dict[str, Any], percentile: int, confidence: float 
             "full-step latencies; assumes normally distributed latencies)"
         )
     # the record keeps the percentile itself only when order statistics claim it (agent/record._figures)
-    empirical = measured.get(f"latency_p{percentile}_s")
+    empirical = measured.figure(f"latency_p{percentile}_s")
     if not n:
         claim["empirical"] = "none measured"
     elif n >= needed and empirical is not None:
@@ -94,14 +96,12 @@ def _latency_claim(measured: dict[str, Any], percentile: int, confidence: float 
     return claim
 
 
-def provenance(record: dict[str, Any]) -> dict[str, Any]:
+def provenance(record: RunSummary) -> dict[str, Any]:
     """Say, from a run's record, which figures are simulated or measured, what is assumed and how prices are dated."""
-    options = record.get("options") or {}
+    options, goal, rec = record.options, record.goal, record.recommendation
     twin = options.get("engine", "twin") == "twin"
-    rec = record.get("recommendation") or {}
-    offer = rec.get("offer_detail") or {}
-    workload = (record.get("goal") or {}).get("workload") or {}
-    percentile = int((record.get("goal") or {}).get("latency_percentile") or 95)
+    offer = rec.offer_detail if rec else {}
+    percentile = int(goal.get("latency_percentile") or 95)
     if twin:
         profile = (
             f"the profile {options['twin_profile']}"
@@ -122,22 +122,22 @@ def provenance(record: dict[str, Any]) -> dict[str, Any]:
         "twin_profile": (options.get("twin_profile") or "shipped") if twin else None,
         "time_scale": options.get("time_scale") if twin else None,
         "predicted_figures": "predicted by the performance model with the profile the agent believed before measuring",
-        "assumed_terms": assumed_terms(rec["gpu"], rec["plan"], bool(workload.get("guardrails"))) if rec else [],
+        "assumed_terms": assumed_terms(rec.gpu, rec.plan, bool((goal.get("workload") or {}).get("guardrails")))
+        if rec
+        else [],
         "assumed_spread": "predicted p95 = p50 x (1 + 1.645 x 0.2%): the default run-to-run noise, assumed",
         "prices": (
             f"{offer.get('source', 'offers')}: ${offer.get('usd_per_hour', 0):.2f}/h as of {offer.get('as_of', '?')}"
             if offer
             else "no offer"
         ),
-        "latency": _latency_claim(
-            record.get("measured") or {}, percentile, float((record.get("goal") or {}).get("confidence") or 0.99)
-        ),
+        "latency": _latency_claim(record.measured, percentile, float(goal.get("confidence") or 0.99)),
         "spend": (
             "modelled: offer price x the twin's model-seconds (no money was spent)"
             if twin
             else "offer price x wall time of the rented nodes"
         )
-        + _answer_time(record.get("spend") or {}),
+        + _answer_time(record.spend),
         "artifacts": (
             "rendered for vllm-omni from the simulated choice: verify on real GPUs before relying on the numbers"
             if twin
@@ -147,9 +147,15 @@ def provenance(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def labels(record: dict[str, Any]) -> list[str]:
-    """Short lines for a person: what is simulated, measured and assumed, and how far the latency claim goes."""
-    p = provenance(record)
+def of_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's provenance: as it was written when the run ended, else said from the record now."""
+    stored = record.get("provenance")
+    return stored if isinstance(stored, dict) and stored else provenance(RunSummary.model_validate(record))
+
+
+def labels(p: dict[str, Any]) -> list[str]:
+    """Short lines for a person, from a provenance: what is simulated, measured and assumed, and how far the latency
+    claim goes."""
     lines = [("simulated: " if p["simulated"] else "measured: ") + p["measured_figures"]]
     lines.append("predicted: " + p["predicted_figures"])
     if p["assumed_terms"]:
@@ -160,9 +166,6 @@ def labels(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _answer_time(spend: dict[str, Any]) -> str:
-    """The time to a verified answer, as the spend record gives it ('' for a record from before issue 18)."""
-    hours = spend.get("answer_hours")
-    if hours is None:
-        return ""
-    return f"; time to a verified answer {float(hours):.2f} h ({spend.get('answer_basis', 'modelled')})"
+def _answer_time(spend: Spend) -> str:
+    """The time to a verified answer, as the spend record gives it."""
+    return f"; time to a verified answer {spend.answer_hours:.2f} h ({spend.answer_basis})"

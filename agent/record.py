@@ -150,7 +150,7 @@ def build_summary(state: TuneState, deployments: list[Deployment]) -> RunSummary
         # what the run's measurements taught it, per GPU type: the fleet step plans a goal's traffic with these
         summary.learned_profiles = {g: search.beliefs[g].model_dump(mode="json") for g in search.posteriors}
         _add_candidates_and_recommendation(summary, state, search, goal)
-    summary.provenance = provenance(summary.record())  # what is simulated, measured, assumed; how prices are dated
+    summary.provenance = provenance(summary)  # what is simulated, measured, assumed; how prices are dated
     return summary
 
 

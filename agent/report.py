@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from worldtune.agent.provenance import labels, provenance
+from worldtune.agent.provenance import labels, of_record
 from worldtune.agent.report_fleet import fleet_html, write_fleet_day
 from worldtune.agent.report_interactive import write_interactive
 
@@ -206,20 +206,20 @@ STYLE = (
 
 def _provenance_html(record: dict[str, Any]) -> str:
     """The box at the top: simulated or measured, what is assumed, how far the latency claim goes, price date."""
-    prov = record.get("provenance") or provenance(record)
+    prov = of_record(record)
     title = (
         "Simulated rehearsal: the twin engine stood in for vLLM-Omni; no GPU ran"
         if prov["simulated"]
         else "Measured on real GPUs with vLLM-Omni"
     )
-    items = "".join(f"<li>{html.escape(line)}</li>" for line in labels(record))
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in labels(prov))
     kind = "provenance simulated" if prov["simulated"] else "provenance"
     return f"<div class='{kind}' id='provenance'><h2>{html.escape(title)}</h2><ul>{items}</ul></div>"
 
 
 def _recommendation_html(record: dict[str, Any]) -> list[str]:
     rec = record.get("recommendation") or {}
-    prov = record.get("provenance") or provenance(record)
+    prov = of_record(record)
     m, p = record["measured"], record["predicted"]
     column = "simulated on the twin" if prov["simulated"] else "measured"
     figures = [{"figure": k, column: m.get(k), "predicted before measuring": p.get(k)} for k in m]
@@ -242,7 +242,7 @@ def _recommendation_html(record: dict[str, Any]) -> list[str]:
 
 
 def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, str]) -> str:
-    prov = record.get("provenance") or provenance(record)
+    prov = of_record(record)
     spend = record["spend"]
     measured_rows = [
         {k: r.get(k) for k in ("kind", "key", "per_step_s", "fixed_s", "latencies_s", "usd", "benchmark_id")}

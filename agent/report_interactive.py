@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worldtune.agent.provenance import provenance
+from worldtune.agent.provenance import of_record
 
 SYMBOLS = {"on-demand": "circle", "spot": "triangle-up", "serverless": "square"}
 COLOURS = {"H200": "#1f77b4", "B200": "#d62728", "H100": "#2ca02c", "B300": "#9467bd"}
@@ -52,7 +52,7 @@ def write_interactive(record: dict[str, Any], path: Path, front: list[dict[str, 
         import plotly.graph_objects as go
     except ImportError:
         return False
-    simulated = (record.get("provenance") or provenance(record))["simulated"]
+    simulated = of_record(record)["simulated"]
     word = "simulated on the twin" if simulated else "measured"
     cands = [c for c in record["candidates"] if c.get("latency_s") and c.get("usd_per_clip")]
     fig = go.Figure()

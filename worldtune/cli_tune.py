@@ -46,7 +46,7 @@ def _output(outcome: dict[str, Any]) -> dict[str, Any]:
             "stop_reason": None,
         }
     s = outcome["summary"]
-    from worldtune.agent.provenance import provenance
+    from worldtune.agent.provenance import of_record
 
     keys = (
         "goal",
@@ -68,7 +68,7 @@ def _output(outcome: dict[str, Any]) -> dict[str, Any]:
         "status": "completed",
         "thread_id": outcome["thread_id"],
         **{k: s.get(k) for k in keys},
-        "provenance": s.get("provenance") or provenance(s),
+        "provenance": of_record(s),
     }
 
 
@@ -98,8 +98,8 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
             )
     else:
         m, p = s.measured, s.predicted
-        record = s.record()
-        simulated = (s.provenance or provenance(record))["simulated"]
+        prov = s.provenance or provenance(s)
+        simulated = prov["simulated"]
         console.print(
             f"[bold green]recommendation[/] {rec.gpu} plan {rec.plan} x {rec.nodes} node(s) "
             f"({rec.replicas} replicas), {rec.capacity} on {rec.offer} at ${rec.usd_per_hour:.2f}/h"
@@ -119,7 +119,7 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
             f"${p.usd_per_clip}/clip"
         )
         console.print(f"  why it stopped: {s.stop_reason}")
-        for line in labels(record):
+        for line in labels(prov):
             console.print(f"  [yellow]{escape(line.split(':', 1)[0])}[/]:{escape(line.split(':', 1)[1])}")
     console.print(
         f"  search cost: ${spend.usd:.2f}, {spend.gpu_hours:.2f} GPU-h ({spend.model_seconds:.0f} model-s), "

@@ -38,6 +38,10 @@ class Figures(BaseModel):
             handler(self), ("latency_p95_claim", "claim_confidence", "parametric_assumption", "samples")
         )
 
+    def figure(self, name: str) -> Any:
+        """A figure by its name, a field or an extra one (None if the record has none)."""
+        return self.model_dump().get(name)
+
     def bounds(self) -> dict[str, float]:
         """The named parametric bounds (extra fields ending in `_normal`)."""
         return {k: float(v) for k, v in (self.model_extra or {}).items() if k.endswith("_normal")}

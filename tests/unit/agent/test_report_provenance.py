@@ -6,16 +6,29 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from worldtune.agent.provenance import assumed_terms, labels, provenance
+from worldtune.agent.provenance import assumed_terms, labels
+from worldtune.agent.provenance import provenance as provenance_of
 from worldtune.agent.report import _plot, _readable_log_axis, readable_event
 from worldtune.tools.results.report_data import frontier
+from worldtune.tools.words.run_summary import RunSummary
+
+
+def provenance(record: dict[str, Any]) -> dict[str, Any]:
+    """The provenance of a record as the database keeps it (read back as the RunSummary word)."""
+    return provenance_of(RunSummary.model_validate(record))
 
 
 def _record(engine: str = "twin", plan: str = "cfg2-r4-vae8", samples: int = 5) -> dict[str, Any]:
     offer = {"infra": "nebius", "region": "eu-north1", "gpu": "H200", "gpu_count": 8, "capacity": "spot",
              "usd_per_hour": 11.6, "source": "snapshot:2026-11-29", "as_of": "2026-11-29"}  # fmt: skip
+    basis = {"answer_basis": "modelled: the twin's model-seconds", "priced_as": "offer price x modelled GPU seconds"}
+    spend = {"gpu_hours": 1.0, "usd": 11.6, "budget_usd": None, "deployments": 1, "replans": 0, "benchmarks": 1,
+             "model_seconds": 450.0, "answer_hours": 0.5, "lanes": 1, "full_requests": samples, "confidence": 0.99,
+             **basis}  # fmt: skip
     return {
         "run_id": "tune-x",
+        "thread_id": "tune-x",
+        "spend": spend,
         "options": {
             "engine": engine,
             "infra": "local" if engine == "twin" else "nebius",
@@ -28,7 +41,18 @@ def _record(engine: str = "twin", plan: str = "cfg2-r4-vae8", samples: int = 5) 
             "describe": "p95 <= 150 s",
             "workload": {"guardrails": False},
         },
-        "recommendation": {"gpu": "H200", "plan": plan, "key": "k1", "offer_detail": offer},
+        "recommendation": {
+            "gpu": "H200",
+            "plan": plan,
+            "key": "k1",
+            "offer_detail": offer,
+            "replicas": 1,
+            "replicas_per_node": 1,
+            "nodes": 1,
+            "capacity": "spot",
+            "offer": "nebius/eu-north1/H200:8",
+            "usd_per_hour": 11.6,
+        },
         "measured": {"latency_p50_s": 109.8, "latency_p95_s": 109.9, "latency_p95_upper_s": 110.4, "samples": samples},
         "predicted": {"latency_p50_s": 110.0},
         "candidates": [],
@@ -44,7 +68,8 @@ def test_a_twin_run_is_labelled_simulated_with_profile_and_time_scale() -> None:
     assert "2026-11-29" in p["prices"] and "modelled" in p["spend"]
     real = provenance(_record(engine="vllm-omni"))
     assert real["simulated"] is False and "real GPUs" in real["measured_figures"] and real["twin_profile"] is None
-    assert labels(_record())[0].startswith("simulated: ") and labels(_record("vllm-omni"))[0].startswith("measured: ")
+    assert labels(p)[0].startswith("simulated: ") and labels(real)[0].startswith("measured: ")
+    assert "time to a verified answer 0.50 h" in p["spend"]
 
 
 def test_assumed_terms_follow_the_plan() -> None:
@@ -135,6 +160,7 @@ def test_interactive_page_names_each_candidate_and_says_simulated(tmp_path: Path
     from worldtune.agent.report_interactive import _ticks, write_interactive
 
     record = _record()
+    record["provenance"] = provenance(record)  # as every record written since issue 15 has it
     base = {"gpu": "H200", "capacity": "spot", "feasible": True, "offer": "nebius/x/H200:8/spot", "nodes": 1,
             "usd_per_hour": 11.6, "clips_per_hour_per_node": 30.0}  # fmt: skip
     record["candidates"] = [
