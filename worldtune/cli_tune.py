@@ -269,6 +269,7 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
     from worldtune.agent.runner import resume as run_resume
     from worldtune.agent.runner import tune as run_tune
     from worldtune.agent.stopping import RunStopped
+    from worldtune.tools.words.run_summary import RunSummary
 
     db = options.db_path
     try:
@@ -280,7 +281,7 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
         if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
             from worldtune.agent.fleet_step import fleet_for, record_fleet
 
-            recommended = (outcome["summary"].get("recommendation") or {}).get("plan")
+            summary = RunSummary.model_validate(outcome["summary"])
             outcome["fleet"] = fleet_for(
                 parsed.goal,
                 options.infra,
@@ -289,9 +290,9 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
                 db,
                 _printer(as_json),
                 twin_profiles=options.twin_profiles(),
-                learned_profiles=outcome["summary"].get("learned_profiles"),
+                learned_profiles=summary.learned_profiles,
                 mcp_url=options.mcp_url,
-                recommended=recommended,
+                recommended=summary.recommendation.plan if summary.recommendation else None,
             )
             # the report draws its day; over MCP, so a remote run's fleet is kept by its server
             record_fleet(outcome["run_id"], outcome["fleet"], db, options.mcp_url)
@@ -367,6 +368,8 @@ def _stopped(exc: Any, as_json: bool) -> typer.Exit:
 
 
 def _finish(outcome: dict[str, Any], as_json: bool) -> None:
+    from worldtune.tools.words.run_summary import RunSummary
+
     if as_json:
         emit_json(_output(outcome) | ({"fleet": outcome["fleet"]} if outcome.get("fleet") else {}))
     else:
@@ -376,8 +379,8 @@ def _finish(outcome: dict[str, Any], as_json: bool) -> None:
 
             for line in fleet_lines(outcome["fleet"]):
                 console.print(line, markup=False, highlight=False)
-    done = outcome["status"] == "completed" and outcome["summary"].get("recommendation") is not None
-    if outcome["status"] == "completed" and outcome["summary"].get("stop_kind") == "infeasible":
+    summary = RunSummary.model_validate(outcome["summary"]) if outcome["status"] == "completed" else None
+    if summary is not None and summary.stop_kind == "infeasible":
         raise typer.Exit(EXIT_INFEASIBLE)
-    if not done:
+    if summary is None or summary.recommendation is None:
         raise typer.Exit(EXIT_NOT_DONE)
