@@ -40,7 +40,9 @@ class Figures(BaseModel):
 
     def figure(self, name: str) -> Any:
         """A figure by its name, a field or an extra one (None if the record has none)."""
-        return self.model_dump().get(name)
+        if name in type(self).model_fields:
+            return getattr(self, name)
+        return (self.model_extra or {}).get(name)
 
     def bounds(self) -> dict[str, float]:
         """The named parametric bounds (extra fields ending in `_normal`)."""

@@ -194,37 +194,22 @@ def check_claim(values: Sequence[float], percentile: int, confidence: float, bou
     allowed = needed - k
     above = sum(1 for v in data if v > bound)
     where = f"{above} of {len(data)} samples above {bound:g} s"
+
+    def verdict(state: Literal["met", "failed", "open"], reason: str) -> ClaimCheck:
+        return ClaimCheck(state=state, needed=needed, n=len(data), above=above, allowed_above=allowed, reason=reason)
+
     if above > allowed:
-        return ClaimCheck(
-            state="failed",
-            needed=needed,
-            n=len(data),
-            above=above,
-            allowed_above=allowed,
-            reason=(
-                f"decided: p{percentile} <= {bound:g} s cannot hold at {confidence * 100:g}% confidence: {where}, "
-                f"and a claim over {needed} samples allows at most {allowed}"
-            ),
+        return verdict(
+            "failed",
+            f"decided: p{percentile} <= {bound:g} s cannot hold at {confidence * 100:g}% confidence: {where}, "
+            f"and a claim over {needed} samples allows at most {allowed}",
         )
     if len(data) >= needed:
         upper = order_statistic_upper(data, q, confidence)
         if upper is not None and upper <= bound:
-            return ClaimCheck(
-                state="met",
-                needed=needed,
-                n=len(data),
-                above=above,
-                allowed_above=allowed,
-                reason=(
-                    f"decided: p{percentile} <= {upper:.1f} s at {confidence * 100:g}% confidence meets {bound:g} s "
-                    f"(order statistics, n={len(data)})"
-                ),
+            return verdict(
+                "met",
+                f"decided: p{percentile} <= {upper:.1f} s at {confidence * 100:g}% confidence meets {bound:g} s "
+                f"(order statistics, n={len(data)})",
             )
-    return ClaimCheck(
-        state="open",
-        needed=needed,
-        n=len(data),
-        above=above,
-        allowed_above=allowed,
-        reason=f"open: {where}, {len(data)} of {needed} samples in",
-    )
+    return verdict("open", f"open: {where}, {len(data)} of {needed} samples in")
