@@ -45,11 +45,10 @@ from worldtune.agent.steps import (
 )
 from worldtune.agent.tools import BenchmarkRequest, Tools
 from worldtune.agent.tools_client import ToolCallFailed
-from worldtune.policies.search import Action, Candidate, full_requests
+from worldtune.policies.search import Action, Candidate, full_requests, offer_of
 from worldtune.tools.mcp.results import ResultRecord
 from worldtune.tools.words import stats
 from worldtune.tools.words.deployment import Deployment
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.workload import anchor_changes
 
 POLL_S = 0.2  # how often the lanes' benchmarks are read (wall seconds)
@@ -116,7 +115,7 @@ def _shares(task: VerifyTask, action: Action) -> list[int]:
 
 def _spares(task: VerifyTask, cand: Candidate) -> list[str]:
     """The run's spare nodes on the candidate's offer (launched with a probe for this claim's run)."""
-    return [d for d, key in (task.get("spare_lanes") or {}).items() if key.split("|", 1)[0] == cand.offer.id]
+    return [d for d, key in (task.get("spare_lanes") or {}).items() if offer_of(key) == cand.offer.id]
 
 
 def lanes_to_launch_with_the_first(task: VerifyTask, cand: Candidate, action: Action) -> int:
@@ -228,7 +227,7 @@ async def launch_early(
     under `action.early_plan`, launched together with the probe so that their provisioning and cold load overlap
     it; each (deployment, GPU seconds its start cost) or why it failed. Their lease covers the probe and the
     claim's whole run on one lane (what they may be kept for)."""
-    plan = Plan.parse(action.early_plan) if action.early_plan else cand.plan
+    plan = action.early_plan or cand.plan
     lane = cand.model_copy(update={"plan": plan, "key": f"{cand.offer.id}|{plan}"})
     scale = options.time_scale if options.twin else 1.0
     await asyncio.sleep(action.early_after_s / scale)  # late enough in the probe to be up when it ends

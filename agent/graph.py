@@ -238,8 +238,8 @@ def _reused_nodes(actions: list[policy.Action], spare: dict[str, str]) -> dict[s
     for a in actions:
         if a.redeploy or not a.needs_deploy:
             continue
-        offer = a.key.split("|", 1)[0]
-        old = next((k for k in spare if k.split("|", 1)[0] == offer), None)
+        offer = policy.offer_of(a.key)
+        old = next((k for k in spare if policy.offer_of(k) == offer), None)
         if old is not None:
             moved[a.key] = spare.pop(old)
     return moved

@@ -50,7 +50,7 @@ def _features(plan: Plan, guardrails: bool) -> set[str]:
     return found
 
 
-def assumed_terms(gpu: str, plan: str, guardrails: bool) -> list[str]:
+def assumed_terms(gpu: str, plan: Plan, guardrails: bool) -> list[str]:
     """The shipped profile's assumed (not fitted, not measured) terms that enter this plan's prediction."""
     from worldtune.tools.plans.estimate import resolve_profile
     from worldtune.tools.words.errors import WorldtuneError
@@ -59,7 +59,7 @@ def assumed_terms(gpu: str, plan: str, guardrails: bool) -> list[str]:
         profile = resolve_profile(gpu)
     except (WorldtuneError, ValueError, OSError):  # an uncalibrated GPU type: no shipped profile to read
         return []
-    features = _features(Plan.parse(plan), guardrails)
+    features = _features(plan, guardrails)
     return [t for t in profile.assumed if _feature_of(t) in features]
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from worldtune.policies import perf_model
 from worldtune.policies.belief import MODEL_ERROR, Mode, Posterior, prior_posterior
-from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.plan import Plan, PlanField
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import Workload
 
@@ -37,7 +37,7 @@ MODEL_ERROR_FLOOR = 0.002
 class Observation(BaseModel):
     """One measured quantity of one plan: per-step time, fixed time, or whole latency (model seconds)."""
 
-    plan: str
+    plan: PlanField
     workload: Workload
     quantity: Literal["per_step", "fixed", "latency"]
     value: float = Field(gt=0)
@@ -60,12 +60,12 @@ class _Data:
 
     def __init__(self, prior: Profile, obs: list[Observation]) -> None:
         self.prior, self.obs = prior, obs
-        pairs: dict[tuple[str, Workload], int] = {}
+        pairs: dict[tuple[Plan, Workload], int] = {}
         self.rows: list[tuple[int, str, float]] = []  # (pair, quantity, log of the measured value)
         for o in obs:
             pair = pairs.setdefault((o.plan, o.workload), len(pairs))
             self.rows.append((pair, o.quantity, math.log(o.value)))
-        self.pairs = [(Plan.parse(plan), workload) for plan, workload in pairs]
+        self.pairs = list(pairs)
         self.sigma_sq = np.square([o.rel_sigma for o in obs])
 
 

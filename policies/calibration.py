@@ -41,6 +41,11 @@ def load_published() -> dict[str, Any]:
     return data
 
 
+def cell_plan(cell: dict[str, Any], field: str = "plan") -> Plan:
+    """A published cell's plan (or its `relative_to` reference), read from published.yaml's string."""
+    return Plan.parse(cell[field])
+
+
 def published_observations(gpu: str, data: dict[str, Any] | None = None) -> list[Observation]:
     """The published cells and floors of one GPU type as fit observations."""
     data = data or load_published()
@@ -56,13 +61,13 @@ def published_observations(gpu: str, data: dict[str, Any] | None = None) -> list
         if clock not in ("server", "wall"):
             raise ValueError(f"published cell '{label}': clock is {clock!r}, expected 'server' or 'wall'")
         if reference is None:
-            out.append(LatencyObs(wl, Plan.parse(cell["plan"]), cell["latency_s"], sigma, label, clock))
+            out.append(LatencyObs(wl, cell_plan(cell), cell["latency_s"], sigma, label, clock))
             continue
         base = next(
             c for c in data["cells"] if c["gpu"] == gpu and c["plan"] == reference and c["steps"] == cell["steps"]
         )
         ratio = cell["latency_s"] / base["latency_s"]
-        out.append(RatioObs(wl, Plan.parse(cell["plan"]), Plan.parse(reference), ratio, sigma, label, clock))
+        out.append(RatioObs(wl, cell_plan(cell), cell_plan(cell, "relative_to"), ratio, sigma, label, clock))
     for floor in data["floors"]:
         if floor["gpu"] == gpu and floor.get("fit", True):
             label = f"{gpu} {floor['op']} floor at {floor['tokens']} tokens"
@@ -123,7 +128,7 @@ def unmeasured_families(gpu: str, plan: Plan, data: dict[str, Any] | None = None
 
 
 def _families_of_cells(gpu: str, data: dict[str, Any]) -> frozenset[str]:
-    return frozenset(f for c in data["cells"] if c["gpu"] == gpu for f in plan_families(Plan.parse(c["plan"])))
+    return frozenset(f for c in data["cells"] if c["gpu"] == gpu for f in plan_families(cell_plan(c)))
 
 
 @lru_cache(maxsize=16)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.policies import perf_model
-from worldtune.policies.calibration import load_published, shipped_profile
+from worldtune.policies.calibration import cell_plan, load_published, shipped_profile
 from worldtune.policies.calibration_fit import Prior, RateObs, fit_profile, on_clock
 from worldtune.policies.instruments.microbench import RAW_FORMAT
 from worldtune.policies.instruments.shapes import SP_DEGREES
@@ -249,7 +249,7 @@ def compare_published(profile: Profile) -> list[dict[str, Any]]:
     rows = []
     for cell in cells:
         wl = anchor_workload(steps=cell["steps"])
-        prediction = perf_model.predict(wl, Plan.parse(cell["plan"]), profile)
+        prediction = perf_model.predict(wl, cell_plan(cell), profile)
         same = {c["steps"]: c["latency_s"] for c in cells if c["plan"] == cell["plan"]}
         published_step = None
         if len(same) >= 2:
@@ -276,7 +276,7 @@ def compare_published(profile: Profile) -> list[dict[str, Any]]:
 def single_gpu_step(profile: Profile) -> dict[str, float]:
     """The model's per-step on one GPU (no parallelism) with `profile`: compute, and with overhead."""
     wl = anchor_workload()
-    step = perf_model.step_breakdown(get_model(wl.model), wl, Plan.parse("1gpu"), profile)
+    step = perf_model.step_breakdown(get_model(wl.model), wl, Plan(), profile)
     return {"compute_s": step.compute_s, "per_step_s": step.total_s}
 
 

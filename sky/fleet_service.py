@@ -22,7 +22,6 @@ from typing import Any
 from worldtune.sky.render import RenderOptions, render_service
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.fleet import Fleet
-from worldtune.tools.words.plan import Plan
 
 
 def render_fleet_service(
@@ -33,7 +32,7 @@ def render_fleet_service(
     `options` must carry the model's cold load (the readiness probe's delay; tools/deployments/capacity.py fills it in);
     the replica policy is the fleet's, so the service time defaults to the fleet's own."""
     servers = fleet.servers_per_node
-    plan = Plan.parse(fleet.plan).single_replica().model_copy(update={"replicas": servers})
+    plan = fleet.layout.single_replica().model_copy(update={"replicas": servers})
     deployment = Deployment(
         gpu=fleet.gpu,
         plan=str(plan),

@@ -259,7 +259,7 @@ def plans(
         marked = ("*" if e.relies_on_assumed else "") + ("\u2020" if e.unmeasured_families else "")
         sigma = f"{e.latency_sigma:.0%}" if e.latency_sigma is not None else "-"
         table.add_row(
-            e.plan + marked,
+            str(e.plan) + marked,
             f"{e.replicas} x {e.world_size}",
             _fmt(e.latency_s),
             sigma,

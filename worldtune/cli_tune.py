@@ -292,7 +292,7 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
                 twin_profiles=options.twin_profiles(),
                 learned_profiles=summary.learned_profiles,
                 mcp_url=options.mcp_url,
-                recommended=summary.recommendation.plan if summary.recommendation else None,
+                recommended=str(summary.recommendation.plan) if summary.recommendation else None,
             )
             # the report draws its day; over MCP, so a remote run's fleet is kept by its server
             record_fleet(outcome["run_id"], outcome["fleet"], db, options.mcp_url)

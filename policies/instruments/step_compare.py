@@ -20,7 +20,7 @@ from worldtune.tools.words.workload import anchor_workload
 
 from .generator_step import RAW_FORMAT, own_comm
 
-PLANS_8GPU = ("cfg2-u4-hsdp8", "tp8")  # the published 8xH200 plans (REFERENCE.md section 5)
+PLANS_8GPU = (Plan(cfg=2, ulysses=4, hsdp=8), Plan(tp=8))  # the published 8xH200 plans (REFERENCE.md section 5)
 
 
 MICROBENCH_CASES = {  # kind of collective in the step -> the microbench's per-layer cases of that scheme
@@ -60,8 +60,8 @@ def comparison_rows(
         if row["published_step_s"] is not None:
             published.setdefault(plan_name, row["published_step_s"])
 
-    def model(plan_name: str) -> dict[str, Any]:
-        step = perf_model.step_breakdown(spec, wl, Plan.parse(plan_name), profile)
+    def model(plan: Plan) -> dict[str, Any]:
+        step = perf_model.step_breakdown(spec, wl, plan, profile)
         return {
             "model_per_step_s": step.total_s,
             "model_compute_comm_s": step.total_s - step.overhead_s,
@@ -75,7 +75,7 @@ def comparison_rows(
         for entry in raw["plans"]:
             plan = Plan.parse(entry["plan"])
             plan_name = str(plan)
-            predicted = model(plan_name)
+            predicted = model(plan)
             comm = own_comm(entry["ranks"])
             toy = bool(raw.get("tiny")) or hw.get("device_type") != "cuda"  # exercises the code, measures nothing
             # the HSDP gather runs on a side stream under the compute; the others stop the step while they run
@@ -107,9 +107,15 @@ def comparison_rows(
             )
     ran = {(r["plan"], r["world"]) for r in rows if not r["toy"]}
     not_run = [
-        {"plan": p, "world": 8, **model(p), "published_per_step_s": published.get(p), "measured_per_step_s": None}
+        {
+            "plan": str(p),
+            "world": 8,
+            **model(p),
+            "published_per_step_s": published.get(str(p)),
+            "measured_per_step_s": None,
+        }
         for p in PLANS_8GPU
-        if (p, 8) not in ran
+        if (str(p), 8) not in ran
     ]
     return {"profile": str(profile_path.name), "profile_source": profile.source, "rows": rows, "not_run": not_run}
 

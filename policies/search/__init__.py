@@ -69,6 +69,7 @@ from worldtune.policies.search.words import (
     ActionKind,
     Assessed,
     Candidate,
+    CandidateKey,
     Decision,
     Measurement,
     ModeShift,
@@ -76,6 +77,7 @@ from worldtune.policies.search.words import (
     Rejected,
     SearchState,
     StopKind,
+    offer_of,
 )
 
 __all__ = [
@@ -91,6 +93,7 @@ __all__ = [
     "ActionKind",
     "Assessed",
     "Candidate",
+    "CandidateKey",
     "Decision",
     "Forecast",
     "LanePlan",
@@ -121,6 +124,7 @@ __all__ = [
     "kept_spares",
     "lanes_for_deadline",
     "objective_value",
+    "offer_of",
     "optimistic_value",
     "probe_seconds",
     "probe_sigma",

@@ -27,9 +27,11 @@ from worldtune.policies.search.words import (
     ActionKind,
     Assessed,
     Candidate,
+    CandidateKey,
     Measurement,
     ModeShift,
     SearchState,
+    offer_of,
 )
 from worldtune.tools.words import plan_rules, stats
 from worldtune.tools.words.goal import Goal
@@ -79,16 +81,18 @@ def hardware_key(key: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _valid_plans(gpu: str, gpu_count: int, include_fp8: bool, workload_json: str, profile_json: str) -> list[str]:
+def _valid_plans(
+    gpu: str, gpu_count: int, include_fp8: bool, workload_json: str, profile_json: str
+) -> tuple[Plan, ...]:
     """Plans vLLM-Omni accepts here; memory terms are not learnt, so the prior profile decides (cached)."""
     spec = get_gpu(gpu)
     workload = Workload.model_validate_json(workload_json)
     profile = Profile.model_validate_json(profile_json)
-    return [
-        str(p)
+    return tuple(
+        p
         for p in plan_rules.candidate_plans(gpu_count, spec.max_gpus_per_node, include_fp8=include_fp8)
         if plan_rules.check(p, workload, spec, profile, gpu_count, suggest=False).valid
-    ]
+    )
 
 
 def _plans_for(state: SearchState, gpu: str, gpu_count: int) -> list[Plan]:
@@ -96,7 +100,7 @@ def _plans_for(state: SearchState, gpu: str, gpu_count: int) -> list[Plan]:
     plans = _valid_plans(
         gpu, gpu_count, state.include_fp8, state.goal.workload.model_dump_json(), prior.model_dump_json()
     )
-    return [Plan.parse(p) for p in plans]
+    return list(plans)
 
 
 class _Modes:
@@ -124,8 +128,8 @@ def _run_families(state: SearchState) -> dict[str, set[str]]:
     """Per GPU type, the plan families this run has measured (calibration.plan_families of each measured plan)."""
     out: dict[str, set[str]] = {}
     for m in state.measurements:
-        shape, plan = hardware_key(m.key).split("|", 1)
-        out.setdefault(shape.split(":", 1)[0], set()).update(plan_families(Plan.parse(plan)))
+        key = CandidateKey.of(m.key)
+        out.setdefault(key.gpu, set()).update(plan_families(key.plan))
     return out
 
 
@@ -193,12 +197,11 @@ def assess(state: SearchState) -> list[Assessed]:
 
 def candidate_for(state: SearchState, key: str) -> Candidate:
     """One candidate's prediction (before its own measurements), without ranking all of them."""
-    offer_id, plan_text = key.split("|", 1)
+    offer_id, plan = CandidateKey.of(key)
     offer = next((o for o in state.offers if o.id == offer_id), None)
-    if offer is None or plan_text not in {str(p) for p in _plans_for(state, offer.gpu, offer.gpu_count)}:
+    if offer is None or str(plan) not in {str(p) for p in _plans_for(state, offer.gpu, offer.gpu_count)}:
         raise KeyError(f"unknown candidate {key}")
     post, prior = state.posterior(offer.gpu), state.beliefs[offer.gpu]
-    plan = Plan.parse(plan_text)
     pred = belief.predictive(post, prior, state.goal.workload, plan)
     extra = family_sd(offer.gpu, plan, _run_families(state).get(offer.gpu, set()))
     sigma = math.hypot(pred.sd(np.asarray(post.cov), post.model_error), extra)
@@ -456,4 +459,4 @@ def recommendation(state: SearchState) -> Candidate | None:
 
 def held_offers(state: SearchState) -> set[str]:
     """Offer ids of the nodes the search holds now (one per live deployment); none when it does not reuse them."""
-    return {key.split("|", 1)[0] for key in state.deployed} if state.reuse_nodes else set()
+    return {offer_of(key) for key in state.deployed} if state.reuse_nodes else set()

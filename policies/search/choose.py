@@ -219,7 +219,7 @@ class _Round:
                 redeploy=retry,
                 value=float(self.value[i]),
                 early_lanes=early.lanes.lanes - 1 - early.spare if early else 0,
-                early_plan=early.plan if early else "",
+                early_plan=early.plan if early else None,
                 spares_held=early.spare if early else 0,
                 early_after_s=early.after_s if early else 0.0,
             )

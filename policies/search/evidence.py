@@ -16,9 +16,16 @@ import math
 import numpy as np
 
 from worldtune.policies import belief_fit, belief_noise, perf_model
-from worldtune.policies.search.candidates import candidate_for, hardware_key
-from worldtune.policies.search.words import PROBE_STEPS, RETRIES, Candidate, Measurement, Rejected, SearchState
-from worldtune.tools.words.plan import Plan
+from worldtune.policies.search.candidates import candidate_for
+from worldtune.policies.search.words import (
+    PROBE_STEPS,
+    RETRIES,
+    Candidate,
+    CandidateKey,
+    Measurement,
+    Rejected,
+    SearchState,
+)
 
 
 def problem(m: Measurement) -> str:
@@ -104,10 +111,10 @@ def observations(state: SearchState, gpu: str) -> list[belief_fit.Observation]:
     cv = noise(state, gpu).cv
     out: list[belief_fit.Observation] = []
     for m in state.measurements:
-        shape, plan_text = hardware_key(m.key).split("|", 1)
-        if shape.split(":")[0] != gpu:
+        key = CandidateKey.of(m.key)
+        if key.gpu != gpu:
             continue
-        plan = str(Plan.parse(plan_text).single_replica())
+        plan = key.plan.single_replica()
         if m.kind == "probe" and m.per_step_s and m.fixed_s and m.per_step_s > 0 and m.fixed_s > 0:
             # the two-point fit's noise: the per-request noise over the step difference, and the intercept's
             span = PROBE_STEPS[-1] - PROBE_STEPS[0]
@@ -140,8 +147,8 @@ def noise(state: SearchState, gpu: str) -> belief_noise.Noise:
     prior = state.prior(gpu)
     runs = []
     for m in state.measurements:
-        shape, plan_text = hardware_key(m.key).split("|", 1)
-        if shape.split(":")[0] != gpu:
+        key = CandidateKey.of(m.key)
+        if key.gpu != gpu:
             continue
         groups = (
             [(state.goal.workload.steps, m.latencies_s)]
@@ -154,7 +161,7 @@ def noise(state: SearchState, gpu: str) -> belief_noise.Noise:
         for steps, latencies in groups:
             if len(latencies) < 2:
                 continue
-            p = perf_model.predict(state.goal.workload.with_changes(steps=steps), Plan.parse(plan_text), prior)
+            p = perf_model.predict(state.goal.workload.with_changes(steps=steps), key.plan, prior)
             runs.append((latencies, belief_noise.share_ratio(p.fixed_s, p.latency_s - p.fixed_s)))
     return belief_noise.learn(prior, runs)
 

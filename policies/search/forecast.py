@@ -18,7 +18,15 @@ from pydantic import BaseModel, Field
 from worldtune.policies import belief, perf_model
 from worldtune.policies.search import acquisition, evidence, lanes
 from worldtune.policies.search.candidates import candidates, full_requests, held_offers, start_seconds
-from worldtune.policies.search.words import PROBE_REPEATS, PROBE_STEPS, Action, Candidate, Measurement, SearchState
+from worldtune.policies.search.words import (
+    PROBE_REPEATS,
+    PROBE_STEPS,
+    Action,
+    Candidate,
+    Measurement,
+    SearchState,
+    offer_of,
+)
 from worldtune.tools.words.profile import Profile
 
 RUNS = 3  # simulated searches per forecast: each costs a few seconds of CPU
@@ -126,8 +134,8 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
             ends.append(seconds)
         wall += max(ends)
         # each action's node is held; a full run used its offer's spare nodes (and freed them), a probe may add some
-        run_on = {a.key.split("|", 1)[0] for a in decision.actions if a.kind == "full"}
-        left = [k for k in s.spare_lanes if k.split("|", 1)[0] not in run_on] + spares
+        run_on = {offer_of(a.key) for a in decision.actions if a.kind == "full"}
+        left = [k for k in s.spare_lanes if offer_of(k) not in run_on] + spares
         s = s.model_copy(update={"deployed": [a.key for a in decision.actions], "elapsed_s": wall, "spare_lanes": left})
     return usd, gpu_hours, wall, count, "iteration_cap"
 

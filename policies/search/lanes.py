@@ -39,7 +39,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from worldtune.policies.search.candidates import start_seconds
-from worldtune.policies.search.words import Action, Candidate, SearchState
+from worldtune.policies.search.words import Action, Candidate, SearchState, offer_of
+from worldtune.tools.words.plan import Plan
 
 MAX_LANES = 8  # the most deployments one claim's run rents at once
 DEFAULT_ANSWER_S = 3600.0  # without `answer within`: aim at a verified answer within the hour...
@@ -82,7 +83,7 @@ def extra_starts(
     plan: a warm load), then new nodes (provisioning and a cold load), launched with the probe before the run,
     `head_s` long, so that they are up when it ends (launched late enough not to wait: billed their start)."""
     same = sum(1 for key in spare or [] if key == cand.key)
-    other = sum(1 for key in spare or [] if key != cand.key and key.split("|", 1)[0] == cand.offer.id)
+    other = sum(1 for key in spare or [] if key != cand.key and offer_of(key) == cand.offer.id)
     cold = start_seconds(cand, False)
     out = [(0.0, 0.0)] * same + [(cand.load_s, cand.load_s)] * other
     out += [(max(0.0, cold - head_s), cold)] * max(0, lanes - 1 - len(out))
@@ -181,11 +182,11 @@ def kept_spares(spare: list[str], actions: list[Action]) -> list[str]:
     probe that launches or holds lanes for the run after it; the others are torn down now (their start is sunk)."""
     quota: dict[str, float] = {}
     for a in actions:
-        offer = a.key.split("|", 1)[0]
+        offer = offer_of(a.key)
         quota[offer] = quota.get(offer, 0) + (math.inf if a.kind == "full" else a.spares_held)
     kept: list[str] = []
     for key in spare:
-        offer = key.split("|", 1)[0]
+        offer = offer_of(key)
         if quota.get(offer, 0) > 0:
             kept.append(key)
             quota[offer] -= 1
@@ -231,7 +232,7 @@ class EarlyLanes(NamedTuple):
     usd: float  # the new lanes' start (and wait for the run), billed with the probe
     spare: int  # spare nodes already up on the offer, kept through the probe for the run
     why: str
-    plan: str
+    plan: Plan
     after_s: float  # modelled seconds into the probe at which they are launched
 
 
@@ -271,7 +272,7 @@ def early_lanes(
     own = run.key == cand.key  # the probe's node is the run's first lane (else it is replanned to it)
     choice = choose(state, run, requests, own, not own, left_usd, state.elapsed_s + head, head_s=head)
     cold = start_seconds(run, False) * SAFETY  # launched late enough in the probe to be up at its end
-    up = sum(1 for key in state.spare_lanes if key.split("|", 1)[0] == run.offer.id)
+    up = sum(1 for key in state.spare_lanes if offer_of(key) == run.offer.id)
     spare = min(up, choice.lanes - 1)  # kept through the probe (billed while it runs); more are freed
     if not launch and probe_s >= cold:
         spare = 0  # holding them through this probe costs more than starting them again
@@ -281,7 +282,7 @@ def early_lanes(
     usd = run.offer.usd_per_hour * (new * cold + spare * probe_s) / 3600.0
     if usd > left_usd:
         return None
-    plan = str(run.plan)
+    plan = run.plan
     kept = f"{spare} spare node(s) kept" + (" and " if new else "") if spare else ""
     why = (
         f"{kept}{f'{new} node(s) of {run.offer.id} under {plan} launched' if new else ''} with this probe for "

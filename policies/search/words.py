@@ -4,7 +4,7 @@ next (Action) or why it stops (Decision), and everything it knows (SearchState),
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -12,7 +12,7 @@ from worldtune.policies import belief
 from worldtune.tools.words import stats
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.offer import Offer
-from worldtune.tools.words.plan import PlanField
+from worldtune.tools.words.plan import DescribedPlanField, Plan, PlanField
 from worldtune.tools.words.profile import Profile
 
 ActionKind = Literal["probe", "full"]
@@ -27,12 +27,43 @@ MAX_NODES = 64
 RETRIES = 1  # a bad measurement is repeated once on a fresh deployment, then the candidate is failed
 
 
+class CandidateKey(NamedTuple):
+    """A candidate's key, "<offer id>|<plan>" (the form checkpoints, actions and measurements carry), read once."""
+
+    offer_id: str
+    plan: Plan
+
+    @classmethod
+    def of(cls, key: str) -> CandidateKey:
+        offer_id, _, plan = key.partition("|")
+        return cls(offer_id, Plan.parse(plan))
+
+    @property
+    def shape(self) -> str:
+        """The offer's GPU shape, "H200:8": what a measurement depends on besides the plan (not price or capacity)."""
+        return next(part for part in self.offer_id.split("/") if ":" in part)
+
+    @property
+    def gpu(self) -> str:
+        return self.shape.split(":", 1)[0]
+
+    @property
+    def hardware(self) -> str:
+        """ "<shape>|<plan>": measurements of one plan on one GPU shape pool under it, whatever the offer."""
+        return f"{self.shape}|{self.plan}"
+
+
+def offer_of(key: str) -> str:
+    """The offer id of a candidate key (no plan parse: the hot paths that group lanes by offer ask only this)."""
+    return key.partition("|")[0]
+
+
 class Candidate(BaseModel):
     """One thing that could be recommended: an offer, a plan on its node, and how many such nodes."""
 
     key: str
     gpu: str
-    plan: PlanField
+    plan: DescribedPlanField
     offer: Offer
     nodes: int = 1
     latency_s: float = Field(description="predicted (posterior mean) or measured p50 latency per clip")
@@ -122,7 +153,9 @@ class Action(BaseModel):
         description="probes: new nodes of the likeliest optimum's offer launched with this probe, so that the "
         "claim's run that likely follows starts on them at once (their provisioning and cold load overlap it)",
     )
-    early_plan: str = Field(default="", description="probes: the plan those nodes start with (the full run's)")
+    early_plan: PlanField | None = Field(
+        default=None, description="probes: the plan those nodes start with (the full run's)"
+    )
     early_after_s: float = Field(
         default=0.0,
         ge=0,

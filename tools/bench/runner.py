@@ -388,4 +388,4 @@ def _slowest_plausible_latency(workload: Workload) -> float:
     from worldtune.tools.plans.estimate import resolve_profile
     from worldtune.tools.words.plan import Plan
 
-    return perf_model.predict(workload, Plan.parse("1gpu"), resolve_profile("H200")).latency_s
+    return perf_model.predict(workload, Plan(), resolve_profile("H200")).latency_s

@@ -64,7 +64,7 @@ class CapacityPlan(BaseModel):
 
 def _plans(goal: Goal, gpu: str, profile_path: str | None) -> list[Estimate]:
     """A few plans per node size: cheapest per clip and fastest, each fitting one clip in the bound."""
-    chosen: dict[str, Estimate] = {}
+    chosen: dict[Plan, Estimate] = {}
     bound = goal.traffic.e2e_bound_s if goal.traffic else None
     for size in NODE_SIZES:
         if size > min(goal.max_gpus_per_node, get_gpu(gpu).max_gpus_per_node):
@@ -78,7 +78,7 @@ def _plans(goal: Goal, gpu: str, profile_path: str | None) -> list[Estimate]:
         ]
         valid = [e for e in valid if bound is None or (e.latency_s or math.inf) < bound]
         # FP8 changes what the clips look like: a fleet uses it only when the goal allows it, as the search does
-        valid = [e for e in valid if goal.allow_fp8 or not Plan.parse(e.plan).fp8]
+        valid = [e for e in valid if goal.allow_fp8 or not e.plan.fp8]
         picks = sorted(valid, key=lambda e: e.usd_per_clip or math.inf)[:PLANS_PER_SIZE]
         picks += sorted(valid, key=lambda e: e.latency_s or math.inf)[:1]
         chosen |= {e.plan: e for e in picks}
@@ -114,7 +114,7 @@ def _autoscalers(stable: int, servers: int, service_s: float) -> list[Autoscaler
 
 def _measured(est: Estimate, measured: dict[tuple[str, str], float] | None) -> Estimate:
     """The estimate with its service and latency scaled to a measured mean latency of the same (GPU, plan)."""
-    seconds = (measured or {}).get((est.gpu, est.plan))
+    seconds = (measured or {}).get((est.gpu, str(est.plan)))
     if seconds is None or not est.latency_s or not est.service_s:
         return est
     ratio = seconds / est.latency_s
@@ -135,7 +135,7 @@ def _fleets(goal: Goal, est: Estimate, preempt: float) -> list[Fleet]:
         load = traffic.peak_rate_per_hour * est.service_s / 3600
         stable = max(1, math.ceil(load / 0.85 / servers))
         common = dict(
-            plan=est.plan,
+            plan=str(est.plan),
             gpu=est.gpu,
             offer_id=offer.id,
             capacity=capacity,
@@ -270,9 +270,8 @@ def _first_pass(
 def _pessimistic(fleet: Fleet, goal: Goal, profile_path: str | None) -> Fleet:
     """The fleet at the model's 95th-percentile latency (its prior uncertainty), service scaled alike."""
     from worldtune.tools.plans.estimate import estimate_plan, resolve_profile
-    from worldtune.tools.words.plan import Plan
 
-    est = estimate_plan(goal.workload, fleet.gpu, Plan.parse(fleet.plan), resolve_profile(fleet.gpu, profile_path))
+    est = estimate_plan(goal.workload, fleet.gpu, fleet.layout, resolve_profile(fleet.gpu, profile_path))
     scale = est.latency_range_s[1] / est.latency_s if est.latency_range_s and est.latency_s else 1.0
     return fleet.model_copy(update={"service_s": fleet.service_s * scale, "latency_s": (fleet.latency_s or 0) * scale})
 

@@ -38,7 +38,6 @@ from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Backend, Deployment, Progress, new_deployment_id
 from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 from worldtune.tools.words.infra import Infra
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 
 
@@ -146,7 +145,7 @@ def deploy(
         truth = Profile.load(truth_path, field="twin_profile")
         if truth.gpu.lower() != spend.gpu.lower():
             raise InvalidInput("twin_profile", twin_profile, f"a profile for {spend.gpu}", f"it is for {truth.gpu}")
-    offer = spend.offer or reference_offer(spend.gpu, Plan.parse(spend.plan), request.capacity)
+    offer = spend.offer or reference_offer(spend.gpu, spend.plan, request.capacity)
     deployment = Deployment(
         id=deployment_id or new_deployment_id(),
         run_id=run_id,

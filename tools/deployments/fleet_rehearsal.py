@@ -22,7 +22,6 @@ from worldtune.tools.store.database import Store
 from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.fleet import Autoscaler, Fleet
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.traffic import Traffic
 from worldtune.tools.words.workload import Workload
 
@@ -73,7 +72,7 @@ class FleetRehearsal(BaseModel):
 
 
 def _node_plan(fleet: Fleet) -> str:
-    base = Plan.parse(fleet.plan).single_replica()
+    base = fleet.layout.single_replica()
     return str(base.model_copy(update={"replicas": fleet.servers_per_node}))
 
 

@@ -153,4 +153,4 @@ def list_plans(
     found = [estimate_plan(wl, spec.name, p, profile, [capacity], node_gpus=gpus, pool=pool) for p in candidates]
     if not include_invalid:
         found = [e for e in found if e.valid]
-    return sorted(found, key=lambda e: (not e.valid, e.latency_s or 0.0, e.plan))
+    return sorted(found, key=lambda e: (not e.valid, e.latency_s or 0.0, str(e.plan)))

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from worldtune.tools.words.plan import PlanField
 from worldtune.tools.words.prediction import Estimate
 
 SortKey = Literal["latency", "cost", "throughput"]
@@ -33,8 +34,8 @@ class PlanList(BaseModel):
     valid_count: int
     refused_count: int
     meeting_goal_count: int
-    frontier: list[str] = Field(description="plans on the latency / $ per clip / throughput Pareto frontier")
-    best: str | None = Field(description="the cheapest plan per clip that meets the constraints")
+    frontier: list[PlanField] = Field(description="plans on the latency / $ per clip / throughput Pareto frontier")
+    best: PlanField | None = Field(description="the cheapest plan per clip that meets the constraints")
     plans: list[Estimate] = Field(description="plans shown (frontier only if asked), sorted by `sort`, up to limit")
     refused_examples: dict[str, str] = Field(description="one refused plan per rule, with its reason")
 

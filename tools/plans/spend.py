@@ -21,7 +21,7 @@ from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.infra import Infra
 from worldtune.tools.words.limits import MAX_HOLD_HOURS, at_most
 from worldtune.tools.words.offer import CAPACITIES, Offer
-from worldtune.tools.words.plan import Plan
+from worldtune.tools.words.plan import Plan, PlanField
 
 GUARDRAILS_FILE = Path(__file__).resolve().parents[2] / "policies" / "guardrails.yaml"
 GUARDRAILS_ENV = "WORLDTUNE_GUARDRAILS"
@@ -61,7 +61,7 @@ class SpendQuote(BaseModel):
     action: str = Field(description="provision or deploy")
     model: str
     gpu: str
-    plan: str
+    plan: PlanField
     gpus: int = Field(description="GPUs the plan needs")
     infra: str
     capacity: str
@@ -230,7 +230,7 @@ def quote(
         action=action,
         model=get_model(model).key,
         gpu=spec.name,
-        plan=str(parsed),
+        plan=parsed,
         gpus=parsed.gpus,
         infra=str(where),
         capacity=capacity,

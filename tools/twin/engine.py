@@ -67,7 +67,7 @@ class TwinConfig(BaseModel):
 
     model: str = "cosmos3-super"
     gpu: str = "H200"
-    plan: PlanField = Field(default_factory=lambda: Plan.parse("cfg2-u4-hsdp8"))
+    plan: PlanField = Field(default_factory=lambda: Plan(cfg=2, ulysses=4, hsdp=8))
     profile_path: str | None = Field(default=None, description="profile YAML; the shipped one for the GPU if unset")
     time_scale: float = Field(default=1.0, gt=0, description="every sleep is divided by this")
     seed: int = 0

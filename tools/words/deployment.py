@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from worldtune.tools.words.errors import InvalidInput, WorldtuneError
 from worldtune.tools.words.infra import FORMS, Infra, InfraField
 from worldtune.tools.words.offer import Offer
-from worldtune.tools.words.plan import Plan, PlanField
+from worldtune.tools.words.plan import DescribedPlanField, Plan
 
 if TYPE_CHECKING:
     from worldtune.tools.words.bench_spec import BenchmarkSpec
@@ -105,7 +105,7 @@ class Deployment(BaseModel):
     run_id: str | None = Field(default=None, description="tuning run that owns it, if any")
     model: str = "cosmos3-super"
     gpu: str
-    plan: PlanField
+    plan: DescribedPlanField
     infra: InfraField = Field(default_factory=lambda: Infra.parse("local"), description="where it runs: " + FORMS)
     engine: Engine = "twin"
     capacity: str = "on-demand"

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.plan import Plan
 
 Policy = Literal["fixed", "qps", "queue"]
 POLICIES: tuple[str, ...] = ("fixed", "qps", "queue")
@@ -100,6 +101,12 @@ class Fleet(BaseModel):
         if self.capacity == "on-demand" and self.preemptions_per_node_hour > 0:
             raise InvalidInput("preemptions_per_node_hour", self.preemptions_per_node_hour, "0 for on-demand nodes")
         return self
+
+    @property
+    def layout(self) -> Plan:
+        """The plan its servers run, as a Plan (a fleet keeps the string: its default names no real plan, and the
+        simulator never needs more than the name)."""
+        return Plan.parse(self.plan)
 
     @property
     def cold_start_s(self) -> float:

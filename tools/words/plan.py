@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PlainValidator, WithJsonSchema
 
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.vllm_omni import PINNED, Release
@@ -182,9 +182,17 @@ def _plan_of(value: object) -> Plan:
     return Plan.parse(value)
 
 
-# A field that holds a Plan and reads and writes as its string ("cfg2-u4-hsdp8"): stored deployments and the tools'
-# JSON keep the form people type, while code asks the plan's fields instead of parsing the string again.
+# A field that holds a Plan and reads and writes as its string ("cfg2-u4-hsdp8"): stored records and the tools'
+# JSON keep the form people type, while code asks the plan's fields instead of parsing the string again. Its JSON
+# schema is a plain string's, so a word's `plan: str` becoming a PlanField leaves the MCP tool listing as it was.
 PlanField = Annotated[
+    Plan,
+    PlainValidator(_plan_of, json_schema_input_type=str),
+    PlainSerializer(str, return_type=str),
+]
+# The same, with the schema a Deployment's and a Candidate's plan have always listed (a described string, no
+# title): kept so the tools' output schemas do not change.
+DescribedPlanField = Annotated[
     Plan,
     BeforeValidator(_plan_of),
     PlainSerializer(str, return_type=str),

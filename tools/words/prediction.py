@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from worldtune.tools.words.offer import Offer
+from worldtune.tools.words.plan import PlanField
 
 
 class Breakdown(BaseModel):
@@ -48,7 +49,7 @@ class Estimate(BaseModel):
     alternative: str = ""
     model: str
     gpu: str
-    plan: str
+    plan: PlanField
     gpus: int = Field(description="GPUs the plan uses (replicas x world size)")
     world_size: int
     replicas: int
@@ -105,7 +106,7 @@ class PlanCheck(BaseModel):
     """Whether vLLM-Omni would accept a plan on a GPU type, and why not; the serve flags when it would."""
 
     valid: bool
-    plan: str = Field(description="the plan in its canonical spelling")
+    plan: PlanField = Field(description="the plan in its canonical spelling")
     model: str
     gpu: str
     rule: str = Field(description="the rule a refused plan breaks ('' when valid)")

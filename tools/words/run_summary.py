@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from worldtune.tools.words.plan import PlanField
+
 
 class Figures(BaseModel):
     """The recommendation's figures, measured or predicted. A measured percentile only as tools/words/stats
@@ -72,7 +74,7 @@ class Recommendation(BaseModel):
 
     key: str
     gpu: str
-    plan: str
+    plan: PlanField
     replicas: int
     replicas_per_node: int
     nodes: int
@@ -87,7 +89,7 @@ class CandidateRow(BaseModel):
 
     key: str
     gpu: str
-    plan: str
+    plan: PlanField
     offer: str
     capacity: str
     usd_per_hour: float

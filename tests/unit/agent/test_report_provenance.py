@@ -10,6 +10,7 @@ from worldtune.agent.provenance import assumed_terms, labels
 from worldtune.agent.provenance import provenance as provenance_of
 from worldtune.agent.report import _plot, _readable_log_axis, readable_event
 from worldtune.tools.results.report_data import frontier
+from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.run_summary import RunSummary
 
 
@@ -73,14 +74,14 @@ def test_a_twin_run_is_labelled_simulated_with_profile_and_time_scale() -> None:
 
 
 def test_assumed_terms_follow_the_plan() -> None:
-    ring = assumed_terms("H200", "cfg2-r4-vae8", guardrails=False)
+    ring = assumed_terms("H200", Plan.parse("cfg2-r4-vae8"), guardrails=False)
     # every ring term the shipped profile assumes; the VAE tile terms are measured (issue 13), so none of VAE's
     assert {"ring_overlap", "ring_hop_latency_us"} <= set(ring) and "hsdp_overlap" not in ring
     assert not [t for t in ring if t.startswith("vae_")]
-    hsdp = assumed_terms("H200", "cfg2-u4-hsdp8", guardrails=False)
+    hsdp = assumed_terms("H200", Plan.parse("cfg2-u4-hsdp8"), guardrails=False)
     assert "hsdp_overlap" in hsdp and "ring_overlap" not in hsdp and "fp8_linear_speedup" not in hsdp
-    assert "guardrail_base_s" in assumed_terms("H200", "tp8", guardrails=True)
-    assert "guardrail_base_s" not in assumed_terms("H200", "tp8", guardrails=False)
+    assert "guardrail_base_s" in assumed_terms("H200", Plan.parse("tp8"), guardrails=True)
+    assert "guardrail_base_s" not in assumed_terms("H200", Plan.parse("tp8"), guardrails=False)
 
 
 def test_a_percentile_from_few_samples_is_not_claimed() -> None:

@@ -53,3 +53,41 @@ def test_bad_strings_name_the_field_and_the_grammar(text: str) -> None:
         Plan.parse(text)
     assert info.value.field == "plan"
     assert "tpN" in str(info.value)
+
+
+def test_a_plan_field_holds_a_plan_reads_and_writes_its_string_and_lists_as_a_string() -> None:
+    from pydantic import BaseModel, Field, ValidationError
+
+    from worldtune.tools.words.plan import PlanField
+
+    class Typed(BaseModel):
+        plan: PlanField = Field(description="a plan")
+        early: PlanField | None = None
+
+    class Text(BaseModel):
+        plan: str = Field(description="a plan")
+        early: str | None = None
+
+    word = Typed(plan="hsdp8-u4-cfg2")
+    assert word.plan == Plan(cfg=2, ulysses=4, hsdp=8) and word.early is None
+    assert word.model_dump(mode="json") == {"plan": "cfg2-u4-hsdp8", "early": None}
+    assert Typed.model_validate_json(word.model_dump_json()) == word
+    # a word whose `plan: str` became a PlanField lists the same schema to MCP clients (tool listing unchanged)
+    for mode in ("validation", "serialization"):
+        typed = Typed.model_json_schema(mode=mode)["properties"]
+        assert typed == Text.model_json_schema(mode=mode)["properties"]
+    with pytest.raises(ValidationError, match="tpx"):
+        Typed(plan="tpx")
+
+
+def test_a_candidate_key_reads_offer_plan_and_shape_once() -> None:
+    from worldtune.policies.search import CandidateKey, hardware_key, offer_of
+
+    text = "nebius/eu-north1/H200:8/spot|cfg2-u4-hsdp8"
+    key = CandidateKey.of(text)
+    assert key.offer_id == offer_of(text) == "nebius/eu-north1/H200:8/spot"
+    assert key.plan == Plan(cfg=2, ulysses=4, hsdp=8)
+    assert (key.shape, key.gpu) == ("H200:8", "H200")
+    assert key.hardware == hardware_key(text) == "H200:8|cfg2-u4-hsdp8"
+    with pytest.raises(InvalidInput):
+        CandidateKey.of("nebius/eu-north1/H200:8/spot|cfg3x")
