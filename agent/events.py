@@ -95,8 +95,9 @@ class Believed(RunEvent):
             f"  time to a verified answer at most ~{est.answer_hours:.2f} h (modelled), {est.deployments} node(s), "
             f"{est.cold_loads} cold + {est.warm_loads} warm load(s)",
             f"  likely ${f.usd:.2f} ({f.gpu_hours:.2f} GPU-h, {f.measurements:g} measurements) and "
-            f"{f.answer_hours:.2f} h to a verified answer (at most ${f.usd_max:.2f}, {f.answer_hours_max:.2f} h): "
-            f"simulated, the median of {f.runs} searches against truths drawn from the belief",
+            f"{f.answer_hours:.2f} h to a verified answer: simulated, the median of {f.runs} searches against truths "
+            f"drawn from the belief (the dearest ${f.usd_max:.2f}, {f.answer_hours_max:.2f} h; the at-most is the "
+            f"spend estimate's above)",
         ]
         if est.claim_requests:
             why = f": {escape(est.claim_lanes_why)}" if est.claim_lanes > 1 else ""

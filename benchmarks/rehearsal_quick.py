@@ -46,15 +46,39 @@ def _row(task: tuple[int, int]) -> dict[str, Any]:
     grid = se.run_grid(scenario, goal, 0)
     feasible = any(ok for _, ok in se.truth_table(scenario, goal).values())
     w = se.run_worldtune(scenario, goal, seed)
+    # issue 39 item 7: the forecast shown before approval (the same call as agent/graph.prepare), against the spend
+    state = se.search.initial_state(goal, scenario.offers)
+    likely = se.search.forecast(state)
+    bound = se.search.search_plan(state, 1, state.reuse_nodes)  # the spend estimate's "at most"
     return {
         "truth": scenario.name, "seed": seed, "feasible": feasible, "stop": w.stop, "regret": w.regret,
         "share_of_grid": w.total_gpu_hours / grid.total_gpu_hours, "gpu_hours": w.total_gpu_hours,
+        "usd": w.total_usd, "forecast_usd_p50": likely.usd_p50, "forecast_usd_max": likely.usd_max,
+        "bound_usd": bound.usd, "bound_s": bound.answer_s, "bound_gpu_hours": bound.gpu_hours,
         "probes": w.extra["probes"], "full_runs": w.extra["full_runs"], "idle_gpu_hours": w.extra["idle_gpu_hours"],
         **rehearsal.against_oracle(scenario, goal, w),
     }  # fmt: skip
 
 
 _TRUTHS: list[Any] = []
+
+
+def forecast_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the estimate before approval held (issue 39 item 7): its "at most" (the spend estimate's bound on USD,
+    GPU-hours and time to an answer) should hold in >= 95% of runs, and the forecast's "likely" be the median of
+    what runs spend (about half at or below it); the dearest simulated search is shown beside it."""
+    had = [r for r in rows if "bound_usd" in r]
+    if not had:
+        return {}
+    likely = [r for r in had if r["forecast_usd_p50"] > 0]
+    return {
+        "at_most_usd_holds": float(np.mean([r["usd"] <= r["bound_usd"] + 0.005 for r in had])),
+        "at_most_gpu_hours_holds": float(np.mean([r["gpu_hours"] <= r["bound_gpu_hours"] + 1e-6 for r in had])),
+        "at_most_time_holds": float(np.mean([r["seconds_to_answer"] <= r["bound_s"] + 1 for r in had])),
+        "likely_usd_at_or_above_spend": float(np.mean([r["usd"] <= r["forecast_usd_p50"] + 0.005 for r in had])),
+        "spend_over_likely_p50": float(np.median([r["usd"] / r["forecast_usd_p50"] for r in likely])),
+        "dearest_simulated_holds": float(np.mean([r["usd"] <= r["forecast_usd_max"] + 0.005 for r in had])),
+    }
 
 
 def run(truths: int, seeds: int, truth_seed: int, jobs: int = 0) -> dict[str, Any]:
@@ -104,6 +128,7 @@ def run(truths: int, seeds: int, truth_seed: int, jobs: int = 0) -> dict[str, An
             max((r["idle_gpu_hours"] / r["gpu_hours"] for r in rows if r["gpu_hours"]), default=0.0)
         ),
         "stops": {k: sum(1 for r in rows if r["stop"] == k) for k in sorted({r["stop"] for r in rows})},
+        **forecast_summary(rows),
     }
     return {
         "benchmark": "rehearsal_quick", "date": time.strftime("%Y-%m-%d"), "truths": truths, "seeds": seeds,
@@ -141,6 +166,16 @@ def main() -> None:
         ", ".join(f"{k} {v}" for k, v in s["stops"].items()),
     )  # fmt: skip
     Console().print(table)
+    held = Table(title="The estimate before approval against what each run spent (issue 39 item 7)")
+    for column in ("'at most' $ holds", "GPU-h holds", "time holds", "spend <= 'likely' $", "spend / likely p50",
+                   "spend <= dearest simulated"):  # fmt: skip
+        held.add_column(column)
+    held.add_row(
+        f"{s['at_most_usd_holds']:.0%}", f"{s['at_most_gpu_hours_holds']:.0%}", f"{s['at_most_time_holds']:.0%}",
+        f"{s['likely_usd_at_or_above_spend']:.0%}", f"{s['spend_over_likely_p50']:.2f}",
+        f"{s['dearest_simulated_holds']:.0%}",
+    )  # fmt: skip
+    Console().print(held)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"rehearsal_quick-seed{truth_seed}.json"
     out.write_text(json.dumps(stamped(record), indent=2, default=str))

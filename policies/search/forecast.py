@@ -17,7 +17,13 @@ from pydantic import BaseModel, Field
 
 from worldtune.policies import belief, perf_model
 from worldtune.policies.search import acquisition, evidence, lanes
-from worldtune.policies.search.candidates import candidates, full_requests, held_offers, start_seconds
+from worldtune.policies.search.candidates import (
+    believed_start_s,
+    candidates,
+    full_requests,
+    held_offers,
+    start_seconds,
+)
 from worldtune.policies.search.words import (
     PROBE_REPEATS,
     PROBE_STEPS,
@@ -27,6 +33,7 @@ from worldtune.policies.search.words import (
     SearchState,
     offer_of,
 )
+from worldtune.tools.words.models import get_model
 from worldtune.tools.words.profile import Profile
 
 RUNS = 3  # simulated searches per forecast: each costs a few seconds of CPU
@@ -69,6 +76,15 @@ def _latency(truth: Profile, cand: Candidate, steps: int, state: SearchState, rn
     return p.guardrail_s + fixed + steps * per_step
 
 
+def _as_truth(truth: Profile, cand: Candidate, state: SearchState) -> Candidate:
+    """The candidate with its node's starts as the drawn truth has them (its warm and cold loads; no run's start
+    factor): the search decides on what it believes, a node bills what it takes."""
+    spec = get_model(state.goal.workload.model)
+    cold = perf_model.load_time_s(spec, truth, cold=True, plan=cand.plan)
+    warm = perf_model.load_time_s(spec, truth, cold=False, plan=cand.plan)
+    return cand.model_copy(update={"load_s": warm, "cold_load_s": cold, "start_factor": 1.0})
+
+
 def _measure(
     truth: Profile, cand: Candidate, action: Action, state: SearchState, rng: np.random.Generator, start: float
 ) -> tuple[Measurement, float, float]:
@@ -91,7 +107,8 @@ def _measure(
     shares = action.lane_requests or [n]
     steps = state.goal.workload.steps
     latencies = [[_latency(truth, cand, steps, state, rng) for _ in range(k)] for k in shares]
-    starts = [start] + [first for first, _ in lanes.extra_starts(cand, len(shares), spare=state.spare_lanes)]
+    true_cand = _as_truth(truth, cand, state)  # its other lanes start as the truth's nodes do
+    starts = [start] + [first for first, _ in lanes.extra_starts(true_cand, len(shares), spare=state.spare_lanes)]
     kept, wall, node_s, decided = lanes.simulate(state, starts, latencies, cand.plan.replicas)
     m = Measurement(
         key=cand.key,
@@ -120,10 +137,14 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
         for action in decision.actions:
             cand = by_key[action.key]
             deployed = action.key in s.deployed and not action.redeploy
-            start = start_seconds(cand, deployed, node_held=not deployed and cand.offer.id in held)
+            true_cand = _as_truth(truth[cand.gpu], cand, s)  # starts billed as the truth's nodes take them
+            on_held = not deployed and cand.offer.id in held
+            start = start_seconds(true_cand, deployed, node_held=on_held)
             m, seconds, node_s = _measure(truth[cand.gpu], cand, action, s, rng, start)
+            if not deployed:  # the node's start, measured and believed, as agent/verify.py records it
+                m = m.model_copy(update={"start_s": start, "start_predicted_s": believed_start_s(cand, on_held)})
             if action.early_lanes:  # nodes launched with the probe: up after their start, billed until the run
-                cold = start_seconds(cand, False)
+                cold = start_seconds(true_cand, False)
                 node_s += action.early_lanes * (cold + max(0.0, seconds - action.early_after_s - cold))
                 seconds = max(seconds, action.early_after_s + cold)
                 spares += [f"{cand.offer.id}|{action.early_plan}"] * action.early_lanes

@@ -49,3 +49,33 @@ def test_the_forecast_is_seeded_and_its_truths_come_from_the_belief() -> None:
     pinned = post.model_copy(update={"cov": (np.asarray(post.cov) * 0.0).tolist()})
     same = draw_truth(pinned, prior, rng)
     assert all(abs(getattr(same, n) - getattr(pinned.profile(prior), n)) < 1e-9 for n in post.names)
+
+
+def test_a_simulated_search_bills_node_starts_as_the_truth_takes_them_and_learns_them(monkeypatch) -> None:
+    """Issue 39 item 7: the simulated search decides on its belief but a node bills what the truth's loads take, and
+    it records each start beside the believed one (as agent/verify.py does), so it learns slow starts as a run does.
+    Against a truth whose cold loads are 5x slower than believed, the same search costs more."""
+    import importlib
+
+    forecast = importlib.import_module("worldtune.policies.search.forecast")
+    state = search.initial_state(_goal(), all_offers("snapshot"))
+    belief_truth = state.beliefs["H200"]
+    slow = belief_truth.with_changes(load_gib_per_s_cold=belief_truth.load_gib_per_s_cold / 5)
+    seen: list[search.Measurement] = []
+    recorded = forecast.evidence.record
+
+    def record(s: search.SearchState, m: search.Measurement) -> search.SearchState:
+        seen.append(m)
+        return recorded(s, m)
+
+    monkeypatch.setattr(forecast.evidence, "record", record)
+    costs = {}
+    for name, truth in (("belief", belief_truth), ("slow loads", slow)):
+        monkeypatch.setattr(forecast, "draw_truth", lambda post, prior, rng, truth=truth: truth)
+        seen.clear()
+        costs[name] = forecast.simulate(state, 1, np.random.default_rng(0))[0]
+        first = seen[0]
+        assert first.start_s is not None and first.start_predicted_s is not None
+        ratio = first.start_s / first.start_predicted_s
+        assert (ratio == 1.0) if name == "belief" else ratio > 2.0
+    assert costs["slow loads"] > costs["belief"] * 1.05
