@@ -45,6 +45,7 @@ from _run_clock import stamped
 
 from worldtune.policies import belief, search
 from worldtune.policies.calibration import shipped_profile
+from worldtune.policies.search.lanes import DEFAULT_ANSWER_S
 from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.profile import Profile
@@ -119,31 +120,41 @@ def truths(count: int, seed: int = 7) -> list[tuple[se.Scenario, Goal]]:
 
 
 # ---- the search's cost over its floor -------------------------------------------------------------------------
-ORACLE_COLUMNS = ("GPU-h / oracle p50", "GPU-h / oracle p90", "time to answer p50 (h)", "oracle time p50 (h)")
+ORACLE_COLUMNS = ("GPU-h / oracle p50", "GPU-h / oracle p90", "GPU-h / serial oracle p50", "time to answer p50 (h)",
+                  "oracle time p50 (h)")  # fmt: skip
 
 
 def against_oracle(scenario: se.Scenario, goal: Goal, out: Any) -> dict[str, Any]:
-    """One run's GPU-hours over the oracle's (one provisioning, one load and the claim's run of the true best plan,
-    at the lanes the run's claim took: 1 until lanes exist) and its modelled time to the verdict. Infeasible truths
-    have no best plan: no ratio."""
+    """One run's GPU-hours over issue 39's oracle (one provisioning and load per lane and the claim's run of the
+    true best plan, over as many lanes as it needs to answer within the search's aim: the goal's `answer within`,
+    else the hour), and over the serial oracle beside it (one lane); its modelled time to the verdict. Infeasible
+    truths have no best plan: no ratio."""
     lanes = int(getattr(out, "lanes", 1) or 1)
-    floor = se.oracle(scenario, goal, search.full_requests(goal), lanes)
+    requests = search.full_requests(goal)
+    aim = goal.answer_within_s if goal.answer_within_s is not None else DEFAULT_ANSWER_S
+    floor = se.oracle(scenario, goal, requests, 1, aim_s=aim)
+    serial = se.oracle(scenario, goal, requests, 1)
     return {
         "seconds_to_answer": round(out.seconds, 1), "lanes": lanes,
         "oracle_gpu_hours": floor.gpu_hours if floor else None,
+        "oracle_lanes": floor.lanes if floor else None,
         "oracle_seconds": round(floor.seconds, 1) if floor else None,
         "over_oracle": out.total_gpu_hours / floor.gpu_hours if floor and floor.gpu_hours > 0 else None,
+        "serial_oracle_gpu_hours": serial.gpu_hours if serial else None,
+        "over_serial_oracle": out.total_gpu_hours / serial.gpu_hours if serial and serial.gpu_hours > 0 else None,
     }  # fmt: skip
 
 
 def oracle_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ratios = [r["over_oracle"] for r in rows if r.get("over_oracle") is not None]
+    serial = [r["over_serial_oracle"] for r in rows if r.get("over_serial_oracle") is not None]
     times = [r["seconds_to_answer"] for r in rows if r.get("seconds_to_answer") is not None]
     floor_times = [r["oracle_seconds"] for r in rows if r.get("oracle_seconds") is not None]
     return {
         "over_oracle_p50": float(np.median(ratios)) if ratios else None,
         "over_oracle_p90": float(np.quantile(ratios, 0.9)) if ratios else None,
         "over_oracle_runs": len(ratios),
+        "over_serial_oracle_p50": float(np.median(serial)) if serial else None,
         "seconds_to_answer_p50": float(np.median(times)) if times else None,
         "seconds_to_answer_p90": float(np.quantile(times, 0.9)) if times else None,
         "oracle_seconds_p50": float(np.median(floor_times)) if floor_times else None,
@@ -157,8 +168,8 @@ def oracle_cells(s: dict[str, Any]) -> list[str]:
     def h(v: float | None) -> str:
         return "-" if v is None else f"{v / 3600:.2f}"
 
-    return [x(s["over_oracle_p50"]), x(s["over_oracle_p90"]), h(s["seconds_to_answer_p50"]),
-            h(s["oracle_seconds_p50"])]  # fmt: skip
+    return [x(s["over_oracle_p50"]), x(s["over_oracle_p90"]), x(s.get("over_serial_oracle_p50")),
+            h(s["seconds_to_answer_p50"]), h(s["oracle_seconds_p50"])]  # fmt: skip
 
 
 def run(count: int, seeds: int, strategies: list[str]) -> dict[str, Any]:

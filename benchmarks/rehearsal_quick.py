@@ -165,7 +165,8 @@ def main() -> None:
         *rehearsal.oracle_cells(s), f"{s['probes_p50']:g}", f"{s['full_runs_p50']:g}",
         ", ".join(f"{k} {v}" for k, v in s["stops"].items()),
     )  # fmt: skip
-    Console().print(table)
+    console = Console(width=max(Console().width, 160))  # the columns unwrapped, even in a log
+    console.print(table)
     held = Table(title="The estimate before approval against what each run spent (issue 39 item 7)")
     for column in ("'at most' $ holds", "GPU-h holds", "time holds", "spend <= 'likely' $", "spend / likely p50",
                    "spend <= dearest simulated"):  # fmt: skip
@@ -175,7 +176,7 @@ def main() -> None:
         f"{s['likely_usd_at_or_above_spend']:.0%}", f"{s['spend_over_likely_p50']:.2f}",
         f"{s['dearest_simulated_holds']:.0%}",
     )  # fmt: skip
-    Console().print(held)
+    console.print(held)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"rehearsal_quick-seed{truth_seed}.json"
     out.write_text(json.dumps(stamped(record), indent=2, default=str))
