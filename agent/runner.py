@@ -27,7 +27,7 @@ from worldtune.agent.record import check_options, first_state, goal_for
 from worldtune.agent.stopping import CONTROLS, RunControl, RunStopped, catch_signals, stop_tuning
 from worldtune.agent.tools import Tools
 from worldtune.tools.words.errors import InvalidInput
-from worldtune.tools.words.run_summary import RunSummary
+from worldtune.tools.words.run_summary import RunOutcome, RunSummary
 from worldtune.tools.words.tuning import Failed
 
 RECURSION_LIMIT = 1000  # the search's own iteration cap stops long before this
@@ -44,7 +44,7 @@ def _quiet(kind: str, data: dict[str, Any]) -> None:
 # ---- driving the graph -----------------------------------------------------------------------------
 async def _drive(
     run_id: str, graph_input: Any, options: TuneOptions, progress: Events, resuming: bool = False
-) -> dict[str, Any]:
+) -> RunOutcome:
     """Run (or resume) the graph to its end or to the approval interrupt; tear down on any early exit.
 
     The run's record is written through the MCP tools (record_run / mark_run, in the graph's nodes and here), so
@@ -99,16 +99,11 @@ async def _drive(
     values = dict(snapshot.values)
     if snapshot.interrupts:
         # the approve node recorded the wait (mark_waiting) before its interrupt, for every driver of the graph
-        return {
-            "run_id": run_id,
-            "thread_id": run_id,
-            "status": "waiting_for_approval",
-            "question": snapshot.interrupts[0].value,
-            "state": values,
-        }
+        return RunOutcome(run_id=run_id, status="waiting_for_approval", question=snapshot.interrupts[0].value)
     summary = values.get("summary")  # the finish node has recorded it (MCP mark_run)
-    record = summary.record() if isinstance(summary, RunSummary) else dict(summary or {})  # an older checkpoint's
-    return {"run_id": run_id, "thread_id": run_id, "status": "completed", "summary": record, "state": values}
+    if not isinstance(summary, RunSummary):  # a checkpoint from before the summary was a word: its JSON
+        summary = RunSummary.model_validate(summary or {})
+    return RunOutcome(run_id=run_id, status="completed", summary=summary)
 
 
 async def _mark_interrupted(tools: Tools, run_id: str, why: str, progress: Events) -> None:
@@ -149,7 +144,7 @@ def tune(
     options: TuneOptions | None = None,
     progress: Events = _quiet,
     run_id: str | None = None,
-) -> dict[str, Any]:
+) -> RunOutcome:
     """Run a tuning run to its end (or to the approval question when not --yes); returns the outcome."""
     options = options or TuneOptions()
     parsed = goal if isinstance(goal, ParsedGoal) else goal_for(goal, options)
@@ -185,7 +180,7 @@ def checkpointed_options(run_id: str, db_path: str | None = None) -> TuneOptions
 
 def resume(
     run_id: str, db_path: str | None = None, approve: bool | None = None, progress: Events = _quiet
-) -> dict[str, Any]:
+) -> RunOutcome:
     """Continue a run that crashed, was killed or waits for approval (approve answers the question)."""
     from langgraph.types import Command
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from worldtune.cli import console, emit_json, err_console, fail, need_extra
 from worldtune.tools.words.errors import WorldtuneError
+
+if TYPE_CHECKING:
+    from worldtune.tools.words.run_summary import RunOutcome
 
 EXIT_NOT_DONE = 3  # waiting for approval, or stopped without a verified recommendation
 EXIT_STOPPED = 130  # stopped by a signal other than a numbered one (128 + signal number otherwise)
@@ -35,17 +38,17 @@ def _printer(as_json: bool) -> Any:
     return show
 
 
-def _output(outcome: dict[str, Any]) -> dict[str, Any]:
+def _output(outcome: RunOutcome) -> dict[str, Any]:
     """The --json object (issue 5 item 7's keys, plus where to find the rest)."""
-    if outcome["status"] != "completed":
+    if outcome.summary is None:
         return {
-            "run_id": outcome["run_id"],
-            "thread_id": outcome["thread_id"],
-            "status": outcome["status"],
-            "question": outcome.get("question"),
+            "run_id": outcome.run_id,
+            "thread_id": outcome.thread_id,
+            "status": outcome.status,
+            "question": outcome.question,
             "stop_reason": None,
         }
-    s = outcome["summary"]
+    s = outcome.summary.record()  # the record's JSON, as get_tuning and the report read it
     from worldtune.agent.provenance import of_record
 
     keys = (
@@ -66,28 +69,27 @@ def _output(outcome: dict[str, Any]) -> dict[str, Any]:
     # latency claim goes with n samples, and the prices' snapshot date
     return {
         "status": "completed",
-        "thread_id": outcome["thread_id"],
+        "thread_id": outcome.thread_id,
         **{k: s.get(k) for k in keys},
         "provenance": of_record(s),
     }
 
 
-def _print_outcome(outcome: dict[str, Any]) -> None:
+def _print_outcome(outcome: RunOutcome) -> None:
     """The answer, on stdout (progress went to stderr): the recommendation or why there is none, or the question."""
     from worldtune.agent.provenance import labels, provenance
-    from worldtune.tools.words.run_summary import RunSummary
 
-    if outcome["status"] == "waiting_for_approval":
-        question = outcome.get("question") or {}
+    s = outcome.summary
+    if s is None:  # waiting for approval
+        question = outcome.question or {}
         for line in approval_lines(question.get("spend_estimate") or {}):
             console.print(line, markup=False, highlight=False)
         console.print(
-            f"approve with: worldtune resume {outcome['thread_id']} --yes   (or --no to decline)",
+            f"approve with: worldtune resume {outcome.thread_id} --yes   (or --no to decline)",
             markup=False,
             highlight=False,
         )
         return
-    s = RunSummary.model_validate(outcome["summary"])
     rec, spend = s.recommendation, s.spend
     if rec is None:
         console.print(f"[bold red]no verified recommendation[/] ({s.stop_kind or 'stopped'}): {s.stop_reason}")
@@ -264,25 +266,24 @@ def _use_token(token: str | None, mcp_url: str | None) -> None:
     os.environ[TOKEN_ENV] = token
 
 
-def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
+def _run_tune(parsed: Any, options: Any, as_json: bool) -> RunOutcome:
     """Run the agent (asking on a terminal when it waits for approval), then plan the fleet for a traffic goal."""
     from worldtune.agent.runner import resume as run_resume
     from worldtune.agent.runner import tune as run_tune
     from worldtune.agent.stopping import RunStopped
-    from worldtune.tools.words.run_summary import RunSummary
 
     db = options.db_path
     try:
         outcome = run_tune(parsed, options, progress=_printer(as_json))
-        if outcome["status"] == "waiting_for_approval" and sys.stdin.isatty() and not as_json:
+        if outcome.status == "waiting_for_approval" and sys.stdin.isatty() and not as_json:
             _print_outcome(outcome)
             if typer.confirm("Spend it?", default=False):
-                outcome = run_resume(outcome["run_id"], db, True, progress=_printer(as_json))
-        if outcome["status"] == "completed" and parsed.goal.traffic is not None:  # issue 17: a fleet for it
+                outcome = run_resume(outcome.run_id, db, True, progress=_printer(as_json))
+        summary = outcome.summary
+        if summary is not None and parsed.goal.traffic is not None:  # issue 17: a fleet for it
             from worldtune.agent.fleet_step import fleet_for, record_fleet
 
-            summary = RunSummary.model_validate(outcome["summary"])
-            outcome["fleet"] = fleet_for(
+            fleet = fleet_for(
                 parsed.goal,
                 options.infra,
                 options.engine,
@@ -294,8 +295,9 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> dict[str, Any]:
                 mcp_url=options.mcp_url,
                 recommended=str(summary.recommendation.plan) if summary.recommendation else None,
             )
+            outcome = outcome.model_copy(update={"fleet": fleet})
             # the report draws its day; over MCP, so a remote run's fleet is kept by its server
-            record_fleet(outcome["run_id"], outcome["fleet"], db, options.mcp_url)
+            record_fleet(outcome.run_id, fleet, db, options.mcp_url)
     except RunStopped as exc:
         raise _stopped(exc, as_json) from exc
     except (WorldtuneError, ValueError) as exc:
@@ -367,19 +369,17 @@ def _stopped(exc: Any, as_json: bool) -> typer.Exit:
     return typer.Exit(128 + exc.signum if exc.signum else EXIT_STOPPED)
 
 
-def _finish(outcome: dict[str, Any], as_json: bool) -> None:
-    from worldtune.tools.words.run_summary import RunSummary
-
+def _finish(outcome: RunOutcome, as_json: bool) -> None:
     if as_json:
-        emit_json(_output(outcome) | ({"fleet": outcome["fleet"]} if outcome.get("fleet") else {}))
+        emit_json(_output(outcome) | ({"fleet": outcome.fleet} if outcome.fleet else {}))
     else:
         _print_outcome(outcome)
-        if outcome.get("fleet"):
+        if outcome.fleet:
             from worldtune.agent.fleet_step import fleet_lines
 
-            for line in fleet_lines(outcome["fleet"]):
+            for line in fleet_lines(outcome.fleet):
                 console.print(line, markup=False, highlight=False)
-    summary = RunSummary.model_validate(outcome["summary"]) if outcome["status"] == "completed" else None
+    summary = outcome.summary
     if summary is not None and summary.stop_kind == "infeasible":
         raise typer.Exit(EXIT_INFEASIBLE)
     if summary is None or summary.recommendation is None:

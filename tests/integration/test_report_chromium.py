@@ -55,8 +55,8 @@ def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[str]:
 def test_report_page_says_what_is_simulated_and_assumed(tmp_path: Path) -> None:
     db = tmp_path / "results.db"
     outcome = tune(GOAL, TuneOptions(db_path=str(db), yes=True))
-    assert outcome["status"] == "completed" and outcome["summary"]["recommendation"], outcome.get("summary")
-    written = write_report(report_data(outcome["run_id"], str(db)), tmp_path / "report")
+    assert outcome.status == "completed" and outcome.summary and outcome.summary.recommendation, outcome
+    written = write_report(report_data(outcome.run_id, str(db)), tmp_path / "report")
     page = Path(written["html"])
     probe = page.with_name("probe.html")
     probe.write_text(page.read_text().replace("</body>", PROBE + "</body>"))

@@ -11,7 +11,7 @@ every field), so a record reads as it always has.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -139,6 +139,23 @@ class RunSummary(BaseModel):
     def record(self) -> dict[str, Any]:
         """The record's JSON (and any fields added to the record)."""
         return self.model_dump(mode="json")
+
+
+class RunOutcome(BaseModel):
+    """What driving a run ends with (agent/runner.py's tune and resume, read by the command line): the summary of a
+    completed run, or the approval question of one that waits; the CLI's fleet step adds the fleet for the goal's
+    traffic."""
+
+    run_id: str
+    status: Literal["completed", "waiting_for_approval"]
+    question: dict[str, Any] | None = Field(default=None, description="the approval question (its spend estimate)")
+    summary: RunSummary | None = Field(default=None, description="set once completed")
+    fleet: dict[str, Any] | None = Field(default=None, description="the capacity plan and its rehearsal, as JSON")
+
+    @property
+    def thread_id(self) -> str:
+        """The LangGraph thread the run is checkpointed under: the run's id."""
+        return self.run_id
 
 
 def _without_none(data: dict[str, Any], optional: tuple[str, ...]) -> dict[str, Any]:

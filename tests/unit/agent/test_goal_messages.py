@@ -8,6 +8,7 @@ import pytest
 from worldtune.agent.goal_parser import EXAMPLE_GOAL, parse_goal
 from worldtune.agent.goal_reader import GoalQuestion
 from worldtune.cli_tune import _print_outcome, approval_lines
+from worldtune.tools.words.run_summary import RunOutcome
 
 
 def questions(text: str) -> str:
@@ -40,6 +41,6 @@ def test_the_approval_question_is_in_words_on_stdout(capsys: pytest.CaptureFixtu
     lines = approval_lines(estimate)
     assert lines[0].startswith("waiting for approval: at most $249.67 (71.33 GPU-h) of the $300.00 budget")
     assert "{" not in "".join(lines) and "59 requests at 95% confidence over 4 lane(s)" in lines[-1]
-    _print_outcome({"status": "waiting_for_approval", "thread_id": "tune-x", "question": {"spend_estimate": estimate}})
+    _print_outcome(RunOutcome(run_id="tune-x", status="waiting_for_approval", question={"spend_estimate": estimate}))
     out, err = capsys.readouterr()
     assert "waiting for approval: at most $249.67" in out and "worldtune resume tune-x --yes" in out and err == ""

@@ -147,9 +147,10 @@ def test_plot_draws_every_stage_with_gpu_colours(tmp_path: Path) -> None:
 
 def test_tune_json_carries_the_provenance() -> None:
     from worldtune.cli_tune import _output
+    from worldtune.tools.words.run_summary import RunOutcome
 
     record = _record()
-    out = _output({"status": "completed", "thread_id": "tune-x", "summary": record})
+    out = _output(RunOutcome(run_id="tune-x", status="completed", summary=RunSummary.model_validate(record)))
     assert out["provenance"]["simulated"] is True and "twin engine" in out["provenance"]["measured_figures"]
     assert "not claimable" in out["provenance"]["latency"]["empirical"]
 

@@ -14,7 +14,7 @@ from worldtune.policies.search import Measurement, candidates, initial_state, re
 from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.goal import Goal
-from worldtune.tools.words.run_summary import RunSummary
+from worldtune.tools.words.run_summary import RunOutcome, RunSummary
 from worldtune.tools.words.workload import anchor_workload
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -56,7 +56,7 @@ def test_summary_and_json_output_carry_the_issue_keys() -> None:
     )
     replanned = Deployment(id="wt-1", gpu="H200", plan="cfg2-u2-r2-hsdp8", previous_plans=["tp8", "cfg2-u4-hsdp8"])
     summary = build_summary(graph_state, [replanned])
-    out = _output({"status": "completed", "thread_id": "tune-x", "run_id": "tune-x", "summary": summary.record()})
+    out = _output(RunOutcome(run_id="tune-x", status="completed", summary=summary))
     assert out.keys() >= {"goal", "recommendation", "measured", "predicted", "spend", "stop_reason"}
     assert out["recommendation"].keys() >= {"gpu", "plan", "replicas", "capacity", "offer"}
     figures = {"latency_p50_s", "latency_p95_s", "clips_per_hour_per_node", "usd_per_clip"}
