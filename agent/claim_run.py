@@ -26,6 +26,7 @@ from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.events import Decided, Deploying, FullRun, Lanes, Measured
 from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
+    Verification,
     bill,
     busy_model_s,
     cannot_measure,
@@ -126,14 +127,10 @@ def lanes_to_launch_with_the_first(task: VerifyTask, cand: Candidate, action: Ac
     return len(_shares(task, action)) - 1
 
 
-async def launch_lanes(
-    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions, count: int
-) -> list[tuple[Deployment, float] | str]:
+async def launch_lanes(v: Verification, count: int) -> list[tuple[Deployment, float] | str]:
     """`count` more deployments of the candidate at once (each: the deployment and its start's GPU seconds, or why
     it failed)."""
-    return list(
-        await asyncio.gather(*(_deploy_lane(task, runtime, cand, action, options, f"lane {i}") for i in range(count)))
-    )
+    return list(await asyncio.gather(*(_deploy_lane(v, v.cand, f"lane {i}") for i in range(count))))
 
 
 def with_lanes_billed(
@@ -151,30 +148,26 @@ def with_lanes_billed(
 
 
 async def full_run(
-    task: VerifyTask,
-    runtime: Runtime[Context],
-    cand: Candidate,
-    action: Action,
-    options: TuneOptions,
-    cap_s: float,
+    v: Verification,
     first: Deployment,
     first_charged_s: float,
     ahead: list[tuple[Deployment, float] | str] | None = None,
 ) -> dict[str, Any]:
     """The action's full run over its lanes, checked as samples arrive; verify's update (an Outcome). `ahead`: lanes
     launched together with the first (lanes_to_launch_with_the_first)."""
+    task, runtime, cand, action, cap_s = v.task, v.runtime, v.cand, v.action, v.cap_s
     n = action.requests or full_requests(task["goal"])
     shares = _shares(task, action)
     lanes = [Lane(first, first_charged_s, shares[0])]
     events: list[str] = []
     spares = _spares(task, cand)
-    taken = await asyncio.gather(*(_spare_lane(runtime, cand, d, action, options) for d in spares[: len(shares) - 1]))
+    taken = await asyncio.gather(*(_spare_lane(v, d) for d in spares[: len(shares) - 1]))
     for d in spares[len(shares) - 1 :]:  # more were launched than the run now deals requests to
         await teardown(runtime, d)
     ready = [got for got in taken if not isinstance(got, str)] + list(ahead or [])
     events += [got for got in taken if isinstance(got, str)]
     more = len(shares) - 1 - len(ready)
-    extra = ready + await launch_lanes(task, runtime, cand, action, options, more)
+    extra = ready + await launch_lanes(v, more)
     for share, got in zip(shares[1:], extra, strict=True):
         if isinstance(got, str):  # not deployed: its requests go to the first lane
             events.append(f"lane dropped before its run: {got}")
@@ -186,13 +179,13 @@ async def full_run(
         else:
             lanes.append(Lane(got[0], got[1], share))
     emit(runtime, Lanes(key=cand.key, lanes=len(lanes), requests=[lane.requests for lane in lanes]))
-    decided = await _run(task, runtime, cand, options, lanes, cap_s)
+    decided = await _run(v, lanes)
     live = [lane for lane in lanes if not lane.dropped]
     short = n - sum(len(lane.latencies(cand)) for lane in lanes)
     if not decided and short > 0 and live and any(lane.dropped for lane in lanes):
         live[0].requests, live[0].running = short, False  # the dropped lanes' unanswered requests, run again
         events.append(f"{short} request(s) of dropped lane(s) run again on {live[0].deployment.id}")
-        decided = await _run(task, runtime, cand, options, [live[0]], cap_s)
+        decided = await _run(v, [live[0]])
     for lane in lanes[1:]:  # the extra lanes are freed at once; the first is the candidate's deployment
         if not lane.dropped:
             await teardown(runtime, lane.deployment.id)
@@ -201,13 +194,12 @@ async def full_run(
     return update | {"spare_lanes": dict.fromkeys(spares, "")}  # used or torn down: no longer spare
 
 
-async def _spare_lane(
-    runtime: Runtime[Context], cand: Candidate, deployment_id: str, action: Action, options: TuneOptions
-) -> tuple[Deployment, float] | str:
+async def _spare_lane(v: Verification, deployment_id: str) -> tuple[Deployment, float] | str:
     """A spare node launched with the probe before this run, as a lane: its start was billed with that probe; a
     node of another plan is replanned to this one (a warm load, billed here). Why not, when it cannot serve."""
+    runtime, cand, action, options = v.runtime, v.cand, v.action, v.options
     try:
-        d = await runtime.context.tools.get_deployment(deployment_id)
+        d = await v.tools.get_deployment(deployment_id)
     except ToolCallFailed as exc:
         return f"spare node {deployment_id} unreadable: {exc}"
     if d.state == "ready" and d.plan == cand.plan:
@@ -220,27 +212,19 @@ async def _spare_lane(
     return f"spare node {deployment_id} is {d.state}: not a lane of {cand.plan}"
 
 
-async def launch_early(
-    task: VerifyTask, runtime: Runtime[Context], cand: Candidate, action: Action, options: TuneOptions
-) -> list[tuple[Deployment, float] | str]:
+async def launch_early(v: Verification) -> list[tuple[Deployment, float] | str]:
     """The probe's early lanes (policies/search/lanes.early_lanes): `action.early_lanes` new nodes of its offer
     under `action.early_plan`, launched together with the probe so that their provisioning and cold load overlap
     it; each (deployment, GPU seconds its start cost) or why it failed. Their lease covers the probe and the
     claim's whole run on one lane (what they may be kept for)."""
+    task, cand, action, options = v.task, v.cand, v.action, v.options
     plan = action.early_plan or cand.plan
     lane = cand.model_copy(update={"plan": plan, "key": f"{cand.offer.id}|{plan}"})
     scale = options.time_scale if options.twin else 1.0
     await asyncio.sleep(action.early_after_s / scale)  # late enough in the probe to be up when it ends
     run_s = action.expected_s + full_requests(task["goal"]) * cand.latency_s
     hours = round(max(options.hold_hours, 1.5 * run_s / scale / 3600.0), 4)
-    return list(
-        await asyncio.gather(
-            *(
-                _deploy_lane(task, runtime, lane, action, options, f"early {i}", hours)
-                for i in range(action.early_lanes)
-            )
-        )
-    )
+    return list(await asyncio.gather(*(_deploy_lane(v, lane, f"early {i}", hours) for i in range(action.early_lanes))))
 
 
 def with_early(
@@ -278,16 +262,12 @@ def with_early(
 
 
 async def _deploy_lane(
-    task: VerifyTask,
-    runtime: Runtime[Context],
-    cand: Candidate,
-    action: Action,
-    options: TuneOptions,
-    role: str,
-    hours: float | None = None,
+    v: Verification, cand: Candidate, role: str, hours: float | None = None
 ) -> tuple[Deployment, float] | str:
-    """One more deployment of the candidate for the run (its GPU seconds to start), or why it failed. `role` (which
-    lane) seeds a twin's noise: every lane draws its own, the same in every run of the same decisions."""
+    """One more deployment of `cand` (the action's candidate, or an early lane's plan on its offer) for the run (its
+    GPU seconds to start), or why it failed. `role` (which lane) seeds a twin's noise: every lane draws its own, the
+    same in every run of the same decisions."""
+    task, runtime, action, options = v.task, v.runtime, v.action, v.options
     lease = hours if hours is not None else lease_hours(action, options, math.inf)
     request = deploy_request(cand, options, task, lease, role)
     emit(runtime, Deploying(key=cand.key, plan=str(cand.plan), gpu=cand.gpu, infra=options.infra, lane=True))
@@ -298,16 +278,10 @@ async def _deploy_lane(
     return d, start_s(d, cand, options)
 
 
-async def _run(
-    task: VerifyTask,
-    runtime: Runtime[Context],
-    cand: Candidate,
-    options: TuneOptions,
-    lanes: list[Lane],
-    cap_s: float,
-) -> str:
+async def _run(v: Verification, lanes: list[Lane]) -> str:
     """Start every lane's benchmark, follow them, check the claim as samples arrive; why it stopped early or ''."""
-    tools: Tools = runtime.context.tools
+    task, runtime, cand, options, cap_s = v.task, v.runtime, v.cand, v.options, v.cap_s
+    tools = v.tools
     goal = task["goal"]
     replicas = cand.plan.replicas
     for lane in lanes:

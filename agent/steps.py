@@ -10,6 +10,7 @@ import contextlib
 import math
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langgraph.config import get_stream_writer
@@ -18,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.events import Replanning, RunEvent, TornDown, tell
-from worldtune.agent.state import Outcome
+from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.tools import Tools
 from worldtune.agent.tools_client import ToolCallFailed
 from worldtune.policies.search import Action, Candidate, Measurement
@@ -30,6 +31,33 @@ from worldtune.tools.words.offer import Offer
 from worldtune.tools.words.sample import Sample
 
 W = TypeVar("W", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """One verify branch as its steps share it (agent/verify.py, agent/claim_run.py): the task Send gave it, the
+    graph's runtime, and the action's share of the budget in GPU seconds of its offer; the rest is read from them."""
+
+    task: VerifyTask
+    runtime: Runtime[Context]
+    cap_s: float
+
+    @property
+    def cand(self) -> Candidate:
+        return self.task["candidate"]
+
+    @property
+    def action(self) -> Action:
+        return self.task["action"]
+
+    @property
+    def options(self) -> TuneOptions:
+        return self.task["options"]
+
+    @property
+    def tools(self) -> Tools:
+        tools: Tools = self.runtime.context.tools
+        return tools
 
 
 def emit(runtime: Runtime[Context], event: RunEvent) -> None:

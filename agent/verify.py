@@ -24,6 +24,7 @@ from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.events import Deploying, Measured, Probing, Reused
 from worldtune.agent.state import Outcome, VerifyTask
 from worldtune.agent.steps import (
+    Verification,
     bill,
     busy_model_s,
     cannot_measure,
@@ -58,9 +59,10 @@ ENGINE_CHECK_S = 2.0  # how often its deployment is asked whether the engine sti
 async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     """One action on one candidate through MCP: deploy (or reuse), benchmark (or reuse a finished one), bill it."""
     tools: Tools = runtime.context.tools
-    options, action, cand = task["options"], task["action"], task["candidate"]
+    action, cand = task["action"], task["candidate"]
     price = cand.offer.usd_per_hour
     cap_s = task["cap_usd"] / price * 3600 if price > 0 else math.inf  # this action's share of the budget
+    v = Verification(task, runtime, cap_s)
 
     # A measurement that completed before a crash, a signal or a teardown is in the database: use it (and bill
     # it), never run it again. Ones this run already used (an inconclusive candidate's repeat) do not count.
@@ -71,26 +73,15 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
     # nodes for the claim's run that likely follows, launched now so that their start overlaps this probe
     early = None
     if action.kind == "probe" and action.early_lanes:
-        early = asyncio.create_task(launch_early(task, runtime, cand, action, options))
+        early = asyncio.create_task(launch_early(v))
     # a claim's run on new nodes: its extra lanes start with its first node, not once it is up
     count = lanes_to_launch_with_the_first(task, cand, action)
-    lanes = asyncio.create_task(launch_lanes(task, runtime, cand, action, options, count)) if count else None
+    lanes = asyncio.create_task(launch_lanes(v, count)) if count else None
     try:
-        started = await _started(task, runtime, cand, action, options, cap_s)
+        started = await _started(v)
         if "deployment" in started:
             ahead = await lanes if lanes is not None else None
-            update = await _benchmarked(
-                task,
-                runtime,
-                cand,
-                action,
-                options,
-                cap_s,
-                started["deployment"],
-                started["charged_s"],
-                ahead,
-                started["start"],
-            )
+            update = await _benchmarked(v, started["deployment"], started["charged_s"], ahead, started["start"])
         else:  # a failed action: the deploy failed or starting it used this action's share
             update = started
             if lanes is not None:  # the lanes launched beside it are torn down, their starts billed
@@ -123,17 +114,11 @@ def _in_round(task: VerifyTask, update: dict[str, Any]) -> dict[str, Any]:
     return update | ({"results": results} if "results" in update else {})
 
 
-async def _started(
-    task: VerifyTask,
-    runtime: Runtime[Context],
-    cand: Candidate,
-    action: Action,
-    options: TuneOptions,
-    cap_s: float,
-) -> dict[str, Any]:
+async def _started(v: Verification) -> dict[str, Any]:
     """A ready deployment for the candidate (live, replanned or new) and the GPU seconds its start cost, or the
     failed action's update."""
-    tools: Tools = runtime.context.tools
+    task, runtime, cand, action, options, cap_s = v.task, v.runtime, v.cand, v.action, v.options, v.cap_s
+    tools = v.tools
     scale = options.time_scale if options.twin else 1.0
     started = time.time()
     charged_s = 0.0
@@ -166,12 +151,7 @@ async def _started(
 
 
 async def _benchmarked(
-    task: VerifyTask,
-    runtime: Runtime[Context],
-    cand: Candidate,
-    action: Action,
-    options: TuneOptions,
-    cap_s: float,
+    v: Verification,
     deployment: Deployment,
     charged_s: float,
     ahead: list[tuple[Deployment, float] | str] | None = None,
@@ -180,12 +160,13 @@ async def _benchmarked(
     """The action's benchmark on the deployment, watched against the cap and the engine, billed; its update. `ahead`:
     a claim's extra lanes, launched with its first node; `start`: the node's start (measured, believed) if this
     action started it, which the search learns its starts from before it sizes a claim's lanes."""
-    tools: Tools = runtime.context.tools
+    task, runtime, cand, action, options, cap_s = v.task, v.runtime, v.cand, v.action, v.options, v.cap_s
+    tools = v.tools
     goal = task["goal"]
     deployment_id = deployment.id
     kind = action.kind
     if kind == "full":  # the claim's run: over its lanes, checked as samples arrive (agent/claim_run.py)
-        return await full_run(task, runtime, cand, action, options, cap_s, deployment, charged_s, ahead)
+        return await full_run(v, deployment, charged_s, ahead)
     # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
     request = BenchmarkRequest(
         steps=PROBE_STEPS[0],
