@@ -358,7 +358,7 @@ async def replan(runtime: Runtime[Context], deployment_id: str, cand: Candidate,
         return None
     emit(runtime, Replanning(key=cand.key, deployment=deployment_id, plan=str(cand.plan), previous=str(current.plan)))
     try:
-        outcome = await tools.replan(deployment_id, str(cand.plan), hours)
+        outcome = await tools.replan(deployment_id, cand.plan, hours)
     except ToolCallFailed as exc:
         emit(runtime, Replanning(key=cand.key, deployment=deployment_id, note=str(exc)))
         return None

@@ -27,6 +27,7 @@ from worldtune.tools.results.run_records import RunMark, RunRecord
 from worldtune.tools.words.bench_spec import BenchmarkStatus
 from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.plan import Plan
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -62,7 +63,7 @@ class Tools(Protocol):
     async def list_deployments(self, run_id: str | None = None, alive_only: bool = False) -> list[Deployment]: ...
     async def deploy(self, request: DeployRequest) -> Deployment: ...
     async def teardown(self, deployment_id: str) -> TeardownOutcome: ...
-    async def replan(self, deployment_id: str, plan: str, hours: float | None) -> ReplanOutcome: ...
+    async def replan(self, deployment_id: str, plan: Plan, hours: float | None) -> ReplanOutcome: ...
     async def start_benchmark(self, deployment_id: str, run_id: str, request: BenchmarkRequest) -> BenchmarkStatus: ...
     async def get_benchmark(self, benchmark_id: str, wait_s: float = 0.0) -> BenchmarkStatus: ...
     async def get_result(self, benchmark_id: str, include_samples: bool = False) -> ResultRecord: ...
@@ -116,9 +117,9 @@ class McpTools:
     async def teardown(self, deployment_id: str) -> TeardownOutcome:
         return await self._answer(TeardownOutcome, "teardown", deployment_id=deployment_id, confirm=True)
 
-    async def replan(self, deployment_id: str, plan: str, hours: float | None) -> ReplanOutcome:
+    async def replan(self, deployment_id: str, plan: Plan, hours: float | None) -> ReplanOutcome:
         return await self._answer(
-            ReplanOutcome, "replan_deployment", deployment_id=deployment_id, plan=plan, confirm=True, hours=hours
+            ReplanOutcome, "replan_deployment", deployment_id=deployment_id, plan=str(plan), confirm=True, hours=hours
         )
 
     async def start_benchmark(self, deployment_id: str, run_id: str, request: BenchmarkRequest) -> BenchmarkStatus:
