@@ -85,6 +85,31 @@ def noisy_truth(shipped: dict[str, Profile], offers: list[Any]) -> tuple[se.Scen
             _goal(bound, ["H200"], spot=False))  # fmt: skip
 
 
+NEAR_CV = 0.03  # issue 39 item 8: noise of 3-5% near the bound; 3% here, with a bound it meets with little room
+NEAR_MARGIN = 1.06  # the bound: 6% above the best plan's p95 as a calm truth has it (3% noise adds ~5% to a p95)
+
+
+def noisy_near_bound(shipped: dict[str, Profile], offers: list[Any]) -> tuple[se.Scenario, Goal]:
+    """3% run-to-run noise and a p95 bound 6% above the best plan's calm p95 (H200 and B200, spot allowed): feasible,
+    but a claim pooled over lanes must hold its percentile near the bound."""
+    calm = se.Scenario("calm", shipped, offers, "")
+    fastest = min(c.latency_q_s for c in se.truth_candidates(calm, _goal(1e9, ["H200", "B200"], spot=True)))
+    noisy = {g: p.with_changes(noise_cv=NEAR_CV, source=f"truth: noise cv {NEAR_CV}") for g, p in shipped.items()}
+    bound = float(round(fastest * NEAR_MARGIN))
+    return (se.Scenario("named: 3% noise near the bound", noisy, offers, f"noise_cv {NEAR_CV}, p95<{bound:g}"),
+            _goal(bound, ["H200", "B200"], spot=True))  # fmt: skip
+
+
+def dearer_tp(shipped: dict[str, Profile], offers: list[Any]) -> tuple[se.Scenario, Goal]:
+    """Tensor parallel dearer than believed: its all-reduce at a quarter of the bandwidth the belief has."""
+    dear = {
+        g: p.with_changes(allreduce_gbps=(p.allreduce_gbps or p.link_gbps) / 4, source="truth: dearer TP")
+        for g, p in shipped.items()
+    }
+    return (se.Scenario("named: dearer TP", dear, offers, "all-reduce at 1/4 the belief's bandwidth"),
+            _goal(150, ["H200", "B200"], spot=True))  # fmt: skip
+
+
 def truths(count: int, seed: int = 7) -> list[tuple[se.Scenario, Goal]]:
     rng = np.random.default_rng(seed)
     offers = [o for o in all_offers("snapshot") if o.capacity != "serverless"]
@@ -103,6 +128,8 @@ def truths(count: int, seed: int = 7) -> list[tuple[se.Scenario, Goal]]:
                  for g, p in shipped.items()}  # fmt: skip
     out.append((se.Scenario("named: slow loads", slow_disk, offers, "cold loads from disk at 1/5 the belief's rate"),
                 _goal(150, ["H200", "B200"], spot=True)))  # fmt: skip
+    out.append(noisy_near_bound(shipped, offers))
+    out.append(dearer_tp(shipped, offers))
     for i in range(count):
         truth = {g: perturbed(p, rng) for g, p in shipped.items()}
         spot = bool(rng.random() > 1 / 3)
