@@ -49,7 +49,7 @@ class CandidateKey(NamedTuple):
 
     @property
     def hardware(self) -> str:
-        """ "<shape>|<plan>": measurements of one plan on one GPU shape pool under it, whatever the offer."""
+        """The shape and the plan, "H200:8|tp8": measurements of one plan on one GPU shape pool, whatever the offer."""
         return f"{self.shape}|{self.plan}"
 
 
