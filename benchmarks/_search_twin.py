@@ -24,7 +24,6 @@ from worldtune.policies.search.lanes import MAX_LANES
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.models import get_model
 from worldtune.tools.words.offer import Offer
-from worldtune.tools.words.plan import Plan
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import anchor_workload
 
@@ -52,7 +51,7 @@ class Twin:
     def latency(self, cand: Candidate, steps: int) -> float:
         profile = self.scenario.truth[cand.gpu]
         wl = anchor_workload("cosmos3-super", steps=steps)
-        p = perf_model.predict(wl, Plan.parse(cand.plan), profile)
+        p = perf_model.predict(wl, cand.plan, profile)
         per_step, fixed = perf_model.noisy_parts(p, profile.noise_cv, self.rng)
         return fixed + steps * per_step + p.guardrail_s
 
@@ -66,13 +65,13 @@ class Twin:
     def deploy_seconds(self, cand: Candidate, node_held: bool = False) -> float:
         """Seconds before the first request as the twin serves them: on a node already held (the plan changed in
         place) a warm load of the plan; on a new node the offer's provisioning and a cold load of the plan."""
-        plan = Plan.parse(cand.plan)
+        plan = cand.plan
         load_s = perf_model.load_time_s(get_model("cosmos3-super"), self.scenario.truth[cand.gpu], not node_held, plan)
         return load_s if node_held else cand.offer.provision_s + load_s
 
     def full_latencies(self, cand: Candidate, n: int) -> tuple[list[float], float]:
         """n anchor clips spread over the replicas; wall seconds = rounds x the slowest clip of each round."""
-        replicas = Plan.parse(cand.plan).replicas
+        replicas = cand.plan.replicas
         latencies = [self.latency(cand, 35) for _ in range(n)]
         rounds = [latencies[i : i + replicas] for i in range(0, n, replicas)]
         return latencies, sum(max(r) for r in rounds)
