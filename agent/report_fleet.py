@@ -7,14 +7,19 @@ import html
 from pathlib import Path
 from typing import Any
 
+from worldtune.tools.deployments.capacity import CapacityPlan, FleetChoice
 
-def chosen_day(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(the chosen fleet's choice, its simulated day with a timeline), or None when there is none to draw."""
-    fleet = record.get("fleet") or {}
-    chosen = (fleet.get("capacity") or {}).get("chosen")
-    if not chosen or not chosen.get("day", {}).get("timeline"):
+
+def chosen_day(record: dict[str, Any]) -> tuple[CapacityPlan, FleetChoice] | None:
+    """(the fleet's capacity plan, its chosen fleet with a simulated day and timeline), read from the record's
+    fleet as words; None when there is none to draw."""
+    fleet = record.get("fleet")
+    if not isinstance(fleet, dict) or not fleet.get("capacity"):
         return None
-    return chosen, chosen["day"]
+    plan = CapacityPlan.model_validate(fleet["capacity"])
+    if plan.chosen is None or not plan.chosen.day.timeline:
+        return None
+    return plan, plan.chosen
 
 
 def write_fleet_day(record: dict[str, Any], path: Path) -> bool:
@@ -29,31 +34,30 @@ def write_fleet_day(record: dict[str, Any], path: Path) -> bool:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    chosen, day = found
-    cap = record["fleet"]["capacity"]
-    hours = [s["t_s"] / 3600 for s in day["timeline"]]
+    cap, chosen = found
+    day = chosen.day
+    hours = [s.t_s / 3600 for s in day.timeline]
     fig, (nodes, queue, latency) = plt.subplots(3, 1, figsize=(9, 7.5), dpi=110, sharex=True)
-    nodes.step(hours, [s["nodes"] for s in day["timeline"]], where="post", label="nodes billed", c="#1f77b4")
-    nodes.step(hours, [s["ready"] for s in day["timeline"]], where="post", label="nodes ready", c="#2ca02c", ls="--")
+    nodes.step(hours, [s.nodes for s in day.timeline], where="post", label="nodes billed", c="#1f77b4")
+    nodes.step(hours, [s.ready for s in day.timeline], where="post", label="nodes ready", c="#2ca02c", ls="--")
     nodes.set_ylabel("nodes")
     nodes.yaxis.set_major_locator(MaxNLocator(integer=True))
     nodes.legend(fontsize=8, loc="upper left")
-    queue.step(hours, [s["queued"] for s in day["timeline"]], where="post", c="#ff7f0e")
+    queue.step(hours, [s.queued for s in day.timeline], where="post", c="#ff7f0e")
     queue.set_ylabel("requests queued")
-    answers = day.get("answers") or []
+    answers = day.answers
     latency.scatter([a / 3600 for a, _ in answers], [e for _, e in answers], s=6, c="#555555", label="each request")
-    if cap.get("bound_s"):
-        latency.axhline(cap["bound_s"], ls="--", c="#d62828", lw=0.8, label=f"p{cap['percentile']} bound")
+    if cap.bound_s:
+        latency.axhline(cap.bound_s, ls="--", c="#d62828", lw=0.8, label=f"p{cap.percentile} bound")
     latency.set_ylabel("end to end (s)")
     latency.set_xlabel("hour of the simulated day")
     latency.legend(fontsize=8, loc="upper left")
     for ax in (nodes, queue, latency):
         ax.grid(alpha=0.3)
-    f = chosen["fleet"]
+    f, auto = chosen.fleet, chosen.fleet.autoscaler
     fig.suptitle(
-        f"SIMULATED day (seed {day['seed']}): {f['plan']} x{f['servers_per_node']}/node on {f['offer_id']} "
-        f"({f['capacity']}), {f['autoscaler']['policy']} {f['autoscaler']['min_replicas']}-"
-        f"{f['autoscaler']['max_replicas']}; ${day['cost_usd']:.2f}, {day['arrivals']} requests",
+        f"SIMULATED day (seed {day.seed}): {f.plan} x{f.servers_per_node}/node on {f.offer_id} ({f.capacity}), "
+        f"{auto.policy} {auto.min_replicas}-{auto.max_replicas}; ${day.cost_usd:.2f}, {day.arrivals} requests",
         fontsize=8,
     )
     fig.tight_layout()
