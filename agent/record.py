@@ -199,7 +199,7 @@ def _add_candidates_and_recommendation(summary: RunSummary, state: TuneState, se
         CandidateRow(
             key=c.key,
             gpu=c.gpu,
-            plan=str(c.plan),
+            plan=c.plan,
             offer=c.offer.id,
             capacity=c.capacity,
             usd_per_hour=c.offer.usd_per_hour,
@@ -224,7 +224,7 @@ def _add_candidates_and_recommendation(summary: RunSummary, state: TuneState, se
         summary.recommendation = Recommendation(
             key=best.key,
             gpu=best.gpu,
-            plan=str(best.plan),
+            plan=best.plan,
             replicas=best.replicas,
             replicas_per_node=best.replicas // best.nodes,
             nodes=best.nodes,

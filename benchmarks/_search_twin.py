@@ -104,12 +104,14 @@ def full_run_node_seconds(requests: int, lanes: int, latency_s: float, replicas:
 @dataclass(frozen=True)
 class Oracle:
     """What a search that knew the answer pays: one provisioning and one cold load per lane and the claim's run of
-    the true best plan (its true mean latency), in GPU-hours and modelled wall seconds."""
+    the true best plan (its true mean latency), in GPU-hours and modelled wall seconds; and the serial oracle's
+    GPU-hours beside it (the same run on one lane)."""
 
     key: str
     gpu_hours: float
     seconds: float
     lanes: int
+    serial_gpu_hours: float
 
 
 def oracle(scenario: Scenario, goal: Goal, requests: int, lanes: int = 1, aim_s: float | None = None) -> Oracle | None:
@@ -128,7 +130,9 @@ def oracle(scenario: Scenario, goal: Goal, requests: int, lanes: int = 1, aim_s:
         if aim_s is None or start + wall <= aim_s:
             break
     hours = best.offer.gpu_count * (n * start + node_s) / 3600
-    return Oracle(key=best.key, gpu_hours=hours, seconds=start + wall, lanes=n)
+    serial_s = start + full_run_node_seconds(requests, 1, best.latency_s, replicas)[1]
+    serial = best.offer.gpu_count * serial_s / 3600
+    return Oracle(key=best.key, gpu_hours=hours, seconds=start + wall, lanes=n, serial_gpu_hours=serial)
 
 
 @dataclass

@@ -86,10 +86,17 @@ def _as_truth(truth: Profile, cand: Candidate, state: SearchState) -> Candidate:
 
 
 def _measure(
-    truth: Profile, cand: Candidate, action: Action, state: SearchState, rng: np.random.Generator, start: float
+    truth: Profile,
+    cand: Candidate,
+    action: Action,
+    state: SearchState,
+    rng: np.random.Generator,
+    start: float,
+    true_cand: Candidate,
 ) -> tuple[Measurement, float, float]:
     """The simulated measurement of `action` started `start` seconds after the round began (provisioning, load):
-    its wall seconds and node-seconds (a full run over its lanes, stopped once decided: policies/search/lanes.py)."""
+    its wall seconds and node-seconds (a full run over its lanes, stopped once decided: policies/search/lanes.py).
+    `true_cand`: the candidate with the truth's starts (_as_truth), which its other lanes take."""
     if action.kind == "probe":
         points = [(s, _latency(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
@@ -107,7 +114,6 @@ def _measure(
     shares = action.lane_requests or [n]
     steps = state.goal.workload.steps
     latencies = [[_latency(truth, cand, steps, state, rng) for _ in range(k)] for k in shares]
-    true_cand = _as_truth(truth, cand, state)  # its other lanes start as the truth's nodes do
     starts = [start] + [first for first, _ in lanes.extra_starts(true_cand, len(shares), spare=state.spare_lanes)]
     kept, wall, node_s, decided = lanes.simulate(state, starts, latencies, cand.plan.replicas)
     m = Measurement(
@@ -140,7 +146,7 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
             true_cand = _as_truth(truth[cand.gpu], cand, s)  # starts billed as the truth's nodes take them
             on_held = not deployed and cand.offer.id in held
             start = start_seconds(true_cand, deployed, node_held=on_held)
-            m, seconds, node_s = _measure(truth[cand.gpu], cand, action, s, rng, start)
+            m, seconds, node_s = _measure(truth[cand.gpu], cand, action, s, rng, start, true_cand)
             if not deployed:  # the node's start, measured and believed, as agent/verify.py records it
                 m = m.model_copy(update={"start_s": start, "start_predicted_s": believed_start_s(cand, on_held)})
             if action.early_lanes:  # nodes launched with the probe: up after their start, billed until the run

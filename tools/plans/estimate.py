@@ -53,7 +53,7 @@ def check_plan(
     verdict = plan_rules.check(plan, workload, spec, profile, node_gpus, pool=pool)
     return PlanCheck(
         valid=verdict.valid,
-        plan=str(plan),
+        plan=plan,
         model=workload.model,
         gpu=spec.name,
         rule=verdict.rule,
@@ -78,9 +78,9 @@ def estimate_plan(
     """Validate `plan` and, if valid, predict latency, throughput, memory and cost per clip."""
     check = check_plan(workload, gpu, plan, profile, node_gpus, pool)
     shared = check.model_dump(
-        include={"valid", "rule", "alternative", "model", "gpu", "plan", "gpus", "world_size", "replicas"}
+        include={"valid", "rule", "alternative", "model", "gpu", "gpus", "world_size", "replicas"}
     )
-    base = Estimate(**shared, reason=check.message, steps=workload.steps, profile_source=profile.source)
+    base = Estimate(**shared, plan=plan, reason=check.message, steps=workload.steps, profile_source=profile.source)
     if not check.valid:
         return base
     p = perf_model.predict(workload, plan, profile)
