@@ -84,7 +84,14 @@ def deploy(
         k8s = K8sOptions(namespace=namespace, **({"image": image} if image else {}))
         if dry_run:  # the real deploy's quote and guardrails (own GPUs are not free; the caps), checked here too
             spend = quote(
-                "deploy", gpu, plan, infra=infra, capacity=capacity, model=model, hours=hours, usd_per_hour=usd_per_hour
+                "deploy",
+                gpu,
+                deployment.plan,
+                infra=infra,
+                capacity=capacity,
+                model=model,
+                hours=hours,
+                usd_per_hour=usd_per_hour,
             )
             existing = resolve_db_path(db)
             # against what is live in the database, if there is one: a dry run creates no database

@@ -69,7 +69,7 @@ def benchmark_spec(
 
     endpoints = ready_endpoints(deployment)
     expected = predict(
-        model=deployment.model, gpu=deployment.gpu, plan=str(deployment.plan), steps=steps, workload=workload
+        model=deployment.model, gpu=deployment.gpu, plan=deployment.plan, steps=steps, workload=workload
     ).latency_s
     if api == "auto":
         queue = math.ceil(max(concurrency, default=1) / max(1, len(endpoints)))  # clients spread over replicas

@@ -92,7 +92,7 @@ def quote_deploy(request: DeployRequest, store: Store | None = None, action: str
     spend = quote(
         action,
         inputs.gpu.name,
-        str(inputs.plan),
+        inputs.plan,
         infra=str(inputs.infra),
         capacity=r.capacity,
         model=inputs.model.key,

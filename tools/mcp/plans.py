@@ -40,16 +40,10 @@ def validate_plan(
     breaks with the values, and `alternative` names a nearby plan that is valid.
     """
     session = session_of(ctx)
-    from worldtune.tools.plans.estimate import check_plan, resolve_profile
-    from worldtune.tools.words.gpus import get_gpu
-    from worldtune.tools.words.plan import Plan
-    from worldtune.tools.words.workload import anchor_workload
+    from worldtune.tools.plans.estimate import validate
 
     with refusals():
-        spec = get_gpu(gpu)
-        workload = anchor_workload(model) if steps is None else anchor_workload(model, steps=steps)
-        truth = resolve_profile(spec.name, allowed_profile(session, profile))
-        return check_plan(workload, spec.name, Plan.parse(plan), truth, gpus)
+        return validate(plan, model, gpu, gpus, steps, allowed_profile(session, profile))
 
 
 @tool("Estimate one plan", READ_ONLY)

@@ -27,6 +27,7 @@ __all__ = [
     "estimate_plan",
     "list_plans",
     "resolve_profile",
+    "validate",
 ]
 
 
@@ -114,20 +115,41 @@ def estimate_plan(
     )
 
 
+def _workload(model: str, steps: int | None, workload: Workload | None = None) -> Workload:
+    wl = workload or anchor_workload(model)
+    return wl if steps is None else wl.with_changes(steps=steps)
+
+
 def estimate(
     model: str = "cosmos3-super",
     gpu: str = "H200",
-    plan: str = "cfg2-u4-hsdp8",
+    plan: str | Plan = "cfg2-u4-hsdp8",
     steps: int | None = None,
     profile_path: str | None = None,
     capacity: str = "on-demand",
     workload: Workload | None = None,
 ) -> Estimate:
-    """Predict one plan on the anchor workload (or the given one) with the calibrated (or given) profile."""
-    wl = workload or anchor_workload(model)
-    if steps is not None:
-        wl = wl.with_changes(steps=steps)
-    return estimate_plan(wl, gpu, Plan.parse(plan), resolve_profile(gpu, profile_path), [capacity])
+    """Predict one plan on the anchor workload (or the given one) with the calibrated (or given) profile.
+
+    With `validate`, the entry the CLI's and MCP's plan strings come in by: they are read into a Plan here, once."""
+    return estimate_plan(
+        _workload(model, steps, workload), gpu, Plan.parse(plan), resolve_profile(gpu, profile_path), [capacity]
+    )
+
+
+def validate(
+    plan: str | Plan,
+    model: str = "cosmos3-super",
+    gpu: str = "H200",
+    node_gpus: int | None = None,
+    steps: int | None = None,
+    profile_path: str | None = None,
+) -> PlanCheck:
+    """Whether vLLM-Omni would take the plan for the anchor workload on the GPU (check_plan, from a plan string)."""
+    spec = get_gpu(gpu)
+    workload = _workload(model, steps)
+    truth = resolve_profile(spec.name, profile_path)
+    return check_plan(workload, spec.name, Plan.parse(plan), truth, node_gpus)
 
 
 def list_plans(

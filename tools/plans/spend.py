@@ -197,7 +197,7 @@ def check_hold_hours(hours: Any) -> float:
 def quote(
     action: str,
     gpu: str,
-    plan: str,
+    plan: Plan,
     infra: str = "local",
     capacity: str = "on-demand",
     model: str = "cosmos3-super",
@@ -221,17 +221,16 @@ def quote(
         raise InvalidInput("capacity", capacity, f"one of {', '.join(CAPACITIES)}")
     hold = check_hold_hours(hours)
     spec = get_gpu(gpu)
-    parsed = Plan.parse(plan)
     load_s = load_time_s(get_model(model), resolve_profile(spec.name))
-    offer, price, source = _price(where, spec.name, parsed, capacity, usd_per_hour)
+    offer, price, source = _price(where, spec.name, plan, capacity, usd_per_hour)
     provision_s = offer.provision_s if offer else 0.0
     expected_hours = (provision_s + load_s) / 3600.0 + hold
     return SpendQuote(
         action=action,
         model=get_model(model).key,
         gpu=spec.name,
-        plan=parsed,
-        gpus=parsed.gpus,
+        plan=plan,
+        gpus=plan.gpus,
         infra=str(where),
         capacity=capacity,
         offer=offer,

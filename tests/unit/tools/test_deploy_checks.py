@@ -22,6 +22,7 @@ from worldtune.tools.plans.spend import quote
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.plan import Plan
 
 WORLDTUNE = str(Path(sys.executable).parent / "worldtune")
 BASE = {"gpu": "H200", "plan": "cfg2-u4-hsdp8", "model": "cosmos3-super", "engine": "twin", "capacity": "on-demand"}
@@ -144,11 +145,11 @@ def test_serverless_rents_one_replica_s_node_and_is_quoted_at_its_peak() -> None
     """SkyServe runs each replica on its own node of world_size GPUs (up to plan.replicas of them): the dry run's
     offer and the quote's are that node, and the quote counts every replica's node up at once."""
     dry = build_deployment("H200", "8x1gpu", infra="nebius", capacity="serverless")
-    spend = quote("deploy", "H200", "8x1gpu", infra="nebius", capacity="serverless")
+    spend = quote("deploy", "H200", Plan.parse("8x1gpu"), infra="nebius", capacity="serverless")
     assert dry.offer is not None and spend.offer is not None
     assert dry.offer.gpu_count == spend.offer.gpu_count == 1 and dry.offer.id == spend.offer.id
     assert spend.usd_per_hour == pytest.approx(8 * spend.offer.usd_per_hour) == dry.usd_per_hour
-    on_demand = quote("deploy", "H200", "8x1gpu", infra="nebius", capacity="on-demand")
+    on_demand = quote("deploy", "H200", Plan.parse("8x1gpu"), infra="nebius", capacity="on-demand")
     assert on_demand.offer is not None and on_demand.offer.gpu_count == 8
     assert on_demand.usd_per_hour == on_demand.offer.usd_per_hour
 

@@ -25,6 +25,7 @@ from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.infra import Infra
+from worldtune.tools.words.plan import Plan
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +69,7 @@ def test_infra_is_parsed_once_and_malformed_forms_are_refused() -> None:
 
 
 def test_a_cloud_region_is_priced_and_the_price_is_stored(store: Store) -> None:
-    q = quote("deploy", "H200", "cfg2-u4-hsdp8", infra="nebius/eu-north1", hours=1.0)
+    q = quote("deploy", "H200", Plan.parse("cfg2-u4-hsdp8"), infra="nebius/eu-north1", hours=1.0)
     assert q.offer is not None and q.offer.region == "eu-north1" and q.usd_per_hour == 28.0
     dep = deploying.deploy(
         DeployRequest(gpu="H200", plan="cfg2-u4-hsdp8", infra="nebius/eu-north1", engine="vllm-omni", hours=1.0),
@@ -121,15 +122,17 @@ def test_the_hours_asked_are_what_is_counted_and_bounded(store: Store) -> None:
 def test_own_clusters_are_not_free_unless_someone_says_so(store: Store, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     with pytest.raises(InvalidInput, match=r"usd_per_hour=None is not valid: a price per node-hour for slurm/gpus"):
-        quote("deploy", "H200", "tp8", infra="slurm/gpus")
+        quote("deploy", "H200", Plan.parse("tp8"), infra="slurm/gpus")
     with pytest.raises(InvalidInput, match="usd_per_hour=None"):
-        quote("deploy", "H200", "tp8", infra="kubernetes")
-    assert quote("deploy", "H200", "tp8", infra="slurm/gpus", usd_per_hour=40.0).expected_usd > 40
-    assert quote("deploy", "H200", "tp8", infra="slurm/worldtune-local").usd_per_hour == 0.0  # shipped: this machine
+        quote("deploy", "H200", Plan.parse("tp8"), infra="kubernetes")
+    assert quote("deploy", "H200", Plan.parse("tp8"), infra="slurm/gpus", usd_per_hour=40.0).expected_usd > 40
+    assert (
+        quote("deploy", "H200", Plan.parse("tp8"), infra="slurm/worldtune-local").usd_per_hour == 0.0
+    )  # shipped: this machine
     rails = tmp_path / "rails.yaml"
     rails.write_text("own_usd_per_hour: {kubernetes: 20.0}\n")
     monkeypatch.setenv(GUARDRAILS_ENV, str(rails))
-    assert quote("deploy", "H200", "tp8", infra="kubernetes").usd_per_hour == 20.0
+    assert quote("deploy", "H200", Plan.parse("tp8"), infra="kubernetes").usd_per_hour == 20.0
 
 
 def test_concurrent_deploys_cannot_both_pass_the_cap(store: Store) -> None:
@@ -187,7 +190,7 @@ def test_goal_text_budget_is_checked_like_the_argument() -> None:
 
 def test_check_commitment_counts_what_is_live_not_only_what_was_billed() -> None:
     live = Deployment(gpu="H200", plan="tp8", state="ready", usd_per_hour=28.0, committed_usd=280.0, run_id="r")
-    q = quote("deploy", "H200", "cfg2-u4-hsdp8", infra="nebius", hours=1.0)
+    q = quote("deploy", "H200", Plan.parse("cfg2-u4-hsdp8"), infra="nebius", hours=1.0)
     with pytest.raises(InvalidInput, match="run_usd"):
         check_commitment(q, [live], "r")  # billed so far is ~$0; asked for is $280
     check_commitment(q, [live.model_copy(update={"state": "terminated", "terminated_at": live.created_at})], "r")

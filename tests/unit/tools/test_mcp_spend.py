@@ -17,6 +17,7 @@ from worldtune.tools.plans.spend import (
 )
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
+from worldtune.tools.words.plan import Plan
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +53,7 @@ def test_bad_override_names_the_key(tmp_path: Path) -> None:
 
 
 def test_quote_counts_provisioning_load_and_hours() -> None:
-    q = quote("deploy", "H200", "cfg2-u4-hsdp8", infra="nebius", capacity="spot", hours=2.0)
+    q = quote("deploy", "H200", Plan.parse("cfg2-u4-hsdp8"), infra="nebius", capacity="spot", hours=2.0)
     assert q.offer is not None and q.offer.infra == "nebius" and q.offer.capacity == "spot"
     assert q.offer.gpu_count >= 8
     assert q.load_s > 0 and q.provision_s > 0
@@ -61,7 +62,7 @@ def test_quote_counts_provisioning_load_and_hours() -> None:
 
 
 def test_local_costs_nothing_and_twin_needs_no_confirmation() -> None:
-    q = quote("deploy", "H200", "1gpu", infra="local")
+    q = quote("deploy", "H200", Plan.parse("1gpu"), infra="local")
     assert q.usd_per_hour == 0 and q.expected_usd == 0 and q.offer is None
     assert not needs_confirmation("local", "twin")
     assert needs_confirmation("local", "vllm-omni") and needs_confirmation("nebius", "twin")
@@ -69,23 +70,23 @@ def test_local_costs_nothing_and_twin_needs_no_confirmation() -> None:
 
 def test_quote_refuses_an_infra_without_that_shape() -> None:
     with pytest.raises(InvalidInput, match=r"infra='lambda'.*1xH200"):
-        quote("deploy", "H200", "1gpu", infra="lambda")
+        quote("deploy", "H200", Plan.parse("1gpu"), infra="lambda")
 
 
 def test_check_refuses_naming_field_value_and_limit(tmp_path: Path) -> None:
     rails_file = tmp_path / "rails.yaml"
     rails_file.write_text("max_usd_per_action: 10\nmax_usd_per_run: 40\nallowed_capacities: [spot]\n")
     rails = load_guardrails(rails_file)
-    spot = quote("deploy", "H200", "1gpu", infra="nebius", capacity="spot", hours=1.0)
+    spot = quote("deploy", "H200", Plan.parse("1gpu"), infra="nebius", capacity="spot", hours=1.0)
     check_spend(spot, rails)  # about $1.6: allowed
     with pytest.raises(InvalidInput, match=r"expected_usd=.*max_usd_per_action=10"):
-        check_spend(quote("deploy", "H200", "1gpu", infra="nebius", capacity="spot", hours=7.0), rails)
+        check_spend(quote("deploy", "H200", Plan.parse("1gpu"), infra="nebius", capacity="spot", hours=7.0), rails)
     with pytest.raises(InvalidInput, match=r"capacity='on-demand'.*allowed_capacities: spot"):
-        check_spend(quote("deploy", "H200", "1gpu", infra="nebius", capacity="on-demand"), rails)
+        check_spend(quote("deploy", "H200", Plan.parse("1gpu"), infra="nebius", capacity="on-demand"), rails)
     with pytest.raises(InvalidInput, match=r"run_usd=.*max_usd_per_run=40.*already committed 39"):
         check_spend(spot, rails, spent_usd=39.0)
     with pytest.raises(InvalidInput, match=r"hours=9.*max_hours_per_action"):
-        check_spend(quote("deploy", "H200", "1gpu", infra="nebius", capacity="spot", hours=9.0), rails)
+        check_spend(quote("deploy", "H200", Plan.parse("1gpu"), infra="nebius", capacity="spot", hours=9.0), rails)
 
 
 def test_run_spent_adds_price_times_hours_up() -> None:
