@@ -3,7 +3,7 @@ server and its session (an IDE closing its stdio server escalates to SIGTERM and
 
     python -m worldtune.agent.detached RUN_ID OPTIONS_JSON GOAL_TEXT
 
-The run was recorded before this process started (tools/results/tuning_jobs.py). The process takes it over (MCP
+The run was recorded before this process started (tools/runs/tuning_jobs.py). The process takes it over (MCP
 mark_run running: it owns and heartbeats the run from now on) before the graph starts; SIGTERM, SIGHUP and
 SIGINT stop it like Ctrl-C (torn down, recorded interrupted); an error is recorded failed (MCP mark_run), where
 get_tuning reads it; if it dies otherwise, `worldtune gc` tears down what it left.
@@ -17,8 +17,8 @@ from typing import Any
 
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.runner import tune
-from worldtune.agent.stopping import RunStopped
-from worldtune.tools.results.run_records import RunMark
+from worldtune.tools.runs.run_records import RunMark
+from worldtune.tools.runs.stopping import RunStopped
 
 
 async def _mark(options: TuneOptions, run_id: str, status: RunMark, summary: dict[str, Any] | None = None) -> None:

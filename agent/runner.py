@@ -1,6 +1,6 @@
 """Running the graph: start a tuning run, resume it, ask how it goes; with SQLite checkpoints and cleanup.
 
-`tune()` blocks (the CLI); for the MCP server's job pattern (tools/results/tuning_jobs.py records each run and asks
+`tune()` blocks (the CLI); for the MCP server's job pattern (tools/runs/tuning_jobs.py records each run and asks
 agent/tuner.py), `prepare()` reads a goal, `run_in_thread()` / `spawn_detached()` run a recorded run, and
 `progress_of()` says what a run's checkpoint holds. The runner reaches the results database only through the
 MCP tools (record_run / mark_run in the graph's nodes, list_deployments / teardown in the cleanup).
@@ -24,8 +24,8 @@ from worldtune.agent.configuration import Context, TuneOptions
 from worldtune.agent.events import CleanupFailed, Events, GoalRead, RecordFailed, Resumed, TornDown, tell
 from worldtune.agent.goal_reader import ParsedGoal
 from worldtune.agent.record import check_options, first_state, goal_for
-from worldtune.agent.stopping import CONTROLS, RunControl, RunStopped, catch_signals, stop_tuning
 from worldtune.agent.tools import Tools
+from worldtune.tools.runs.stopping import CONTROLS, RunControl, RunStopped, catch_signals, stop_tuning
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.run_summary import RunOutcome, RunSummary
 from worldtune.tools.words.tuning import Failed
@@ -190,7 +190,7 @@ def resume(
     return asyncio.run(_drive(run_id, graph_input, options, progress, resuming=True))
 
 
-# ---- the job pattern for the MCP server (tools/results/tuning_jobs.py records the runs) ------------------------
+# ---- the job pattern for the MCP server (tools/runs/tuning_jobs.py records the runs) ------------------------
 _THREADS: dict[str, threading.Thread] = {}
 _ERRORS: dict[str, str] = {}
 

@@ -337,7 +337,7 @@ def _provision_s(options: TuneOptions, cand: Candidate, replanned: bool) -> floa
 def lease_hours(action: Action, options: TuneOptions, cap_s: float) -> float:
     """The hours a deployment (or a replanned node) is asked for: this action's modelled seconds with half again
     as margin, at least --hold-hours, at most its share of the budget: on SkyPilot they are the cluster's hard
-    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/deployments/lease.py): the
+    autodown, so fewer would cut a long full run short. The twin's lease is wall time (tools/runs/lease.py): the
     modelled seconds are divided by its time scale."""
     scale = options.time_scale if options.twin else 1.0
     hours = max(options.hold_hours, 1.5 * action.expected_s / scale / 3600.0)

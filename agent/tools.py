@@ -23,7 +23,7 @@ from worldtune.tools.mcp.offers import OfferList
 from worldtune.tools.mcp.replan import ReplanOutcome
 from worldtune.tools.mcp.results import ResultRecord
 from worldtune.tools.results.compare import ResultList
-from worldtune.tools.results.run_records import RunMark, RunRecord
+from worldtune.tools.runs.run_records import RunMark, RunRecord
 from worldtune.tools.words.bench_spec import BenchmarkStatus
 from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.deployment import Deployment
@@ -185,7 +185,7 @@ def typed(tools: Tools | ToolCaller) -> Tools:
 
 
 HEARTBEAT_S = 2.0  # how often, at most, a remote run's client says it is there (4 beats per grace if shorter);
-# the server holds the run's starts after 2.5 missed beats (tools/results/run_heartbeat.py CLIENT_BEAT_S)
+# the server holds the run's starts after 2.5 missed beats (tools/runs/run_heartbeat.py CLIENT_BEAT_S)
 
 
 async def _heartbeat(tools: Tools, run_id: str, every_s: float) -> None:

@@ -1,6 +1,6 @@
 """The agent as the MCP server's Tuner (tools/words/tuning.py): cheap to import, the graph loads on first use.
 
-tools/results/tuning_jobs.py records each run (before it starts, and its failure) and asks this Tuner to read the goal,
+tools/runs/tuning_jobs.py records each run (before it starts, and its failure) and asks this Tuner to read the goal,
 run the graph and say what the run's checkpoint holds; the agent opens no database of its own.
 """
 

@@ -121,7 +121,7 @@ def gc(db: Path, cli: bool = False) -> int:
     """`worldtune gc --yes` (the command, or the same capability in this process, a few seconds cheaper);
     returns how many things it tore down."""
     if not cli:
-        from worldtune.tools.deployments.garbage import collect_garbage, garbage
+        from worldtune.tools.runs.garbage import collect_garbage, garbage
         from worldtune.tools.store.database import Store
 
         store = Store(db)

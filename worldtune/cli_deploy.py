@@ -211,9 +211,9 @@ def gc(
     as_json: JsonOpt = False,
 ) -> None:
     """Tear down everything whose owner (a run, or the command that deployed it) no longer heartbeats, and every
-    deployment whose paid hours (`--hours`, MCP `hours`) have run out (tools/deployments/lease.py)."""
-    from worldtune.tools.deployments import lease
-    from worldtune.tools.deployments.garbage import collect_garbage, dead_runs, garbage
+    deployment whose paid hours (`--hours`, MCP `hours`) have run out (tools/runs/lease.py)."""
+    from worldtune.tools.runs import lease
+    from worldtune.tools.runs.garbage import collect_garbage, dead_runs, garbage
     from worldtune.tools.store.database import Store
 
     store = Store(db)

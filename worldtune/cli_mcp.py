@@ -7,7 +7,7 @@ Nothing is printed on stdout in stdio mode: stdout is the protocol.
 Tuning runs started over MCP end with the session: when the stdio client disconnects (stdin closes),
 or the server gets SIGTERM, SIGHUP or Ctrl-C, it stops every run it drives, waits for their teardown,
 then exits. A run started with detach=true is a process of its own and goes on. On both transports a run
-also ends when its client's heartbeat stops for longer than its grace (tools/results/run_heartbeat.py).
+also ends when its client's heartbeat stops for longer than its grace (tools/runs/run_heartbeat.py).
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ def serve(
     if not 1 <= port <= 65535:
         raise InvalidInput("port", port, "1 to 65535")
     from worldtune.agent.tuner import AgentTuner
-    from worldtune.tools.deployments.lease import Sweeper
     from worldtune.tools.mcp.server import build_server
-    from worldtune.tools.results import run_heartbeat
+    from worldtune.tools.runs import run_heartbeat
+    from worldtune.tools.runs.lease import Sweeper
 
     if run_grace_s is not None:  # the server's default grace for the runs its clients start
         os.environ[run_heartbeat.GRACE_ENV] = str(run_heartbeat.check_grace(run_grace_s))
@@ -138,7 +138,7 @@ def _session(tuner: Any, db: str | None = None) -> Iterator[None]:
     except KeyboardInterrupt:
         pass  # a signal ends the session like a closed stdin
     finally:
-        from worldtune.tools.results import run_heartbeat
+        from worldtune.tools.runs import run_heartbeat
         from worldtune.tools.store.database import Store
 
         try:  # stdio has one client, bound as "client": its runs are due now

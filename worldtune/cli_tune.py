@@ -243,7 +243,7 @@ def tune(
 
 def _release(run_id: str, db: str | None) -> None:
     """Resuming a run its MCP client left (abandoned) takes it over: its starts are no longer refused."""
-    from worldtune.tools.results import run_heartbeat
+    from worldtune.tools.runs import run_heartbeat
     from worldtune.tools.store.database import Store
 
     store = Store(db)
@@ -270,7 +270,7 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> RunOutcome:
     """Run the agent (asking on a terminal when it waits for approval), then plan the fleet for a traffic goal."""
     from worldtune.agent.runner import resume as run_resume
     from worldtune.agent.runner import tune as run_tune
-    from worldtune.agent.stopping import RunStopped
+    from worldtune.tools.runs.stopping import RunStopped
 
     db = options.db_path
     try:
@@ -315,7 +315,7 @@ def resume(
     """Continue a run that crashed, was killed or waits for approval, without repeating finished measurements."""
     need_extra("worldtune resume", "langgraph", "agent", as_json)
     from worldtune.agent.runner import resume as run_resume
-    from worldtune.agent.stopping import RunStopped
+    from worldtune.tools.runs.stopping import RunStopped
 
     approve = True if yes else (False if no else None)
     try:

@@ -1,4 +1,4 @@
-"""The hours paid for, enforced on local twins (and by the same code on Kubernetes): tools/deployments/lease.py.
+"""The hours paid for, enforced on local twins (and by the same code on Kubernetes): tools/runs/lease.py.
 
 A deployment with `hours` is torn down once they have run out after it was ready or after its last benchmark,
 never while a benchmark measures it: by `lease.expire` (what `worldtune gc` and the MCP server's sweep call),
@@ -23,7 +23,7 @@ from mcp_cases import TWIN, cleanup, ok
 from worldtune.tools.backends.local import _alive
 from worldtune.tools.bench import lock as benchmark_lock
 from worldtune.tools.deployments import deploy as deploying
-from worldtune.tools.deployments import lease
+from worldtune.tools.runs import lease
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.deploy_request import DeployRequest
 from worldtune.tools.words.errors import InvalidInput

@@ -1,5 +1,5 @@
 """Rehearsals that differ from the agent's belief, verification in parallel (Send), and the job API the MCP
-server uses (tools/results/tuning_jobs.py over the agent's Tuner): real twin processes, real MCP tools, real SQLite."""
+server uses (tools/runs/tuning_jobs.py over the agent's Tuner): real twin processes, real MCP tools, real SQLite."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from worldtune.agent.goal_parser import GoalQuestion
 from worldtune.agent.tuner import AgentTuner
 from worldtune.policies.calibration import shipped_profile
-from worldtune.tools.results.tuning_jobs import start_tuning, tuning_status
+from worldtune.tools.runs.tuning_jobs import start_tuning, tuning_status
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.tuning import TuningRequest
 
@@ -67,7 +67,7 @@ def test_parallel_verification_uses_several_deployments_at_once(tmp_path: Path) 
 
 
 def test_start_tuning_returns_at_once_and_get_tuning_follows_it(tmp_path: Path) -> None:
-    """The tuning-jobs capability (tools/results/tuning_jobs.py) over the agent's Tuner, as the MCP tools call it."""
+    """The tuning-jobs capability (tools/runs/tuning_jobs.py) over the agent's Tuner, as the MCP tools call it."""
     store, tuner = Store(tmp_path / "wt.db"), AgentTuner()
     request = TuningRequest(infra="local", engine="twin", twin_profile=None, time_scale=300.0, budget_usd=None,
                             max_iterations=30, yes=True, db_path=str(store.path))  # fmt: skip

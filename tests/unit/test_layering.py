@@ -108,7 +108,7 @@ def test_the_agent_imports_tools_and_the_search_policy() -> None:
 # Issue 16 item 5: the agent reaches the world and the database only through the MCP tools. No agent module opens
 # the results database (tools/store/database.py and its record families, tools/store/*.py): a run's record, its fleet
 # rehearsal's twins and samples and the report's data go through the MCP tools and the capabilities behind them
-# (tools/results/tuning_jobs.py, tools/results/run_records.py, tools/deployments/fleet_rehearsal.py,
+# (tools/runs/tuning_jobs.py, tools/runs/run_records.py, tools/deployments/fleet_rehearsal.py,
 # tools/results/report_data.py).
 def agent_modules_opening_the_database() -> list[str]:
     return sorted(
@@ -266,7 +266,8 @@ TOOLS_ROOM_MAY_IMPORT: dict[str, set[str]] = {
     "results": {"words", "policies", "sky", "store", "deployments"},
     "bench": {"words", "policies", "plans", "store", "twin", "results", "backends", "deployments"},
     "deployments": {"words", "policies", "sky", "plans", "store", "bench", "backends"},
-    "mcp": {"words", "policies", "plans", "store", "twin", "backends", "results", "bench", "deployments"},
+    "runs": {"words", "sky", "store", "bench", "deployments"},
+    "mcp": {"words", "policies", "plans", "store", "twin", "backends", "results", "bench", "deployments", "runs"},
 }
 
 
@@ -349,8 +350,10 @@ def test_no_module_reaches_into_another_modules_private_names() -> None:
 
 
 def test_the_private_name_check_finds_a_reach() -> None:
-    source = "from worldtune.sky import backend\nfrom worldtune.agent.stopping import _Control\nbackend._get_within()\n"
+    source = (
+        "from worldtune.sky import backend\nfrom worldtune.tools.runs.stopping import _Control\nbackend._get_within()\n"
+    )
     assert private_reaches(ast.parse(source)) == [
-        "line 2: from worldtune.agent.stopping import _Control",
+        "line 2: from worldtune.tools.runs.stopping import _Control",
         "line 3: backend._get_within",
     ]

@@ -2,7 +2,7 @@
 
 A middleware on the server (the SDK's `MCPServer.middleware`, registered by tools/mcp/server.py) sees every
 `tools/call` before it runs. One that carries `run_id` stamps the run's heartbeat when it comes from the
-session the run is bound to (tools/results/run_heartbeat.py), and keeps stamping while the call lasts (get_tuning may
+session the run is bound to (tools/runs/run_heartbeat.py), and keeps stamping while the call lasts (get_tuning may
 wait 600 s); one that would start something for an abandoned run is refused with the reason. The session's
 end is the SDK's per-connection teardown (`Connection.exit_stack`, unwound when a stdio client closes stdin or
 an HTTP session is deleted, times out or breaks): binding a run pushes a callback there that marks the
@@ -69,7 +69,7 @@ def hook_session_end(connection: Any, session: Session) -> None:
     key = session_key(connection)
 
     async def ended() -> None:
-        from worldtune.tools.results import run_heartbeat
+        from worldtune.tools.runs import run_heartbeat
 
         await anyio.to_thread.run_sync(lambda: run_heartbeat.session_ended(session.store, key))
 
@@ -85,7 +85,7 @@ def _refusal(text: str) -> CallToolResult:
 async def _wait_while_missing(store: Any, run_id: str) -> str | None:
     """Wait while the run's client has missed its heartbeat; the abandonment's reason if the run is abandoned
     meanwhile (the sweep decides that at the grace), else None once the client is back."""
-    from worldtune.tools.results import run_heartbeat
+    from worldtune.tools.runs import run_heartbeat
 
     said = False
     while True:
@@ -118,7 +118,7 @@ class RunClients:
         run_id = arguments.get("run_id") if isinstance(arguments, dict) else None
         if not isinstance(run_id, str) or not run_id:
             return await call_next(ctx)
-        from worldtune.tools.results import run_heartbeat
+        from worldtune.tools.runs import run_heartbeat
 
         store = self.session.store
         reason = await anyio.to_thread.run_sync(lambda: run_heartbeat.abandoned_reason(store, run_id))

@@ -1,4 +1,4 @@
-"""The MCP tool heartbeat_run: a client says it is still there for a run it started (tools/results/run_heartbeat.py).
+"""The MCP tool heartbeat_run: a client says it is still there for a run it started (tools/runs/run_heartbeat.py).
 
 The first call from a session binds the run to it (with its grace, or detached with hold_hours); every later
 call, and every tool call carrying the run's id from that session (tools/mcp/client_hooks.py), is a heartbeat.
@@ -56,7 +56,7 @@ def bind_here(
 ) -> RunClient:
     """Bind `run_id` to the MCP session of this call (its end then abandons the run unless detached)."""
     from worldtune.tools.mcp.client_hooks import connection_of, hook_session_end, session_key
-    from worldtune.tools.results import run_heartbeat
+    from worldtune.tools.runs import run_heartbeat
 
     connection = connection_of(ctx.request_context.session)
     with refusals():
@@ -87,7 +87,7 @@ def heartbeat_run(
     or when this session ends, the server stops the run, tears down what it started and marks it abandoned
     (samples kept), unless it is detached. Any tool call carrying the run's id from this session counts too."""
     from worldtune.tools.mcp.client_hooks import connection_of, session_key
-    from worldtune.tools.results import run_heartbeat
+    from worldtune.tools.runs import run_heartbeat
 
     session = session_of(ctx)
     row = run_heartbeat.get(session.store, run_id) or {}

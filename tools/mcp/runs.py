@@ -1,4 +1,4 @@
-"""The MCP tools over a tuning run's record: record_run, mark_run, record_fleet (tools/results/run_records.py).
+"""The MCP tools over a tuning run's record: record_run, mark_run, record_fleet (tools/runs/run_records.py).
 
 The agent's graph writes its run's record through these, so the record lives with the server it drives.
 """
@@ -12,8 +12,8 @@ from pydantic import Field
 
 from worldtune.tools.mcp.common import RECORDS, refusals, tool
 from worldtune.tools.mcp.session import session_of
-from worldtune.tools.results import run_records
-from worldtune.tools.results.run_records import RunMark, RunRecord
+from worldtune.tools.runs import run_records
+from worldtune.tools.runs.run_records import RunMark, RunRecord
 
 RunIdArg = Annotated[str, Field(min_length=1, max_length=100, description="the run's id (its checkpoint thread id)")]
 

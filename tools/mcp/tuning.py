@@ -1,6 +1,6 @@
 """The MCP tools over tuning runs: start_tuning, get_tuning, approve_tuning.
 
-Thin wrappers over the tuning-jobs capability (tools/results/tuning_jobs.py), which records each run and runs it on
+Thin wrappers over the tuning-jobs capability (tools/runs/tuning_jobs.py), which records each run and runs it on
 the Tuner the server is built with (build_server(tuner=AgentTuner())), so tools/ never imports the agent.
 """
 
@@ -62,7 +62,7 @@ def tuner(session: Session) -> Tuner:
 
 def tuning_status(session: Session, run_id: str) -> TuningStatus:
     """A run's status from its record and its Tuner, typed."""
-    from worldtune.tools.results import tuning_jobs
+    from worldtune.tools.runs import tuning_jobs
 
     with refusals():
         driver = tuner(session)  # refused before the database is opened on a server built without the agent
@@ -119,7 +119,7 @@ def start_tuning(
     """
     session = session_of(ctx)
     from worldtune.tools.plans.spend import needs_confirmation
-    from worldtune.tools.results import run_heartbeat, tuning_jobs
+    from worldtune.tools.runs import run_heartbeat, tuning_jobs
     from worldtune.tools.words.traffic import goal_traces
     from worldtune.tools.words.tuning import TuningRequest
 
@@ -178,7 +178,7 @@ def approve_tuning(
     current = tuning_status(session, run_id)
     if not current.waiting_for_approval:
         raise ToolError(f"run_id={run_id!r} is not valid: it is {current.status}, not waiting for approval")
-    from worldtune.tools.results import tuning_jobs
+    from worldtune.tools.runs import tuning_jobs
 
     with refusals():
         tuning_jobs.resume_tuning(session.store, tuner(session), run_id, approve, session.db_path)

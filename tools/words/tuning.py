@@ -5,7 +5,7 @@ Dependencies point one way (agent -> tools), yet the server offers start_tuning,
 approve_tuning. Whoever builds the server and knows the agent (`worldtune mcp`, the agent's own
 in-process client) passes a Tuner; a server built without one refuses those three tools. The record of a
 run (opened before it starts, its failure, where it stands) is kept by the tuning-jobs capability
-(tools/results/tuning_jobs.py): the Tuner only parses goals, runs the graph and says what its checkpoints hold.
+(tools/runs/tuning_jobs.py): the Tuner only parses goals, runs the graph and says what its checkpoints hold.
 
 A run started over MCP belongs to the session that started it: when the session ends, the server calls
 `session_ended` and the run stops and tears down what it started, unless it was started with
@@ -53,7 +53,7 @@ Failed = Callable[[str], None]  # records the error that ended a run driven in t
 
 
 class Tuner(Protocol):
-    """Prepares, runs, follows and resumes tuning runs; tools/results/tuning_jobs.py records them."""
+    """Prepares, runs, follows and resumes tuning runs; tools/runs/tuning_jobs.py records them."""
 
     def prepare(self, goal: str, request: TuningRequest) -> TuningJob:
         """Read the goal (an ambiguous one raises) and check the request; nothing is recorded or started."""
@@ -76,7 +76,7 @@ class Tuner(Protocol):
 
     def stop_run(self, run_id: str, reason: str) -> bool:
         """Stop one run driven in this process at its next safe point and wait for its teardown; False when no
-        thread of this process drives it (tools/results/run_heartbeat.py abandons runs whose client is gone)."""
+        thread of this process drives it (tools/runs/run_heartbeat.py abandons runs whose client is gone)."""
         ...
 
     def write_report(self, run_id: str, db_path: str) -> dict[str, str]:

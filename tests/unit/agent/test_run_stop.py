@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from worldtune.agent.stopping import RunControl, RunStopped
+from worldtune.tools.runs.stopping import RunControl, RunStopped
 
 
 def test_a_swallowed_cancellation_is_delivered_again_and_the_reason_is_kept() -> None:

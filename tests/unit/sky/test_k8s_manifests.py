@@ -201,8 +201,8 @@ def test_backend_replaces_existing_objects_and_sees_preemption_mocked_k8s_api(tm
 
 
 def test_paid_hours_run_out_on_kubernetes_mocked_k8s_api(tmp_path: Path) -> None:
-    """Kubernetes has no autodown: tools/deployments/lease.py deletes the objects once the hours asked have run out."""
-    from worldtune.tools.deployments import lease
+    """Kubernetes has no autodown: tools/runs/lease.py deletes the objects once the hours asked have run out."""
+    from worldtune.tools.runs import lease
 
     store = Store(tmp_path / "wt.db")
     apps, core, custom = mock.Mock(), mock.Mock(), mock.Mock()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from worldtune.sky import backend, bench_remote, local_cluster
-from worldtune.tools.deployments import garbage
 from worldtune.tools.deployments.preview import build_deployment
+from worldtune.tools.runs import garbage
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment, Handle
 

@@ -1,4 +1,4 @@
-"""A run belongs to its client (tools/results/run_heartbeat.py, tools/mcp/client_hooks.py, tools/mcp/heartbeat.py).
+"""A run belongs to its client (tools/runs/run_heartbeat.py, tools/mcp/client_hooks.py, tools/mcp/heartbeat.py).
 
 In-process: the SDK's client against build_server, the results database in tmp_path, no process started (the
 deployments are recorded local ones with no process behind them, so their teardown only settles the record).
@@ -17,7 +17,7 @@ from mcp import Client
 from mcp_cases import ok, refused
 
 from worldtune.tools.mcp.server import build_server
-from worldtune.tools.results import run_heartbeat
+from worldtune.tools.runs import run_heartbeat
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput

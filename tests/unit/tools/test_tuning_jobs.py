@@ -1,4 +1,4 @@
-"""The tuning-jobs capability (tools/results/tuning_jobs.py) keeps a run's record around the Tuner that runs it:
+"""The tuning-jobs capability (tools/runs/tuning_jobs.py) keeps a run's record around the Tuner that runs it:
 recorded before it starts, failed when it dies of an error, its status read back; tested with a Tuner that runs
 nothing."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from worldtune.tools.results import tuning_jobs
+from worldtune.tools.runs import tuning_jobs
 from worldtune.tools.store import owners
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.errors import InvalidInput

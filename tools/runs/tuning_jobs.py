@@ -3,7 +3,7 @@
 The capability keeps the run's record in the results database (opened before the run starts, so get_tuning
 finds it at once; failed when the run dies of an error; read back for its status) and asks the Tuner it is
 given (tools/words/tuning.py; the agent's AgentTuner) to prepare and run it. The run's own graph writes the rest of
-its record through the MCP tools record_run and mark_run (tools/results/run_records.py).
+its record through the MCP tools record_run and mark_run (tools/runs/run_records.py).
 
 Ownership (tools/store/owners.py): the process that records a run owns and heartbeats it while a thread of it
 drives the run; a detached run's own process takes it over, so this one lets go of it at once.
