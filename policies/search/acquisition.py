@@ -12,11 +12,14 @@ model's, or its probe's); measured candidates keep their measured values. From t
 Once something is verified, the most likely optimum gets its full run once its probe pins it, if it could alone
 keep the search from stopping (P(it beats the verified best by more than the margin) >= STOP_LEVEL). Before, the full
 run (many probes' worth) goes to the probed candidate whose verification would most likely let the search stop
-(P(no open candidate beats it by the margin)). Either way, an unprobed candidate goes first when P(it beats the
-full run's plan by the margin) x the full run's cost exceeds its probe's cost, so the claim's requests are not
-spent on a plan the next probes displace.
-Otherwise the best value per dollar is probed, which is how a plan whose only use is to tell two hypotheses
-apart gets chosen. Which of these a decision buys, priced, is choose.py's.
+(P(no open candidate beats it by the margin)). Either way, an unprobed candidate goes first when that is expected
+to cost less than the full run now (choose.worth_first: the probe and the run after it, later by the probe's time
+and so perhaps in more lanes, against the run now and, with P(it beats the run's plan by the margin), its own probe
+and full run after it), so the claim's requests are not spent on a plan the next probes displace.
+Otherwise the best value per net dollar is probed (a probe is also the probe its own full run will need, so
+P(it is the optimum) x that later probe is spared), which is how a plan whose only use is to tell two hypotheses
+apart gets chosen, and how, of near-equal values, the likeliest optimum's probe comes first. Which of these a
+decision buys, priced, is choose.py's.
 """
 
 from __future__ import annotations
@@ -119,6 +122,8 @@ def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iter
         lead, reference = _unverified_reference(state, d, ranked, open_, margin)
     ei, value = _values(d, goal, reference, open_)
     worth = _production_value(goal, best, d, open_, margin)
+    if best is None:  # what a second measurement bought beside the first is worth, against the plan in view
+        worth = _production_value(goal, _in_view(state, d, ranked, open_, lead), d, open_, margin, verified=False)
     return choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any, margin, lead, worth)
 
 
@@ -161,19 +166,40 @@ def p_stop_if_verified(d: Draws, open_: np.ndarray, indices: list[int], margin: 
     return np.asarray(out)
 
 
-def _production_value(goal: Goal, best: Candidate | None, d: Draws, open_: np.ndarray, margin: float) -> Worth | None:
+def _in_view(
+    state: SearchState, d: Draws, ranked: list[Candidate], open_: np.ndarray, lead: tuple[int, float] | None
+) -> Candidate | None:
+    """Before anything is verified, the plan the search has in view: the one it would verify now (`lead`), else the
+    likely feasible candidate of the best predicted mean; None when none is likely feasible."""
+    if lead is not None:
+        return ranked[lead[0]]
+    likely = [i for i in range(len(ranked)) if open_[i] and float(d.feasible[i].mean()) >= 0.5]
+    if not likely:
+        return None
+    return ranked[min(likely, key=lambda i: float(np.mean(d.objective[i])))]
+
+
+def _production_value(
+    goal: Goal, best: Candidate | None, d: Draws, open_: np.ndarray, margin: float, verified: bool = True
+) -> Worth | None:
     """Once an answer is verified, a measurement is bought only when what it may find is worth more than it costs:
     the objective's expected improvement over the answer, counted where it is beyond the margin (a plan within
     the margin is no better an answer), plus the share of the others' it would resolve (rho^2, as _values), times
-    the production's cost. Before, finding any verified answer is what a measurement is for: the probabilities
-    decide alone."""
+    the production's cost. Before (`verified` False, `best` the plan in view, as predicted), finding any verified
+    answer is what a decision's first measurement is for, and the probabilities decide it alone; a second one
+    bought beside it (--parallel) must be worth its cost by what it may find itself against the plan in view (drawn as
+    the others are: where every plan is faster, so is that one); what it would tell about the others, the first one
+    tells too (their draws move together)."""
     if best is None or best.usd_per_clip <= 0 or not math.isfinite(best.usd_per_clip):
         return None
-    value_best = objective_value(goal, best)
-    size = max(abs(value_best), 1e-12)
+    value_best: float | np.ndarray = objective_value(goal, best)
+    if not verified:  # draw by draw: in a draw where every plan is faster, so is the plan in view
+        value_best = d.objective[next(i for i, c in enumerate(d.cands) if c.key == best.key)][None, :]
+    size = np.maximum(np.abs(value_best), 1e-12)
     better = d.feasible & (d.objective < value_best - margin * size) & open_[:, None]
     gain = np.where(better, value_best - d.objective, 0.0) / size
-    share = _with_others(d, gain.mean(axis=1))
+    own = gain.mean(axis=1)
+    share = _with_others(d, own) if verified else own
     clips, whence = goal.production()
     usd = clips * best.usd_per_clip
     unit = {
@@ -181,8 +207,9 @@ def _production_value(goal: Goal, best: Candidate | None, d: Draws, open_: np.nd
         "max_throughput": "clips per node-hour",
         "min_latency": "latency (priced as the same share of the production's cost: an assumption)",
     }
+    over = "" if verified else f" over {best.plan}, drawn as the others are (nothing verified yet)"
     says = (
-        f"value = the expected improvement in {unit[goal.objective]} where beyond the {margin:.0%} margin x "
+        f"value = the expected improvement in {unit[goal.objective]}{over} where beyond the {margin:.0%} margin x "
         f"{clips:,.0f} production clips ({whence}) x ${best.usd_per_clip:.3f}/clip"
     )
     return Worth(usd, share, says)

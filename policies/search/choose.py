@@ -1,10 +1,13 @@
 """Which measurements a decision buys, from the posterior draws acquisition.decide made: each candidate the search
 would measure is a Pick (why, and its value per dollar where that orders it), taken best first; each is priced
 (its full run dealt over lanes, the lanes a probe launches for the run after it) and kept only if it fits the
-budget, is worth its cost once an answer is verified, and ends before the goal's time to answer.
+budget, is worth its cost once an answer is verified (before, when bought beside the decision's first), and ends
+before the goal's time to answer.
 
-Picks in order: retries; the likeliest optimum's full run (`lead`), or a probe worth more before it (`displace`);
-then every open candidate by its value per expected dollar (`value`). Nothing bought: the decision says why.
+Picks in order: retries; the likeliest optimum's full run (`lead`), or a probe worth more before it (`displace`,
+priced with the lanes its time adds to that run: worth_first, probe_first_gain); then every open candidate by its
+value per expected dollar, net of the later probe it spares when it is the optimum (`value`, _Round._net_usd).
+Nothing bought: the decision says why.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ class Pick(NamedTuple):
 
 
 class Worth(NamedTuple):
-    """What measuring each candidate is worth once an answer is verified: `share` of the production's cost."""
+    """What measuring each candidate is worth once an answer is verified (before: beside a decision's first
+    measurement, against the plan in view as predicted): `share` of the production's cost."""
 
     usd: float  # the production's cost under the verified answer: its cost per clip x the clips it will make
     share: np.ndarray  # per candidate: the expected improvement it may find, as a share of the answer's value
@@ -67,27 +71,46 @@ def worth_first(
     requests: int,
     margin: float,
 ) -> list[tuple[float, int]]:
-    """(gain, index) of each unprobed open candidate whose probe costs less than what it would likely save before
-    a full run of `full` (many probes' worth), in the candidates' order. The saving is P(it is feasible and beats
-    `full` by the margin) x the full run's cost, since that full run would then be spent on a plan the search does
-    not end on."""
+    """(gain, index) of each unprobed open candidate worth probing before a full run of `full`, in the candidates'
+    order: what the search expects to pay with the probe first, against the full run now.
+
+    - Probe first: the probe, then the full run, which starts later by the probe's time and so may need more
+      lanes (each a start and a load) to answer in time (lanes.choose prices both).
+    - Full run now: it, and with P(the candidate is feasible and beats `full` by the margin) the run was spent on a
+      plan the search does not end on: the candidate's probe and its own full run follow, after the first run,
+      with that much less time (so more lanes, or a later answer)."""
     cands = d.cands
     target = cands[full]
-    _, full_usd = action_cost(
-        target, "full", target.key in state.deployed, requests=requests, node_held=target.offer.id in held
-    )
+    deployed, on_node = target.key in state.deployed, target.offer.id in held
+    left = state.goal.budget_usd - state.spent_usd
+    now = deal_lanes(state, target, requests, deployed, on_node, left)
     own = d.objective[full]
     worth: list[tuple[float, int]] = []
     for i, c in enumerate(cands):
         if i == full or not open_[i] or c.key in ready:
             continue
         p = float((d.feasible[i] & (d.objective[i] < own - margin * np.abs(own))).mean())
-        if p * full_usd <= 0.0:
+        if p <= 0.0:
             continue
-        _, probe_usd = action_cost(c, "probe", c.key in state.deployed, node_held=c.offer.id in held)
-        if p * full_usd - probe_usd > 0.0:
-            worth.append((p * full_usd - probe_usd, i))
+        probe_s, probe_usd = action_cost(c, "probe", c.key in state.deployed, node_held=c.offer.id in held)
+        after_probe = deal_lanes(
+            state, target, requests, deployed, on_node, left - probe_usd, elapsed_s=state.elapsed_s + probe_s
+        ).usd
+        rest = left - now.usd - probe_usd
+        second = deal_lanes(state, c, requests, True, False, rest, elapsed_s=state.elapsed_s + now.seconds + probe_s)
+        gain = probe_first_gain(p, probe_usd, now.usd, after_probe, second.usd)
+        if gain > 0.0:
+            worth.append((gain, i))
     return worth
+
+
+def probe_first_gain(
+    p: float, probe_usd: float, run_now_usd: float, run_after_probe_usd: float, second_usd: float
+) -> float:
+    """What probing a rival before the full run saves (USD, expected; negative: it costs): the full run now, and
+    with P(the rival beats it by the margin) `p` the rival's probe and its own full run after it (`second_usd`),
+    against the probe and the full run after it (`run_after_probe_usd`: later, so perhaps in more lanes)."""
+    return run_now_usd + p * (probe_usd + second_usd) - (probe_usd + run_after_probe_usd)
 
 
 @dataclass
@@ -137,16 +160,20 @@ class _Round:
             picks.append(Pick(max(ahead, key=lambda g: g[0])[1], "displace") if ahead else Pick(full, "lead"))
         for i, c in enumerate(cands):
             if self.open_[i] and self.value[i] > 0:
-                _, usd = action_cost(
-                    c,
-                    "full" if c.key in self.ready else "probe",
-                    c.key in self.state.deployed,
-                    requests=self.requests,
-                    node_held=c.offer.id in self.held,
-                )
-                picks.append(Pick(i, "value", float(self.value[i] / max(usd, 1e-6))))
+                picks.append(Pick(i, "value", float(self.value[i] / max(self._net_usd(i, c), 1e-6))))
         picks.sort(key=lambda p: (RANK[p.why], -p.per_usd))
         return picks, full
+
+    def _net_usd(self, i: int, c: Candidate) -> float:
+        """What measuring candidate i costs, net of what it spares: a probe is also the probe its own full run
+        needs, so with P(it is the optimum) the search does not pay that probe later (on a node it holds then)."""
+        ready = c.key in self.ready
+        deployed, on_node = c.key in self.state.deployed, c.offer.id in self.held
+        _, usd = action_cost(c, "full" if ready else "probe", deployed, requests=self.requests, node_held=on_node)
+        if ready:
+            return usd
+        _, later = action_cost(c, "probe", deployed, node_held=True)
+        return usd - float(self.p_best[i]) * later
 
     def _challenger(self) -> int | None:
         """Once something is verified, only a probed challenger that wins at least as many draws displaces it, and
@@ -185,7 +212,7 @@ class _Round:
         if usd > self.left:
             self.skipped += 1
             return
-        if self.worth is not None and not retry:
+        if self.worth is not None and not retry and (self.best is not None or self.actions):
             gain = max(float(self.worth.share[i]), float(self.worth.share[pick.i])) * self.worth.usd
             if gain <= usd:
                 self.unworthy.append((gain, usd, i))

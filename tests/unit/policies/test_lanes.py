@@ -87,10 +87,10 @@ def test_a_decision_keeps_only_the_spare_nodes_its_runs_use() -> None:
 
 
 def test_the_search_launches_the_runs_lanes_with_the_probe_before_it() -> None:
-    """Searching a B200 on-demand goal against its own belief: the probe the search makes just before the full run
-    it has in view launches nodes for that run, and the run's lanes count them (its spare nodes). (The main job's
-    goal no longer does since issue 37's two clocks: it probes the plan it then verifies, and runs it at once.)"""
-    goal = Goal(latency_bound_s=150, gpus=["B200"], capacities=["on-demand"], budget_usd=300,
+    """Searching an H200-or-B200, spot-or-on-demand goal against its own belief: the probe the search makes just
+    before the full run it has in view launches nodes for that run, and the run's lanes count them (its spare nodes).
+    (The main job's goal and a B200 on-demand one do not: they probe the plan they then verify, and run it at once.)"""
+    goal = Goal(latency_bound_s=150, gpus=["H200", "B200"], capacities=["spot", "on-demand"], budget_usd=300,
                 workload=anchor_workload("cosmos3-super"))  # fmt: skip
     state = search.initial_state(goal, all_offers())
     early = None
@@ -190,3 +190,46 @@ def test_a_challenger_within_the_margin_of_the_verified_best_gets_no_full_run() 
 
     assert Pick(i, "lead") not in picks_for(0.99)  # within the margin: no full run bought first
     assert picks_for(0.90)[0] == Pick(i, "lead")  # beats it by 10%: its full run goes first
+
+
+def test_a_probe_before_the_run_is_priced_with_the_lanes_its_time_adds() -> None:
+    """Issue 39 item 3: probing a rival first costs the probe and the run after it, later and so perhaps in more
+    lanes; the run now costs itself and, with P(the rival beats it), the rival's probe and its own later run."""
+    from worldtune.policies.search.choose import probe_first_gain
+
+    # time to spare: the run costs the same after the probe, and a 20% chance of a second run pays for the probe
+    assert probe_first_gain(0.2, 8.0, 60.0, 60.0, 60.0) > 0
+    # the probe's time pushes the run into one more lane ($20 more): the same chance no longer pays for it
+    assert probe_first_gain(0.2, 8.0, 60.0, 80.0, 60.0) < 0
+    # ...unless the second run, after the first, would cost much more (past the aim, in many lanes)
+    assert probe_first_gain(0.2, 8.0, 60.0, 80.0, 200.0) > 0
+    assert probe_first_gain(0.0, 8.0, 60.0, 60.0, 60.0) == -8.0  # a rival that never wins: the probe is all cost
+
+
+def test_a_probe_is_priced_net_of_the_later_probe_it_spares_the_likeliest_optimum() -> None:
+    """A full run needs its plan probed first, so probing a likely optimum now spares, with P(it is the optimum),
+    a probe later (on a node the search then holds); a plan that is never the optimum spares nothing."""
+    import numpy as np
+
+    from worldtune.policies.search.candidates import action_cost, assess
+    from worldtune.policies.search.choose import _Round
+    from worldtune.policies.search.draws import draws
+
+    state, _ = candidate(Goal(**GOAL))
+    assessed = assess(state)
+    cands = [a.cand for a in assessed]
+    d = draws(state, assessed)
+    zeros = np.zeros(len(cands))
+    r = _Round(state, d, zeros, zeros, np.ones(len(cands), dtype=bool), None, 0.03, None, None)
+    likeliest = int(np.argmax(r.p_best))
+    never = next(i for i in range(len(cands)) if r.p_best[i] == 0)
+    for i in (likeliest, never):
+        c = cands[i]
+        gross = action_cost(c, "probe", False)[1]
+        later = action_cost(c, "probe", False, node_held=True)[1]
+        assert r._net_usd(i, c) == gross - r.p_best[i] * later
+    assert (
+        r.p_best[likeliest] > 0
+        and r._net_usd(likeliest, cands[likeliest]) < action_cost(cands[likeliest], "probe", False)[1]
+    )
+    assert r._net_usd(never, cands[never]) == action_cost(cands[never], "probe", False)[1]
