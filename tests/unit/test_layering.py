@@ -357,3 +357,24 @@ def test_the_private_name_check_finds_a_reach() -> None:
         "line 2: from worldtune.tools.runs.stopping import _Control",
         "line 3: backend._get_within",
     ]
+
+
+def test_every_package_folder_ships_in_the_wheel() -> None:
+    """pyproject lists the packages one by one (package-dir maps the rooms onto worldtune.*): a folder with Python
+    modules left off the list is missing from the wheel, and an installed worldtune fails to import it (a new room,
+    tools/runs/, once was: only the wheel install test caught it, in the full suite)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    roots = {folder: name for name, folder in config["package-dir"].items()}
+    missing = []
+    for folder, name in roots.items():
+        for init in (ROOT / folder).rglob("*.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            if "__pycache__" in rel.parts or init.parent.name.startswith("."):
+                continue
+            package = ".".join([name, *rel.parts])
+            if package not in listed:
+                missing.append(package)
+    assert not sorted(set(missing)), f"add to pyproject's packages: {sorted(set(missing))}"
