@@ -121,9 +121,11 @@ def decide(state: SearchState, parallel: int = 1, margin: float = 0.03, max_iter
         p_beaten = None
         lead, reference = _unverified_reference(state, d, ranked, open_, margin)
     ei, value = _values(d, goal, reference, open_)
-    worth = _production_value(goal, best, d, open_, margin)
-    if best is None:  # what a second measurement bought beside the first is worth, against the plan in view
-        worth = _production_value(goal, _in_view(state, d, ranked, open_, lead), d, open_, margin, verified=False)
+    if best is not None:
+        worth = _production_value(goal, best, d, open_, margin)
+    else:  # what a second measurement bought beside the first is worth, against the plan in view
+        view = _in_view(d, open_, lead)
+        worth = None if view is None else _production_value(goal, ranked[view], d, open_, margin, drawn=view)
     return choose(state, d, ei, value, open_, best, parallel, p_beaten, p_any, margin, lead, worth)
 
 
@@ -166,35 +168,31 @@ def p_stop_if_verified(d: Draws, open_: np.ndarray, indices: list[int], margin: 
     return np.asarray(out)
 
 
-def _in_view(
-    state: SearchState, d: Draws, ranked: list[Candidate], open_: np.ndarray, lead: tuple[int, float] | None
-) -> Candidate | None:
+def _in_view(d: Draws, open_: np.ndarray, lead: tuple[int, float] | None) -> int | None:
     """Before anything is verified, the plan the search has in view: the one it would verify now (`lead`), else the
     likely feasible candidate of the best predicted mean; None when none is likely feasible."""
     if lead is not None:
-        return ranked[lead[0]]
-    likely = [i for i in range(len(ranked)) if open_[i] and float(d.feasible[i].mean()) >= 0.5]
-    if not likely:
-        return None
-    return ranked[min(likely, key=lambda i: float(np.mean(d.objective[i])))]
+        return lead[0]
+    likely = [i for i in range(len(d.cands)) if open_[i] and float(d.feasible[i].mean()) >= 0.5]
+    return min(likely, key=lambda i: float(np.mean(d.objective[i])), default=None)
 
 
 def _production_value(
-    goal: Goal, best: Candidate | None, d: Draws, open_: np.ndarray, margin: float, verified: bool = True
+    goal: Goal, best: Candidate, d: Draws, open_: np.ndarray, margin: float, drawn: int | None = None
 ) -> Worth | None:
     """Once an answer is verified, a measurement is bought only when what it may find is worth more than it costs:
     the objective's expected improvement over the answer, counted where it is beyond the margin (a plan within
     the margin is no better an answer), plus the share of the others' it would resolve (rho^2, as _values), times
-    the production's cost. Before (`verified` False, `best` the plan in view, as predicted), finding any verified
+    the production's cost. Before (`best` the plan in view, index `drawn` in the draws), finding any verified
     answer is what a decision's first measurement is for, and the probabilities decide it alone; a second one
     bought beside it (--parallel) must be worth its cost by what it may find itself against the plan in view (drawn as
     the others are: where every plan is faster, so is that one); what it would tell about the others, the first one
     tells too (their draws move together)."""
-    if best is None or best.usd_per_clip <= 0 or not math.isfinite(best.usd_per_clip):
+    if best.usd_per_clip <= 0 or not math.isfinite(best.usd_per_clip):
         return None
-    value_best: float | np.ndarray = objective_value(goal, best)
-    if not verified:  # draw by draw: in a draw where every plan is faster, so is the plan in view
-        value_best = d.objective[next(i for i, c in enumerate(d.cands) if c.key == best.key)][None, :]
+    verified = drawn is None
+    # unverified, draw by draw: in a draw where every plan is faster, so is the plan in view
+    value_best = objective_value(goal, best) if verified else d.objective[drawn][None, :]
     size = np.maximum(np.abs(value_best), 1e-12)
     better = d.feasible & (d.objective < value_best - margin * size) & open_[:, None]
     gain = np.where(better, value_best - d.objective, 0.0) / size

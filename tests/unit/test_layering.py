@@ -370,9 +370,9 @@ def test_every_package_folder_ships_in_the_wheel() -> None:
     roots = {folder: name for name, folder in config["package-dir"].items()}
     missing = []
     for folder, name in roots.items():
-        for init in (ROOT / folder).rglob("*.py"):
-            rel = init.parent.relative_to(ROOT / folder)
-            if "__pycache__" in rel.parts or init.parent.name.startswith("."):
+        for module in (ROOT / folder).rglob("*.py"):
+            rel = module.parent.relative_to(ROOT / folder)
+            if "__pycache__" in rel.parts:
                 continue
             package = ".".join([name, *rel.parts])
             if package not in listed:
