@@ -9,10 +9,8 @@ and `labels(provenance)` turns it into the short lines a person reads next to th
 
 from __future__ import annotations
 
-from typing import Any
-
 from worldtune.tools.words.plan import Plan
-from worldtune.tools.words.run_summary import Figures, RunSummary, Spend
+from worldtune.tools.words.run_summary import Figures, LatencyClaim, Provenance, RunSummary, Spend
 from worldtune.tools.words.stats import samples_needed
 
 # Profile terms by the plan feature they matter for (by name prefix, so a new term of a mechanism is covered
@@ -63,9 +61,9 @@ def assumed_terms(gpu: str, plan: Plan, guardrails: bool) -> list[str]:
     return [t for t in profile.assumed if _feature_of(t) in features]
 
 
-def _latency_claim(measured: Figures, percentile: int, confidence: float = 0.99) -> dict[str, Any]:
-    """What the measured latency supports at the goal's confidence (records before it had one: 99%): the
-    tolerance bound always, the empirical percentile only with n."""
+def _latency_claim(measured: Figures, percentile: int, confidence: float) -> LatencyClaim:
+    """What the measured latency supports at the goal's confidence (records before it had one: 99%, read from
+    the figures): the tolerance bound always, the empirical percentile only with n."""
     n = measured.samples or 0
     confidence = measured.claim_confidence or confidence
     needed = samples_needed(percentile / 100.0, confidence)
@@ -74,95 +72,88 @@ def _latency_claim(measured: Figures, percentile: int, confidence: float = 0.99)
     name = f"p{percentile}_upper_{level}conf_normal"
     bound = measured.figure(name)
     bound = bound if bound is not None else measured.figure(f"latency_p{percentile}_upper_s")
-    claim: dict[str, Any] = {
-        "percentile": percentile,
-        "samples": n,
-        "samples_needed_for_empirical": needed,
-        "confidence": confidence,
-    }
-    if bound is not None:
-        claim["claim"] = (
-            f"p{percentile} <= {bound} s at {level}% confidence ({name}: one-sided normal tolerance bound over n={n} "
-            "full-step latencies; assumes normally distributed latencies)"
-        )
+    claim = (
+        f"p{percentile} <= {bound} s at {level}% confidence ({name}: one-sided normal tolerance bound over n={n} "
+        "full-step latencies; assumes normally distributed latencies)"
+        if bound is not None
+        else None
+    )
     # the record keeps the percentile itself only when order statistics claim it (agent/record._figures)
     empirical = measured.figure(f"latency_p{percentile}_s")
     if not n:
-        claim["empirical"] = "none measured"
+        said = "none measured"
     elif n >= needed and empirical is not None:
-        claim["empirical"] = f"p{percentile} <= {empirical} s: claimable by order statistics (n={n} >= {needed})"
+        said = f"p{percentile} <= {empirical} s: claimable by order statistics (n={n} >= {needed})"
     else:
-        claim["empirical"] = f"p{percentile} not claimable on its own (n={n} < {needed} samples measured)"
-    return claim
+        said = f"p{percentile} not claimable on its own (n={n} < {needed} samples measured)"
+    return LatencyClaim(
+        percentile=percentile,
+        samples=n,
+        samples_needed_for_empirical=needed,
+        confidence=confidence,
+        claim=claim,
+        empirical=said,
+    )
 
 
-def provenance(record: RunSummary) -> dict[str, Any]:
+def provenance(record: RunSummary) -> Provenance:
     """Say, from a run's record, which figures are simulated or measured, what is assumed and how prices are dated."""
     options, goal, rec = record.options, record.goal, record.recommendation
-    twin = options.get("engine", "twin") == "twin"
-    offer = rec.offer_detail if rec else {}
-    percentile = int(goal.get("latency_percentile") or 95)
+    twin = options.engine == "twin"
     if twin:
         profile = (
-            f"the profile {options['twin_profile']}"
-            if options.get("twin_profile")
+            f"the profile {options.twin_profile}"
+            if options.twin_profile
             else "the shipped profile the agent also starts from (a rehearsal of the model, not a test of it)"
         )
         measured_by = (
-            f"the twin engine (infra {options.get('infra', 'local')}) served every request with timings from the "
-            f"performance model on {profile}, at time scale {options.get('time_scale', 1):g} (wall seconds x the "
+            f"the twin engine (infra {options.infra}) served every request with timings from the "
+            f"performance model on {profile}, at time scale {options.time_scale or 1:g} (wall seconds x the "
             "scale = model seconds); no GPU ran"
         )
     else:
-        measured_by = f"vLLM-Omni on real GPUs ({options.get('infra')}), timed by worldtune's benchmark client"
-    out: dict[str, Any] = {
-        "engine": "twin" if twin else "vllm-omni",
-        "simulated": twin,
-        "measured_figures": measured_by,
-        "twin_profile": (options.get("twin_profile") or "shipped") if twin else None,
-        "time_scale": options.get("time_scale") if twin else None,
-        "predicted_figures": "predicted by the performance model with the profile the agent believed before measuring",
-        "assumed_terms": assumed_terms(rec.gpu, rec.plan, bool((goal.get("workload") or {}).get("guardrails")))
-        if rec
-        else [],
-        "assumed_spread": "predicted p95 = p50 x (1 + 1.645 x 0.2%): the default run-to-run noise, assumed",
-        "prices": (
-            f"{offer.get('source', 'offers')}: ${offer.get('usd_per_hour', 0):.2f}/h as of {offer.get('as_of', '?')}"
-            if offer
-            else "no offer"
-        ),
-        "latency": _latency_claim(record.measured, percentile, float(goal.get("confidence") or 0.99)),
-        "spend": (
+        measured_by = f"vLLM-Omni on real GPUs ({options.infra}), timed by worldtune's benchmark client"
+    offer = rec.offer_detail if rec else None
+    return Provenance(
+        engine="twin" if twin else "vllm-omni",
+        simulated=twin,
+        measured_figures=measured_by,
+        twin_profile=(options.twin_profile or "shipped") if twin else None,
+        time_scale=options.time_scale if twin else None,
+        predicted_figures="predicted by the performance model with the profile the agent believed before measuring",
+        assumed_terms=assumed_terms(rec.gpu, rec.plan, goal.workload.guardrails) if rec else [],
+        assumed_spread="predicted p95 = p50 x (1 + 1.645 x 0.2%): the default run-to-run noise, assumed",
+        prices=f"{offer.source}: ${offer.usd_per_hour:.2f}/h as of {offer.as_of or '?'}" if offer else "no offer",
+        latency=_latency_claim(record.measured, goal.latency_percentile, goal.confidence),
+        spend=(
             "modelled: offer price x the twin's model-seconds (no money was spent)"
             if twin
             else "offer price x wall time of the rented nodes"
         )
         + _answer_time(record.spend),
-        "artifacts": (
+        artifacts=(
             "rendered for vllm-omni from the simulated choice: verify on real GPUs before relying on the numbers"
             if twin
             else "rendered for the measured deployment"
         ),
-    }
-    return out
+    )
 
 
-def of_record(record: dict[str, Any]) -> dict[str, Any]:
+def of_record(record: RunSummary) -> Provenance:
     """A record's provenance: as it was written when the run ended, else said from the record now."""
-    stored = record.get("provenance")
-    return stored if isinstance(stored, dict) and stored else provenance(RunSummary.model_validate(record))
+    return record.provenance or provenance(record)
 
 
-def labels(p: dict[str, Any]) -> list[str]:
+def labels(p: Provenance) -> list[str]:
     """Short lines for a person, from a provenance: what is simulated, measured and assumed, and how far the latency
     claim goes."""
-    lines = [("simulated: " if p["simulated"] else "measured: ") + p["measured_figures"]]
-    lines.append("predicted: " + p["predicted_figures"])
-    if p["assumed_terms"]:
-        lines.append("assumed (not fitted or measured): " + ", ".join(p["assumed_terms"]) + "; " + p["assumed_spread"])
-    claim = p["latency"]
-    lines.append("latency claim: " + "; ".join(x for x in (claim.get("claim"), claim["empirical"]) if x))
-    lines.append("prices: " + p["prices"] + "; spend " + p["spend"])
+    lines = [("simulated: " if p.simulated else "measured: ") + p.measured_figures]
+    lines.append("predicted: " + p.predicted_figures)
+    if p.assumed_terms:
+        lines.append("assumed (not fitted or measured): " + ", ".join(p.assumed_terms) + "; " + p.assumed_spread)
+    claim = p.latency
+    lines.append("latency claim: " + "; ".join(x for x in (claim.claim, claim.empirical) if x))
+    lines.append("prices: " + p.prices + "; spend " + p.spend)
     return lines
 
 

@@ -20,7 +20,15 @@ from worldtune.policies.search import Candidate, SearchState, candidates, hardwa
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
-from worldtune.tools.words.run_summary import CandidateRow, Figures, Recommendation, RunSummary, Spend
+from worldtune.tools.words.run_summary import (
+    CandidateRow,
+    Figures,
+    Recommendation,
+    RecordedGoal,
+    RunOptions,
+    RunSummary,
+    Spend,
+)
 
 
 def goal_for(goal_text: str, options: TuneOptions) -> ParsedGoal:
@@ -128,9 +136,9 @@ def build_summary(state: TuneState, deployments: list[Deployment]) -> RunSummary
     summary = RunSummary(
         run_id=state["run_id"],
         thread_id=state["run_id"],
-        goal={**goal.model_dump(mode="json"), "text": state.get("goal_text", ""), "describe": goal.describe()},
+        goal=RecordedGoal(**goal.model_dump(), text=state.get("goal_text", ""), description=goal.describe()),
         goal_source=state.get("goal_source", "parser"),
-        options=options.model_dump(mode="json"),
+        options=RunOptions.model_validate(options.model_dump(mode="json")),
         stop_reason=state.get("stop_reason") or "stopped",
         stop_kind=state.get("stop_kind") or "",
         recommendation=None,
@@ -231,7 +239,7 @@ def _add_candidates_and_recommendation(summary: RunSummary, state: TuneState, se
             capacity=best.capacity,
             offer=best.offer.id,
             usd_per_hour=best.offer.usd_per_hour,
-            offer_detail=best.offer.model_dump(mode="json"),
+            offer_detail=best.offer,
         )
         summary.measured = _figures(goal, best, latencies)
         summary.predicted = _figures(goal, before.get(best.key))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from worldtune.agent.provenance import labels, of_record
 from worldtune.agent.report_fleet import fleet_html, write_fleet_day
 from worldtune.agent.report_interactive import write_interactive
+from worldtune.tools.words.run_summary import CandidateRow, RunSummary
 
 if TYPE_CHECKING:
     from worldtune.tools.results.report_data import ReportData
@@ -46,7 +47,7 @@ def _readable_log_axis(axis: Any) -> None:
 
 
 def _plot(
-    record: dict[str, Any], x_key: str, y_key: str, x_label: str, y_label: str, path: Path, front: list[dict[str, Any]]
+    record: RunSummary, x_key: str, y_key: str, x_label: str, y_label: str, path: Path, front: list[CandidateRow]
 ) -> None:
     """One scatter of every candidate: colour = GPU type, marker = capacity, size/edge = how it is known; `front`:
     the candidates on its Pareto frontier, in order of x (tools/results/report_data.py)."""
@@ -56,26 +57,28 @@ def _plot(
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    cands = [c for c in record["candidates"] if c.get(x_key) and c.get(y_key)]
-    chosen = (record.get("recommendation") or {}).get("key")
-    simulated = (record.get("provenance") or {}).get("simulated", True)
+    cands = [c for c in record.candidates if getattr(c, x_key) > 0 and getattr(c, y_key) > 0]
+    chosen = record.recommendation.key if record.recommendation else None
+    simulated = of_record(record).simulated
     fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
     for stage, style in STAGE_STYLE.items():
-        for (gpu, capacity), group in _groups([c for c in cands if c["stage"] == stage]).items():
+        for (gpu, capacity), group in _groups([c for c in cands if c.stage == stage]).items():
             ax.scatter(
-                [c[x_key] for c in group],
-                [c[y_key] for c in group],
+                [getattr(c, x_key) for c in group],
+                [getattr(c, y_key) for c in group],
                 c=GPU_COLOURS.get(gpu, "#7f7f7f"),
                 marker=CAPACITY_MARKERS.get(capacity, "D"),
                 edgecolors="black",
                 **style,
             )
     if front:
-        ax.plot([c[x_key] for c in front], [c[y_key] for c in front], "-", c="#444444", lw=1, zorder=3)
+        ax.plot(
+            [getattr(c, x_key) for c in front], [getattr(c, y_key) for c in front], "-", c="#444444", lw=1, zorder=3
+        )
         for c in front[:10]:  # the frontier's plans by name: the choices a person weighs
             ax.annotate(
-                f"{c['plan']} ({c['gpu']})",
-                (c[x_key], c[y_key]),
+                f"{c.plan} ({c.gpu})",
+                (getattr(c, x_key), getattr(c, y_key)),
                 textcoords="offset points",
                 xytext=(6, 4),
                 fontsize=7,
@@ -83,10 +86,10 @@ def _plot(
                 zorder=7,
             )
     for c in cands:
-        if c["key"] == chosen:  # hollow, under the measured point: the point itself stays visible
+        if c.key == chosen:  # hollow, under the measured point: the point itself stays visible
             ax.scatter(
-                [c[x_key]],
-                [c[y_key]],
+                [getattr(c, x_key)],
+                [getattr(c, y_key)],
                 s=420,
                 marker="*",
                 facecolors="none",
@@ -94,7 +97,7 @@ def _plot(
                 linewidths=1.6,
                 zorder=4,
             )
-    bound = record["goal"].get("latency_bound_s")
+    bound = record.goal.latency_bound_s
     if bound and "latency" in x_key:
         ax.axvline(bound, ls="--", c="#d62828", lw=0.8, zorder=1)
     ax.set_xscale("log")
@@ -109,12 +112,12 @@ def _plot(
     handles = [
         Line2D([], [], ls="", marker="o", color=col, label=gpu)
         for gpu, col in GPU_COLOURS.items()
-        if any(c["gpu"] == gpu for c in cands)
+        if any(c.gpu == gpu for c in cands)
     ]
     handles += [
         Line2D([], [], ls="", marker=m, color="#555555", label=cap)
         for cap, m in CAPACITY_MARKERS.items()
-        if any(c["capacity"] == cap for c in cands)
+        if any(c.capacity == cap for c in cands)
     ]
     handles += [
         Line2D([], [], ls="", marker="o", color="#999999", alpha=0.4, markersize=4, label="predicted (not run)"),
@@ -145,19 +148,19 @@ def _plot(
         ),
     ]
     if bound and "latency" in x_key:
-        handles.append(Line2D([], [], ls="--", color="#d62828", label=f"p{record['goal']['latency_percentile']} bound"))
+        handles.append(Line2D([], [], ls="--", color="#d62828", label=f"p{record.goal.latency_percentile} bound"))
     ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.9)
-    title = record["goal"]["describe"] + (" | SIMULATED (twin engine, no GPU ran)" if simulated else "")
+    title = record.goal.description + (" | SIMULATED (twin engine, no GPU ran)" if simulated else "")
     ax.set_title("\n".join(textwrap.wrap(title, 120)), fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def _groups(cands: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+def _groups(cands: list[CandidateRow]) -> dict[tuple[str, str], list[CandidateRow]]:
+    grouped: dict[tuple[str, str], list[CandidateRow]] = {}
     for c in cands:
-        grouped.setdefault((c["gpu"], c["capacity"]), []).append(c)
+        grouped.setdefault((c.gpu, c.capacity), []).append(c)
     return grouped
 
 
@@ -204,53 +207,54 @@ STYLE = (
 )
 
 
-def _provenance_html(record: dict[str, Any]) -> str:
+def _provenance_html(record: RunSummary) -> str:
     """The box at the top: simulated or measured, what is assumed, how far the latency claim goes, price date."""
     prov = of_record(record)
     title = (
         "Simulated rehearsal: the twin engine stood in for vLLM-Omni; no GPU ran"
-        if prov["simulated"]
+        if prov.simulated
         else "Measured on real GPUs with vLLM-Omni"
     )
     items = "".join(f"<li>{html.escape(line)}</li>" for line in labels(prov))
-    kind = "provenance simulated" if prov["simulated"] else "provenance"
+    kind = "provenance simulated" if prov.simulated else "provenance"
     return f"<div class='{kind}' id='provenance'><h2>{html.escape(title)}</h2><ul>{items}</ul></div>"
 
 
-def _recommendation_html(record: dict[str, Any]) -> list[str]:
-    rec = record.get("recommendation") or {}
+def _recommendation_html(record: RunSummary) -> list[str]:
+    rec = record.recommendation
     prov = of_record(record)
-    m, p = record["measured"], record["predicted"]
-    column = "simulated on the twin" if prov["simulated"] else "measured"
-    figures = [{"figure": k, column: m.get(k), "predicted before measuring": p.get(k)} for k in m]
+    m, p = record.measured.model_dump(), record.predicted
+    column = "simulated on the twin" if prov.simulated else "measured"
+    figures = [{"figure": k, column: v, "predicted before measuring": p.figure(k)} for k, v in m.items()]
     head = (
-        f"<p><b>{html.escape(str(rec.get('gpu')))}</b> plan <b>{html.escape(str(rec.get('plan')))}</b> x "
-        f"{rec.get('nodes')} node(s) ({rec.get('replicas')} replicas), {html.escape(str(rec.get('capacity')))} on "
-        f"{html.escape(str(rec.get('offer')))} at ${rec.get('usd_per_hour', 0):.2f}/h "
-        f"<small>({html.escape(prov['prices'])})</small></p>"
+        f"<p><b>{html.escape(rec.gpu)}</b> plan <b>{html.escape(str(rec.plan))}</b> x "
+        f"{rec.nodes} node(s) ({rec.replicas} replicas), {html.escape(rec.capacity)} on "
+        f"{html.escape(rec.offer)} at ${rec.usd_per_hour:.2f}/h "
+        f"<small>({html.escape(prov.prices)})</small></p>"
         if rec
         else "<p>No verified recommendation.</p>"
     )
-    claim = prov["latency"]
+    claim = prov.latency
     return [
         "<h2>Recommendation</h2>",
         head,
-        f"<p><b>Why it stopped</b>: {html.escape(record['stop_reason'])}</p>",
+        f"<p><b>Why it stopped</b>: {html.escape(record.stop_reason)}</p>",
         _table(figures, ["figure", column, "predicted before measuring"]),
-        f"<p><b>Latency claim</b>: {html.escape(claim.get('claim', 'none'))}. {html.escape(claim['empirical'])}.</p>",
+        f"<p><b>Latency claim</b>: {html.escape(claim.claim or 'none')}. {html.escape(claim.empirical)}.</p>",
     ]
 
 
-def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, str]) -> str:
+def _html(record: RunSummary, images: dict[str, str], artifacts: dict[str, str]) -> str:
     prov = of_record(record)
-    spend = record["spend"]
+    spend = record.spend.model_dump(mode="json")
     measured_rows = [
         {k: r.get(k) for k in ("kind", "key", "per_step_s", "fixed_s", "latencies_s", "usd", "benchmark_id")}
-        for r in record["measurements"]
+        for r in record.measurements
     ]
-    shown = [c for c in record["candidates"] if c["stage"] != "predicted"] + [
-        c for c in record["candidates"] if c["stage"] == "predicted"
-    ][:30]
+    candidates = [c.model_dump(mode="json") for c in record.candidates]
+    shown = [c for c in candidates if c["stage"] != "predicted"] + [c for c in candidates if c["stage"] == "predicted"][
+        :30
+    ]
     keys = [
         "key",
         "gpu",
@@ -265,19 +269,18 @@ def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, s
     ]
     artifacts_title = (
         "Deployment artifacts (rendered for vLLM-Omni from a simulated choice: not launched, verify on GPUs first)"
-        if prov["simulated"]
+        if prov.simulated
         else "Deployment artifacts (rendered, not launched)"
     )
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>worldtune run {html.escape(record['run_id'])}"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>worldtune run {html.escape(record.run_id)}"
         f"</title><style>{STYLE}</style></head><body>",
-        f"<h1>worldtune run {html.escape(record['run_id'])}</h1>",
-        f"<p><b>Goal</b>: {html.escape(record['goal']['describe'])}<br>"
-        f"<i>{html.escape(record['goal'].get('text', ''))}</i></p>",
+        f"<h1>worldtune run {html.escape(record.run_id)}</h1>",
+        f"<p><b>Goal</b>: {html.escape(record.goal.description)}<br><i>{html.escape(record.goal.text)}</i></p>",
         _provenance_html(record),
         *_recommendation_html(record),
         "<h2>What the search cost</h2>",
-        f"<p>{html.escape(prov['spend'])}</p>",
+        f"<p>{html.escape(prov.spend)}</p>",
         _table([spend], list(spend)),
         "<h2>Plots</h2>",
         "<p><a href='candidates.html'>Interactive: every candidate, hover for plan, offer and figures</a></p>"
@@ -288,14 +291,14 @@ def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, s
         "predicted and never run; black edge: probed; thick edge: full runs; line: Pareto frontier, labelled by "
         "plan; hollow red star: chosen.</p>",
         fleet_html(record),
-        "<h2>Every measurement" + (" (simulated on the twin)" if prov["simulated"] else "") + "</h2>",
+        "<h2>Every measurement" + (" (simulated on the twin)" if prov.simulated else "") + "</h2>",
         _table(measured_rows, list(measured_rows[0]) if measured_rows else ["kind"]),
         "<h2>Candidates (run first, then the best predicted)</h2>",
         _table(shown, keys),
         f"<h2>{html.escape(artifacts_title)}</h2>",
         *[f"<h3>{html.escape(k)}</h3><pre>{html.escape(v)}</pre>" for k, v in artifacts.items()],
         "<h2>What the agent did</h2><ol>",
-        *[f"<li>{html.escape(readable_event(e))}</li>" for e in record.get("events", [])],
+        *[f"<li>{html.escape(readable_event(e))}</li>" for e in record.events],
         "</ol></body></html>",
     ]
     return "\n".join(parts)
@@ -304,7 +307,7 @@ def _html(record: dict[str, Any], images: dict[str, str], artifacts: dict[str, s
 def write_report(data: ReportData, out_dir: str | Path | None = None) -> dict[str, str]:
     """Write report.html, two PNG plots, record.json and the deployment's YAML of the run `data` holds
     (tools/report_data.report_data reads it from the results database); returns name -> path."""
-    record = data.record
+    record = data.summary
     folder = Path(out_dir) if out_dir else Path(data.folder)
     folder.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
@@ -338,14 +341,15 @@ def write_report(data: ReportData, out_dir: str | Path | None = None) -> dict[st
     if write_interactive(record, interactive, cost_front):
         written["interactive_html"] = str(interactive)
     artifacts = dict(data.artifacts)
-    if (record.get("fleet") or {}).get("skyserve_service_yaml"):  # the fleet's SkyServe service, autoscaling filled
-        artifacts["fleet_service_yaml"] = str(record["fleet"]["skyserve_service_yaml"]).rstrip()
+    service = (record.fleet or {}).get("skyserve_service_yaml")
+    if service:  # the fleet's SkyServe service, autoscaling filled
+        artifacts["fleet_service_yaml"] = str(service).rstrip()
     for name, text in artifacts.items():
         suffix = "sh" if name == "serve_commands" else "yaml"
         path = folder / f"{name.removesuffix('_yaml')}.{suffix}"
         path.write_text(text + "\n")
         written["skypilot_yaml" if name == "skypilot_service_yaml" else name] = str(path)
-    (folder / "record.json").write_text(json.dumps(record, indent=2, default=str))
+    (folder / "record.json").write_text(json.dumps(record.record(), indent=2, default=str))
     (folder / "report.html").write_text(_html(record, {k: str(v) for k, v in images.items()}, artifacts))
     written |= {k: str(v) for k, v in images.items()}
     written["json"] = str(folder / "record.json")

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
 
 from worldtune.tools.deployments.capacity import CapacityPlan, FleetChoice
+from worldtune.tools.words.run_summary import RunSummary
 
 
-def chosen_day(record: dict[str, Any]) -> tuple[CapacityPlan, FleetChoice] | None:
+def chosen_day(record: RunSummary) -> tuple[CapacityPlan, FleetChoice] | None:
     """(the fleet's capacity plan, its chosen fleet with a simulated day and timeline), read from the record's
     fleet as words; None when there is none to draw."""
-    fleet = record.get("fleet")
-    if not isinstance(fleet, dict) or not fleet.get("capacity"):
+    fleet = record.fleet
+    if not fleet or not fleet.get("capacity"):
         return None
     plan = CapacityPlan.model_validate(fleet["capacity"])
     if plan.chosen is None or not plan.chosen.day.timeline:
@@ -22,7 +22,7 @@ def chosen_day(record: dict[str, Any]) -> tuple[CapacityPlan, FleetChoice] | Non
     return plan, plan.chosen
 
 
-def write_fleet_day(record: dict[str, Any], path: Path) -> bool:
+def write_fleet_day(record: RunSummary, path: Path) -> bool:
     """Three panels over the simulated day: nodes billed and ready, requests queued, each request's end-to-end
     latency at its arrival against the bound. False (nothing written) without a fleet."""
     found = chosen_day(record)
@@ -66,9 +66,9 @@ def write_fleet_day(record: dict[str, Any], path: Path) -> bool:
     return True
 
 
-def fleet_html(record: dict[str, Any]) -> str:
+def fleet_html(record: RunSummary) -> str:
     """The fleet's lines (the console's, agent/fleet_step.fleet_lines) as an HTML section; empty without one."""
-    fleet = record.get("fleet")
+    fleet = record.fleet
     if not fleet:
         return ""
     from worldtune.agent.fleet_step import fleet_lines

@@ -12,20 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.agent.provenance import of_record
+from worldtune.tools.words.run_summary import CandidateRow, RunSummary
 
 SYMBOLS = {"on-demand": "circle", "spot": "triangle-up", "serverless": "square"}
 COLOURS = {"H200": "#1f77b4", "B200": "#d62728", "H100": "#2ca02c", "B300": "#9467bd"}
 SIZES = {"predicted": 6, "probed": 11, "measured": 15}
 
 
-def _hover(c: dict[str, Any], word: str) -> str:
-    seen = word if c["stage"] != "predicted" else "predicted (not run)"
+def _hover(c: CandidateRow, word: str) -> str:
+    seen = word if c.stage != "predicted" else "predicted (not run)"
     return (
-        f"<b>{c['plan']}</b> on {c['offer']}<br>{c['gpu']} x {c.get('nodes', 1)} node(s), {c['capacity']}, "
-        f"${c.get('usd_per_hour', 0):.2f}/h<br>{seen}: latency {c['latency_s']:.1f} s, "
-        f"{c['clips_per_hour_per_node']:.1f} clips/h/node, ${c['usd_per_clip']:.3f}/clip<br>"
-        f"predicted before measuring: {_num(c.get('predicted_latency_s'), 1)} s, "
-        f"${_num(c.get('predicted_usd_per_clip'), 3)}/clip<br>meets the goal (belief): {c['feasible']}"
+        f"<b>{c.plan}</b> on {c.offer}<br>{c.gpu} x {c.nodes} node(s), {c.capacity}, "
+        f"${c.usd_per_hour:.2f}/h<br>{seen}: latency {c.latency_s:.1f} s, "
+        f"{c.clips_per_hour_per_node:.1f} clips/h/node, ${c.usd_per_clip:.3f}/clip<br>"
+        f"predicted before measuring: {_num(c.predicted_latency_s, 1)} s, "
+        f"${_num(c.predicted_usd_per_clip, 3)}/clip<br>meets the goal (belief): {c.feasible}"
     )
 
 
@@ -41,31 +42,31 @@ def _ticks(values: list[float]) -> dict[str, Any]:
     return {"tickvals": shown, "ticktext": [f"{t:g}" for t in shown], "minor": {"showgrid": False}}
 
 
-def _num(value: Any, digits: int) -> str:
+def _num(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def write_interactive(record: dict[str, Any], path: Path, front: list[dict[str, Any]]) -> bool:
+def write_interactive(record: RunSummary, path: Path, front: list[CandidateRow]) -> bool:
     """Write the page; False (and nothing written) when plotly is not installed. `front`: the candidates on the
     latency / cost-per-clip Pareto frontier, in order of latency (tools/results/report_data.py)."""
     try:
         import plotly.graph_objects as go
     except ImportError:
         return False
-    simulated = of_record(record)["simulated"]
+    simulated = of_record(record).simulated
     word = "simulated on the twin" if simulated else "measured"
-    cands = [c for c in record["candidates"] if c.get("latency_s") and c.get("usd_per_clip")]
+    cands = [c for c in record.candidates if c.latency_s > 0 and c.usd_per_clip > 0]
     fig = go.Figure()
     for stage in ("predicted", "probed", "measured"):  # later stages drawn last, so they stay on top
-        for gpu in sorted({c["gpu"] for c in cands}):
-            for capacity in sorted({c["capacity"] for c in cands}):
-                group = [c for c in cands if (c["stage"], c["gpu"], c["capacity"]) == (stage, gpu, capacity)]
+        for gpu in sorted({c.gpu for c in cands}):
+            for capacity in sorted({c.capacity for c in cands}):
+                group = [c for c in cands if (c.stage, c.gpu, c.capacity) == (stage, gpu, capacity)]
                 if not group:
                     continue
                 fig.add_trace(
                     go.Scatter(
-                        x=[c["latency_s"] for c in group],
-                        y=[c["usd_per_clip"] for c in group],
+                        x=[c.latency_s for c in group],
+                        y=[c.usd_per_clip for c in group],
                         mode="markers",
                         name=f"{gpu} {capacity} ({stage if stage == 'predicted' else word + ', ' + stage})",
                         marker={
@@ -81,30 +82,30 @@ def write_interactive(record: dict[str, Any], path: Path, front: list[dict[str, 
                 )
     fig.add_trace(
         go.Scatter(
-            x=[c["latency_s"] for c in front],
-            y=[c["usd_per_clip"] for c in front],
+            x=[c.latency_s for c in front],
+            y=[c.usd_per_clip for c in front],
             mode="lines+text",
-            text=[c["plan"] for c in front],
+            text=[str(c.plan) for c in front],
             textposition="top right",
             name="Pareto frontier",
             line={"color": "#444444"},
             hoverinfo="skip",
         )
     )
-    chosen = [c for c in cands if c["key"] == (record.get("recommendation") or {}).get("key")]
+    chosen = [c for c in cands if record.recommendation and c.key == record.recommendation.key]
     if chosen:
         fig.add_trace(
             go.Scatter(
-                x=[chosen[0]["latency_s"]],
-                y=[chosen[0]["usd_per_clip"]],
+                x=[chosen[0].latency_s],
+                y=[chosen[0].usd_per_clip],
                 mode="markers",
                 name="chosen",
                 hoverinfo="skip",
                 marker={"symbol": "star-open", "size": 26, "color": "#d62828"},
             )
         )
-    title = record["goal"]["describe"] + (" | SIMULATED: twin engine, no GPU ran" if simulated else "")
-    x_ticks, y_ticks = _ticks([c["latency_s"] for c in cands]), _ticks([c["usd_per_clip"] for c in cands])
+    title = record.goal.description + (" | SIMULATED: twin engine, no GPU ran" if simulated else "")
+    x_ticks, y_ticks = _ticks([c.latency_s for c in cands]), _ticks([c.usd_per_clip for c in cands])
     fig.update_layout(
         title={"text": title, "font": {"size": 12}},
         template="plotly_white",

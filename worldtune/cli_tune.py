@@ -71,7 +71,7 @@ def _output(outcome: RunOutcome) -> dict[str, Any]:
         "status": "completed",
         "thread_id": outcome.thread_id,
         **{k: s.get(k) for k in keys},
-        "provenance": of_record(s),
+        "provenance": of_record(outcome.summary).model_dump(mode="json"),
     }
 
 
@@ -101,7 +101,7 @@ def _print_outcome(outcome: RunOutcome) -> None:
     else:
         m, p = s.measured, s.predicted
         prov = s.provenance or provenance(s)
-        simulated = prov["simulated"]
+        simulated = prov.simulated
         console.print(
             f"[bold green]recommendation[/] {rec.gpu} plan {rec.plan} x {rec.nodes} node(s) "
             f"({rec.replicas} replicas), {rec.capacity} on {rec.offer} at ${rec.usd_per_hour:.2f}/h"

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from worldtune.tools.words.goal import Goal
+from worldtune.tools.words.offer import Offer
 from worldtune.tools.words.plan import PlanField
 
 
@@ -81,7 +83,7 @@ class Recommendation(BaseModel):
     capacity: str
     offer: str
     usd_per_hour: float
-    offer_detail: dict[str, Any] = Field(description="the offer as listed (tools/words/offer.py)")
+    offer_detail: Offer = Field(description="the offer as listed")
 
 
 class CandidateRow(BaseModel):
@@ -105,6 +107,64 @@ class CandidateRow(BaseModel):
     predicted_clips_per_hour_per_node: float | None
 
 
+class RecordedGoal(Goal):
+    """The goal as a run's record keeps it: its fields, the words it was read from and its description."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+    confidence: float = Field(
+        default=0.99, allow_inf_nan=False, description="a record written before goals had a confidence claimed at 99%"
+    )
+    text: str = Field(default="", description="the goal as the user wrote it")
+    description: str = Field(default="", alias="describe", description="the goal as worldtune read it")
+
+
+class RunOptions(BaseModel):
+    """The options a run was started with, as recorded (agent/configuration.TuneOptions' JSON): the ones the
+    record's readers use by name, the rest kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    engine: str = "twin"
+    infra: str = "local"
+    time_scale: float | None = None
+    twin_profile: str | None = None
+
+
+class LatencyClaim(BaseModel):
+    """How far the measured latency goes at the goal's confidence: the tolerance bound always, the empirical
+    percentile only with enough samples."""
+
+    percentile: int
+    samples: int
+    samples_needed_for_empirical: int
+    confidence: float
+    claim: str | None = Field(default=None, description="the parametric bound, when the record has one")
+    empirical: str
+
+    @model_serializer(mode="wrap")
+    def _claim_when_bounded(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_none(handler(self), ("claim",))
+
+
+class Provenance(BaseModel):
+    """Where each figure of a run's record comes from: simulated or measured, predicted, assumed; how far the
+    latency claim goes; how prices are dated (agent/provenance.py says it)."""
+
+    engine: Literal["twin", "vllm-omni"]
+    simulated: bool
+    measured_figures: str
+    twin_profile: str | None
+    time_scale: float | None
+    predicted_figures: str
+    assumed_terms: list[str]
+    assumed_spread: str
+    prices: str
+    latency: LatencyClaim
+    spend: str
+    artifacts: str
+
+
 class RunSummary(BaseModel):
     """A finished run's record: goal, recommendation, measured against predicted, spend, stop, every candidate."""
 
@@ -112,9 +172,9 @@ class RunSummary(BaseModel):
 
     run_id: str
     thread_id: str
-    goal: dict[str, Any] = Field(description="the goal's fields, its text and its description")
+    goal: RecordedGoal
     goal_source: str = "parser"
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: RunOptions = Field(default_factory=RunOptions)
     stop_reason: str = "stopped"
     stop_kind: str = ""
     recommendation: Recommendation | None = None
@@ -130,11 +190,13 @@ class RunSummary(BaseModel):
     failed: dict[str, str] | None = Field(default=None, description="set once the run searched")
     nearest: list[dict[str, Any]] | None = Field(default=None, description="set once the run searched")
     learned_profiles: dict[str, dict[str, Any]] | None = Field(default=None, description="per GPU type")
-    provenance: dict[str, Any] = Field(default_factory=dict, description="what is simulated, measured, assumed")
+    provenance: Provenance | None = Field(default=None, description="what is simulated, measured, assumed")
+    fleet: dict[str, Any] | None = Field(default=None, description="the fleet for the goal's traffic, once planned")
 
     @model_serializer(mode="wrap")
     def _only_what_was_searched(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_none(handler(self), ("rejected", "failed", "nearest", "learned_profiles"))
+        optional = ("rejected", "failed", "nearest", "learned_profiles", "provenance", "fleet")
+        return _without_none(handler(self), optional)
 
     def record(self) -> dict[str, Any]:
         """The record's JSON (and any fields added to the record)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +10,22 @@ from worldtune.agent.provenance import provenance as provenance_of
 from worldtune.agent.report import _plot, _readable_log_axis, readable_event
 from worldtune.tools.results.report_data import frontier
 from worldtune.tools.words.plan import Plan
-from worldtune.tools.words.run_summary import RunSummary
+from worldtune.tools.words.run_summary import Provenance, RunSummary
 
 
-def provenance(record: dict[str, Any]) -> dict[str, Any]:
+def provenance(record: dict[str, Any]) -> Provenance:
     """The provenance of a record as the database keeps it (read back as the RunSummary word)."""
     return provenance_of(RunSummary.model_validate(record))
+
+
+def _candidate(key: str, stage: str, latency_s: float, usd_per_clip: float, **fields: Any) -> dict[str, Any]:
+    """A candidate row as a run's record keeps it (tools/words/run_summary.CandidateRow)."""
+    row = {"key": key, "gpu": "H200", "plan": "tp8", "offer": "nebius/x/H200:8/spot", "capacity": "spot",
+           "usd_per_hour": 11.6, "nodes": 1, "stage": stage, "feasible": True, "latency_s": latency_s,
+           "latency_q_s": latency_s, "clips_per_hour_per_node": 30.0, "usd_per_clip": usd_per_clip,
+           "predicted_latency_s": None, "predicted_usd_per_clip": None,
+           "predicted_clips_per_hour_per_node": None}  # fmt: skip
+    return row | fields
 
 
 def _record(engine: str = "twin", plan: str = "cfg2-r4-vae8", samples: int = 5) -> dict[str, Any]:
@@ -62,15 +71,15 @@ def _record(engine: str = "twin", plan: str = "cfg2-r4-vae8", samples: int = 5) 
 
 def test_a_twin_run_is_labelled_simulated_with_profile_and_time_scale() -> None:
     p = provenance(_record())
-    assert (
-        p["simulated"] is True and "twin engine" in p["measured_figures"] and "time scale 300" in p["measured_figures"]
-    )
-    assert "shipped profile" in p["measured_figures"] and "no GPU ran" in p["measured_figures"]
-    assert "2026-11-29" in p["prices"] and "modelled" in p["spend"]
+    assert p.simulated is True and "twin engine" in p.measured_figures and "time scale 300" in p.measured_figures
+    assert "shipped profile" in p.measured_figures and "no GPU ran" in p.measured_figures
+    assert "2026-11-29" in p.prices and "modelled" in p.spend
     real = provenance(_record(engine="vllm-omni"))
-    assert real["simulated"] is False and "real GPUs" in real["measured_figures"] and real["twin_profile"] is None
+    assert real.simulated is False and "real GPUs" in real.measured_figures and real.twin_profile is None
     assert labels(p)[0].startswith("simulated: ") and labels(real)[0].startswith("measured: ")
-    assert "time to a verified answer 0.50 h" in p["spend"]
+    assert "time to a verified answer 0.50 h" in p.spend
+    # what a record keeps reads back as the same words (the claim left out while there is none)
+    assert Provenance.model_validate(p.model_dump(mode="json")) == p
 
 
 def test_assumed_terms_follow_the_plan() -> None:
@@ -85,11 +94,11 @@ def test_assumed_terms_follow_the_plan() -> None:
 
 
 def test_a_percentile_from_few_samples_is_not_claimed() -> None:
-    few = provenance(_record(samples=5))["latency"]
-    assert "not claimable" in few["empirical"] and "n=5 < 90" in few["empirical"]
-    assert "110.4 s at 95% confidence" in few["claim"]
-    many = provenance(_record(samples=120))["latency"]
-    assert "not claimable" not in many["empirical"]
+    few = provenance(_record(samples=5)).latency
+    assert "not claimable" in few.empirical and "n=5 < 90" in few.empirical
+    assert few.claim is not None and "110.4 s at 95% confidence" in few.claim
+    many = provenance(_record(samples=120)).latency
+    assert "not claimable" not in many.empirical
 
 
 def test_few_samples_as_the_runner_records_them_are_measured_but_not_claimed() -> None:
@@ -98,11 +107,12 @@ def test_few_samples_as_the_runner_records_them_are_measured_but_not_claimed() -
     record = _record(samples=5)
     record["measured"] = {"latency_p50_s": 109.8, "latency_p95_s": None, "p95_upper_95conf_normal": 110.4,
                           "latency_p95_claim": "not claimable (n=5 < 90)", "samples": 5}  # fmt: skip
-    latency = provenance(record)["latency"]
-    assert latency["empirical"] == "p95 not claimable on its own (n=5 < 90 samples measured)", latency
-    assert "110.4 s at 95% confidence" in latency["claim"]
+    latency = provenance(record).latency
+    assert latency.empirical == "p95 not claimable on its own (n=5 < 90 samples measured)", latency
+    assert latency.claim is not None and "110.4 s at 95% confidence" in latency.claim
     record["measured"] = {"latency_p50_s": None, "latency_p95_s": None, "samples": 0}
-    assert provenance(record)["latency"]["empirical"] == "none measured"
+    none = provenance(record).latency
+    assert none.empirical == "none measured" and none.claim is None and "claim" not in none.model_dump()
 
 
 def test_events_print_dicts_as_words() -> None:
@@ -132,16 +142,17 @@ def test_log_axes_read_as_plain_numbers(tmp_path: Path) -> None:
 
 def test_plot_draws_every_stage_with_gpu_colours(tmp_path: Path) -> None:
     record = _record()
-    base = {"gpu": "H200", "capacity": "on-demand", "plan": "tp8", "feasible": True}
     record["candidates"] = [
-        {**base, "key": "a", "stage": "predicted", "latency_s": 90.0, "usd_per_clip": 0.9},
-        {**base, "key": "b", "stage": "probed", "latency_s": 110.0, "usd_per_clip": 0.5, "capacity": "spot"},
-        {**base, "key": "k1", "stage": "measured", "latency_s": 120.0, "usd_per_clip": 0.4, "gpu": "B200"},
+        _candidate("a", "predicted", 90.0, 0.9, capacity="on-demand"),
+        _candidate("b", "probed", 110.0, 0.5),
+        _candidate("k1", "measured", 120.0, 0.4, gpu="B200"),
+        _candidate("c", "predicted", 130.0, 0.6),  # slower and dearer than b: off the frontier
     ]
+    summary = RunSummary.model_validate(record)
     out = tmp_path / "cost.png"
-    front = [record["candidates"][i] for i in frontier(record["candidates"], "latency_s", "usd_per_clip")]
-    assert [c["key"] for c in front] == ["a", "b", "k1"]  # each is cheaper but slower than the one before
-    _plot(copy.deepcopy(record), "latency_s", "usd_per_clip", "latency (s)", "USD per clip", out, front)
+    front = [summary.candidates[i] for i in frontier(summary.candidates, "latency_s", "usd_per_clip")]
+    assert [c.key for c in front] == ["a", "b", "k1"]  # each is cheaper but slower than the one before
+    _plot(summary, "latency_s", "usd_per_clip", "latency (s)", "USD per clip", out, front)
     assert out.is_file() and out.stat().st_size > 5_000
 
 
@@ -162,15 +173,14 @@ def test_interactive_page_names_each_candidate_and_says_simulated(tmp_path: Path
     from worldtune.agent.report_interactive import _ticks, write_interactive
 
     record = _record()
-    record["provenance"] = provenance(record)  # as every record written since issue 15 has it
-    base = {"gpu": "H200", "capacity": "spot", "feasible": True, "offer": "nebius/x/H200:8/spot", "nodes": 1,
-            "usd_per_hour": 11.6, "clips_per_hour_per_node": 30.0}  # fmt: skip
+    record["provenance"] = provenance(record).model_dump(mode="json")  # as every record written since issue 15 has it
     record["candidates"] = [
-        {**base, "key": "k1", "plan": "cfg2-r4-vae8", "stage": "measured", "latency_s": 110.0, "usd_per_clip": 0.34},
-        {**base, "key": "k2", "plan": "tp8", "stage": "predicted", "latency_s": 95.0, "usd_per_clip": 0.5},
+        _candidate("k1", "measured", 110.0, 0.34, plan="cfg2-r4-vae8"),
+        _candidate("k2", "predicted", 95.0, 0.5),
     ]
+    summary = RunSummary.model_validate(record)
     out = tmp_path / "candidates.html"
-    assert write_interactive(record, out, [record["candidates"][1], record["candidates"][0]])
+    assert write_interactive(summary, out, [summary.candidates[1], summary.candidates[0]])
     text = out.read_text()
     assert "cfg2-r4-vae8" in text and "simulated on the twin" in text and "SIMULATED" in text
     assert _ticks([40.0, 700.0])["ticktext"] == ["50", "100", "200", "500"]
