@@ -20,7 +20,8 @@ from typing import Any
 
 from worldtune.agent.events import Events, FleetNote, tell
 from worldtune.tools.deployments.capacity import CapacityPlan, FleetChoice, plan_capacity, skyserve_service_yaml
-from worldtune.tools.deployments.fleet_rehearsal import FleetRehearsal
+from worldtune.tools.deployments.fleet_rehearsal import FleetOutcome, FleetRehearsal, Replanned
+from worldtune.tools.words.fleet import Fleet
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.profile import Profile
 
@@ -38,8 +39,8 @@ def fleet_for(
     learned_profiles: dict[str, dict[str, Any]] | None = None,
     mcp_url: str | None = None,
     recommended: str | None = None,
-) -> dict[str, Any] | None:
-    """The capacity plan and (local twin only) its rehearsal, as JSON-ready data; None without traffic. The
+) -> FleetOutcome | None:
+    """The capacity plan and (local twin only) its rehearsal; None without traffic. The
     rehearsal's twins serve the first of `twin_profiles` the deploy accepts for the fleet's GPU type (as the
     tuning graph's deployments do), else the shipped profile. `learned_profiles` (the run's recalibrated
     profile per GPU type, as its summary keeps them) are what the fleet's service times are predicted with."""
@@ -49,20 +50,22 @@ def fleet_for(
         learned = f", service times from the run's recalibrated {', '.join(sorted(paths))} profile" if paths else ""
         tell(progress, FleetNote(note=f"planning a fleet for {goal.traffic.describe()} (simulated{learned})"))
         planned = plan_capacity(goal, profile_paths=paths)
-        out: dict[str, Any] = {"capacity": planned.model_dump(mode="json"), "rehearsal": None}
         if planned.chosen is None:
-            out["note"] = "no simulated fleet meets the end-to-end bound"
-            return out
-        out["skyserve_service_yaml"] = skyserve_service_yaml(planned.chosen.fleet, goal.workload.model)
-        if recommended and planned.chosen.fleet.plan != recommended:
-            out["differs"] = why_the_fleet_differs(planned, recommended)
+            return FleetOutcome(capacity=planned, note="no simulated fleet meets the end-to-end bound")
+        out = FleetOutcome(
+            capacity=planned,
+            skyserve_service_yaml=skyserve_service_yaml(planned.chosen.fleet, goal.workload.model),
+            differs=why_the_fleet_differs(planned, recommended)
+            if recommended and planned.chosen.fleet.plan != recommended
+            else None,
+        )
         if infra != "local" or engine != "twin":
-            out["note"] = "rehearsal runs on local twins only: not rehearsed"
+            out.note = "rehearsal runs on local twins only: not rehearsed"
             return out
         chosen = planned.chosen
         tell(progress, FleetNote(note=f"rehearsing {chosen.fleet.describe()} on local twins, open loop"))
         rehearsal = _rehearsed(goal, chosen, time_scale, db_path, twin_profiles, mcp_url)
-        out["rehearsal"] = rehearsal.model_dump(mode="json")
+        out.rehearsal = rehearsal
         if rehearsal.latency_disagrees():  # feed the measurement back: re-plan with that plan's measured latency
             measured = {(chosen.fleet.gpu, chosen.fleet.plan): float(rehearsal.measured_latency_mean_s or 0.0)}
             note = (
@@ -71,12 +74,12 @@ def fleet_for(
             )
             tell(progress, FleetNote(note=note))
             again = plan_capacity(goal, measured_latency_s=measured, profile_paths=paths)
-            out["replanned"] = {
-                "capacity": again.model_dump(mode="json"),
-                "same_fleet": again.chosen is not None and _shape(again.chosen.fleet) == _shape(chosen.fleet),
-                "basis": "simulated, with the chosen plan's service time scaled to its rehearsal's measured mean "
+            out.replanned = Replanned(
+                capacity=again,
+                same_fleet=again.chosen is not None and _shape(again.chosen.fleet) == _shape(chosen.fleet),
+                basis="simulated, with the chosen plan's service time scaled to its rehearsal's measured mean "
                 "latency; other plans keep the model's (not rehearsed)",
-            }
+            )
         return out
 
 
@@ -136,19 +139,19 @@ def _rehearsed(
     return asyncio.run(call())
 
 
-def record_fleet(run_id: str, fleet: dict[str, Any] | None, db_path: str | None, mcp_url: str | None) -> None:
+def record_fleet(run_id: str, fleet: FleetOutcome | None, db_path: str | None, mcp_url: str | None) -> None:
     """Put the fleet in the run's record (the report draws its day) through the MCP tool record_fleet, so a
     remote run's fleet is kept by its server, next to the rest of its record."""
     from worldtune.agent.tools import connect
 
     async def call() -> None:
         async with connect(db_path, mcp_url) as tools:
-            await tools.record_fleet(run_id, fleet or {})
+            await tools.record_fleet(run_id, fleet.model_dump(mode="json") if fleet else {})
 
     asyncio.run(call())
 
 
-def _shape(fleet: Any) -> tuple[Any, ...]:
+def _shape(fleet: Fleet) -> tuple[Any, ...]:
     """What a user rents and sets: plan, offer, capacity, servers per node, autoscaler, fallback (not the speed)."""
     return (
         fleet.plan,
@@ -160,68 +163,67 @@ def _shape(fleet: Any) -> tuple[Any, ...]:
     )
 
 
-def fleet_lines(fleet: dict[str, Any]) -> list[str]:
+def fleet_lines(fleet: FleetOutcome) -> list[str]:
     """The fleet's summary for the console: chosen fleet, predicted vs measured percentile and daily cost."""
-    cap = fleet["capacity"]
-    chosen = cap.get("chosen")
+    cap = fleet.capacity
+    chosen = cap.chosen
     if chosen is None:
-        return [f"fleet: {fleet.get('note', 'none found')}"]
-    f, day = chosen["fleet"], chosen["day"]
-    pct = cap["percentile"]
-    auto = f["autoscaler"]
+        return [f"fleet: {fleet.note or 'none found'}"]
+    f, day, pct = chosen.fleet, chosen.day, cap.percentile
+    auto = f.autoscaler
     lines = [
-        f"fleet: {f['plan']} x{f['servers_per_node']} server(s)/node on {f['offer_id']} ({f['capacity']}), "
-        f"{auto['policy']} {auto['min_replicas']}-{auto['max_replicas']} node(s)",
-        *([f"  {fleet['differs']}"] if fleet.get("differs") else []),
-        f"  predicted (simulated): p{pct} {chosen['p_e2e_s']:.0f} s end to end (pessimistic "
-        f"{chosen['p_e2e_pessimistic_s'] or float('nan'):.0f} s), ${chosen['daily_cost_usd']:.2f}/day, "
-        f"{day['cold_starts']} cold starts, {day['preemptions']} preemptions on day 1",
+        f"fleet: {f.plan} x{f.servers_per_node} server(s)/node on {f.offer_id} ({f.capacity}), "
+        f"{auto.policy} {auto.min_replicas}-{auto.max_replicas} node(s)",
+        *([f"  {fleet.differs}"] if fleet.differs else []),
+        f"  predicted (simulated): p{pct} {chosen.p_e2e_s:.0f} s end to end (pessimistic "
+        f"{chosen.p_e2e_pessimistic_s or float('nan'):.0f} s), ${chosen.daily_cost_usd:.2f}/day, "
+        f"{day.cold_starts} cold starts, {day.preemptions} preemptions on day 1",
     ]
-    sky = cap.get("skyserve_default")
+    sky = cap.skyserve_default
     if sky:
         lines.append(
-            f"  SkyServe defaults, same plan: p{pct} {sky['p_e2e_s']:.0f} s, ${sky['daily_cost_usd']:.2f}/day"
-            f"{'' if sky['meets'] else ' (misses the bound)'}"
+            f"  SkyServe defaults, same plan: p{pct} {sky.p_e2e_s:.0f} s, ${sky.daily_cost_usd:.2f}/day"
+            f"{'' if sky.meets else ' (misses the bound)'}"
         )
-    r = fleet.get("rehearsal")
+    r = fleet.rehearsal
     if r:
-        meas = "n/a" if r["measured_p_s"] is None else f"{r['measured_p_s']:.0f} s"
+        meas = "n/a" if r.measured_p_s is None else f"{r.measured_p_s:.0f} s"
         lines.append(
-            f"  rehearsal on twins ({r['answered']}/{r['requests']} answered, {r['servers']} servers, "
-            f"K={r['time_scale']:g}): measured p{pct} {meas} vs predicted {r['predicted_p_s']:.0f} s for the same "
-            f"fixed fleet; mean wait {r['measured_wait_mean_s'] or 0:.0f} s vs {r['predicted_wait_mean_s']:.0f} s"
+            f"  rehearsal on twins ({r.answered}/{r.requests} answered, {r.servers} servers, "
+            f"K={r.time_scale:g}): measured p{pct} {meas} vs predicted {r.predicted_p_s or 0:.0f} s for the same "
+            f"fixed fleet; mean wait {r.measured_wait_mean_s or 0:.0f} s vs {r.predicted_wait_mean_s or 0:.0f} s"
         )
         lines.append(
-            f"  daily cost: ${r['measured_daily_cost_usd']:.2f} billed at its warm size (24 h) vs "
-            f"${r['predicted_daily_cost_usd']:.2f} predicted (simulated day)"
+            f"  daily cost: ${r.measured_daily_cost_usd:.2f} billed at its warm size (24 h) vs "
+            f"${r.predicted_daily_cost_usd:.2f} predicted (simulated day)"
         )
-        lines.append(f"  meets the bound on the twin: {r['meets']}")
-        if r.get("measured_latency_mean_s") is not None:
-            sem = r["measured_latency_sem_s"] or 0.0
+        lines.append(f"  meets the bound on the twin: {r.meets}")
+        if r.measured_latency_mean_s is not None:
+            sem = r.measured_latency_sem_s or 0.0
             lines.append(
-                f"  per request: measured {r['measured_latency_mean_s']:.1f} s (+-{sem:.1f}) "
-                f"vs modelled {r['predicted_latency_s'] or 0:.1f} s"
+                f"  per request: measured {r.measured_latency_mean_s:.1f} s (+-{sem:.1f}) "
+                f"vs modelled {r.predicted_latency_s or 0:.1f} s"
             )
     else:
-        lines.append(f"  {fleet.get('note', 'not rehearsed')}")
-    return lines + _replanned_lines(fleet.get("replanned"), cap["percentile"])
+        lines.append(f"  {fleet.note or 'not rehearsed'}")
+    return lines + _replanned_lines(fleet.replanned, pct)
 
 
-def _replanned_lines(again: dict[str, Any] | None, pct: int) -> list[str]:
+def _replanned_lines(again: Replanned | None, pct: int) -> list[str]:
     """What re-planning with the rehearsal's measured latency gave (nothing when the two agreed)."""
     if not again:
         return []
-    new = again["capacity"].get("chosen")
+    new = again.capacity.chosen
     if new is None:
         return ["  re-planned with the measured latency: no simulated fleet meets the bound"]
-    if again["same_fleet"]:
+    if again.same_fleet:
         return [
             f"  re-planned with the measured latency: the same fleet still meets the bound, p{pct} "
-            f"{new['p_e2e_s']:.0f} s, ${new['daily_cost_usd']:.2f}/day (simulated)"
+            f"{new.p_e2e_s:.0f} s, ${new.daily_cost_usd:.2f}/day (simulated)"
         ]
-    nf, auto = new["fleet"], new["fleet"]["autoscaler"]
+    nf, auto = new.fleet, new.fleet.autoscaler
     return [
-        f"  re-planned with the measured latency: {nf['plan']} x{nf['servers_per_node']}/node on {nf['offer_id']} "
-        f"({nf['capacity']}), {auto['policy']} {auto['min_replicas']}-{auto['max_replicas']} node(s), "
-        f"p{pct} {new['p_e2e_s']:.0f} s, ${new['daily_cost_usd']:.2f}/day (simulated)"
+        f"  re-planned with the measured latency: {nf.plan} x{nf.servers_per_node}/node on {nf.offer_id} "
+        f"({nf.capacity}), {auto.policy} {auto.min_replicas}-{auto.max_replicas} node(s), "
+        f"p{pct} {new.p_e2e_s:.0f} s, ${new.daily_cost_usd:.2f}/day (simulated)"
     ]

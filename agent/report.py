@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worldtune.agent.provenance import labels, of_record
-from worldtune.agent.report_fleet import fleet_html, write_fleet_day
+from worldtune.agent.report_fleet import fleet_html, fleet_of, write_fleet_day
 from worldtune.agent.report_interactive import write_interactive
 from worldtune.tools.words.run_summary import CandidateRow, RunSummary
 
@@ -341,9 +341,9 @@ def write_report(data: ReportData, out_dir: str | Path | None = None) -> dict[st
     if write_interactive(record, interactive, cost_front):
         written["interactive_html"] = str(interactive)
     artifacts = dict(data.artifacts)
-    service = (record.fleet or {}).get("skyserve_service_yaml")
-    if service:  # the fleet's SkyServe service, autoscaling filled
-        artifacts["fleet_service_yaml"] = str(service).rstrip()
+    fleet = fleet_of(record)
+    if fleet and fleet.skyserve_service_yaml:  # the fleet's SkyServe service, autoscaling filled
+        artifacts["fleet_service_yaml"] = fleet.skyserve_service_yaml.rstrip()
     for name, text in artifacts.items():
         suffix = "sh" if name == "serve_commands" else "yaml"
         path = folder / f"{name.removesuffix('_yaml')}.{suffix}"

@@ -7,16 +7,22 @@ import html
 from pathlib import Path
 
 from worldtune.tools.deployments.capacity import CapacityPlan, FleetChoice
+from worldtune.tools.deployments.fleet_rehearsal import FleetOutcome
 from worldtune.tools.words.run_summary import RunSummary
+
+
+def fleet_of(record: RunSummary) -> FleetOutcome | None:
+    """The record's fleet as words (agent/fleet_step.py wrote it); None for a run without one."""
+    return FleetOutcome.model_validate(record.fleet) if record.fleet else None
 
 
 def chosen_day(record: RunSummary) -> tuple[CapacityPlan, FleetChoice] | None:
     """(the fleet's capacity plan, its chosen fleet with a simulated day and timeline), read from the record's
-    fleet as words; None when there is none to draw."""
-    fleet = record.fleet
-    if not fleet or not fleet.get("capacity"):
+    fleet; None when there is none to draw."""
+    fleet = fleet_of(record)
+    if fleet is None:
         return None
-    plan = CapacityPlan.model_validate(fleet["capacity"])
+    plan = fleet.capacity
     if plan.chosen is None or not plan.chosen.day.timeline:
         return None
     return plan, plan.chosen
@@ -68,8 +74,8 @@ def write_fleet_day(record: RunSummary, path: Path) -> bool:
 
 def fleet_html(record: RunSummary) -> str:
     """The fleet's lines (the console's, agent/fleet_step.fleet_lines) as an HTML section; empty without one."""
-    fleet = record.fleet
-    if not fleet:
+    fleet = fleet_of(record)
+    if fleet is None:
         return ""
     from worldtune.agent.fleet_step import fleet_lines
 

@@ -295,7 +295,7 @@ def _run_tune(parsed: Any, options: Any, as_json: bool) -> RunOutcome:
                 mcp_url=options.mcp_url,
                 recommended=str(summary.recommendation.plan) if summary.recommendation else None,
             )
-            outcome = outcome.model_copy(update={"fleet": fleet})
+            outcome = outcome.model_copy(update={"fleet": fleet.model_dump(mode="json") if fleet else None})
             # the report draws its day; over MCP, so a remote run's fleet is kept by its server
             record_fleet(outcome.run_id, fleet, db, options.mcp_url)
     except RunStopped as exc:
@@ -376,8 +376,9 @@ def _finish(outcome: RunOutcome, as_json: bool) -> None:
         _print_outcome(outcome)
         if outcome.fleet:
             from worldtune.agent.fleet_step import fleet_lines
+            from worldtune.tools.deployments.fleet_rehearsal import FleetOutcome
 
-            for line in fleet_lines(outcome.fleet):
+            for line in fleet_lines(FleetOutcome.model_validate(outcome.fleet)):
                 console.print(line, markup=False, highlight=False)
     summary = outcome.summary
     if summary is not None and summary.stop_kind == "infeasible":

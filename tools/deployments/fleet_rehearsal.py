@@ -11,12 +11,14 @@ beside it is the simulation of that same fixed fleet under the same number of ar
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from worldtune.policies.fleet_sim import simulate_day
 from worldtune.tools.bench.benchmark import BenchmarkSpec, new_benchmark_id, run_benchmark
+from worldtune.tools.deployments.capacity import CapacityPlan
 from worldtune.tools.deployments.deploy import deploy, teardown
 from worldtune.tools.store.database import Store
 from worldtune.tools.words.deploy_request import DeployRequest
@@ -69,6 +71,33 @@ class FleetRehearsal(BaseModel):
             return False  # one idle-server request or none: too few to say the model is off
         gap = abs(self.measured_latency_mean_s - self.predicted_latency_s)
         return gap > tolerance * self.predicted_latency_s and gap > 2 * (self.measured_latency_sem_s or 0.0)
+
+
+class Replanned(BaseModel):
+    """The fleet planned again with the chosen plan's service time scaled to its rehearsal's measured latency."""
+
+    capacity: CapacityPlan
+    same_fleet: bool
+    basis: str
+
+
+class FleetOutcome(BaseModel):
+    """A traffic goal's fleet as the run's record keeps it (agent/fleet_step.py makes it, the CLI and the report
+    show it): the capacity plan, its rehearsal on twins (local twins only, else None and a note), the SkyServe
+    service, why its plan is not the recommendation's, and the plan made again where the rehearsal disagreed."""
+
+    capacity: CapacityPlan
+    rehearsal: FleetRehearsal | None = None
+    note: str | None = None
+    skyserve_service_yaml: str | None = None
+    differs: str | None = Field(default=None, description="why the fleet's plan is not the recommended one")
+    replanned: Replanned | None = None
+
+    @model_serializer(mode="wrap")
+    def _what_was_said(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The record's JSON as it has always been: a key only once it has something to say (the rehearsal as null)."""
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k in ("capacity", "rehearsal")}
 
 
 def _node_plan(fleet: Fleet) -> str:

@@ -12,6 +12,7 @@ from mcp import Client
 
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.deployments.capacity import plan_capacity
+from worldtune.tools.deployments.fleet_rehearsal import FleetOutcome
 from worldtune.tools.mcp.server import build_server
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.goal import Goal
@@ -102,8 +103,11 @@ def test_the_tune_step_prints_the_fleet_and_writes_its_service(planned: Any, mon
     seen: list[str] = []
     goal = Goal(gpus=["H200"], traffic=TRAFFIC)
     out = fleet_step.fleet_for(goal, "nebius", "vllm-omni", 1.0, None, lambda kind, data: seen.append(data["note"]))
-    assert out is not None and out["rehearsal"] is None and "local twins only" in out["note"]
-    assert "replica_policy:" in out["skyserve_service_yaml"] and seen
+    assert out is not None and out.rehearsal is None and out.note and "local twins only" in out.note
+    assert out.skyserve_service_yaml and "replica_policy:" in out.skyserve_service_yaml and seen
+    kept = out.model_dump(mode="json")  # as the record keeps it: a key once it says something, the rehearsal null
+    assert kept["rehearsal"] is None and "replanned" not in kept and "differs" not in kept
+    assert FleetOutcome.model_validate(kept).model_dump(mode="json") == kept  # and reads back as the same
     lines = fleet_step.fleet_lines(out)
     assert lines[0].startswith("fleet: ") and "predicted (simulated): p95" in lines[1] and "/day" in lines[1]
     assert fleet_step.fleet_for(Goal(), "local", "twin", 300.0, None, lambda k, d: None) is None
@@ -178,7 +182,7 @@ def test_the_fleet_step_feeds_a_disagreeing_rehearsal_back_and_tries_each_twin_p
     assert out is not None and tried == ["b200.yaml", "h200.yaml"]
     key = (planned.chosen.fleet.gpu, planned.chosen.fleet.plan)
     assert calls == [None, {key: pytest.approx(planned.chosen.fleet.latency_s * 1.2)}]
-    assert out["replanned"]["same_fleet"] and "re-planning" in notes[-1]
+    assert out.replanned is not None and out.replanned.same_fleet and "re-planning" in notes[-1]
     assert any(
         "re-planned with the measured latency: the same fleet still meets" in line
         for line in fleet_step.fleet_lines(out)
@@ -216,7 +220,7 @@ def test_the_report_draws_the_chosen_fleets_simulated_day(planned: Any, tmp_path
     spend = Spend(**counts, budget_usd=None, answer_hours=0, lanes=0, full_requests=0, confidence=0.95,
                   answer_basis="-", priced_as="-")  # fmt: skip
     without = RunSummary(run_id="tune-f", thread_id="tune-f", goal=RecordedGoal(traffic=TRAFFIC), spend=spend)
-    fleet = {"capacity": planned.model_dump(mode="json"), "rehearsal": None, "note": "not rehearsed"}
+    fleet = FleetOutcome(capacity=planned, note="not rehearsed").model_dump(mode="json")
     record = without.model_copy(update={"fleet": fleet})
     day = planned.chosen.day
     assert len(day.answers) == day.arrivals and all(e > 0 for _, e in day.answers)
