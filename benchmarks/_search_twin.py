@@ -3,7 +3,10 @@
 A Scenario is what is true (the twin's profile per GPU, the offers) where the agent believes the shipped
 calibrated profiles. Twin serves measurements from that truth with seeded noise (perf_model.predict on the
 truth profile, noise of profile.noise_cv on the per-step and fixed parts: what tools/twin/server.py serves) and
-bills them like a deployment (provisioning, cold or warm model load, every request, for the whole node).
+bills them like a deployment (provisioning, cold or warm model load, every request, for the whole node). A truth's
+spot_preemptions_per_node_hour takes spot nodes back as the local backend does (tools/backends/local.py): an
+exponential draw per node launch; the attempt on it (a probe, a lane's share of the claim) is cut, billed up to
+then, and run again whole on a node started again (Backend.benchmark's recovery; the cut samples are not evidence).
 truth_table is every candidate's true objective and feasibility; Outcome is one strategy's run on one
 scenario, with what it spent until it verified a near-optimal candidate (within NEAR of the optimum).
 
@@ -13,8 +16,9 @@ Used by benchmarks/search_efficiency.py (the strategies and the report) and, thr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -27,6 +31,7 @@ from worldtune.tools.words.offer import Offer
 from worldtune.tools.words.profile import Profile
 from worldtune.tools.words.workload import anchor_workload
 
+T = TypeVar("T")
 NEAR = 0.05  # "near-optimal": within 5% of the true optimum's objective
 
 
@@ -45,8 +50,11 @@ class Twin:
     def __init__(self, scenario: Scenario, seed: int) -> None:
         self.scenario = scenario
         self.rng = np.random.default_rng(seed)
+        # the preemption draws have their own stream: a truth without preemption draws exactly what it did before
+        self.preempt_rng = np.random.default_rng([seed, 1])
         self.usd = 0.0
         self.gpu_hours = 0.0
+        self.preemptions = 0
 
     def latency(self, cand: Candidate, steps: int) -> float:
         profile = self.scenario.truth[cand.gpu]
@@ -68,6 +76,29 @@ class Twin:
         plan = cand.plan
         load_s = perf_model.load_time_s(get_model("cosmos3-super"), self.scenario.truth[cand.gpu], not node_held, plan)
         return load_s if node_held else cand.offer.provision_s + load_s
+
+    def preempted_after_s(self, cand: Candidate) -> float | None:
+        """Seconds from a node's launch until its spot capacity is taken back (a new draw per launch); None on
+        demand or where the truth has no preemption."""
+        rate = self.scenario.truth[cand.gpu].spot_preemptions_per_node_hour
+        if cand.capacity != "spot" or rate <= 0:
+            return None
+        return float(self.preempt_rng.exponential(3600.0 / rate))
+
+    def attempt(self, cand: Candidate, start_s: float, work: Callable[[], tuple[T, float]]) -> tuple[T, float]:
+        """An attempt on a node that takes `start_s` before its first request (0 on a node up already) and `work`'s
+        wall seconds after: (what the attempt that finished measured, node-seconds = wall seconds). A preemption
+        bills the node up to it; the node is launched again (provisioning and a cold load) and the attempt is run
+        again whole."""
+        spent = 0.0
+        while True:
+            result, wall = work()
+            cut = self.preempted_after_s(cand)
+            if cut is None or cut >= start_s + wall:
+                return result, spent + start_s + wall
+            self.preemptions += 1
+            spent += cut
+            start_s = self.deploy_seconds(cand)  # a fresh node: provisioning and a cold load
 
     def full_latencies(self, cand: Candidate, n: int) -> tuple[list[float], float]:
         """n anchor clips spread over the replicas; wall seconds = rounds x the slowest clip of each round."""
@@ -124,15 +155,24 @@ def oracle(scenario: Scenario, goal: Goal, requests: int, lanes: int = 1, aim_s:
     best = min(truth.values(), key=lambda c: objective_value(goal, c))
     start = Twin(scenario, 0).deploy_seconds(best)
     replicas = best.plan.replicas
+    rate = scenario.truth[best.gpu].spot_preemptions_per_node_hour / 3600.0 if best.capacity == "spot" else 0.0
     n = lanes
     for n in range(lanes, MAX_LANES + 1) if aim_s is not None else [lanes]:
-        wall, node_s = full_run_node_seconds(requests, n, best.latency_s, replicas)
-        if aim_s is None or start + wall <= aim_s:
+        wall, _ = full_run_node_seconds(requests, n, best.latency_s, replicas)
+        lane_s = expected_attempt_s(start + wall, rate)
+        if aim_s is None or lane_s <= aim_s:
             break
-    hours = best.offer.gpu_count * (n * start + node_s) / 3600
-    serial_s = start + full_run_node_seconds(requests, 1, best.latency_s, replicas)[1]
+    hours = best.offer.gpu_count * n * lane_s / 3600
+    serial_s = expected_attempt_s(start + full_run_node_seconds(requests, 1, best.latency_s, replicas)[1], rate)
     serial = best.offer.gpu_count * serial_s / 3600
-    return Oracle(key=best.key, gpu_hours=hours, seconds=start + wall, lanes=n, serial_gpu_hours=serial)
+    return Oracle(key=best.key, gpu_hours=hours, seconds=lane_s, lanes=n, serial_gpu_hours=serial)
+
+
+def expected_attempt_s(seconds: float, rate_per_s: float) -> float:
+    """Expected node-seconds of an attempt of `seconds` (its start included) run again whole from a fresh start
+    whenever its node is taken back, at `rate_per_s` (a Poisson process): (e^(rate x seconds) - 1) / rate, the
+    attempt's own seconds without preemption."""
+    return math.expm1(rate_per_s * seconds) / rate_per_s if rate_per_s > 0 else seconds
 
 
 @dataclass

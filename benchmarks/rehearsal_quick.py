@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/rehearsal_quick.py [TRUTHS] [SEEDS] [--truth-seed S] [--jobs N]
 
-The truths are benchmarks/rehearsal.py's (the two named ones and TRUTHS drawn around the belief with the
+The truths are benchmarks/rehearsal.py's (its seven named ones and TRUTHS drawn around the belief with the
 generator seeded by S; the default 7 gives rehearsal.py's own, any other S truths that no tuning of the search
 has seen). Per run: how the search stopped, its regret against the truth's optimum, its GPU-hours as a share of
 the grid's (every candidate on a fresh deployment) and over an oracle's (one provisioning, one load and the claim's
@@ -56,6 +56,9 @@ def _row(task: tuple[int, int]) -> dict[str, Any]:
         "usd": w.total_usd, "forecast_usd_p50": likely.usd_p50, "forecast_usd_max": likely.usd_max,
         "bound_usd": bound.usd, "bound_s": bound.answer_s, "bound_gpu_hours": bound.gpu_hours,
         "probes": w.extra["probes"], "full_runs": w.extra["full_runs"], "idle_gpu_hours": w.extra["idle_gpu_hours"],
+        "preemptions": w.extra["preemptions"],
+        # a recommendation the truth says misses its bound (regret infinite): a claim above its bound
+        "claim_above_bound": w.recommendation is not None and w.regret is not None and not np.isfinite(w.regret),
         **rehearsal.against_oracle(scenario, goal, w),
     }  # fmt: skip
 
@@ -127,6 +130,9 @@ def run(truths: int, seeds: int, truth_seed: int, jobs: int = 0) -> dict[str, An
         "idle_share_max": float(
             max((r["idle_gpu_hours"] / r["gpu_hours"] for r in rows if r["gpu_hours"]), default=0.0)
         ),
+        "claims_above_bound": sum(1 for r in rows if r.get("claim_above_bound")),
+        "recommendations": sum(1 for r in rows if r["regret"] is not None),
+        "preemptions_total": sum(r.get("preemptions", 0) for r in rows),
         "stops": {k: sum(1 for r in rows if r["stop"] == k) for k in sorted({r["stop"] for r in rows})},
         **forecast_summary(rows),
     }
@@ -156,11 +162,13 @@ def main() -> None:
     record = run(truths, seeds, truth_seed, jobs)
     s = record["summary"]
     table = Table(title=f"Quick rehearsal: worldtune on {s['runs']} runs (truth seed {truth_seed}; simulated)")
-    for column in ("runs", "regret <= 5%", "converged, regret > 5%", "infeasible found", "GPU-h / grid p50",
+    for column in ("runs", "regret <= 5%", "claims above bound", "converged, regret > 5%", "infeasible found",
+                   "GPU-h / grid p50",
                    *rehearsal.ORACLE_COLUMNS, "probes p50", "full runs p50", "stops"):  # fmt: skip
         table.add_column(column)
     table.add_row(
-        str(s["runs"]), f"{s['share_regret_le_5pct']:.0%}", str(s["converged_with_regret_gt_5pct"]),
+        str(s["runs"]), f"{s['share_regret_le_5pct']:.0%}", f"{s['claims_above_bound']} of {s['recommendations']}",
+        str(s["converged_with_regret_gt_5pct"]),
         f"{s['infeasible_detected']} / {s['infeasible_runs']}", f"{s['share_of_grid_p50']:.2%}",
         *rehearsal.oracle_cells(s), f"{s['probes_p50']:g}", f"{s['full_runs_p50']:g}",
         ", ".join(f"{k} {v}" for k, v in s["stops"].items()),

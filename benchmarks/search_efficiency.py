@@ -125,8 +125,14 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             seconds = started or 0.0
             wall_s = seconds
             if action.kind == "probe":
-                points = [(s, twin.latency(cand, s)) for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)]
-                seconds += sum(lat for _, lat in points)
+
+                def probe(cand: search.Candidate = cand) -> tuple[list[tuple[int, float]], float]:
+                    points = [
+                        (s, twin.latency(cand, s)) for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)
+                    ]
+                    return points, sum(lat for _, lat in points)
+
+                points, seconds = twin.attempt(cand, seconds, probe)  # run again whole on a node taken back
                 wall_s = seconds
                 slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
                 m = search.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
@@ -164,7 +170,8 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
         state = state.model_copy(update={"elapsed_s": out.seconds})  # as agent/graph.learn: lanes and deadlines see it
     out.measured_candidates = len({m.key for m in state.measurements})
     out.extra = {"probes": sum(m.kind == "probe" for m in state.measurements), "full_runs": len(measured),
-                 "stop_reason": decision.stop_reason, "idle_gpu_hours": idle_gpu_h}  # fmt: skip
+                 "stop_reason": decision.stop_reason, "idle_gpu_hours": idle_gpu_h,
+                 "preemptions": twin.preemptions}  # fmt: skip
     rec = search.recommendation(state)
     return finish(out, twin, rec.key if rec else None, truth, best)
 
@@ -185,10 +192,13 @@ def _full_run(
             start = 0.0 if spare[lane - 1] == cand.key else twin.deploy_seconds(cand, node_held=True)
         else:
             start = twin.deploy_seconds(cand)
-        got, wall = twin.full_latencies(cand, share) if share else ([], 0.0)
+        if not share:
+            node_s, wall_s = node_s + start, max(wall_s, start)
+            continue
+        got, lane_s = twin.attempt(cand, start, lambda share=share: twin.full_latencies(cand, share))
         latencies += got
-        node_s += start + wall
-        wall_s = max(wall_s, start + wall)
+        node_s += lane_s
+        wall_s = max(wall_s, lane_s)
     return latencies, node_s, wall_s
 
 
