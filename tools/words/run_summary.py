@@ -128,7 +128,7 @@ class RunOptions(BaseModel):
     engine: str = "twin"
     infra: str = "local"
     time_scale: float | None = None
-    twin_profile: str | None = None
+    twin_profile: str | list[str] | None = Field(default=None, description="a file or folder, or several")
 
 
 class LatencyClaim(BaseModel):
@@ -154,7 +154,7 @@ class Provenance(BaseModel):
     engine: Literal["twin", "vllm-omni"]
     simulated: bool
     measured_figures: str
-    twin_profile: str | None
+    twin_profile: str | list[str] | None
     time_scale: float | None
     predicted_figures: str
     assumed_terms: list[str]

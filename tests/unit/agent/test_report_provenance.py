@@ -82,6 +82,16 @@ def test_a_twin_run_is_labelled_simulated_with_profile_and_time_scale() -> None:
     assert Provenance.model_validate(p.model_dump(mode="json")) == p
 
 
+def test_a_run_given_several_twin_profiles_says_which() -> None:
+    """`--twin-profile` may name several files or a folder (agent/configuration.TuneOptions): the record keeps the
+    list and the provenance names it (a rehearsal through the real graph found a record that could not be read)."""
+    record = _record()
+    record["options"]["twin_profile"] = ["/truth/H200.yaml", "/truth/B200.yaml"]
+    p = provenance(record)
+    assert p.twin_profile == ["/truth/H200.yaml", "/truth/B200.yaml"] and "/truth/B200.yaml" in p.measured_figures
+    assert RunSummary.model_validate(RunSummary.model_validate(record).record()).options.twin_profile == p.twin_profile
+
+
 def test_assumed_terms_follow_the_plan() -> None:
     ring = assumed_terms("H200", Plan.parse("cfg2-r4-vae8"), guardrails=False)
     # every ring term the shipped profile assumes; the VAE tile terms are measured (issue 13), so none of VAE's
