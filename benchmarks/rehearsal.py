@@ -30,6 +30,7 @@ Run: .venv/bin/python benchmarks/rehearsal.py [TRUTHS] [SEEDS]   (writes benchma
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -276,6 +277,20 @@ def _goal_text(goal: Goal) -> str:
             f"{' or '.join(goal.gpus)}, {spot}, budget ${goal.budget_usd:g}")  # fmt: skip
 
 
+def _preempted_attempts(db: Path) -> int:
+    """Benchmark attempts cut short by a spot preemption in a run's database (their samples kept, marked)."""
+    import sqlite3
+
+    if not db.is_file():
+        return 0
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        row = con.execute(
+            "SELECT COUNT(DISTINCT benchmark_id || ':' || json_extract(body, '$.attempt')) FROM samples "
+            "WHERE json_extract(body, '$.interrupted') = 1"
+        ).fetchone()
+    return int(row[0] or 0)
+
+
 def run_graph(sample: int) -> list[dict[str, Any]]:
     """The real graph on the twin (`worldtune tune --twin-profile FOLDER`, one truth profile per GPU type) for the
     two named truths and the first random ones, at the snapshot's prices (the graph reads the real offers)."""
@@ -301,6 +316,7 @@ def run_graph(sample: int) -> list[dict[str, Any]]:
                 capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL,
             )  # fmt: skip
             wall = time.time() - started
+            cut = _preempted_attempts(Path(tmp) / "wt.db")
         data = json.loads(out.stdout) if out.stdout.strip().startswith("{") else {}
         rec = (data.get("recommendation") or {}).get("key")
         value, ok = truth.get(rec, (math.inf, False)) if rec else (math.inf, False)
@@ -309,7 +325,7 @@ def run_graph(sample: int) -> list[dict[str, Any]]:
             "recommendation": rec, "regret": (value / best - 1) if rec and ok and math.isfinite(best) else None,
             "truly_feasible": math.isfinite(best), "gpu_hours": (data.get("spend") or {}).get("gpu_hours"),
             "grid_gpu_hours": grid.total_gpu_hours, "wall_s": round(wall, 1),
-            "stop_reason": data.get("stop_reason"),
+            "stop_reason": data.get("stop_reason"), "preempted_attempts": cut,
         })  # fmt: skip
         print(f"graph {scenario.name}: exit {out.returncode}, {data.get('stop_kind')}, {wall:.0f} s", file=sys.stderr)
     return rows
@@ -319,13 +335,13 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--graph":
         rows = run_graph(int(sys.argv[2]) if len(sys.argv) > 2 else 3)
         table = Table(title="Rehearsal through the real graph on the twin (worldtune tune --twin-profile FOLDER)")
-        for c in ("truth", "exit", "stop", "regret", "GPU-h", "GPU-h/grid", "wall s", "recommendation"):
+        for c in ("truth", "exit", "stop", "regret", "GPU-h", "GPU-h/grid", "preempted", "wall s", "recommendation"):
             table.add_column(c)
         for r in rows:
             regret = "-" if r["regret"] is None else f"{r['regret']:.1%}"
             share = f"{(r['gpu_hours'] or 0) / max(r['grid_gpu_hours'], 1e-9):.1%}"
             table.add_row(r["truth"], str(r["exit"]), str(r["stop"]), regret, f"{r['gpu_hours'] or 0:.1f}", share,
-                          str(r["wall_s"]), str(r["recommendation"]))  # fmt: skip
+                          str(r["preempted_attempts"]), str(r["wall_s"]), str(r["recommendation"]))  # fmt: skip
         Console(width=220).print(table)
         path = RESULTS.with_name("rehearsal_graph.json")
         path.write_text(json.dumps(stamped({"benchmark": "rehearsal_graph", "date": time.strftime("%Y-%m-%d"),
