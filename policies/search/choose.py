@@ -54,6 +54,17 @@ class Worth(NamedTuple):
     usd: float  # the production's cost under the verified answer: its cost per clip x the clips it will make
     share: np.ndarray  # per candidate: the expected improvement it may find, as a share of the answer's value
     says: str
+    gains: np.ndarray | None = None  # once verified, per candidate and draw: its own improvement (share of value)
+
+    def net_of_acting(self, i: int, acting_usd: float) -> float:
+        """What probing candidate i is worth once an answer is verified: a better plan found is acted on only
+        through its own claim, so in each draw its improvement counts net of that claim's cost (and nothing where
+        that would not pay); what it tells about the others counts as before."""
+        if self.gains is None:
+            return float(self.share[i]) * self.usd
+        own = self.gains[i] * self.usd
+        others = max(0.0, float(self.share[i]) * self.usd - float(own.mean()))
+        return float(np.maximum(own - acting_usd, 0.0).mean()) + others
 
 
 def ready_for_full(state: SearchState, cands: list[Candidate]) -> set[str]:
@@ -214,10 +225,15 @@ class _Round:
             return
         if self.worth is not None and not retry and (self.best is not None or self.actions):
             gain = max(float(self.worth.share[i]), float(self.worth.share[pick.i])) * self.worth.usd
+            acting = ""
+            if kind == "probe" and self.best is not None and self.worth.gains is not None:
+                claim_usd = self._priced(cand, "full", True, False)[2]  # what acting on a better plan costs
+                gain = self.worth.net_of_acting(i, claim_usd)
+                acting = f", net of the ${claim_usd:,.2f} claim acting on it needs"
             if gain <= usd:
                 self.unworthy.append((gain, usd, i))
                 return
-            note += f"; worth ${gain:,.2f} against its ${usd:,.2f} ({self.worth.says})"
+            note += f"; worth ${gain:,.2f}{acting} against its ${usd:,.2f} ({self.worth.says})"
         early = None
         if kind == "probe" and not self.actions and lead_full is not None and pick.why in ("lead", "displace"):
             early = self._early(i, cand, seconds, usd, lead_full)

@@ -205,6 +205,25 @@ def test_once_an_answer_is_verified_a_measurement_is_bought_only_when_worth_its_
     assert "worth $" in go.actions[0].reason and "10,000,000 production clips (the goal's)" in go.actions[0].reason
 
 
+def test_a_probe_after_an_answer_is_worth_what_acting_on_it_gains_net_of_the_claim_it_needs() -> None:
+    """A better plan a probe finds replaces the answer only through its own claim: in each draw its improvement
+    counts net of that claim's cost, and nothing where the claim would not pay; what it tells about the others
+    counts as before. The decision line says the claim it priced."""
+    from worldtune.policies.search.choose import Worth
+
+    # candidate 0 beats the answer by 10% of a $1,000 production in one draw of four, and tells nothing else
+    worth = Worth(1000.0, np.array([0.025, 0.0]), "test", gains=np.array([[0.1, 0.0, 0.0, 0.0], [0.0] * 4]))
+    assert worth.net_of_acting(0, 0.0) == 25.0  # with a free claim: the expected improvement, as before
+    assert worth.net_of_acting(0, 60.0) == 10.0  # (100 - 60) / 4
+    assert worth.net_of_acting(0, 150.0) == 0.0  # a claim dearer than what it may find: worth nothing
+    told = Worth(1000.0, np.array([0.035, 0.0]), "test", gains=worth.gains)  # +1% of the value about the others
+    assert told.net_of_acting(0, 150.0) == 10.0
+    state = _simulate(initial_state(_goal(), all_offers("snapshot")), {g: shipped_profile(g) for g in ("H200", "B200")},
+                      seed=2, until_verified=True)  # fmt: skip
+    probe = decide(state.model_copy(update={"goal": _goal(production_clips=10_000_000)})).actions[0]
+    assert probe.kind == "probe" and ", net of the $" in probe.reason and " claim acting on it needs" in probe.reason
+
+
 def test_recalibration_learns_a_larger_fixed_cost() -> None:
     shipped = shipped_profile("H200")
     # the VAE share of the fixed part is ~40% since issue 13: x4 makes the whole fixed part ~2.2x larger
