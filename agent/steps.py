@@ -185,9 +185,10 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: ResultReco
             repeats=max(1, spec_of(record).repeats),
             probe_points=probed,
         )
-    # An attempt cut short by a preemption was run again whole on the relaunched node (Backend.benchmark): its
-    # samples stay in the database, marked interrupted, and are not evidence twice (nor its cut requests failures)
-    samples = [s for s in samples_of(record) if s.phase == "full" and not s.interrupted]
+    # An attempt cut short by a preemption goes on on the relaunched node (Backend.benchmark): what it answered
+    # before the cut stays in the database, marked interrupted, and is evidence (each an answered request, asked
+    # once: the attempt after it asks only for the rest, BenchmarkSpec.remainder); its cut requests are not failures
+    samples = [s for s in samples_of(record) if s.phase == "full" and (s.ok or not s.interrupted)]
     # The client's end-to-end time, what goals are judged on (on the twin, its model clock: see client_time).
     latencies = [float(s.client_time() or 0.0) for s in samples if s.ok]
     spec = spec_of(record)

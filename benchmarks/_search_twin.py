@@ -5,8 +5,9 @@ calibrated profiles. Twin serves measurements from that truth with seeded noise 
 truth profile, noise of profile.noise_cv on the per-step and fixed parts: what tools/twin/server.py serves) and
 bills them like a deployment (provisioning, cold or warm model load, every request, for the whole node). A truth's
 spot_preemptions_per_node_hour takes spot nodes back as the local backend does (tools/backends/local.py): an
-exponential draw per node launch; the attempt on it (a probe, a lane's share of the claim) is cut, billed up to
-then, and run again whole on a node started again (Backend.benchmark's recovery; the cut samples are not evidence).
+exponential draw per node launch; the attempt on it is cut and billed up to then; a node is started again, where
+a probe is run again whole and a lane of the claim asks only for what it had not answered (Backend.benchmark's
+recovery: the answers before the cut are evidence, BenchmarkSpec.remainder).
 truth_table is every candidate's true objective and feasibility; Outcome is one strategy's run on one
 scenario, with what it spent until it verified a near-optimal candidate (within NEAR of the optimum).
 
@@ -100,6 +101,29 @@ class Twin:
             spent += cut
             start_s = self.deploy_seconds(cand)  # a fresh node: provisioning and a cold load
 
+    def lane(self, cand: Candidate, start_s: float, n: int) -> tuple[list[float], float]:
+        """A lane's share of a claim, `n` clips, on a node that takes `start_s` before its first request: (the
+        latencies, node-seconds = wall seconds). A preemption bills the node up to it; the rounds answered before
+        it are kept (evidence: BenchmarkSpec.remainder) and a node started again asks only for the rest."""
+        latencies: list[float] = []
+        spent = 0.0
+        while True:
+            got, _ = self.full_latencies(cand, n - len(latencies))
+            replicas = cand.plan.replicas
+            rounds = [got[i : i + replicas] for i in range(0, len(got), replicas)]
+            cut = self.preempted_after_s(cand)
+            t = start_s
+            for answers in rounds:
+                if cut is not None and t + max(answers) > cut:
+                    break
+                t += max(answers)
+                latencies += answers
+            else:
+                return latencies, spent + t
+            self.preemptions += 1
+            spent += cut or 0.0
+            start_s = self.deploy_seconds(cand)  # a fresh node: provisioning and a cold load
+
     def full_latencies(self, cand: Candidate, n: int) -> tuple[list[float], float]:
         """n anchor clips spread over the replicas; wall seconds = rounds x the slowest clip of each round."""
         replicas = cand.plan.replicas
@@ -156,23 +180,27 @@ def oracle(scenario: Scenario, goal: Goal, requests: int, lanes: int = 1, aim_s:
     start = Twin(scenario, 0).deploy_seconds(best)
     replicas = best.plan.replicas
     rate = scenario.truth[best.gpu].spot_preemptions_per_node_hour / 3600.0 if best.capacity == "spot" else 0.0
+    # (a spot truth's lanes: their expected restarts, each going on from its last answered round)
     n = lanes
     for n in range(lanes, MAX_LANES + 1) if aim_s is not None else [lanes]:
         wall, _ = full_run_node_seconds(requests, n, best.latency_s, replicas)
-        lane_s = expected_attempt_s(start + wall, rate)
+        lane_s = expected_lane_s(start + wall, rate, start, best.latency_s)
         if aim_s is None or lane_s <= aim_s:
             break
     hours = best.offer.gpu_count * n * lane_s / 3600
-    serial_s = expected_attempt_s(start + full_run_node_seconds(requests, 1, best.latency_s, replicas)[1], rate)
+    serial_s = expected_lane_s(start + full_run_node_seconds(requests, 1, best.latency_s, replicas)[1], rate, start,
+                               best.latency_s)  # fmt: skip
     serial = best.offer.gpu_count * serial_s / 3600
     return Oracle(key=best.key, gpu_hours=hours, seconds=lane_s, lanes=n, serial_gpu_hours=serial)
 
 
-def expected_attempt_s(seconds: float, rate_per_s: float) -> float:
-    """Expected node-seconds of an attempt of `seconds` (its start included) run again whole from a fresh start
-    whenever its node is taken back, at `rate_per_s` (a Poisson process): (e^(rate x seconds) - 1) / rate, the
-    attempt's own seconds without preemption."""
-    return math.expm1(rate_per_s * seconds) / rate_per_s if rate_per_s > 0 else seconds
+def expected_lane_s(seconds: float, rate_per_s: float, restart_s: float, round_s: float) -> float:
+    """Expected node-seconds of a lane of `seconds` (its start included) whose node is taken back at `rate_per_s`
+    (a Poisson process) and started again (`restart_s`), going on from its last answered round: each preemption
+    costs a restart and the round it cut (half of one on average), and they come at the rate over the whole time,
+    so T = seconds + rate x T x (restart + round / 2)."""
+    lost = rate_per_s * (restart_s + round_s / 2)
+    return seconds / (1 - lost) if lost < 1 else math.inf
 
 
 @dataclass

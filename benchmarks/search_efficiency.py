@@ -195,7 +195,7 @@ def _full_run(
         if not share:
             node_s, wall_s = node_s + start, max(wall_s, start)
             continue
-        got, lane_s = twin.attempt(cand, start, lambda share=share: twin.full_latencies(cand, share))
+        got, lane_s = twin.lane(cand, start, share)
         latencies += got
         node_s += lane_s
         wall_s = max(wall_s, lane_s)

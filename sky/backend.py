@@ -380,9 +380,9 @@ class SkyPilotBackend:
         """Run `spec` as `worldtune bench` on the cluster against every replica on loopback (a `sky exec` job).
 
         Samples land in the local Store under `benchmark_id` as they are measured. On preemption the
-        deployment is relaunched and the benchmark run again (tools/deployment.benchmark_with_recovery);
-        samples of the cut-short attempt are kept, marked by `here.cut_short`. `on_job(deployment, job_id)`
-        is called once each bench job is submitted (tests use it to cut a job short).
+        deployment is relaunched and the benchmark goes on for what is left (tools/words/deployment.
+        benchmark_with_recovery); samples of the cut-short attempt are kept, marked by `here.cut_short`.
+        `on_job(deployment, job_id)` is called once each bench job is submitted (tests use it to cut a job short).
         """
         say: Progress = progress or (lambda message, fraction: None)
         if self.store.get_benchmark(benchmark_id) is None:
@@ -390,7 +390,8 @@ class SkyPilotBackend:
             self.store.create_benchmark(benchmark_id, config, deployment.id, deployment.run_id)
 
         def attempt_on(current: Deployment, attempt: int) -> BenchmarkResult:
-            outcome, result = bench_remote.run_attempt(self, current, spec, benchmark_id, attempt, say, on_job, here)
+            now = spec if attempt == 1 else spec.remainder(here.answered(benchmark_id))  # what was answered is kept
+            outcome, result = bench_remote.run_attempt(self, current, now, benchmark_id, attempt, say, on_job, here)
             if outcome == "preempted":
                 raise LaunchError(f"benchmark {benchmark_id}: the cluster went away during attempt {attempt}")
             if outcome != "completed" or result is None:

@@ -76,7 +76,8 @@ def test_cli_deploy_benchmark_replan_in_place_scancel_mid_benchmark_relaunch_the
     before = [s for s in cut if s.attempt == 1]
     again = [s for s in cut if s.attempt == 2]
     assert len(before) >= cancel["samples_at_cancel"] and all(s.interrupted for s in before)
-    assert len(again) == 6 and all(s.ok for s in again)
+    answered = sum(1 for s in before if s.ok and s.phase == "full")  # kept as evidence: attempt 2 asks the rest
+    assert len([s for s in again if s.phase == "full"]) == max(1, 6 - answered) and all(s.ok for s in again)
     assert [s.seq for s in cut] == sorted({s.seq for s in cut})  # nothing overwritten
     tp8 = store.get_benchmark(done[1]["benchmark_id"])
     assert tp8 is not None and tp8["status"] == "completed" and "completed on attempt 2" in tp8.get("message", "")

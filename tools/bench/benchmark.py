@@ -172,6 +172,9 @@ class Here:
         self.store.update_benchmark(benchmark_id, status="running", message=message)
         return message
 
+    def answered(self, benchmark_id: str) -> int:
+        return sum(1 for s in self.store.samples(benchmark_id) if s.phase == "full" and s.ok)
+
     def next_seq(self, benchmark_id: str) -> int:
         return max((s.seq for s in self.store.samples(benchmark_id)), default=-1) + 1
 

@@ -4,6 +4,7 @@ benchmark capability, shared by its request loop (tools/bench/runner.py) and its
 
 from __future__ import annotations
 
+import math
 import secrets
 from typing import Literal
 
@@ -116,6 +117,17 @@ class BenchmarkSpec(BaseModel):
         what = "requests in one benchmark (warm-up + probes x repeats + levels x clients x repeats + arrivals)"
         at_most("planned requests", self.planned_requests, MAX_PLANNED_REQUESTS, what)
         return self
+
+    def remainder(self, answered: int) -> BenchmarkSpec:
+        """The spec of the attempt that goes on after the node under this benchmark was taken back, `answered` of
+        its full requests answered before (kept as evidence): a closed-loop run at one level without probes asks
+        only for the rest (at least a round of its clients), with its warm-up again on the fresh node; any other
+        shape is measured again whole (its probes' repeats and its levels are one design)."""
+        if not self.full or self.probe_steps or self.poisson_rate_per_hour or len(self.concurrency) != 1:
+            return self
+        clients = self.concurrency[0]
+        left = max(clients, clients * self.repeats - max(0, answered))
+        return self.model_copy(update={"repeats": math.ceil(left / clients)})
 
     @property
     def planned_requests(self) -> int:

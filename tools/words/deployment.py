@@ -178,6 +178,11 @@ class MeasureHere(Protocol):
         """The number the next sample of `benchmark_id` gets (after every one kept so far)."""
         ...
 
+    def answered(self, benchmark_id: str) -> int:
+        """Full requests of `benchmark_id` answered so far, over every attempt (what a resumed attempt need not
+        ask again: BenchmarkSpec.remainder)."""
+        ...
+
     def keep(self, benchmark_id: str, sample: Sample, message: str) -> None:
         """Store one sample measured elsewhere (idempotent on its `seq`) and say where the benchmark stands."""
         ...
@@ -281,8 +286,10 @@ def benchmark_with_recovery(
 
     `attempt_on(deployment, attempt)` measures once and raises when cut short. Then the backend is asked for
     the deployment's state: preempted (and recoveries left) -> `on_cut(deployment, attempt)` marks what that
-    attempt measured and says so, the deployment is recovered (relaunched, same id) and measured again; any
-    other state -> the error stands. A plain failure of a live server is never retried.
+    attempt measured (kept: what it answered is evidence) and says so, the deployment is recovered (relaunched,
+    same id) and measured again, for what is left (`BenchmarkSpec.remainder`: a closed-loop run asks only for
+    the requests not yet answered); any other state -> the error stands. A plain failure of a live server is
+    never retried.
     """
     say: Progress = progress or (lambda message, fraction: None)
     current = deployment
@@ -312,7 +319,8 @@ def benchmark_from_here(
     deployment's endpoints as they are then (a relaunch may move them)."""
 
     def attempt_on(current: Deployment, attempt: int) -> BenchmarkResult:
-        result = here.measure(spec.model_copy(update={"endpoints": current.endpoints}), benchmark_id, attempt)
+        now = spec if attempt == 1 else spec.remainder(here.answered(benchmark_id))  # what was answered is kept
+        result = here.measure(now.model_copy(update={"endpoints": current.endpoints}), benchmark_id, attempt)
         # Requests to a vanished server fail one by one and the run still ends: ask whether the node went away.
         if backend.status(current).state == "preempted":
             raise CutShort(f"deployment {current.id} was preempted during attempt {attempt}")

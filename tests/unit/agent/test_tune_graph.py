@@ -94,3 +94,29 @@ def test_an_answer_that_queued_behind_other_load_is_flagged_and_client_overhead_
     assert waited_behind_others(behind)
     assert not waited_behind_others(ours)
     assert not waited_behind_others({**behind, "stage_durations": {}})  # no stage times: cannot tell, not flagged
+
+
+def test_a_full_run_counts_what_a_cut_attempt_answered_once_and_not_its_cut_requests() -> None:
+    """Issue 39 item 6: a lane whose node was taken back goes on for the rest on the relaunched node; the answers of
+    the cut attempt (kept, marked interrupted) are evidence, its requests cut in flight are not failures."""
+    from worldtune.agent.steps import measurement_of
+    from worldtune.policies.search import Candidate
+    from worldtune.tools.mcp.results import ResultRecord
+    from worldtune.tools.words.bench_spec import BenchmarkStatus
+
+    def sample(seq: int, attempt: int, ok: bool, interrupted: bool) -> dict[str, object]:
+        return {"seq": seq, "phase": "full", "attempt": attempt, "ok": ok, "interrupted": interrupted,
+                "latency_s": 100.0 + seq if ok else None, "endpoint": "http://127.0.0.1:18100"}  # fmt: skip
+
+    cut = [sample(0, 1, True, True), sample(1, 1, True, True), sample(2, 1, False, True)]  # the third was in flight
+    rest = [sample(3 + i, 2, True, False) for i in range(4)]  # the relaunched node: what was left
+    record = ResultRecord(
+        benchmark=BenchmarkStatus(id="bm-1", status="completed", started_at=0.0),
+        config={"repeats": 6, "concurrency": [1], "probe_steps": []},
+        samples=cut + rest,
+        sample_count=7,
+    )
+    cand = Candidate.model_construct(key="k")
+    m = measurement_of(cand, "full", "bm-1", record)
+    assert m.latencies_s == [100.0, 101.0, 103.0, 104.0, 105.0, 106.0] and m.requested == 6
+    assert m.failed_requests == 0  # the request cut in flight was asked again, not failed

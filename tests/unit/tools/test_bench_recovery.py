@@ -70,12 +70,15 @@ class CountingHere(Here):
         super().__init__(store)
         self.backend = backend
         self.seen: list[tuple[list[str], int]] = []
+        self.repeats: list[int] = []
 
     def measure(self, spec: BenchmarkSpec, benchmark_id: str, attempt: int) -> BenchmarkResult:
         self.seen.append((spec.endpoints, attempt))
+        self.repeats.append(spec.repeats)
         for _ in range(2):
             seq = self.next_seq(benchmark_id)
-            self.keep(benchmark_id, {"seq": seq, "attempt": attempt, "ok": True, "latency_s": 10.0}, "measuring")
+            sample = {"seq": seq, "phase": "full", "attempt": attempt, "ok": True, "latency_s": 10.0}
+            self.keep(benchmark_id, sample, "measuring")
         if attempt <= self.backend.preemptions:
             self.backend.gone = True  # the node goes; the requests after it fail and the run still ends
         return BenchmarkResult(benchmark_id=benchmark_id, endpoints=spec.endpoints, model="cosmos3-super", steps=4)
@@ -104,6 +107,25 @@ def test_a_preempted_benchmark_is_relaunched_measured_again_and_keeps_the_cut_sa
     assert [s.seq for s in samples] == [0, 1, 2, 3]  # the later attempt numbers after the earlier one
     assert [s.interrupted for s in samples] == [True, True, False, False]
     assert result.benchmark_id == "bm-rec"
+
+
+def test_a_closed_loop_run_goes_on_for_what_its_cut_attempts_did_not_answer(tmp_path: Path) -> None:
+    """Issue 39 item 6: nothing lost or double-counted. A closed-loop run at one level (a claim's lane) cut twice
+    asks each relaunched node only for the requests not yet answered (6, then 4, then 2); a run with probes, or at
+    several levels, is one design and is measured again whole."""
+    store = Store(tmp_path / "r.db")
+    backend = FakePreemptingBackend(preemptions=2)
+    here = CountingHere(store, backend)
+    dep = ready()
+    lane = BenchmarkSpec(endpoints=dep.endpoints, steps=4, repeats=6, probe_steps=[], deployment_id=dep.id)
+    backend.benchmark(dep, lane, "bm-lane", here)
+    assert here.repeats == [6, 4, 2] and backend.recovered == 2
+    assert sum(s.ok for s in store.samples("bm-lane")) == 6  # each request answered once, over three nodes
+    assert lane.remainder(6).repeats == 1 and lane.remainder(0) == lane  # at least a round; nothing answered: all
+    pair = lane.model_copy(update={"concurrency": [2], "repeats": 3})
+    assert pair.remainder(3).repeats == 2  # 6 requests by 2 clients, 3 answered: 3 left, in rounds of 2
+    assert spec_of(dep).remainder(2) == spec_of(dep)  # probes first: again whole
+    assert lane.model_copy(update={"concurrency": [1, 2]}).remainder(2).repeats == 6  # two levels: again whole
 
 
 def test_recovery_stops_after_the_allowed_relaunches(tmp_path: Path) -> None:
