@@ -203,12 +203,15 @@ def benchmark_deployment(
         store.create_benchmark(bid, _config(spec), deployment_id=spec.deployment_id, run_id=spec.run_id)
     try:
         final, result = backend.benchmark(deployment, spec, bid, Here(store, progress), progress)
+        result = over_every_attempt(store, bid, spec, result)
         # completed only now, once no preemption cut its last attempt: a reader never sees a benchmark complete
         # (or fail) between a cut attempt and the one on its relaunched node
         if (store.get_benchmark(bid) or {}).get("status") != "completed":
             store.update_benchmark(
                 bid, status="completed", progress=1.0, message="done", result=result.model_dump(mode="json")
             )
+        else:  # the backend completed it with its last attempt's result: the benchmark's is over every answer
+            store.update_benchmark(bid, result=result.model_dump(mode="json"))
     except BaseException as exc:  # an attempt may have completed before its node was found gone
         if (store.get_benchmark(bid) or {}).get("status") != "cancelled":
             store.update_benchmark(bid, status="failed", error=f"{type(exc).__name__}: {exc}")
@@ -218,6 +221,25 @@ def benchmark_deployment(
     if final.id == deployment.id and final != deployment:
         store.save_deployment(final, if_alive=True)
     return final, result
+
+
+def over_every_attempt(store: Store, benchmark_id: str, spec: BenchmarkSpec, last: BenchmarkResult) -> BenchmarkResult:
+    """The result of a benchmark that went on after a preemption (BenchmarkSpec.remainder): over every request it
+    answered, the cut attempts' too, not its last attempt's alone (`last`, returned as is when nothing was cut or
+    the run was measured again whole)."""
+    samples = store.samples(benchmark_id)
+    if not spec.resumes or not any(s.interrupted for s in samples):
+        return last
+    answered = [s for s in samples if s.ok or not s.interrupted]  # the requests cut in flight were asked again
+    return compute_result(
+        answered,
+        benchmark_id=benchmark_id,
+        endpoints=last.endpoints,
+        model=last.model,
+        steps=last.steps,
+        time_scale=last.time_scale,
+        wall_duration=last.wall_duration,
+    ).model_copy(update={"load": last.load})
 
 
 def start_benchmark(

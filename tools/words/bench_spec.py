@@ -118,12 +118,17 @@ class BenchmarkSpec(BaseModel):
         at_most("planned requests", self.planned_requests, MAX_PLANNED_REQUESTS, what)
         return self
 
+    @property
+    def resumes(self) -> bool:
+        """A preempted attempt of it goes on for the rest (a closed-loop run at one level, no probes, no arrivals)."""
+        return self.full and not self.probe_steps and not self.poisson_rate_per_hour and len(self.concurrency) == 1
+
     def remainder(self, answered: int) -> BenchmarkSpec:
         """The spec of the attempt that goes on after the node under this benchmark was taken back, `answered` of
         its full requests answered before (kept as evidence): a closed-loop run at one level without probes asks
         only for the rest (at least a round of its clients), with its warm-up again on the fresh node; any other
         shape is measured again whole (its probes' repeats and its levels are one design)."""
-        if not self.full or self.probe_steps or self.poisson_rate_per_hour or len(self.concurrency) != 1:
+        if not self.resumes:
             return self
         clients = self.concurrency[0]
         left = max(clients, clients * self.repeats - max(0, answered))
