@@ -89,9 +89,7 @@ class Lane:
         busy: dict[str, float] = {}
         out: list[tuple[float, str, float | None]] = []
         for record in self.records.values():
-            full = (
-                s for s in samples_of(record) if s.phase == "full" and (s.ok or not s.interrupted)
-            )  # as measurement_of
+            full = (s for s in samples_of(record) if s.phase == "full" and s.counts())  # as measurement_of
             for sample in sorted(full, key=lambda s: s.seq):
                 took = float(sample.client_time() or 0.0)
                 busy[sample.endpoint] = busy.get(sample.endpoint, 0.0) + took

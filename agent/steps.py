@@ -188,7 +188,7 @@ def measurement_of(cand: Candidate, kind: str, bench_id: str, record: ResultReco
     # An attempt cut short by a preemption goes on on the relaunched node (Backend.benchmark): what it answered
     # before the cut stays in the database, marked interrupted, and is evidence (each an answered request, asked
     # once: the attempt after it asks only for the rest, BenchmarkSpec.remainder); its cut requests are not failures
-    samples = [s for s in samples_of(record) if s.phase == "full" and (s.ok or not s.interrupted)]
+    samples = [s for s in samples_of(record) if s.phase == "full" and s.counts()]
     # The client's end-to-end time, what goals are judged on (on the twin, its model clock: see client_time).
     latencies = [float(s.client_time() or 0.0) for s in samples if s.ok]
     spec = spec_of(record)

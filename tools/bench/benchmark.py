@@ -230,9 +230,8 @@ def over_every_attempt(store: Store, benchmark_id: str, spec: BenchmarkSpec, las
     samples = store.samples(benchmark_id)
     if not spec.resumes or not any(s.interrupted for s in samples):
         return last
-    answered = [s for s in samples if s.ok or not s.interrupted]  # the requests cut in flight were asked again
     return compute_result(
-        answered,
+        [s for s in samples if s.counts()],
         benchmark_id=benchmark_id,
         endpoints=last.endpoints,
         model=last.model,

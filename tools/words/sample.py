@@ -84,6 +84,11 @@ class Sample(BaseModel):
         affine fit of a probe uses), else the client's latency."""
         return self.server_time_s if self.server_time_s is not None else self.latency_s
 
+    def counts(self) -> bool:
+        """Whether it is a request of its benchmark's count: answered, or of an attempt no preemption cut (the one
+        cut in flight was asked again on the relaunched node: BenchmarkSpec.remainder)."""
+        return self.ok or not self.interrupted
+
     def client_time(self) -> float | None:
         """A client's end-to-end seconds of this answer, the clock goals are judged on: the twin's model clock when
         it reports one (X-Twin-Client-Time-S: free of a loaded machine's jitter), else the client's wall time x the
