@@ -25,6 +25,7 @@ from worldtune.agent.report_interactive import write_interactive
 from worldtune.tools.words.run_summary import CandidateRow, RunSummary
 
 if TYPE_CHECKING:
+    from worldtune.tools.deployments.fleet_rehearsal import FleetOutcome
     from worldtune.tools.results.report_data import ReportData
 
 
@@ -244,7 +245,7 @@ def _recommendation_html(record: RunSummary) -> list[str]:
     ]
 
 
-def _html(record: RunSummary, images: dict[str, str], artifacts: dict[str, str]) -> str:
+def _html(record: RunSummary, fleet: FleetOutcome | None, images: dict[str, str], artifacts: dict[str, str]) -> str:
     prov = of_record(record)
     spend = record.spend.model_dump(mode="json")
     measured_rows = [
@@ -290,7 +291,7 @@ def _html(record: RunSummary, images: dict[str, str], artifacts: dict[str, str])
         "<p>Colour: GPU type; marker: capacity (circle on-demand, triangle spot, square serverless); faint: "
         "predicted and never run; black edge: probed; thick edge: full runs; line: Pareto frontier, labelled by "
         "plan; hollow red star: chosen.</p>",
-        fleet_html(record),
+        fleet_html(fleet),
         "<h2>Every measurement" + (" (simulated on the twin)" if prov.simulated else "") + "</h2>",
         _table(measured_rows, list(measured_rows[0]) if measured_rows else ["kind"]),
         "<h2>Candidates (run first, then the best predicted)</h2>",
@@ -334,14 +335,14 @@ def write_report(data: ReportData, out_dir: str | Path | None = None) -> dict[st
         images["cost_per_clip_png"],
         cost_front,
     )
-    if write_fleet_day(record, folder / "fleet_day.png"):  # a goal with traffic: its fleet's simulated day
+    fleet = fleet_of(record)  # read once: the day's plot, the section and the service's YAML
+    if write_fleet_day(fleet, folder / "fleet_day.png"):  # a goal with traffic: its fleet's simulated day
         images["fleet_day_png"] = folder / "fleet_day.png"
     interactive = folder / "candidates.html"
     # plotly: hover shows each candidate (the 'agent' extra has it)
     if write_interactive(record, interactive, cost_front):
         written["interactive_html"] = str(interactive)
     artifacts = dict(data.artifacts)
-    fleet = fleet_of(record)
     if fleet and fleet.skyserve_service_yaml:  # the fleet's SkyServe service, autoscaling filled
         artifacts["fleet_service_yaml"] = fleet.skyserve_service_yaml.rstrip()
     for name, text in artifacts.items():
@@ -350,7 +351,7 @@ def write_report(data: ReportData, out_dir: str | Path | None = None) -> dict[st
         path.write_text(text + "\n")
         written["skypilot_yaml" if name == "skypilot_service_yaml" else name] = str(path)
     (folder / "record.json").write_text(json.dumps(record.record(), indent=2, default=str))
-    (folder / "report.html").write_text(_html(record, {k: str(v) for k, v in images.items()}, artifacts))
+    (folder / "report.html").write_text(_html(record, fleet, {k: str(v) for k, v in images.items()}, artifacts))
     written |= {k: str(v) for k, v in images.items()}
     written["json"] = str(folder / "record.json")
     written["html"] = str(folder / "report.html")

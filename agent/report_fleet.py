@@ -16,10 +16,9 @@ def fleet_of(record: RunSummary) -> FleetOutcome | None:
     return FleetOutcome.model_validate(record.fleet) if record.fleet else None
 
 
-def chosen_day(record: RunSummary) -> tuple[CapacityPlan, FleetChoice] | None:
-    """(the fleet's capacity plan, its chosen fleet with a simulated day and timeline), read from the record's
-    fleet; None when there is none to draw."""
-    fleet = fleet_of(record)
+def chosen_day(fleet: FleetOutcome | None) -> tuple[CapacityPlan, FleetChoice] | None:
+    """(the fleet's capacity plan, its chosen fleet with a simulated day and timeline); None when there is none to
+    draw."""
     if fleet is None:
         return None
     plan = fleet.capacity
@@ -28,10 +27,10 @@ def chosen_day(record: RunSummary) -> tuple[CapacityPlan, FleetChoice] | None:
     return plan, plan.chosen
 
 
-def write_fleet_day(record: RunSummary, path: Path) -> bool:
+def write_fleet_day(fleet: FleetOutcome | None, path: Path) -> bool:
     """Three panels over the simulated day: nodes billed and ready, requests queued, each request's end-to-end
     latency at its arrival against the bound. False (nothing written) without a fleet."""
-    found = chosen_day(record)
+    found = chosen_day(fleet)
     if found is None:
         return False
     import matplotlib
@@ -72,9 +71,8 @@ def write_fleet_day(record: RunSummary, path: Path) -> bool:
     return True
 
 
-def fleet_html(record: RunSummary) -> str:
+def fleet_html(fleet: FleetOutcome | None) -> str:
     """The fleet's lines (the console's, agent/fleet_step.fleet_lines) as an HTML section; empty without one."""
-    fleet = fleet_of(record)
     if fleet is None:
         return ""
     from worldtune.agent.fleet_step import fleet_lines

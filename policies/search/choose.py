@@ -57,11 +57,10 @@ class Worth(NamedTuple):
     gains: np.ndarray | None = None  # once verified, per candidate and draw: its own improvement (share of value)
 
     def net_of_acting(self, i: int, acting_usd: float) -> float:
-        """What probing candidate i is worth once an answer is verified: a better plan found is acted on only
-        through its own claim, so in each draw its improvement counts net of that claim's cost (and nothing where
-        that would not pay); what it tells about the others counts as before."""
-        if self.gains is None:
-            return float(self.share[i]) * self.usd
+        """What probing candidate i is worth once an answer is verified (a Worth with `gains`): a better plan found
+        is acted on only through its own claim, so in each draw its improvement counts net of that claim's cost
+        (and nothing where that would not pay); what it tells about the others counts as before."""
+        assert self.gains is not None, "a Worth against a verified answer"
         own = self.gains[i] * self.usd
         others = max(0.0, float(self.share[i]) * self.usd - float(own.mean()))
         return float(np.maximum(own - acting_usd, 0.0).mean()) + others
@@ -226,7 +225,7 @@ class _Round:
         if self.worth is not None and not retry and (self.best is not None or self.actions):
             gain = max(float(self.worth.share[i]), float(self.worth.share[pick.i])) * self.worth.usd
             acting = ""
-            if kind == "probe" and self.best is not None and self.worth.gains is not None:
+            if kind == "probe" and self.worth.gains is not None:  # verified: a better plan needs its own claim
                 claim_usd = self._priced(cand, "full", True, False)[2]  # what acting on a better plan costs
                 gain = self.worth.net_of_acting(i, claim_usd)
                 acting = f", net of the ${claim_usd:,.2f} claim acting on it needs"

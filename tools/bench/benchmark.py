@@ -227,8 +227,10 @@ def over_every_attempt(store: Store, benchmark_id: str, spec: BenchmarkSpec, las
     """The result of a benchmark that went on after a preemption (BenchmarkSpec.remainder): over every request it
     answered, the cut attempts' too, not its last attempt's alone (`last`, returned as is when nothing was cut or
     the run was measured again whole)."""
+    if not spec.resumes:  # measured again whole: the last attempt is the run
+        return last
     samples = store.samples(benchmark_id)
-    if not spec.resumes or not any(s.interrupted for s in samples):
+    if not any(s.interrupted for s in samples):
         return last
     return compute_result(
         [s for s in samples if s.counts()],

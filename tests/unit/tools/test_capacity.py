@@ -213,7 +213,7 @@ def test_rehearse_fleet_refuses_a_goal_without_traffic_a_bad_fleet_and_an_unread
 
 def test_the_report_draws_the_chosen_fleets_simulated_day(planned: Any, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from worldtune.agent.report_fleet import fleet_html, write_fleet_day
+    from worldtune.agent.report_fleet import fleet_html, fleet_of, write_fleet_day
     from worldtune.tools.words.run_summary import RecordedGoal, RunSummary, Spend
 
     counts = dict.fromkeys(("gpu_hours", "usd", "deployments", "replans", "benchmarks", "model_seconds"), 0)
@@ -224,10 +224,12 @@ def test_the_report_draws_the_chosen_fleets_simulated_day(planned: Any, tmp_path
     record = without.model_copy(update={"fleet": fleet})
     day = planned.chosen.day
     assert len(day.answers) == day.arrivals and all(e > 0 for _, e in day.answers)
-    assert write_fleet_day(record, tmp_path / "day.png") and (tmp_path / "day.png").stat().st_size > 10_000
-    assert "Fleet for the goal" in fleet_html(record) and "predicted (simulated)" in fleet_html(record)
-    assert not write_fleet_day(without, tmp_path / "none.png") and not (tmp_path / "none.png").exists()
-    assert fleet_html(without) == ""
+    kept = fleet_of(record)  # the record's fleet read back as words
+    assert write_fleet_day(kept, tmp_path / "day.png") and (tmp_path / "day.png").stat().st_size > 10_000
+    assert "Fleet for the goal" in fleet_html(kept) and "predicted (simulated)" in fleet_html(kept)
+    assert fleet_of(without) is None
+    assert not write_fleet_day(None, tmp_path / "none.png") and not (tmp_path / "none.png").exists()
+    assert fleet_html(None) == ""
 
 
 def test_a_learned_profile_sets_the_fleets_service_times(planned: Any, tmp_path: Path) -> None:
