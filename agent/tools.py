@@ -41,6 +41,7 @@ class BenchmarkRequest(BaseModel):
     concurrency: list[int] = Field(default_factory=lambda: [1], description="closed-loop levels (clients)")
     probe_steps: list[int] = Field(default_factory=list, description="short step counts probed first")
     warmup: int = Field(default=0, ge=0, description="warm-up requests per endpoint (not counted)")
+    full: bool = Field(default=True, description="the closed-loop levels after the probes (false: the probes alone)")
     workload: dict[str, Any] = Field(default_factory=dict, description="the workload's fields that differ")
 
 

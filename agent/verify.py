@@ -47,9 +47,10 @@ from worldtune.agent.steps import (
 )
 from worldtune.agent.tools import BenchmarkRequest, Tools
 from worldtune.agent.tools_client import ToolCallFailed
-from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, Action, Candidate, believed_start_s
+from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, PROBE_WARMUP, Action, Candidate, believed_start_s
 from worldtune.tools.mcp.results import ResultRecord
 from worldtune.tools.words.deployment import Deployment
+from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_changes
 
 POLL_S = 0.2  # how often a running benchmark is checked against its spending cap (wall seconds)
@@ -99,6 +100,20 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
         launched = await early if early is not None else []
         update = with_early(cand, update, launched, action.spares_held, action.early_after_s)
     return _in_round(task, update)
+
+
+def probe_request(goal: Goal) -> BenchmarkRequest:
+    """A search's probe: a warm-up, then the short step counts alone (the fit of latency = fixed + steps x
+    per_step needs no full-step clips), on the goal's workload where it differs from the model's anchor (what the
+    search predicted); what policies/search/candidates.probe_seconds prices."""
+    return BenchmarkRequest(
+        steps=PROBE_STEPS[0],
+        repeats=PROBE_REPEATS,
+        probe_steps=list(PROBE_STEPS),
+        warmup=PROBE_WARMUP,
+        full=False,
+        workload=anchor_changes(goal.workload),
+    )
 
 
 def _busy_s(options: TuneOptions, action: Action, wall_s: float) -> float:
@@ -167,14 +182,7 @@ async def _benchmarked(
     kind = action.kind
     if kind == "full":  # the claim's run: over its lanes, checked as samples arrive (agent/claim_run.py)
         return await full_run(v, deployment, charged_s, ahead)
-    # The goal's workload (where it differs from the model's anchor) is what the search predicted: measure it.
-    request = BenchmarkRequest(
-        steps=PROBE_STEPS[0],
-        repeats=PROBE_REPEATS,
-        probe_steps=list(PROBE_STEPS),
-        warmup=1,
-        workload=anchor_changes(goal.workload),
-    )
+    request = probe_request(goal)
     emit(runtime, Probing(key=cand.key, deployment=deployment_id))
     status = await tools.start_benchmark(deployment_id, task["run_id"], request)
     bench_id = status.id

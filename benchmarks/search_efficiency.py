@@ -130,7 +130,8 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
                     points = [
                         (s, twin.latency(cand, s)) for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)
                     ]
-                    return points, sum(lat for _, lat in points)
+                    warm = sum(twin.latency(cand, min(search.PROBE_STEPS)) for _ in range(search.PROBE_WARMUP))
+                    return points, warm + sum(lat for _, lat in points)
 
                 points, seconds = twin.attempt(cand, seconds, probe)  # run again whole on a node taken back
                 wall_s = seconds

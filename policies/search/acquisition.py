@@ -34,7 +34,7 @@ from worldtune.policies.search.candidates import (
     objective_value,
 )
 from worldtune.policies.search.choose import Worth, choose, ready_for_full
-from worldtune.policies.search.draws import DRAWS, Draws, draws, nearest_options
+from worldtune.policies.search.draws import DRAWS, Draws, draws, nearest_options, p_stop_if_verified
 from worldtune.policies.search.words import (
     STOP_LEVEL,
     Candidate,
@@ -149,23 +149,6 @@ def _unverified_reference(
         return None, np.full(n, min(likely))
     means = np.asarray([objective_value(state.goal, c) for c in ranked])
     return None, np.full(n, float(np.max(means[np.isfinite(means)])))
-
-
-def p_stop_if_verified(d: Draws, open_: np.ndarray, indices: list[int], margin: float) -> np.ndarray:
-    """For each candidate of `indices`: the share of draws where it is feasible and no other open candidate beats
-    it by more than the margin, i.e. how likely verifying it (at its drawn value) would let the search stop."""
-    obj = np.where(d.feasible & open_[:, None], d.objective, np.inf)
-    if obj.shape[0] < 2:
-        return np.asarray([float(d.feasible[i].mean()) for i in indices])
-    order = np.argsort(obj, axis=0)
-    first, second = order[0], order[1]
-    cols = np.arange(obj.shape[1])
-    out = []
-    for i in indices:
-        rival = np.where(first == i, obj[second, cols], obj[first, cols])
-        own = d.objective[i]
-        out.append(float((d.feasible[i] & ~(rival < own - margin * np.abs(own))).mean()))
-    return np.asarray(out)
 
 
 def _in_view(d: Draws, open_: np.ndarray, lead: tuple[int, float] | None) -> int | None:

@@ -24,6 +24,7 @@ from worldtune.policies.search.words import (
     OPTIMISM_Z,
     PROBE_REPEATS,
     PROBE_STEPS,
+    PROBE_WARMUP,
     ActionKind,
     Assessed,
     Candidate,
@@ -383,8 +384,11 @@ def full_requests(goal: Goal) -> int:
 
 
 def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS, repeats: int = PROBE_REPEATS) -> float:
-    """Model-seconds the probes take: `repeats` requests per short step count, after a deployment is ready."""
-    return repeats * sum(cand.fixed_s + s * cand.per_step_s for s in steps)
+    """Model-seconds the probes take after a deployment is ready: the warm-up request at the smallest step count,
+    then `repeats` requests per short step count."""
+    steps = list(steps)
+    warmup = PROBE_WARMUP * (cand.fixed_s + min(steps) * cand.per_step_s) if steps else 0.0
+    return warmup + repeats * sum(cand.fixed_s + s * cand.per_step_s for s in steps)
 
 
 def full_seconds(cand: Candidate, requests: int = FULL_REQUESTS) -> float:

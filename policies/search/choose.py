@@ -12,6 +12,7 @@ Nothing bought: the decision says why.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -19,8 +20,8 @@ import numpy as np
 
 from worldtune.policies import belief
 from worldtune.policies.search.candidates import action_cost, full_requests, hardware_key, held_offers, objective_value
-from worldtune.policies.search.draws import Draws, nearest_options
-from worldtune.policies.search.lanes import EarlyLanes, LanePlan, early_lanes, run_after
+from worldtune.policies.search.draws import Draws, nearest_options, p_stop_if_verified
+from worldtune.policies.search.lanes import SAFETY, EarlyLanes, LanePlan, early_lanes, run_after
 from worldtune.policies.search.lanes import choose as deal_lanes
 from worldtune.policies.search.words import (
     FULL_REQUESTS,
@@ -86,32 +87,64 @@ def worth_first(
 
     - Probe first: the probe, then the full run, which starts later by the probe's time and so may need more
       lanes (each a start and a load) to answer in time (lanes.choose prices both).
-    - Full run now: it, and with P(the candidate is feasible and beats `full` by the margin) the run was spent on a
-      plan the search does not end on: the candidate's probe and its own full run follow, after the first run,
-      with that much less time (so more lanes, or a later answer)."""
+    - Full run now: it, and where it is not the answer (some open candidate is feasible and beats it by the margin,
+      or it is infeasible) the run was spent on a plan the search does not end on: a probe and another full run
+      follow, after the first run, with that much less time (so more lanes, or a later answer).
+
+    What a probe first spares is that second run in the draws where it alone settles which plan the search ends
+    on: the chance the run now is not the answer, less the chance that, the candidate probed first (the run then
+    goes to the better of the two), the plan run is still not the answer (`_unsettled`)."""
     cands = d.cands
     target = cands[full]
     deployed, on_node = target.key in state.deployed, target.offer.id in held
     left = state.goal.budget_usd - state.spent_usd
     now = deal_lanes(state, target, requests, deployed, on_node, left)
-    own = d.objective[full]
+    unsettled = _unsettled(d, open_, full, margin)
     worth: list[tuple[float, int]] = []
     for i, c in enumerate(cands):
         if i == full or not open_[i] or c.key in ready:
             continue
-        p = float((d.feasible[i] & (d.objective[i] < own - margin * np.abs(own))).mean())
+        p = unsettled(None) - unsettled(i)
         if p <= 0.0:
             continue
-        probe_s, probe_usd = action_cost(c, "probe", c.key in state.deployed, node_held=c.offer.id in held)
+        replans = c.offer.id in held and c.key not in state.deployed  # the probe moves a held node to its plan
+        probe_s, probe_usd = action_cost(c, "probe", c.key in state.deployed, node_held=replans)
+        head = probe_s / SAFETY  # the probe's modelled seconds (action_cost's carry the safety factor)
+        # the run's own node, replanned for the probe, loads the run's plan again (warm)
+        moved = replans and deployed and c.offer.id == target.offer.id
         after_probe = deal_lanes(
-            state, target, requests, deployed, on_node, left - probe_usd, elapsed_s=state.elapsed_s + probe_s
-        ).usd
+            state, target, requests, deployed and not moved, on_node or moved, left - probe_usd,
+            elapsed_s=state.elapsed_s + head,
+        ).usd  # fmt: skip
         rest = left - now.usd - probe_usd
-        second = deal_lanes(state, c, requests, True, False, rest, elapsed_s=state.elapsed_s + now.seconds + probe_s)
+        second = deal_lanes(state, c, requests, True, False, rest, elapsed_s=state.elapsed_s + now.seconds + head)
         gain = probe_first_gain(p, probe_usd, now.usd, after_probe, second.usd)
         if gain > 0.0:
             worth.append((gain, i))
     return worth
+
+
+def _unsettled(d: Draws, open_: np.ndarray, full: int, margin: float) -> Callable[[int | None], float]:
+    """P(the full run of `full` is not the search's answer): in a draw, `full` infeasible or beaten by more than
+    the margin by another open feasible candidate; given a candidate i probed first, of the better of `full` and i
+    (the one then run) beaten by one of the others. A probe pins its plan, so in a draw it is known as drawn."""
+    obj = np.where(d.feasible & open_[:, None], d.objective, np.inf)
+    obj[full] = np.where(d.feasible[full], d.objective[full], np.inf)
+    order = np.argsort(obj, axis=0)[:3]  # the three best per draw: the best other than two excluded is among them
+    ranked = np.take_along_axis(obj, order, axis=0)
+
+    def beaten(lead: np.ndarray, excluded: tuple[int, ...]) -> float:
+        other = np.where(~np.isin(order[0], excluded), ranked[0], np.where(~np.isin(order[1], excluded), ranked[1],
+                                                                             ranked[2]))  # fmt: skip
+        lost = ~np.isfinite(lead) | (other < lead - margin * np.abs(np.where(np.isfinite(lead), lead, 0.0)))
+        return float(lost.mean())
+
+    def p(i: int | None) -> float:
+        if i is None:
+            return beaten(obj[full], (full,))
+        return beaten(np.minimum(obj[full], obj[i]), (full, i))
+
+    return p
 
 
 def probe_first_gain(
@@ -234,7 +267,10 @@ class _Round:
                 return
             note += f"; worth ${gain:,.2f}{acting} against its ${usd:,.2f} ({self.worth.says})"
         early = None
-        if kind == "probe" and not self.actions and lead_full is not None and pick.why in ("lead", "displace"):
+        # the first measurement of a search (nothing probed, so no run in view yet) is in view of the run likely on
+        # its offer (run_after): that run's lanes may start with it too
+        opening = self.best is None and lead_full is None and not self.ready
+        if kind == "probe" and not self.actions and (opening or (lead_full is not None and pick.why != "value")):
             early = self._early(i, cand, seconds, usd, lead_full)
             if early is not None:
                 seconds, usd = seconds + early.seconds, usd + early.usd
@@ -285,7 +321,7 @@ class _Round:
             note += f"; {lane.why}" if lane.lanes > 1 else ""
         return n, seconds, usd, lane, note
 
-    def _early(self, i: int, cand: Candidate, seconds: float, usd: float, lead_full: int) -> EarlyLanes | None:
+    def _early(self, i: int, cand: Candidate, seconds: float, usd: float, lead_full: int | None) -> EarlyLanes | None:
         """The probe the search makes just before the full run it has in view: that run's lanes start with it.
         Nodes are launched only with the last probe worth making before that run: with another challenger still
         worth a probe, they would wait through its probe too (kept spares only if that is cheaper)."""
@@ -298,9 +334,12 @@ class _Round:
             )
             if j != i
         ]
+        # how likely the run follows this probe directly: its verification would end the search
+        follows = float(p_stop_if_verified(self.d, self.open_, [run], self.margin)[0])
         return early_lanes(
-            self.state, cand, cands[run], seconds, self.left - usd, self.requests, self.p_best, cands, launch=not rivals
-        )
+            self.state, cand, cands[run], seconds, self.left - usd, self.requests, self.p_best, cands,
+            launch=not rivals, follows=follows,
+        )  # fmt: skip
 
 
 def choose(

@@ -107,3 +107,20 @@ def nearest_options(state: SearchState, d: Draws, top: int = 3) -> list[NearestO
         if len(out) >= top:
             break
     return out
+
+
+def p_stop_if_verified(d: Draws, open_: np.ndarray, indices: list[int], margin: float) -> np.ndarray:
+    """For each candidate of `indices`: the share of draws where it is feasible and no other open candidate beats
+    it by more than the margin, i.e. how likely verifying it (at its drawn value) would let the search stop."""
+    obj = np.where(d.feasible & open_[:, None], d.objective, np.inf)
+    if obj.shape[0] < 2:
+        return np.asarray([float(d.feasible[i].mean()) for i in indices])
+    order = np.argsort(obj, axis=0)
+    first, second = order[0], order[1]
+    cols = np.arange(obj.shape[1])
+    out = []
+    for i in indices:
+        rival = np.where(first == i, obj[second, cols], obj[first, cols])
+        own = d.objective[i]
+        out.append(float((d.feasible[i] & ~(rival < own - margin * np.abs(own))).mean()))
+    return np.asarray(out)

@@ -27,6 +27,7 @@ from worldtune.policies.search.candidates import (
 from worldtune.policies.search.words import (
     PROBE_REPEATS,
     PROBE_STEPS,
+    PROBE_WARMUP,
     Action,
     Candidate,
     Measurement,
@@ -99,6 +100,7 @@ def _measure(
     `true_cand`: the candidate with the truth's starts (_as_truth), which its other lanes take."""
     if action.kind == "probe":
         points = [(s, _latency(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
+        warm = sum(_latency(truth, cand, min(PROBE_STEPS), state, rng) for _ in range(PROBE_WARMUP))
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
         m = Measurement(
             key=cand.key,
@@ -108,7 +110,7 @@ def _measure(
             repeats=PROBE_REPEATS,
             probe_points=points,
         )
-        wall = start + sum(v for _, v in points)
+        wall = start + warm + sum(v for _, v in points)
         return m, wall, wall
     n = action.requests or full_requests(state.goal)
     shares = action.lane_requests or [n]

@@ -16,10 +16,13 @@ fastest allowed. The search's full-run Action carries the choice (`lanes`, `lane
 
 Lanes launched early: the probe the search makes just before the claim's run it has in view launches the
 run's extra nodes during it (policies/search/lanes.early_lanes), late enough to be up when it ends, so that
-their provisioning and cold load overlap the probe (`head_s`). Only the last probe worth making before that run
-launches them (no other candidate is then worth probing first, choose.worth_first): nodes launched with an
-earlier one would wait through the next probes, billed. A later probe keeps the spares only when holding them
-through it costs less than starting them again;
+their provisioning and cold load overlap the probe (`head_s`); the search's first probe, nothing measured yet, is
+in view of the run likely on its offer. Only the last probe worth making before that run launches them (no other
+candidate is then worth probing first, choose.worth_first): nodes launched with an earlier one would wait through
+the next probes, billed. And only when they are worth their risk: started after the probe, the run would need
+more lanes (more starts) or miss the aim, and that saving, times how likely the run follows the probe (its
+verification would end the search), outweighs their start times how likely it does not. A later probe keeps the
+spares only when holding them through it costs less than starting them again;
 they are then the search's spare nodes (`SearchState.spare_lanes`), which the run deals to first (the same
 plan: up, nothing more to bill; another plan of the offer: a warm load), and a decision that runs nothing on
 their offer frees them (`kept_spares`; their start is sunk).
@@ -139,12 +142,10 @@ def choose(
     spare = state.spare_lanes
     one = plan(cand, requests, 1, deployed, node_held)
     bounded = goal.answer_within_s is not None
-    target = (goal.answer_within_s if bounded else DEFAULT_ANSWER_S) - elapsed  # type: ignore[operator]
     extra_cap = math.inf if bounded else DEFAULT_EXTRA * (state.spent_gpu_hours + one.gpu_hours)
 
-    # a bound is held with the actions' safety factor; the default aim with the modelled time itself
     def fits(p: LanePlan) -> bool:
-        return (p.seconds if bounded else p.seconds / SAFETY) <= target
+        return in_time(state, p, elapsed)
 
     if fits(one) or requests <= cand.plan.replicas:
         return one.model_copy(update={"why": "one lane: the run fits the time to an answer"})
@@ -175,6 +176,15 @@ def choose(
         f"+{best.gpu_hours - one.gpu_hours:.2f} GPU-h; {met} {limit}"
     )
     return best.model_copy(update={"why": why})
+
+
+def in_time(state: SearchState, p: LanePlan, elapsed_s: float) -> bool:
+    """Whether run `p`, started `elapsed_s` into the search, answers in the time the goal allows (held with the
+    actions' safety factor), else within the default aim (held with the modelled time itself)."""
+    bound = state.goal.answer_within_s
+    return (p.seconds if bound is not None else p.seconds / SAFETY) <= (
+        bound if bound is not None else DEFAULT_ANSWER_S
+    ) - elapsed_s
 
 
 def kept_spares(spare: list[str], actions: list[Action]) -> list[str]:
@@ -255,13 +265,16 @@ def early_lanes(
     p_best: np.ndarray,
     cands: list[Candidate],
     launch: bool = True,
+    follows: float = 1.0,
 ) -> EarlyLanes | None:
     """New nodes of `target`'s offer to launch with `cand`'s probe, when the claim's run of `target` (the
     likeliest optimum) would be dealt over lanes: their provisioning and cold load then overlap the probe
     instead of delaying the run. Only for a probe on the same offer (a node serves either plan: a warm load
     replans it) and when the optimum is likely (EARLY_P) on that offer; None when no lane is worth launching.
     `launch` False (another probe is likely before the run): no new node, and a spare node already up is kept
-    through this probe only when that costs less than starting it again."""
+    through this probe only when that costs less than starting it again. New nodes are launched only when what
+    they likely spare the run is worth more than their start, lost unless the run follows the probe (`follows`:
+    how likely its verification ends the search, so that nothing else is measured first)."""
     if cand.offer.id != target.offer.id or requests <= target.plan.replicas:
         return None
     on_offer = float(sum(p for p, c in zip(p_best, cands, strict=True) if c.offer.id == target.offer.id))
@@ -270,16 +283,32 @@ def early_lanes(
     run = target  # they start under the plan likely run in full (run_after; another one replans them warm)
     head = probe_s / SAFETY
     own = run.key == cand.key  # the probe's node is the run's first lane (else it is replanned to it)
-    choice = choose(state, run, requests, own, not own, left_usd, state.elapsed_s + head, head_s=head)
     cold = start_seconds(run, False) * SAFETY  # launched late enough in the probe to be up at its end
+    # the probe's action ends once the nodes launched with it are up (agent/verify.py waits for them): a start
+    # longer than the probe delays the run, which then starts with every lane up
+    begin = max(head, cold / SAFETY) if launch else head
+    choice = choose(state, run, requests, own, not own, left_usd, state.elapsed_s + begin, head_s=begin)
     up = sum(1 for key in state.spare_lanes if offer_of(key) == run.offer.id)
     spare = min(up, choice.lanes - 1)  # kept through the probe (billed while it runs); more are freed
     if not launch and probe_s >= cold:
         spare = 0  # holding them through this probe costs more than starting them again
     new = choice.lanes - 1 - spare if launch else 0
+    usd = run.offer.usd_per_hour * (new * cold + spare * probe_s) / 3600.0
+    if new > 0:  # against starting them after the probe: what they spare the run (its cost, or its time)
+        end = state.elapsed_s + head
+        later = choose(state, run, requests, own, not own, left_usd, end)
+        sooner = in_time(state, choice, state.elapsed_s + begin) and not in_time(state, later, end)
+        # with as many lanes either way the node-seconds are the same (only the wait differs): nothing spared
+        spared = later.usd - choice.usd if later.lanes > choice.lanes else 0.0
+        likely = min(on_offer, follows)
+        if (not sooner or likely < 0.5) and likely * spared <= (1.0 - likely) * usd:
+            return (
+                None
+                if spare == 0
+                else early_lanes(state, cand, target, probe_s, left_usd, requests, p_best, cands, launch=False)
+            )
     if new <= 0 and spare == 0:
         return None
-    usd = run.offer.usd_per_hour * (new * cold + spare * probe_s) / 3600.0
     if usd > left_usd:
         return None
     plan = run.plan

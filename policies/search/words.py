@@ -19,6 +19,7 @@ ActionKind = Literal["probe", "full"]
 StopKind = Literal["converged", "budget", "iteration_cap", "infeasible", "declined", "deadline"]
 PROBE_STEPS: tuple[int, ...] = (4, 8)  # two short step counts fix latency = fixed + steps x per_step
 PROBE_REPEATS = 4  # requests per probe step count: a probe's cost is mostly the deployment, its precision is not
+PROBE_WARMUP = 1  # a probe's warm-up request at its smallest step count first (not counted, billed)
 FULL_REQUESTS = 5  # the fewest full requests a run takes when the claim's count does not fit the budget
 STOP_LEVEL = 0.05  # converged / infeasible below this posterior probability
 CONFIDENCE = stats.TOLERANCE_CONFIDENCE

@@ -60,6 +60,7 @@ def benchmark_spec(
     warmup: int,
     run_id: str | None = None,
     api: ApiKind | Literal["auto"] = "auto",
+    full: bool = True,
 ) -> BenchmarkSpec:
     """The spec that measures a ready `deployment` on `workload`; the client timeouts start from the model's
     prediction for that workload on the deployment's plan, and so does the API: "auto" sends each request as a job
@@ -82,6 +83,7 @@ def benchmark_spec(
         concurrency=list(concurrency),
         probe_steps=list(probe_steps),
         warmup=warmup,
+        full=full,
         expected_latency_s=expected,
         deployment_id=deployment.id,
         plan=str(deployment.plan),

@@ -21,6 +21,7 @@ from worldtune.tools.mcp.common import (
     FlowShiftArg,
     FpsArg,
     FramesArg,
+    FullArg,
     GuardrailsArg,
     GuidanceArg,
     HeightArg,
@@ -35,7 +36,7 @@ from worldtune.tools.mcp.common import (
     tool,
 )
 from worldtune.tools.mcp.session import session_of
-from worldtune.tools.words.errors import describe
+from worldtune.tools.words.errors import InvalidInput, describe
 from worldtune.tools.words.limits import MAX_LEVELS, MAX_PROBES
 
 
@@ -57,6 +58,7 @@ def start_benchmark(
         ),
     ] = (4, 8),
     warmup: Annotated[int, Field(ge=0, le=100, description="warm-up requests per endpoint (not counted)")] = 2,
+    full: FullArg = True,
     run_id: Annotated[str | None, Field(description="tuning run the benchmark belongs to")] = None,
     wait: Annotated[
         bool,
@@ -102,6 +104,8 @@ def start_benchmark(
 
     stored = session.deployment(deployment_id)  # a readable error for an unknown id
     with refusals():  # a bad workload is refused before the infra is asked or anything starts
+        if not full and not probe_steps:
+            raise InvalidInput("full", False, "true, or false with probe_steps to measure")
         try:
             workload = benchmark_workload(
                 stored.model, size=size, width=width, height=height, num_frames=num_frames, fps=fps,
@@ -113,7 +117,9 @@ def start_benchmark(
     with refusals():  # ask the infra: a twin or cluster that died since is not benchmarked
         current = deploying.get_deployment(deployment_id, store=session.store)
     with refusals():  # refused unless it is ready; the client timeouts start from the model's prediction
-        spec = benchmark_spec(current, workload, steps, repeats, concurrency, probe_steps, warmup, run_id, api)
+        spec = benchmark_spec(
+            current, workload, steps, repeats, concurrency, probe_steps, warmup, run_id, api, full=full
+        )
         return start_on_deployment(current, spec, session.store, wait=wait)
 
 

@@ -115,6 +115,14 @@ MaxSequenceLengthArg = Annotated[int | None, Field(description="text tokens the 
 TaskArg = Annotated[
     Literal["t2v", "i2v"] | None, Field(description="t2v or i2v (default: the model's first; i2v-4step is i2v)")
 ]
+FullArg = Annotated[
+    bool,
+    Field(
+        strict=True,
+        description="run the closed-loop levels at `steps` after the probes; false: the probes alone (a search's "
+        "probe: the fit of latency = fixed + steps x per_step, without full-step clips)",
+    ),
+]
 
 
 # ---- plumbing -------------------------------------------------------------------------------------

@@ -116,6 +116,8 @@ class BenchmarkSpec(BaseModel):
     def _bounded(self) -> BenchmarkSpec:
         what = "requests in one benchmark (warm-up + probes x repeats + levels x clients x repeats + arrivals)"
         at_most("planned requests", self.planned_requests, MAX_PLANNED_REQUESTS, what)
+        if not self.full and not self.probe_steps and not self.poisson_rate_per_hour:
+            raise InvalidInput("full", False, "true, or false with probe_steps or Poisson arrivals to measure")
         return self
 
     @property

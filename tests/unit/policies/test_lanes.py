@@ -88,8 +88,7 @@ def test_a_decision_keeps_only_the_spare_nodes_its_runs_use() -> None:
 
 def test_the_search_launches_the_runs_lanes_with_the_probe_before_it() -> None:
     """Searching an H200-or-B200, spot-or-on-demand goal against its own belief: the probe the search makes just
-    before the full run it has in view launches nodes for that run, and the run's lanes count them (its spare nodes).
-    (The main job's goal and a B200 on-demand one do not: they probe the plan they then verify, and run it at once.)"""
+    before the full run it has in view launches nodes for that run, and the run's lanes count them (its spare nodes)."""
     goal = Goal(latency_bound_s=150, gpus=["H200", "B200"], capacities=["spot", "on-demand"], budget_usd=300,
                 workload=anchor_workload("cosmos3-super"))  # fmt: skip
     state = search.initial_state(goal, all_offers())
@@ -108,7 +107,7 @@ def test_the_search_launches_the_runs_lanes_with_the_probe_before_it() -> None:
         state = state.model_copy(update={"deployed": [cand.key], "spare_lanes": state.spare_lanes + spare,
                                          "elapsed_s": state.elapsed_s + action.expected_s})  # fmt: skip
     assert early is not None and early.early_plan and "launched with this probe" in early.reason
-    assert early.early_after_s >= 0 and "likeliest optimum" in early.reason
+    assert early.early_after_s >= 0 and "P(optimum on this offer)" in early.reason
     assert action.kind == "full" and action.key.split("|", 1)[0] == early.key.split("|", 1)[0]
     assert action.lanes >= early.early_lanes + 1  # the nodes launched for it are among its lanes
 
@@ -139,10 +138,11 @@ def test_with_more_probes_likely_before_the_run_the_probe_launches_no_node() -> 
     p_best[next(i for i, c in enumerate(search.candidates(state)) if c.key == cand.key)] = 1.0
     cands = search.candidates(state)
     cold = search.start_seconds(cand, False) * lanes.SAFETY
-    args = (state, cand, cand, 0.5 * cold, 1e4, 59, p_best, cands)
-    last = lanes.early_lanes(*args)
+    # a probe as long as a start: after it, the run would need more lanes to answer in the hour
+    last = lanes.early_lanes(state, cand, cand, cold, 1e4, 59, p_best, cands)
     assert last is not None and last.lanes.lanes - 1 - last.spare > 0  # the last probe launches the nodes
-    assert lanes.early_lanes(*args, launch=False) is None  # nothing up, nothing launched
+    assert lanes.early_lanes(state, cand, cand, cold, 1e4, 59, p_best, cands, launch=False) is None  # nothing up
+    args = (state, cand, cand, 0.5 * cold, 1e4, 59, p_best, cands)
     spared = state.model_copy(update={"spare_lanes": [cand.key] * 2})
     short = lanes.early_lanes(spared, *args[1:], launch=False)
     assert short is not None and short.spare == 2 and short.lanes.lanes - 1 - short.spare == 0
@@ -206,6 +206,40 @@ def test_a_probe_before_the_run_is_priced_with_the_lanes_its_time_adds() -> None
     assert probe_first_gain(0.0, 8.0, 60.0, 60.0, 60.0) == -8.0  # a rival that never wins: the probe is all cost
 
 
+def test_the_first_probe_launches_the_runs_lanes_when_they_spare_it_starts() -> None:
+    """Nothing measured yet, the main job's first probe is of the plan it will likely verify: started after the
+    probe, the claim's run would need more lanes (each a start) to answer within the hour, so its nodes are launched
+    with the probe, late enough to be up when it ends; unless the run is unlikely to follow the probe (its
+    verification would not end the search), when their start would most likely be lost."""
+    from worldtune.policies.search.candidates import action_cost
+
+    goal = Goal(latency_bound_s=150, gpus=["H200", "B200"], capacities=["spot", "on-demand"], budget_usd=300,
+                workload=anchor_workload("cosmos3-super"))  # fmt: skip
+    state = search.initial_state(goal, all_offers())
+    first = search.decide(state).actions[0]
+    assert first.kind == "probe" and first.early_lanes > 0 and "launched with this probe" in first.reason
+    cands = search.candidates(state)
+    cand = next(c for c in cands if c.key == first.key)
+    p_best = [1.0 if c.key == cand.key else 0.0 for c in cands]
+    probe_s, _ = action_cost(cand, "probe", False)  # modelled, with the actions' safety factor
+    args = (state, cand, cand, probe_s, 300.0, 59, p_best, cands)
+    after = lanes.choose(state, cand, 59, True, False, 300.0, state.elapsed_s + probe_s / lanes.SAFETY)
+    launched = lanes.early_lanes(*args)
+    assert launched is not None and launched.lanes.lanes < after.lanes  # fewer lanes than started after the probe
+    assert lanes.early_lanes(*args, follows=0.2) is None  # a run unlikely to come next: nothing launched for it
+
+
+def test_lanes_as_many_either_way_are_not_launched_early() -> None:
+    """A run that takes as many lanes started after the probe as with it costs the same node-seconds either way:
+    nodes launched with the probe would buy only time the aim does not need, and risk their start."""
+    state, cand = candidate(Goal(**GOAL, answer_within_s=10 * 3600))  # time to spare: one lane either way
+    cands = search.candidates(state)
+    p_best = [1.0 if c.key == cand.key else 0.0 for c in cands]
+    cold = search.start_seconds(cand, False) * lanes.SAFETY
+    assert lanes.choose(state, cand, 59, True, False, 300.0).lanes == 1
+    assert lanes.early_lanes(state, cand, cand, 0.5 * cold, 300.0, 59, p_best, cands) is None
+
+
 def test_a_probe_is_priced_net_of_the_later_probe_it_spares_the_likeliest_optimum() -> None:
     """A full run needs its plan probed first, so probing a likely optimum now spares, with P(it is the optimum),
     a probe later (on a node the search then holds); a plan that is never the optimum spares nothing."""
@@ -233,3 +267,94 @@ def test_a_probe_is_priced_net_of_the_later_probe_it_spares_the_likeliest_optimu
         and r._net_usd(likeliest, cands[likeliest]) < action_cost(cands[likeliest], "probe", False)[1]
     )
     assert r._net_usd(never, cands[never]) == action_cost(cands[never], "probe", False)[1]
+
+
+def test_a_probe_first_spares_the_run_where_it_alone_settles_the_answer() -> None:
+    """worth_first's chance: P(the run now is not the answer) less P(it still is not, the candidate probed first,
+    the better of the two then run). Two rivals as good as each other that beat the run in the same draws: either
+    settles them (the pairwise chance counts each once, the union is what a first probe spares); one better than
+    the other there: only the better one does; in different draws, each settles its own; where the run is
+    infeasible, a feasible rival settles it."""
+    import numpy as np
+
+    from worldtune.policies.search.choose import _unsettled
+    from worldtune.policies.search.draws import Draws
+
+    run, a, b = 0, 1, 2
+    objective = np.ones((3, 4))
+    feasible = np.ones((3, 4), dtype=bool)
+    open_ = np.ones(3, dtype=bool)
+
+    def settled(obj: np.ndarray, ok: np.ndarray) -> tuple[float, float, float]:
+        d = Draws(assessed=[], objective=obj, feasible=ok, log_latency=np.zeros((3, 4)))
+        p = _unsettled(d, open_, run, 0.03)
+        return p(None), p(None) - p(a), p(None) - p(b)
+
+    together = objective.copy()
+    together[a, :2] = together[b, :2] = 0.9  # both 10% better in draws 0 and 1
+    assert settled(together, feasible) == (0.5, 0.5, 0.5)
+    ahead = together.copy()
+    ahead[b, :2] = 0.8  # b beats a there too: probing a first leaves b to beat it
+    assert settled(ahead, feasible) == (0.5, 0.0, 0.5)
+    apart = objective.copy()
+    apart[a, 0] = apart[b, 1] = 0.9  # a in draw 0, b in draw 1
+    assert settled(apart, feasible) == (0.5, 0.25, 0.25)
+    infeasible = feasible.copy()
+    infeasible[run, 3] = False  # the run fails the goal in draw 3: either rival is the answer there
+    assert settled(objective, infeasible) == (0.25, 0.25, 0.25)
+    within = objective.copy()
+    within[a] = 0.99  # a 1% better everywhere: within the margin, nothing to settle
+    assert settled(within, feasible)[1] == 0.0
+
+
+def test_a_run_whose_nodes_outlast_the_probe_starts_with_every_lane_up() -> None:
+    """The probe's action ends once the nodes launched with it are up (the agent waits for them): with a probe
+    shorter than a node's start, the run is planned from then, every lane up, its requests dealt evenly; the
+    probe's action lasts that much longer."""
+    state, cand = candidate(Goal(**GOAL))
+    state = state.model_copy(update={"elapsed_s": 1000.0})  # the hour is short: the run needs its lanes
+    cands = search.candidates(state)
+    p_best = [1.0 if c.key == cand.key else 0.0 for c in cands]
+    cold = search.start_seconds(cand, False) * lanes.SAFETY
+    early = lanes.early_lanes(state, cand, cand, 0.5 * cold, 1e4, 59, p_best, cands)
+    assert early is not None and early.seconds == 0.5 * cold  # the action waits for the nodes
+    dealt = early.lanes.requests
+    assert max(dealt) - min(dealt) <= cand.plan.replicas  # none of them joins late with fewer requests
+
+
+def test_a_rival_probed_on_the_runs_node_leaves_the_run_a_warm_load(monkeypatch: object) -> None:
+    """Probing a rival of the same offer first replans the node the run's plan is live on: the run after that probe
+    is priced from a held node (a warm load of its plan again), not from its live deployment."""
+    import pytest
+
+    from worldtune.policies.search import choose as choosing
+    from worldtune.policies.search.candidates import assess
+    from worldtune.policies.search.draws import draws
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    state, cand = candidate(Goal(**GOAL))
+    state = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
+                                                    fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
+    state = state.model_copy(update={"deployed": [cand.key]})
+    assessed = assess(state)
+    d = draws(state, assessed)
+    cands = [a.cand for a in assessed]
+    full = next(i for i, c in enumerate(cands) if c.key == cand.key)
+    seen: list[tuple[str, bool, bool, float | None]] = []
+    real = choosing.deal_lanes
+
+    def spy(state: search.SearchState, c: search.Candidate, requests: int, deployed: bool, node_held: bool,
+            left: float, elapsed_s: float | None = None, head_s: float = 0.0) -> lanes.LanePlan:  # fmt: skip
+        seen.append((c.key, deployed, node_held, elapsed_s))
+        return real(state, c, requests, deployed, node_held, left, elapsed_s, head_s)
+
+    monkeypatch.setattr(choosing, "deal_lanes", spy)
+    import numpy as np
+
+    open_ = np.asarray([c.stage != "measured" and c.key != cand.key for c in cands])
+    held = {cand.offer.id}
+    choosing.worth_first(state, d, full, {cand.key}, open_, held, 59, 0.03)
+    now = [s for s in seen if s[0] == cand.key and s[3] is None]
+    after = [s for s in seen if s[0] == cand.key and s[3] is not None]
+    assert now and all(s[1] for s in now)  # the run now: on its live deployment
+    assert after and all(not s[1] and s[2] for s in after)  # after a same-offer probe: a warm load on the node

@@ -26,6 +26,7 @@ from worldtune.tools.store.database import Store
 from worldtune.tools.twin.server import TwinConfig, create_app
 from worldtune.tools.twin.video import make_mp4
 from worldtune.tools.words.deployment import Deployment, Handle
+from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import Workload, anchor_workload
 
 SCALE = 2000.0  # the anchor clip (~120 model s on cfg2-u4-hsdp8) takes ~60 ms
@@ -132,6 +133,32 @@ def test_workload_arguments_are_sent_stored_and_predicted(tmp_path: Path, twin_u
     with_client(db, body)
 
 
+def test_a_probe_alone_sends_its_warm_up_and_short_step_counts_and_no_full_clip(tmp_path: Path, twin_url: str) -> None:
+    """A search's probe (agent/verify.probe_request, `full` false): the warm-up and the probes' requests alone, as
+    policies/search/candidates.probe_seconds prices them; the fit of latency = fixed + steps x per_step from them."""
+    from worldtune.agent.verify import probe_request
+    from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, PROBE_WARMUP
+
+    db = tmp_path / "results.db"
+    dep = ready_deployment(Store(db), twin_url)
+    request = probe_request(Goal(workload=anchor_workload("cosmos3-super"), latency_bound_s=150))
+
+    async def body(client: Client) -> None:
+        started = await ok(
+            client, "start_benchmark", {"deployment_id": dep.id, **request.model_dump(exclude={"workload"})}
+        )
+        record = await finished(client, started["id"])
+        phases = [s["phase"] for s in record["samples"]]
+        assert phases.count("warmup") == PROBE_WARMUP and "full" not in phases
+        assert sorted(s["steps"] for s in record["samples"] if s["phase"] == "probe") == sorted(
+            list(PROBE_STEPS) * PROBE_REPEATS
+        )
+        fit = record["benchmark"]["result"]["fit"]
+        assert fit["per_step_s"] > 0 and fit["fixed_s"] > 0
+
+    with_client(db, body)
+
+
 def test_a_clip_longer_than_the_sync_timeout_is_measured_through_the_job_api(tmp_path: Path) -> None:
     """Issue 39 item 5: the anchor clip on one H200 takes ~820 model-s, past vLLM-Omni's 600 s sync timeout (the twin
     answers 504 there, on its model clock). By default the benchmark sends each request as a job (create, poll,
@@ -169,6 +196,7 @@ def test_a_clip_longer_than_the_sync_timeout_is_measured_through_the_job_api(tmp
         ({"guidance_scale": 30.0}, ("guidance_scale", "30")),
         ({"max_sequence_length": 0}, ("max_sequence_length", "0")),
         ({"task": "v2v"}, ("task", "v2v")),
+        ({"full": False}, ("full", "probe_steps")),  # no probes and no full runs: nothing to measure
     ],
 )
 def test_invalid_workload_arguments_are_refused_and_nothing_starts(
