@@ -301,6 +301,7 @@ def early_lanes(
         # with as many lanes either way the node-seconds are the same (only the wait differs): nothing spared
         spared = later.usd - choice.usd if later.lanes > choice.lanes else 0.0
         likely = min(on_offer, follows)
+        # a run that meets the aim only with them gets them unless it more likely than not does not come next
         if (not sooner or likely < 0.5) and likely * spared <= (1.0 - likely) * usd:
             return (
                 None
