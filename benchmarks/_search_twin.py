@@ -57,12 +57,19 @@ class Twin:
         self.gpu_hours = 0.0
         self.preemptions = 0
 
-    def latency(self, cand: Candidate, steps: int) -> float:
+    def latency(self, cand: Candidate, steps: int, client: bool = True) -> float:
+        """One request's seconds as the twin engine serves them: on the client's clock (X-Twin-Client-Time-S, what
+        goals are judged on and nodes are busy for), or the server's (what a probe's fit reads, as the agent's)."""
         profile = self.scenario.truth[cand.gpu]
         wl = anchor_workload("cosmos3-super", steps=steps)
         p = perf_model.predict(wl, cand.plan, profile)
         per_step, fixed = perf_model.noisy_parts(p, profile.noise_cv, self.rng)
-        return fixed + steps * per_step + p.guardrail_s
+        return fixed + steps * per_step + p.guardrail_s + (p.client_overhead_s if client else 0.0)
+
+    def overhead(self, cand: Candidate, steps: int) -> float:
+        """The client's seconds beyond the server's for one request (MP4 encode, request, transfer)."""
+        wl = anchor_workload("cosmos3-super", steps=steps)
+        return perf_model.predict(wl, cand.plan, self.scenario.truth[cand.gpu]).client_overhead_s
 
     def bill(self, cand: Candidate, seconds: float) -> tuple[float, float]:
         usd = cand.offer.usd_per_hour * seconds / 3600

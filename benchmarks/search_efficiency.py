@@ -127,11 +127,14 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             if action.kind == "probe":
 
                 def probe(cand: search.Candidate = cand) -> tuple[list[tuple[int, float]], float]:
+                    # the fit reads the server's clock (as the agent's); the node is busy for the client's
                     points = [
-                        (s, twin.latency(cand, s)) for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)
+                        (s, twin.latency(cand, s, client=False))
+                        for s in search.PROBE_STEPS
+                        for _ in range(search.PROBE_REPEATS)
                     ]
                     warm = sum(twin.latency(cand, min(search.PROBE_STEPS)) for _ in range(search.PROBE_WARMUP))
-                    return points, warm + sum(lat for _, lat in points)
+                    return points, warm + sum(lat + twin.overhead(cand, s) for s, lat in points)
 
                 points, seconds = twin.attempt(cand, seconds, probe)  # run again whole on a node taken back
                 wall_s = seconds

@@ -236,6 +236,7 @@ def _candidate(
         latency_q_s=latency_q,
         per_step_s=p.per_step_s,
         fixed_s=p.fixed_s,
+        overhead_s=p.guardrail_s + p.client_overhead_s,
         load_s=p.load_s,
         cold_load_s=p.cold_load_s,
         clips_per_hour_per_node=p.clips_per_hour_per_node,
@@ -384,11 +385,12 @@ def full_requests(goal: Goal) -> int:
 
 
 def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS, repeats: int = PROBE_REPEATS) -> float:
-    """Model-seconds the probes take after a deployment is ready: the warm-up request at the smallest step count,
-    then `repeats` requests per short step count."""
+    """Model-seconds the probes take after a deployment is ready, on the client's clock: the warm-up request at the
+    smallest step count, then `repeats` requests per short step count, each with its overhead."""
     steps = list(steps)
-    warmup = PROBE_WARMUP * (cand.fixed_s + min(steps) * cand.per_step_s) if steps else 0.0
-    return warmup + repeats * sum(cand.fixed_s + s * cand.per_step_s for s in steps)
+    one = cand.fixed_s + cand.overhead_s
+    warmup = PROBE_WARMUP * (one + min(steps) * cand.per_step_s) if steps else 0.0
+    return warmup + repeats * sum(one + s * cand.per_step_s for s in steps)
 
 
 def full_seconds(cand: Candidate, requests: int = FULL_REQUESTS) -> float:

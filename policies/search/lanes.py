@@ -147,6 +147,14 @@ def choose(
     def fits(p: LanePlan) -> bool:
         return in_time(state, p, elapsed)
 
+    # spare nodes up under this plan already: their start is sunk, so a lane on each only moves requests off the
+    # others (the same node-seconds, sooner); the run takes them all
+    up = 1 + sum(1 for key in spare if key == cand.key)
+    if up > 1 and requests > cand.plan.replicas:
+        ready = plan(cand, requests, min(up, MAX_LANES), deployed, node_held, head_s=head_s, spare=spare)
+        if ready.lanes == min(up, MAX_LANES) and ready.usd <= left_usd and fits(ready):
+            why = f"{ready.lanes} lane(s) of {cand.plan} on {cand.offer.id}, every node up for it already"
+            return ready.model_copy(update={"why": f"{why} ({'/'.join(map(str, ready.requests))} requests)"})
     if fits(one) or requests <= cand.plan.replicas:
         return one.model_copy(update={"why": "one lane: the run fits the time to an answer"})
     allowed = [one]

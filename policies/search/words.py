@@ -71,6 +71,11 @@ class Candidate(BaseModel):
     latency_q_s: float = Field(description="latency at the goal's percentile (predicted, or the measured bound)")
     per_step_s: float
     fixed_s: float
+    overhead_s: float = Field(
+        default=0.0,
+        description="per request beyond fixed + steps x per_step: the guardrail and the client's MP4 encode, request "
+        "and transfer (the model's; a probe's fit does not separate it)",
+    )
     load_s: float = Field(description="warm load: the plan started again on a node that already has the weights")
     cold_load_s: float = Field(default=0.0, description="the first load on a new node (weights from disk); 0: load_s")
     clips_per_hour_per_node: float

@@ -358,3 +358,18 @@ def test_a_rival_probed_on_the_runs_node_leaves_the_run_a_warm_load(monkeypatch:
     after = [s for s in seen if s[0] == cand.key and s[3] is not None]
     assert now and all(s[1] for s in now)  # the run now: on its live deployment
     assert after and all(not s[1] and s[2] for s in after)  # after a same-offer probe: a warm load on the node
+
+
+def test_a_run_takes_every_spare_node_up_under_its_plan() -> None:
+    """Spare nodes already up under the run's plan (launched with its probe) have their start sunk: a lane on each
+    moves requests off the others (the same node-seconds, sooner), so the run takes them all, even where fewer
+    lanes would answer in time; spares under another plan are not counted (each needs a warm load)."""
+    state, cand = candidate(Goal(**GOAL, answer_within_s=10 * 3600))  # time to spare: one lane would do
+    assert lanes.choose(state, cand, 59, True, False, 300.0).lanes == 1
+    up = state.model_copy(update={"spare_lanes": [cand.key] * 3})
+    run = lanes.choose(up, cand, 59, True, False, 300.0)
+    assert run.lanes == 4 and sum(run.requests) == 59 and "up for it already" in run.why
+    one = lanes.choose(state, cand, 59, True, False, 300.0)
+    assert run.usd <= one.usd * 1.05  # about the same node-seconds: no start billed, the rounds dealt over them
+    other = state.model_copy(update={"spare_lanes": [f"{cand.offer.id}|u8-vae8"] * 3})
+    assert lanes.choose(other, cand, 59, True, False, 300.0).lanes == 1

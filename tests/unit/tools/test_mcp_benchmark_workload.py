@@ -134,10 +134,14 @@ def test_workload_arguments_are_sent_stored_and_predicted(tmp_path: Path, twin_u
 
 
 def test_a_probe_alone_sends_its_warm_up_and_short_step_counts_and_no_full_clip(tmp_path: Path, twin_url: str) -> None:
-    """A search's probe (agent/verify.probe_request, `full` false): the warm-up and the probes' requests alone, as
-    policies/search/candidates.probe_seconds prices them; the fit of latency = fixed + steps x per_step from them."""
+    """A search's probe (agent/verify.probe_request, `full` false): the warm-up and the probes' requests alone; the
+    fit of latency = fixed + steps x per_step from them; on the client's clock they take what
+    policies/search/candidates.probe_seconds prices (the twin serves the profile the search believes)."""
     from worldtune.agent.verify import probe_request
+    from worldtune.policies import search
     from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, PROBE_WARMUP
+    from worldtune.policies.search.candidates import probe_seconds
+    from worldtune.tools.plans.offers import all_offers
 
     db = tmp_path / "results.db"
     dep = ready_deployment(Store(db), twin_url)
@@ -155,6 +159,11 @@ def test_a_probe_alone_sends_its_warm_up_and_short_step_counts_and_no_full_clip(
         )
         fit = record["benchmark"]["result"]["fit"]
         assert fit["per_step_s"] > 0 and fit["fixed_s"] > 0
+        goal = Goal(workload=anchor_workload("cosmos3-super"), latency_bound_s=1e4, gpus=["H200"])
+        state = search.initial_state(goal, all_offers("snapshot"))
+        cand = next(c for c in search.candidates(state) if str(c.plan) == "cfg2-u4-hsdp8" and c.offer.gpu_count == 8)
+        took = sum(s["twin_client_s"] for s in record["samples"])
+        assert took == pytest.approx(probe_seconds(cand), rel=0.05)
 
     with_client(db, body)
 
