@@ -57,19 +57,19 @@ class Twin:
         self.gpu_hours = 0.0
         self.preemptions = 0
 
-    def latency(self, cand: Candidate, steps: int, client: bool = True) -> float:
-        """One request's seconds as the twin engine serves them: on the client's clock (X-Twin-Client-Time-S, what
-        goals are judged on and nodes are busy for), or the server's (what a probe's fit reads, as the agent's)."""
+    def served(self, cand: Candidate, steps: int) -> tuple[float, float]:
+        """One request's seconds as the twin engine serves them: (the server's, what a probe's fit reads, as the
+        agent's; the client's, X-Twin-Client-Time-S, what goals are judged on and nodes are busy for)."""
         profile = self.scenario.truth[cand.gpu]
         wl = anchor_workload("cosmos3-super", steps=steps)
         p = perf_model.predict(wl, cand.plan, profile)
         per_step, fixed = perf_model.noisy_parts(p, profile.noise_cv, self.rng)
-        return fixed + steps * per_step + p.guardrail_s + (p.client_overhead_s if client else 0.0)
+        server = fixed + steps * per_step + p.guardrail_s
+        return server, server + p.client_overhead_s
 
-    def overhead(self, cand: Candidate, steps: int) -> float:
-        """The client's seconds beyond the server's for one request (MP4 encode, request, transfer)."""
-        wl = anchor_workload("cosmos3-super", steps=steps)
-        return perf_model.predict(wl, cand.plan, self.scenario.truth[cand.gpu]).client_overhead_s
+    def latency(self, cand: Candidate, steps: int) -> float:
+        """One request's seconds on the client's clock (served)."""
+        return self.served(cand, steps)[1]
 
     def bill(self, cand: Candidate, seconds: float) -> tuple[float, float]:
         usd = cand.offer.usd_per_hour * seconds / 3600

@@ -293,9 +293,8 @@ def _with_measurements(goal: Goal, cand: Candidate, found: list[Measurement], pr
     if probe:
         m = probe[-1]
         assert m.per_step_s is not None and m.fixed_s is not None
-        # keep the model's guardrail term, which probes do not separate
-        latency = m.fixed_s + goal.workload.steps * m.per_step_s + cand.latency_s - cand.fixed_s
-        latency -= cand.per_step_s * goal.workload.steps
+        # keep the model's guardrail and client overhead, which probes do not separate
+        latency = m.fixed_s + goal.workload.steps * m.per_step_s + cand.overhead_s
         # the probe's extrapolation and the posterior's prediction, each by its precision: where the noise is small
         # the probe decides, where it is large (learned from the samples) the model pinned by full runs does
         sigma = probe_sigma(goal, m, profile)

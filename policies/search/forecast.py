@@ -70,19 +70,20 @@ def draw_truth(post: belief.Posterior, prior: Profile, rng: np.random.Generator)
     return post.profile(prior, np.clip(x, post.lower, post.upper))
 
 
-def _latency(
-    truth: Profile, cand: Candidate, steps: int, state: SearchState, rng: np.random.Generator, client: bool = True
-) -> float:
-    """One request's latency as the twin serves it under `truth` (perf_model.noisy_parts, plus the guardrail): on
-    the client's clock (what the twin engine reports and goals are judged on), or the server's (a probe's fit)."""
+def _served(
+    truth: Profile, cand: Candidate, steps: int, state: SearchState, rng: np.random.Generator
+) -> tuple[float, float]:
+    """One request as the twin serves it under `truth` (perf_model.noisy_parts, plus the guardrail): (the server's
+    seconds, what a probe's fit reads; the client's, what the twin engine reports and goals are judged on)."""
     p = perf_model.predict(state.goal.workload.with_changes(steps=steps), cand.plan, truth)
     per_step, fixed = perf_model.noisy_parts(p, truth.noise_cv, rng)
-    return p.guardrail_s + fixed + steps * per_step + (p.client_overhead_s if client else 0.0)
+    server = p.guardrail_s + fixed + steps * per_step
+    return server, server + p.client_overhead_s
 
 
-def _overhead(truth: Profile, cand: Candidate, steps: int, state: SearchState) -> float:
-    """The client's seconds beyond the server's for one request under `truth` (MP4 encode, request, transfer)."""
-    return perf_model.predict(state.goal.workload.with_changes(steps=steps), cand.plan, truth).client_overhead_s
+def _latency(truth: Profile, cand: Candidate, steps: int, state: SearchState, rng: np.random.Generator) -> float:
+    """One request's seconds on the client's clock (_served)."""
+    return _served(truth, cand, steps, state, rng)[1]
 
 
 def _as_truth(truth: Profile, cand: Candidate, state: SearchState) -> Candidate:
@@ -108,7 +109,8 @@ def _measure(
     `true_cand`: the candidate with the truth's starts (_as_truth), which its other lanes take."""
     if action.kind == "probe":
         # the fit reads the server's clock (as the agent's); the node is busy for the client's
-        points = [(s, _latency(truth, cand, s, state, rng, False)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
+        served = [(s, *_served(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
+        points = [(s, server) for s, server, _ in served]
         warm = sum(_latency(truth, cand, min(PROBE_STEPS), state, rng) for _ in range(PROBE_WARMUP))
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
         m = Measurement(
@@ -119,7 +121,7 @@ def _measure(
             repeats=PROBE_REPEATS,
             probe_points=points,
         )
-        wall = start + warm + sum(v + _overhead(truth, cand, s, state) for s, v in points)
+        wall = start + warm + sum(client for _, _, client in served)
         return m, wall, wall
     n = action.requests or full_requests(state.goal)
     shares = action.lane_requests or [n]

@@ -36,7 +36,8 @@ from worldtune.tools.mcp.common import (
     tool,
 )
 from worldtune.tools.mcp.session import session_of
-from worldtune.tools.words.errors import InvalidInput, describe
+from worldtune.tools.words.bench_spec import check_measures
+from worldtune.tools.words.errors import describe
 from worldtune.tools.words.limits import MAX_LEVELS, MAX_PROBES
 
 
@@ -104,8 +105,7 @@ def start_benchmark(
 
     stored = session.deployment(deployment_id)  # a readable error for an unknown id
     with refusals():  # a bad workload is refused before the infra is asked or anything starts
-        if not full and not probe_steps:
-            raise InvalidInput("full", False, "true, or false with probe_steps to measure")
+        check_measures(full, probe_steps)
         try:
             workload = benchmark_workload(
                 stored.model, size=size, width=width, height=height, num_frames=num_frames, fps=fps,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -47,6 +48,12 @@ def api_for(expected_latency_s: float | None, queue: int = 1, sync_timeout_s: fl
     if expected_latency_s is not None and expected_latency_s * max(1, queue) > SYNC_SHARE * sync_timeout_s:
         return "async"
     return "sync"
+
+
+def check_measures(full: bool, probe_steps: Sequence[int], poisson_rate_per_hour: float | None = None) -> None:
+    """Refuse a benchmark with nothing to measure: no full-step levels (`full` false), no probes and no arrivals."""
+    if not full and not probe_steps and not poisson_rate_per_hour:
+        raise InvalidInput("full", False, "true, or false with probe_steps or Poisson arrivals to measure")
 
 
 def new_benchmark_id() -> str:
@@ -116,8 +123,7 @@ class BenchmarkSpec(BaseModel):
     def _bounded(self) -> BenchmarkSpec:
         what = "requests in one benchmark (warm-up + probes x repeats + levels x clients x repeats + arrivals)"
         at_most("planned requests", self.planned_requests, MAX_PLANNED_REQUESTS, what)
-        if not self.full and not self.probe_steps and not self.poisson_rate_per_hour:
-            raise InvalidInput("full", False, "true, or false with probe_steps or Poisson arrivals to measure")
+        check_measures(self.full, self.probe_steps, self.poisson_rate_per_hour)
         return self
 
     @property
