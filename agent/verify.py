@@ -47,7 +47,7 @@ from worldtune.agent.steps import (
 )
 from worldtune.agent.tools import BenchmarkRequest, Tools
 from worldtune.agent.tools_client import ToolCallFailed
-from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, PROBE_WARMUP, Action, Candidate, believed_start_s
+from worldtune.policies.search import PROBE_REPEATS, PROBE_WARMUP, Action, Candidate, believed_start_s, probe_steps
 from worldtune.tools.mcp.results import ResultRecord
 from worldtune.tools.words.deployment import Deployment
 from worldtune.tools.words.goal import Goal
@@ -103,13 +103,14 @@ async def verify(task: VerifyTask, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 def probe_request(goal: Goal) -> BenchmarkRequest:
-    """A search's probe: a warm-up, then the short step counts alone (the fit of latency = fixed + steps x
-    per_step needs no full-step clips), on the goal's workload where it differs from the model's anchor (what the
-    search predicted); what policies/search/candidates.probe_seconds prices."""
+    """A search's probe: a warm-up, then the probe's step counts (policies/search/words.probe_steps: a short one and
+    the goal's), no full run, on the goal's workload where it differs from the model's anchor (what the search
+    predicted); what policies/search/candidates.probe_seconds prices."""
+    asked = probe_steps(goal.workload.steps)
     return BenchmarkRequest(
-        steps=PROBE_STEPS[0],
+        steps=asked[0],
         repeats=PROBE_REPEATS,
-        probe_steps=list(PROBE_STEPS),
+        probe_steps=list(asked),
         warmup=PROBE_WARMUP,
         full=False,
         workload=anchor_changes(goal.workload),

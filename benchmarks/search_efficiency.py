@@ -128,10 +128,9 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
 
                 def probe(cand: search.Candidate = cand) -> tuple[list[tuple[int, float]], float]:
                     # the fit reads the server's clock (as the agent's); the node is busy for the client's
-                    served = [
-                        (s, *twin.served(cand, s)) for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)
-                    ]
-                    warm = sum(twin.latency(cand, min(search.PROBE_STEPS)) for _ in range(search.PROBE_WARMUP))
+                    asked = search.probe_steps(goal.workload.steps)
+                    served = [(s, *twin.served(cand, s)) for s in asked for _ in range(search.PROBE_REPEATS)]
+                    warm = sum(twin.latency(cand, min(asked)) for _ in range(search.PROBE_WARMUP))
                     return [(s, server) for s, server, _ in served], warm + sum(client for _, _, client in served)
 
                 points, seconds = twin.attempt(cand, seconds, probe)  # run again whole on a node taken back

@@ -61,8 +61,8 @@ from worldtune.policies.search.words import (
     FULL_REQUESTS,
     MAX_NODES,
     OPTIMISM_Z,
+    PROBE_LOW_STEPS,
     PROBE_REPEATS,
-    PROBE_STEPS,
     PROBE_WARMUP,
     RETRIES,
     STOP_LEVEL,
@@ -79,6 +79,7 @@ from worldtune.policies.search.words import (
     SearchState,
     StopKind,
     offer_of,
+    probe_steps,
 )
 
 __all__ = [
@@ -86,8 +87,8 @@ __all__ = [
     "FULL_REQUESTS",
     "MAX_NODES",
     "OPTIMISM_Z",
+    "PROBE_LOW_STEPS",
     "PROBE_REPEATS",
-    "PROBE_STEPS",
     "PROBE_WARMUP",
     "RETRIES",
     "STOP_LEVEL",
@@ -130,6 +131,7 @@ __all__ = [
     "optimistic_value",
     "probe_seconds",
     "probe_sigma",
+    "probe_steps",
     "recalibrated",
     "recommendation",
     "record",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,7 +24,6 @@ from worldtune.policies.search.words import (
     MAX_NODES,
     OPTIMISM_Z,
     PROBE_REPEATS,
-    PROBE_STEPS,
     PROBE_WARMUP,
     ActionKind,
     Assessed,
@@ -33,6 +33,7 @@ from worldtune.policies.search.words import (
     ModeShift,
     SearchState,
     offer_of,
+    probe_steps,
 )
 from worldtune.tools.words import plan_rules, stats
 from worldtune.tools.words.goal import Goal
@@ -236,6 +237,7 @@ def _candidate(
         latency_q_s=latency_q,
         per_step_s=p.per_step_s,
         fixed_s=p.fixed_s,
+        steps=goal.workload.steps,
         overhead_s=p.guardrail_s + p.client_overhead_s,
         load_s=p.load_s,
         cold_load_s=p.cold_load_s,
@@ -324,18 +326,39 @@ def _with_measurements(goal: Goal, cand: Candidate, found: list[Measurement], pr
     return cand
 
 
-def probe_sigma(goal: Goal, m: Measurement, profile: Profile) -> float:
-    """Relative one-sigma of the full latency a probe extrapolates to: latency = -a L(4) + b L(8) amplifies
-    the per-request noise (noise_cv on each part) by the extrapolation's weights."""
+class FitNoise(NamedTuple):
+    """Relative one-sigmas of what a probe's two-point fit gives: the latency at the goal's steps, the per-step
+    slope and the fixed intercept."""
+
+    latency: float
+    per_step: float
+    fixed: float
+
+
+def fit_noise(m: Measurement, steps: int, cv: float) -> FitNoise:
+    """The noise of a probe's fit of latency = fixed + steps x per_step through the means of its two step counts
+    (the measurement's own, else probe_steps(steps)), each of `m.repeats` requests whose noise is `cv` of their
+    latency: the slope is their difference over the span, the intercept and the latency at `steps` weigh the two
+    means by their distances (read at a step count asked, it is that count's mean)."""
     assert m.per_step_s is not None and m.fixed_s is not None
-    lo, hi = PROBE_STEPS[0], PROBE_STEPS[-1]
-    steps = goal.workload.steps
-    w_hi = (steps - lo) / (hi - lo)
-    w_lo = w_hi - 1.0
-    at = [m.fixed_s + s * m.per_step_s for s in (lo, hi)]
+    asked = sorted({s for s, _ in m.probe_points})
+    lo, hi = (asked[0], asked[-1]) if len(asked) > 1 else probe_steps(steps)
+    span = hi - lo
+    root = math.sqrt(max(1, m.repeats))
+    sd_lo, sd_hi = (cv * (m.fixed_s + s * m.per_step_s) / root for s in (lo, hi))
+    w_hi = (steps - lo) / span  # latency(steps) = (1 - w_hi) mean(lo) + w_hi mean(hi)
     latency = m.fixed_s + steps * m.per_step_s
-    sd = profile.noise_cv * math.hypot(w_lo * at[0], w_hi * at[1]) / math.sqrt(m.repeats)
-    return max(sd / max(latency, 1e-9), 0.0005)
+    floor = 0.0005
+    return FitNoise(
+        latency=max(math.hypot((1 - w_hi) * sd_lo, w_hi * sd_hi) / max(latency, 1e-9), floor),
+        per_step=max(math.hypot(sd_lo, sd_hi) / span / max(m.per_step_s, 1e-9), floor),
+        fixed=max(math.hypot(hi * sd_lo, lo * sd_hi) / span / max(m.fixed_s, 1e-9), floor),
+    )
+
+
+def probe_sigma(goal: Goal, m: Measurement, profile: Profile) -> float:
+    """Relative one-sigma of the latency at the goal's steps a probe gives (fit_noise, the profile's noise)."""
+    return fit_noise(m, goal.workload.steps, profile.noise_cv).latency
 
 
 def objective_value(goal: Goal, cand: Candidate) -> float:
@@ -383,10 +406,11 @@ def full_requests(goal: Goal) -> int:
     return max(FULL_REQUESTS, stats.samples_needed(goal.latency_percentile / 100.0, goal.confidence))
 
 
-def probe_seconds(cand: Candidate, steps: Iterable[int] = PROBE_STEPS, repeats: int = PROBE_REPEATS) -> float:
+def probe_seconds(cand: Candidate, steps: Iterable[int] | None = None, repeats: int = PROBE_REPEATS) -> float:
     """Model-seconds the probes take after a deployment is ready, on the client's clock: the warm-up request at the
-    smallest step count, then `repeats` requests per short step count, each with its overhead."""
-    steps = list(steps)
+    smallest step count, then `repeats` requests per step count (probe_steps of the goal's), each with its
+    overhead."""
+    steps = list(probe_steps(cand.steps) if steps is None else steps)
     one = cand.fixed_s + cand.overhead_s
     warmup = PROBE_WARMUP * (one + min(steps) * cand.per_step_s) if steps else 0.0
     return warmup + repeats * sum(one + s * cand.per_step_s for s in steps)

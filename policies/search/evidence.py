@@ -16,9 +16,8 @@ import math
 import numpy as np
 
 from worldtune.policies import belief_fit, belief_noise, perf_model
-from worldtune.policies.search.candidates import candidate_for
+from worldtune.policies.search.candidates import candidate_for, fit_noise
 from worldtune.policies.search.words import (
-    PROBE_STEPS,
     RETRIES,
     Candidate,
     CandidateKey,
@@ -116,12 +115,8 @@ def observations(state: SearchState, gpu: str) -> list[belief_fit.Observation]:
             continue
         plan = key.plan.single_replica()
         if m.kind == "probe" and m.per_step_s and m.fixed_s and m.per_step_s > 0 and m.fixed_s > 0:
-            # the two-point fit's noise: the per-request noise over the step difference, and the intercept's
-            span = PROBE_STEPS[-1] - PROBE_STEPS[0]
-            hi = m.fixed_s + PROBE_STEPS[-1] * m.per_step_s
-            root = math.sqrt(m.repeats)
-            step_sd = max(math.sqrt(2) * cv * hi / (span * m.per_step_s) / root, 0.0005)
-            fixed_sd = max(math.sqrt(5) * cv * hi / m.fixed_s / root, 0.0005)
+            fit = fit_noise(m, wl.steps, cv)  # the two-point fit's noise
+            step_sd, fixed_sd = fit.per_step, fit.fixed
             for quantity, value, sd in (("per_step", m.per_step_s, step_sd), ("fixed", m.fixed_s, fixed_sd)):
                 out.append(
                     belief_fit.Observation(

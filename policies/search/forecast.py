@@ -26,13 +26,13 @@ from worldtune.policies.search.candidates import (
 )
 from worldtune.policies.search.words import (
     PROBE_REPEATS,
-    PROBE_STEPS,
     PROBE_WARMUP,
     Action,
     Candidate,
     Measurement,
     SearchState,
     offer_of,
+    probe_steps,
 )
 from worldtune.tools.words.models import get_model
 from worldtune.tools.words.profile import Profile
@@ -109,9 +109,10 @@ def _measure(
     `true_cand`: the candidate with the truth's starts (_as_truth), which its other lanes take."""
     if action.kind == "probe":
         # the fit reads the server's clock (as the agent's); the node is busy for the client's
-        served = [(s, *_served(truth, cand, s, state, rng)) for s in PROBE_STEPS for _ in range(PROBE_REPEATS)]
+        asked = probe_steps(state.goal.workload.steps)
+        served = [(s, *_served(truth, cand, s, state, rng)) for s in asked for _ in range(PROBE_REPEATS)]
         points = [(s, server) for s, server, _ in served]
-        warm = sum(_latency(truth, cand, min(PROBE_STEPS), state, rng) for _ in range(PROBE_WARMUP))
+        warm = sum(_latency(truth, cand, min(asked), state, rng) for _ in range(PROBE_WARMUP))
         slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
         m = Measurement(
             key=cand.key,

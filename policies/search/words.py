@@ -17,8 +17,8 @@ from worldtune.tools.words.profile import Profile
 
 ActionKind = Literal["probe", "full"]
 StopKind = Literal["converged", "budget", "iteration_cap", "infeasible", "declined", "deadline"]
-PROBE_STEPS: tuple[int, ...] = (4, 8)  # two short step counts fix latency = fixed + steps x per_step
-PROBE_REPEATS = 4  # requests per probe step count: a probe's cost is mostly the deployment, its precision is not
+PROBE_LOW_STEPS = 4  # a probe's short step count; its other is the goal's own (probe_steps)
+PROBE_REPEATS = 2  # requests per probe step count
 PROBE_WARMUP = 1  # a probe's warm-up request at its smallest step count first (not counted, billed)
 FULL_REQUESTS = 5  # the fewest full requests a run takes when the claim's count does not fit the budget
 STOP_LEVEL = 0.05  # converged / infeasible below this posterior probability
@@ -26,6 +26,17 @@ CONFIDENCE = stats.TOLERANCE_CONFIDENCE
 OPTIMISM_Z = 1.645  # one-sided 95%, for the spend estimate's optimistic values
 MAX_NODES = 64
 RETRIES = 1  # a bad measurement is repeated once on a fresh deployment, then the candidate is failed
+
+
+def probe_steps(steps: int) -> tuple[int, int]:
+    """The step counts a probe asks for on a workload of `steps`: a short one and the workload's own. The fit of
+    latency = fixed + steps x per_step through them is read where the goal is (at `steps` the probe's estimate is
+    its requests' mean, not an extrapolation: two short counts, 4 and 8, amplified each request's noise about 7x
+    at 35 steps), and its per-step slope spans the whole range. A request at the goal's steps takes as long as a
+    clip: candidates.probe_seconds prices it, and the benchmark sends it as a job where it may outlast the sync
+    timeout (tools/words/bench_spec.api_for)."""
+    lo = min(PROBE_LOW_STEPS, max(1, steps // 2))
+    return lo, max(steps, lo + 1)
 
 
 class CandidateKey(NamedTuple):
@@ -75,6 +86,9 @@ class Candidate(BaseModel):
         default=0.0,
         description="per request beyond fixed + steps x per_step: the guardrail and the client's MP4 encode, request "
         "and transfer (the model's; a probe's fit does not separate it)",
+    )
+    steps: int = Field(
+        default=35, description="the goal workload's denoising steps (what a probe asks at: probe_steps)"
     )
     load_s: float = Field(description="warm load: the plan started again on a node that already has the weights")
     cold_load_s: float = Field(default=0.0, description="the first load on a new node (weights from disk); 0: load_s")

@@ -64,8 +64,9 @@ def benchmark_spec(
 ) -> BenchmarkSpec:
     """The spec that measures a ready `deployment` on `workload`; the client timeouts start from the model's
     prediction for that workload on the deployment's plan, and so does the API: "auto" sends each request as a job
-    (create, poll, fetch) when the clips, with the clients queued on each replica, could outlast vLLM-Omni's sync
-    timeout (bench_spec.api_for), else through the sync call."""
+    (create, poll, fetch) when the longest clip asked (a full run's, with the clients queued on each replica, or a
+    probe's at its largest step count) could outlast vLLM-Omni's sync timeout (bench_spec.api_for), else through the
+    sync call."""
     from worldtune.tools.plans.estimate import estimate as predict
 
     endpoints = ready_endpoints(deployment)
@@ -74,7 +75,15 @@ def benchmark_spec(
     ).latency_s
     if api == "auto":
         queue = math.ceil(max(concurrency, default=1) / max(1, len(endpoints)))  # clients spread over replicas
-        api = api_for(expected, queue)
+        longest = max([steps] * full + list(probe_steps), default=steps)  # a probe may ask at the goal's steps
+        slowest = (
+            expected
+            if longest <= steps
+            else predict(
+                model=deployment.model, gpu=deployment.gpu, plan=deployment.plan, steps=longest, workload=workload
+            ).latency_s
+        )
+        api = api_for(slowest, queue if full else 1)
     return BenchmarkSpec(
         endpoints=endpoints,
         workload=workload,

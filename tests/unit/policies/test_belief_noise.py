@@ -54,13 +54,13 @@ def test_a_probes_repeats_teach_the_noise_before_any_full_run() -> None:
 
     def probed(cv: float) -> belief_noise.Noise:
         points = [(s, (cand.fixed_s + s * cand.per_step_s) * float(np.exp(cv * rng.standard_normal())))
-                  for s in search.PROBE_STEPS for _ in range(search.PROBE_REPEATS)]  # fmt: skip
+                  for s in search.probe_steps(35) for _ in range(search.PROBE_REPEATS)]  # fmt: skip
         m = search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s,
                                repeats=search.PROBE_REPEATS, probe_points=points)  # fmt: skip
         return evidence.noise(state.model_copy(update={"measurements": [m, m.model_copy()]}), "H200")
 
     noisy = probed(0.05)
-    assert noisy.learned and noisy.samples == 2 * search.PROBE_REPEATS * len(search.PROBE_STEPS)
+    assert noisy.learned and noisy.samples == 2 * search.PROBE_REPEATS * len(search.probe_steps(35))
     assert noisy.cv > 4 * prior.cv and noisy.df > prior.df
     assert probed(0.002).cv < 2 * prior.cv
     no_points = search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s, fixed_s=cand.fixed_s)

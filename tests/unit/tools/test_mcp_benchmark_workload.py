@@ -139,7 +139,7 @@ def test_a_probe_alone_sends_its_warm_up_and_short_step_counts_and_no_full_clip(
     policies/search/candidates.probe_seconds prices (the twin serves the profile the search believes)."""
     from worldtune.agent.verify import probe_request
     from worldtune.policies import search
-    from worldtune.policies.search import PROBE_REPEATS, PROBE_STEPS, PROBE_WARMUP
+    from worldtune.policies.search import PROBE_REPEATS, PROBE_WARMUP, probe_steps
     from worldtune.policies.search.candidates import probe_seconds
     from worldtune.tools.plans.offers import all_offers
 
@@ -155,7 +155,7 @@ def test_a_probe_alone_sends_its_warm_up_and_short_step_counts_and_no_full_clip(
         phases = [s["phase"] for s in record["samples"]]
         assert phases.count("warmup") == PROBE_WARMUP and "full" not in phases
         assert sorted(s["steps"] for s in record["samples"] if s["phase"] == "probe") == sorted(
-            list(PROBE_STEPS) * PROBE_REPEATS
+            list(probe_steps(35)) * PROBE_REPEATS
         )
         fit = record["benchmark"]["result"]["fit"]
         assert fit["per_step_s"] > 0 and fit["fixed_s"] > 0

@@ -88,6 +88,20 @@ def test_a_clip_that_could_outlast_the_sync_timeout_is_measured_through_jobs() -
     assert api_for(None) == "sync" and api_for(401.0) == "async" and api_for(399.0) == "sync"
 
 
+def test_a_probe_at_the_goals_steps_goes_through_jobs_where_that_clip_could_outlast_the_sync_timeout() -> None:
+    """A search's probe asks at 4 steps and at the goal's (policies/search/words.probe_steps): on one H200 its
+    35-step requests take ~820 model-s, so the probe goes through the job API though its first step count is short;
+    the same probe at 4 and 8 steps, and on a fast plan, stays sync."""
+
+    def probe(plan: str, steps: tuple[int, ...]) -> BenchmarkSpec:
+        ready = Deployment(gpu="H200", plan=plan, state="ready", endpoints=["http://127.0.0.1:1"])
+        return benchmark_spec(ready, benchmark_workload("cosmos3-super"), steps[0], 2, (1,), steps, 1, full=False)
+
+    assert probe("1gpu", (4, 35)).api == "async"
+    assert probe("1gpu", (4, 8)).api == "sync"
+    assert probe("cfg2-u4-hsdp8", (4, 35)).api == "sync"
+
+
 def test_compare_and_summaries_of_stored_rows() -> None:
     rows = [
         {"id": "b1", "status": "completed", "started_at": 1.0, "deployment_id": "d1",
