@@ -201,10 +201,13 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
     keep = {a.key for a in decision.actions if not a.redeploy}  # a retry gets a fresh deployment
     spare = {k: d for k, d in live.items() if k not in keep}
     moved = _reused_nodes(decision.actions, spare) if options.reuse_nodes else {}
+    joined = set(policy.freed_lanes(decision.actions, list(spare))) if options.reuse_nodes else set()
     removed: dict[str, str] = {}
     for key, deployment_id in live.items():
         if key not in keep:
-            if deployment_id not in moved.values():  # a node no longer needed is released at once
+            if key in joined:  # a lane of the decision's full run on its offer (claim_run replans it)
+                freed[deployment_id] = key
+            elif deployment_id not in moved.values():  # a node no longer needed is released at once
                 await teardown(runtime, deployment_id)
             removed[key] = ""
     for key, deployment_id in moved.items():

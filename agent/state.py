@@ -52,6 +52,11 @@ class Outcome(BaseModel):
     error: str = Field(default="", description="why the action failed")
     removed: bool = Field(default=False, description="the failed action tore its deployment down")
     round: int = Field(default=-1, description="the search iteration whose decision asked for it (-1: not known)")
+    alongside: bool = Field(
+        default=False,
+        description="a probe on a node launched for the claim's run, at once with its round's first (Action.rides): "
+        "within that round's time, not after it",
+    )
 
     @property
     def key(self) -> str:
@@ -74,15 +79,18 @@ class Outcome(BaseModel):
 def answer_seconds(results: list[Outcome], parallel: int) -> float:
     """The time to a verified answer so far: round after round, each as long as its slowest verification (they
     run at once on their own deployments), or its verifications' seconds spread evenly over `parallel`
-    deployments when the round asked for more than that; outcomes of no known round count one after another."""
+    deployments when the round asked for more than that (a probe alongside, on a node of its own launched for the
+    claim's run, is not one of them); outcomes of no known round count one after another."""
     rounds: dict[int, list[float]] = {}
+    spread: dict[int, list[float]] = {}
     serial = 0.0
     for r in results:
         if r.round < 0:
             serial += r.answer_s / parallel
         else:
             rounds.setdefault(r.round, []).append(r.answer_s)
-    return serial + sum(max(max(xs), sum(xs) / parallel) for xs in rounds.values())
+            spread.setdefault(r.round, []).extend([] if r.alongside else [r.answer_s])
+    return serial + sum(max(max(xs), sum(spread[k]) / parallel) for k, xs in rounds.items())
 
 
 class TuneState(TypedDict, total=False):

@@ -126,7 +126,8 @@ def _busy_s(options: TuneOptions, action: Action, wall_s: float) -> float:
 def _in_round(task: VerifyTask, update: dict[str, Any]) -> dict[str, Any]:
     """The update with its outcomes stamped by the round that asked for them (the time to answer overlaps a
     round's verifications: agent/state.answer_seconds)."""
-    results = [r.model_copy(update={"round": task["iteration"]}) for r in update.get("results", [])]
+    stamp = {"round": task["iteration"], "alongside": task["action"].rides}
+    results = [r.model_copy(update=stamp) for r in update.get("results", [])]
     return update | ({"results": results} if "results" in update else {})
 
 

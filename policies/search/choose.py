@@ -19,7 +19,14 @@ from typing import Literal, NamedTuple
 import numpy as np
 
 from worldtune.policies import belief
-from worldtune.policies.search.candidates import action_cost, full_requests, hardware_key, held_offers, objective_value
+from worldtune.policies.search.candidates import (
+    action_cost,
+    full_requests,
+    hardware_key,
+    held_offers,
+    objective_value,
+    start_seconds,
+)
 from worldtune.policies.search.draws import Draws, nearest_options, p_stop_if_verified
 from worldtune.policies.search.lanes import SAFETY, EarlyLanes, LanePlan, early_lanes, run_after
 from worldtune.policies.search.lanes import choose as deal_lanes
@@ -29,9 +36,11 @@ from worldtune.policies.search.words import (
     Action,
     ActionKind,
     Candidate,
+    CandidateKey,
     Decision,
     SearchState,
     StopKind,
+    offer_of,
 )
 from worldtune.tools.words.goal import Goal
 
@@ -65,6 +74,14 @@ class Worth(NamedTuple):
         own = self.gains[i] * self.usd
         others = max(0.0, float(self.share[i]) * self.usd - float(own.mean()))
         return float(np.maximum(own - acting_usd, 0.0).mean()) + others
+
+
+class Rider(NamedTuple):
+    """A rival's probe on a node launched for the claim's run (_Round._rider), and that node's start, no longer
+    billed with the first probe."""
+
+    action: Action
+    node_usd: float
 
 
 def ready_for_full(state: SearchState, cands: list[Candidate]) -> set[str]:
@@ -283,6 +300,11 @@ class _Round:
         if on_node:
             self.held.discard(cand.offer.id)  # one node runs one plan at a time
         reason = _why(self, i, pick.why, kind, n) + note + (f"; {early.why}" if early else "")
+        new = early.lanes.lanes - 1 - early.spare if early else 0
+        rider = self._rider(i, early, seconds) if early and new > 0 else None
+        if rider is not None:  # one of the new nodes probes a rival first: its start is billed with that probe
+            usd -= rider.node_usd
+            reason += f"; one of them probes {CandidateKey.of(rider.action.key).plan} first, then joins the run"
         self.actions.append(
             Action(
                 key=cand.key,
@@ -296,12 +318,58 @@ class _Round:
                 lane_requests=lane.requests if lane else [],
                 redeploy=retry,
                 value=float(self.value[i]),
-                early_lanes=early.lanes.lanes - 1 - early.spare if early else 0,
+                early_lanes=new - (rider is not None),
                 early_plan=early.plan if early else None,
                 spares_held=early.spare if early else 0,
                 early_after_s=early.after_s if early else 0.0,
             )
         )
+        if rider is not None:
+            self.actions.append(rider.action)
+            self.left -= rider.action.expected_usd
+            self.used.add(hardware_key(rider.action.key))
+
+    def _rider(self, i: int, early: EarlyLanes, first_s: float) -> Rider | None:
+        """A rival probed on one of the nodes launched with the first probe for the claim's run, at once with it:
+        the run then takes that node replanned (a warm load) instead of a node that only waited for it. Bought
+        when what it may find against the plan in view (Worth, as a measurement beside a decision's first) is
+        worth more than what it adds: its probe and the warm load that replans its node for the run (its node's
+        start the run pays anyway). The rival is on the run's offer, not yet probed, and not the run's plan; the
+        one worth most net of that; its probe ends no later than the goal allows."""
+        if self.worth is None:
+            return None
+        cands, probed = self.d.cands, self.d.cands[i]
+        run = f"{probed.offer.id}|{early.plan}"
+        run_cand = next((c for c in cands if c.key == run), probed)
+        rate = probed.offer.usd_per_hour / 3600.0
+        best: tuple[float, Rider] | None = None
+        for j, c in enumerate(cands):
+            if (
+                c.offer.id != probed.offer.id
+                or not self.open_[j]
+                or c.key in self.ready
+                or c.key in (probed.key, run)
+                or hardware_key(c.key) in self.used
+            ):
+                continue
+            seconds, usd = action_cost(c, "probe", False)  # a new node: provisioning, a cold load, the probe
+            node_usd = rate * start_seconds(run_cand, False) * SAFETY  # the early node's start it takes over
+            adds = usd - node_usd + rate * run_cand.load_s * SAFETY  # its probe, and the replan for the run
+            gain = float(self.worth.share[j]) * self.worth.usd
+            goal = self.state.goal
+            late = goal.answer_within_s is not None and self.state.elapsed_s + seconds > goal.answer_within_s
+            if gain <= adds or usd > self.left or late or (best is not None and gain - adds <= best[0]):
+                continue
+            why = (
+                _why(self, j, "value", "probe", 0)
+                + f"; on a node launched for the claim's run of {early.plan} with the probe of {probed.plan}, at "
+                f"once with it (the run then takes it, replanned): worth ${gain:,.2f} against the ${adds:,.2f} it "
+                f"adds ({self.worth.says})"
+            )
+            action = Action(key=c.key, kind="probe", expected_usd=usd, expected_s=seconds, needs_deploy=True,
+                            reason=why, value=float(self.value[j]), rides=True)  # fmt: skip
+            best = (gain - adds, Rider(action, node_usd))
+        return best[1] if best else None
 
     def _priced(
         self, cand: Candidate, kind: ActionKind, deployed: bool, on_node: bool
@@ -316,7 +384,10 @@ class _Round:
             note = f"; only {n} requests fit the budget, so p{self.state.goal.latency_percentile} will not be claimable"
         lane = None
         if kind == "full" and n > FULL_REQUESTS:  # the claim's run dealt over lanes (lanes.py)
-            lane = deal_lanes(self.state, cand, n, deployed, on_node, self.left)
+            # live nodes of its offer under another plan (a rival probed beside the first probe) become its lanes
+            # (one of them is its first lane when it is not deployed itself: on_node)
+            freed = [k for k in self.state.deployed if offer_of(k) == cand.offer.id and k != cand.key][on_node:]
+            lane = deal_lanes(self.state, cand, n, deployed, on_node, self.left, freed=freed)
             seconds, usd = lane.seconds, lane.usd
             note += f"; {lane.why}" if lane.lanes > 1 else ""
         return n, seconds, usd, lane, note

@@ -151,7 +151,15 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
             return usd, gpu_hours, wall, count, decision.stop_kind or "stopped"
         by_key = {c.key: c for c in candidates(s)}
         held = held_offers(s)
-        s = s.model_copy(update={"spare_lanes": lanes.kept_spares(s.spare_lanes, decision.actions)})
+        # as agent/graph.decide: a held node takes a new candidate on its offer; one left on a full run's offer joins it
+        keep = {a.key for a in decision.actions if not a.redeploy}
+        left = [k for k in s.deployed if k not in keep]
+        for a in decision.actions:
+            if a.needs_deploy and not a.redeploy:
+                taken = next((k for k in left if offer_of(k) == offer_of(a.key)), None)
+                left = [k for k in left if k != taken]
+        joined = lanes.freed_lanes(decision.actions, left)
+        s = s.model_copy(update={"spare_lanes": lanes.kept_spares(s.spare_lanes, decision.actions) + joined})
         spares: list[str] = []
         ends = []
         for action in decision.actions:

@@ -133,13 +133,15 @@ def choose(
     left_usd: float,
     elapsed_s: float | None = None,
     head_s: float = 0.0,
+    freed: list[str] | None = None,
 ) -> LanePlan:
     """How many lanes this full run takes (the module's rule), with why. `elapsed_s`: the search's modelled
     seconds before this run starts (default: the state's); `head_s`: how long before it new lanes would be
-    launched (with the probe before it); the state's spare nodes on the offer are used first."""
+    launched (with the probe before it); the state's spare nodes on the offer are used first, and `freed`, live
+    nodes of its offer that the decision no longer needs as they are (replanned for it: a warm load)."""
     goal = state.goal
     elapsed = state.elapsed_s if elapsed_s is None else elapsed_s
-    spare = state.spare_lanes
+    spare = state.spare_lanes + (freed or [])
     one = plan(cand, requests, 1, deployed, node_held)
     bounded = goal.answer_within_s is not None
     extra_cap = math.inf if bounded else DEFAULT_EXTRA * (state.spent_gpu_hours + one.gpu_hours)
@@ -162,6 +164,8 @@ def choose(
         p = plan(cand, requests, lanes, deployed, node_held, head_s=head_s, spare=spare)
         if p.lanes < lanes or p.usd > left_usd or p.gpu_hours - one.gpu_hours > extra_cap:
             break  # more lanes only cost more (or get no requests)
+        if not bounded and _mostly_start(cand, p, head_s, spare):
+            break  # without a deadline, a lane that would start longer than it serves buys too little time
         allowed.append(p)
         if fits(p):
             break
@@ -184,6 +188,14 @@ def choose(
         f"+{best.gpu_hours - one.gpu_hours:.2f} GPU-h; {met} {limit}"
     )
     return best.model_copy(update={"why": why})
+
+
+def _mostly_start(cand: Candidate, p: LanePlan, head_s: float, spare: list[str]) -> bool:
+    """Whether the last lane of `p` would be billed longer for its start than for the requests dealt to it (a lane
+    started late gets few: the main job's claim once took 8 lanes, 4 new ones of 1 request each, +10 GPU-h for 73
+    modelled seconds, to meet the default aim by them)."""
+    _, billed = extra_starts(cand, p.lanes, head_s, spare)[-1]
+    return math.ceil(p.requests[-1] / cand.plan.replicas) * cand.latency_s < billed
 
 
 def in_time(state: SearchState, p: LanePlan, elapsed_s: float) -> bool:
@@ -209,6 +221,14 @@ def kept_spares(spare: list[str], actions: list[Action]) -> list[str]:
             kept.append(key)
             quota[offer] -= 1
     return kept
+
+
+def freed_lanes(actions: list[Action], left: list[str]) -> list[str]:
+    """Of the live nodes a decision no longer needs as they are (`left`: not kept, not taken by a probe on their
+    offer), those a full run of the decision on their offer takes as lanes (replanned: a warm load) instead of
+    their being torn down: a rival probed beside the first probe (Action.rides) hands its node to the run."""
+    runs = {offer_of(a.key) for a in actions if a.kind == "full"}
+    return [k for k in left if offer_of(k) in runs]
 
 
 def simulate(

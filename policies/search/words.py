@@ -186,6 +186,11 @@ class Action(BaseModel):
         default=0, ge=0, description="probes: spare nodes already up on its offer, kept (and billed) through it"
     )
     value: float = Field(default=0.0, description="expected improvement (share of the objective) the action buys")
+    rides: bool = Field(
+        default=False,
+        description="probes: on a node launched for the claim's run that likely follows the decision's first "
+        "probe, at once with it; the run then takes the node (replanned, a warm load)",
+    )
 
 
 class NearestOption(BaseModel):

@@ -373,3 +373,60 @@ def test_a_run_takes_every_spare_node_up_under_its_plan() -> None:
     assert run.usd <= one.usd * 1.05  # about the same node-seconds: no start billed, the rounds dealt over them
     other = state.model_copy(update={"spare_lanes": [f"{cand.offer.id}|u8-vae8"] * 3})
     assert lanes.choose(other, cand, 59, True, False, 300.0).lanes == 1
+
+
+def test_the_first_probe_has_a_rival_probed_on_one_of_the_runs_new_nodes_when_worth_it() -> None:
+    """The main job's first decision launches the claim's lanes with its probe; one of those nodes first probes the
+    rival most worth it on that offer, at once with the first probe (a node the run starts anyway: it adds only
+    that probe and the warm load that replans the node for the run), and the run then takes it. Where what the
+    rival may find is worth less than that (a production of 10 clips), no rider and the nodes all wait."""
+    goal = Goal(latency_bound_s=150, gpus=["H200", "B200"], capacities=["spot", "on-demand"], budget_usd=300,
+                workload=anchor_workload("cosmos3-super"))  # fmt: skip
+    state = search.initial_state(goal, all_offers())
+    first, rider = search.decide(state).actions
+    assert first.kind == rider.kind == "probe" and rider.rides and not first.rides
+    assert search.offer_of(rider.key) == search.offer_of(first.key) and rider.key != first.key
+    assert first.early_lanes >= 1 and "then joins the run" in first.reason and "at once with it" in rider.reason
+    few = search.initial_state(goal.model_copy(update={"production_clips": 10}), all_offers())
+    alone = search.decide(few).actions
+    assert len(alone) == 1 and alone[0].early_lanes == first.early_lanes + 1  # the node it took only waits
+
+
+def test_a_node_left_on_a_runs_offer_joins_it_as_a_lane() -> None:
+    """A live node the claim's decision no longer needs as it is (the rider's, under the rival's plan) is one of the
+    run's lanes: replanned, a warm load; not on a full run's offer, it is torn down (freed_lanes gives none)."""
+    state, cand = candidate(Goal(**GOAL))
+    rival = f"{cand.offer.id}|u8-vae8"
+    live = state.model_copy(update={"deployed": [cand.key, rival]})
+    full = search.Action(key=cand.key, kind="full", expected_usd=1, expected_s=1, needs_deploy=False, reason="")
+    probe = full.model_copy(update={"kind": "probe"})
+    assert lanes.freed_lanes([full], [rival]) == [rival] and lanes.freed_lanes([probe], [rival]) == []
+    alone = lanes.choose(state, cand, 59, True, False, 300.0)
+    joined = lanes.choose(live, cand, 59, True, False, 300.0, freed=[rival])
+    assert joined.lanes == alone.lanes
+    assert joined.usd < alone.usd and joined.seconds < alone.seconds  # a warm load instead of provisioning and cold
+    fresh = lanes.plan(cand, 59, 2, True)
+    replanned = lanes.plan(cand, 59, 2, True, spare=[rival])
+    assert replanned.usd < fresh.usd and replanned.seconds < fresh.seconds
+
+
+def test_without_a_deadline_no_lane_is_added_that_would_start_longer_than_it_serves(monkeypatch: object) -> None:
+    """Late in a search (the hour mostly gone) with two spare nodes up, the default aim is out of reach whatever
+    the lanes; new nodes started now get few requests, each billed a provisioning and cold load (~920 s) for less
+    serving than that. The run stops adding lanes before one would; with the rule removed it takes 7 for 15% less
+    time. A deadline (`answer within`) still buys them."""
+    import math
+
+    import pytest
+
+    state, cand = candidate(Goal(**GOAL))
+    late = state.model_copy(update={"elapsed_s": 1950.0, "spare_lanes": [cand.key] * 2})
+    run = lanes.choose(late, cand, 59, True, False, 300.0)
+    start = search.start_seconds(cand, False)
+    assert all(math.ceil(n / cand.plan.replicas) * cand.latency_s >= start for n in run.requests[3:])
+    deadline = late.model_copy(update={"goal": late.goal.model_copy(update={"answer_within_s": 3600.0})})
+    assert lanes.choose(deadline, cand, 59, True, False, 300.0).lanes > run.lanes
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.setattr(lanes, "_mostly_start", lambda *_: False)
+    greedy = lanes.choose(late, cand, 59, True, False, 300.0)
+    assert greedy.lanes > run.lanes and min(greedy.requests) * cand.latency_s < start

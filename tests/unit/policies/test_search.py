@@ -39,10 +39,11 @@ def _goal(**changes: object) -> Goal:
 
 
 def _simulate(
-    state: SearchState, truth: dict[str, Profile], seed: int = 0, until_verified: bool = False
+    state: SearchState, truth: dict[str, Profile], seed: int = 0, until_verified: bool = False, riders: bool = True
 ) -> SearchState:
     """Drive the search to its stop against a profile 'truth' (the twin's timing model with its noise), or
-    (until_verified) to its first full run's record."""
+    (until_verified) to its first full run's record; without `riders`, a rival probed beside the first probe
+    (Action.rides) is skipped, so that a verified answer still leaves rivals to probe."""
     rng = np.random.default_rng(seed)
     workload = state.goal.workload
     for _ in range(60):
@@ -53,6 +54,8 @@ def _simulate(
             return state
         cands = {c.key: c for c in candidates(state)}
         for action in decision.actions:
+            if action.rides and not riders:
+                continue
             cand = cands[action.key]
             plan = Plan.parse(cand.plan)
             cv = truth[cand.gpu].noise_cv
@@ -193,7 +196,7 @@ def test_once_an_answer_is_verified_a_measurement_is_bought_only_when_worth_its_
     clips), the same state stops when the answer will make 10 clips (what any improvement is worth is below the
     cheapest measurement's cost) and probes when it will make ten million; each decision says its dollars."""
     state = _simulate(initial_state(_goal(), all_offers("snapshot")), {g: shipped_profile(g) for g in ("H200", "B200")},
-                      seed=2, until_verified=True)  # fmt: skip
+                      seed=2, until_verified=True, riders=False)  # fmt: skip
     assert decide(state).actions  # the premise: at the default production a challenger is still worth a probe
     few, many = (state.model_copy(update={"goal": _goal(production_clips=n)}) for n in (10, 10_000_000))
     stop = decide(few)
@@ -218,7 +221,7 @@ def test_a_probe_after_an_answer_is_worth_what_acting_on_it_gains_net_of_the_cla
     told = Worth(1000.0, np.array([0.035, 0.0]), "test", gains=worth.gains)  # +1% of the value about the others
     assert told.net_of_acting(0, 150.0) == 10.0
     state = _simulate(initial_state(_goal(), all_offers("snapshot")), {g: shipped_profile(g) for g in ("H200", "B200")},
-                      seed=2, until_verified=True)  # fmt: skip
+                      seed=2, until_verified=True, riders=False)  # fmt: skip
     probe = decide(state.model_copy(update={"goal": _goal(production_clips=10_000_000)})).actions[0]
     assert probe.kind == "probe" and ", net of the $" in probe.reason and " claim acting on it needs" in probe.reason
 
