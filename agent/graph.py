@@ -200,7 +200,7 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
             freed[deployment_id] = ""
     keep = {a.key for a in decision.actions if not a.redeploy}  # a retry gets a fresh deployment
     spare = {k: d for k, d in live.items() if k not in keep}
-    moved = _reused_nodes(decision.actions, spare) if options.reuse_nodes else {}
+    moved = policy.reused_nodes(decision.actions, spare) if options.reuse_nodes else {}
     joined = set(policy.freed_lanes(decision.actions, list(spare))) if options.reuse_nodes else set()
     removed: dict[str, str] = {}
     for key, deployment_id in live.items():
@@ -232,20 +232,6 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
             )
         update["events"] = [f"next: {a.kind} {a.key} ({a.reason})" for a in decision.actions]
     return update
-
-
-def _reused_nodes(actions: list[policy.Action], spare: dict[str, str]) -> dict[str, str]:
-    """Candidate key -> a live deployment on the same offer that is no longer needed as it is: its node is kept
-    and its plan changed in place (replan) instead of a new deployment with its provisioning and cold load."""
-    moved: dict[str, str] = {}
-    for a in actions:
-        if a.redeploy or not a.needs_deploy:
-            continue
-        offer = policy.offer_of(a.key)
-        old = next((k for k in spare if policy.offer_of(k) == offer), None)
-        if old is not None:
-            moved[a.key] = spare.pop(old)
-    return moved
 
 
 async def learn(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:

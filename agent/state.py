@@ -81,16 +81,17 @@ def answer_seconds(results: list[Outcome], parallel: int) -> float:
     run at once on their own deployments), or its verifications' seconds spread evenly over `parallel`
     deployments when the round asked for more than that (a probe alongside, on a node of its own launched for the
     claim's run, is not one of them); outcomes of no known round count one after another."""
-    rounds: dict[int, list[float]] = {}
-    spread: dict[int, list[float]] = {}
+    rounds: dict[int, list[Outcome]] = {}
     serial = 0.0
     for r in results:
         if r.round < 0:
             serial += r.answer_s / parallel
         else:
-            rounds.setdefault(r.round, []).append(r.answer_s)
-            spread.setdefault(r.round, []).extend([] if r.alongside else [r.answer_s])
-    return serial + sum(max(max(xs), sum(spread[k]) / parallel) for k, xs in rounds.items())
+            rounds.setdefault(r.round, []).append(r)
+    return serial + sum(
+        max(max(r.answer_s for r in rs), sum(r.answer_s for r in rs if not r.alongside) / parallel)
+        for rs in rounds.values()
+    )
 
 
 class TuneState(TypedDict, total=False):

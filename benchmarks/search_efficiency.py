@@ -41,7 +41,6 @@ from _search_twin import NEAR, Outcome, Scenario, Twin, finish, is_near, truth_t
 from _search_twin import oracle as oracle  # rehearsal.py reads these here
 from _search_twin import truth_candidates as truth_candidates
 
-from worldtune.agent.graph import _reused_nodes  # the graph's rule, not a copy of it
 from worldtune.policies import search
 from worldtune.policies.calibration import shipped_profile
 from worldtune.tools.plans.offers import all_offers
@@ -113,7 +112,7 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
         keep = {a.key for a in decision.actions if not a.redeploy}
         # agent/graph.decide's own rule: a node no longer needed as it is takes the next candidate on its offer
         spare = {k: k for k in state.deployed if k not in keep}
-        moved = _reused_nodes(decision.actions, spare) if state.reuse_nodes else {}
+        moved = search.reused_nodes(decision.actions, spare) if state.reuse_nodes else {}
         # the graph's rule for spare nodes launched with a probe: kept only for a run (or probe) on their offer;
         # a node left on a full run's offer (a rival probed beside the first probe) joins that run
         joined = search.freed_lanes(decision.actions, list(spare)) if state.reuse_nodes else []

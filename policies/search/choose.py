@@ -76,14 +76,6 @@ class Worth(NamedTuple):
         return float(np.maximum(own - acting_usd, 0.0).mean()) + others
 
 
-class Rider(NamedTuple):
-    """A rival's probe on a node launched for the claim's run (_Round._rider), and that node's start, no longer
-    billed with the first probe."""
-
-    action: Action
-    node_usd: float
-
-
 def ready_for_full(state: SearchState, cands: list[Candidate]) -> set[str]:
     """Candidates whose next measurement is a full run: probed, or measured without a verdict."""
     return {c.key for c in cands if c.stage == "probed" or c.key in state.inconclusive}
@@ -291,8 +283,7 @@ class _Round:
             early = self._early(i, cand, seconds, usd, lead_full)
             if early is not None:
                 seconds, usd = seconds + early.seconds, usd + early.usd
-        goal = self.state.goal
-        if goal.answer_within_s is not None and self.state.elapsed_s + seconds > goal.answer_within_s:
+        if self._late(seconds):
             self.late += 1  # it would finish after the time the goal allows for an answer
             return
         self.left -= usd
@@ -301,10 +292,11 @@ class _Round:
             self.held.discard(cand.offer.id)  # one node runs one plan at a time
         reason = _why(self, i, pick.why, kind, n) + note + (f"; {early.why}" if early else "")
         new = early.lanes.lanes - 1 - early.spare if early else 0
-        rider = self._rider(i, early, seconds) if early and new > 0 else None
+        rider = self._rider(i, early) if early and new > 0 else None
         if rider is not None:  # one of the new nodes probes a rival first: its start is billed with that probe
-            usd -= rider.node_usd
-            reason += f"; one of them probes {CandidateKey.of(rider.action.key).plan} first, then joins the run"
+            assert early is not None
+            usd -= early.node_usd
+            reason += f"; one of them probes {CandidateKey.of(rider.key).plan} first, then joins the run"
         self.actions.append(
             Action(
                 key=cand.key,
@@ -325,50 +317,51 @@ class _Round:
             )
         )
         if rider is not None:
-            self.actions.append(rider.action)
-            self.left -= rider.action.expected_usd
-            self.used.add(hardware_key(rider.action.key))
+            self.actions.append(rider)
+            self.left -= rider.expected_usd
+            self.used.add(hardware_key(rider.key))
 
-    def _rider(self, i: int, early: EarlyLanes, first_s: float) -> Rider | None:
+    def _late(self, seconds: float) -> bool:
+        """Whether an action of `seconds` started now would end after the time the goal allows for an answer."""
+        bound = self.state.goal.answer_within_s
+        return bound is not None and self.state.elapsed_s + seconds > bound
+
+    def _rider(self, i: int, early: EarlyLanes) -> Action | None:
         """A rival probed on one of the nodes launched with the first probe for the claim's run, at once with it:
         the run then takes that node replanned (a warm load) instead of a node that only waited for it. Bought
         when what it may find against the plan in view (Worth, as a measurement beside a decision's first) is
         worth more than what it adds: its probe and the warm load that replans its node for the run (its node's
-        start the run pays anyway). The rival is on the run's offer, not yet probed, and not the run's plan; the
-        one worth most net of that; its probe ends no later than the goal allows."""
+        start, `early.node_usd`, the run pays anyway). The rival is on the run's offer, not yet probed, and not the
+        run's plan; the one worth most net of that; its probe ends no later than the goal allows."""
         if self.worth is None:
             return None
-        cands, probed = self.d.cands, self.d.cands[i]
-        run = f"{probed.offer.id}|{early.plan}"
-        run_cand = next((c for c in cands if c.key == run), probed)
-        rate = probed.offer.usd_per_hour / 3600.0
-        best: tuple[float, Rider] | None = None
-        for j, c in enumerate(cands):
+        probed, run = self.d.cands[i], early.run
+        # the warm load for the run, priced as every start is (this run's start factor included)
+        replan_usd = run.offer.usd_per_hour * start_seconds(run, False, node_held=True) * SAFETY / 3600.0
+        best: tuple[float, Action] | None = None
+        for j, c in enumerate(self.d.cands):
             if (
                 c.offer.id != probed.offer.id
                 or not self.open_[j]
                 or c.key in self.ready
-                or c.key in (probed.key, run)
+                or c.key in (probed.key, run.key)
                 or hardware_key(c.key) in self.used
             ):
                 continue
             seconds, usd = action_cost(c, "probe", False)  # a new node: provisioning, a cold load, the probe
-            node_usd = rate * start_seconds(run_cand, False) * SAFETY  # the early node's start it takes over
-            adds = usd - node_usd + rate * run_cand.load_s * SAFETY  # its probe, and the replan for the run
+            adds = usd - early.node_usd + replan_usd
             gain = float(self.worth.share[j]) * self.worth.usd
-            goal = self.state.goal
-            late = goal.answer_within_s is not None and self.state.elapsed_s + seconds > goal.answer_within_s
-            if gain <= adds or usd > self.left or late or (best is not None and gain - adds <= best[0]):
+            if gain <= adds or usd > self.left or self._late(seconds) or (best is not None and gain - adds <= best[0]):
                 continue
             why = (
                 _why(self, j, "value", "probe", 0)
-                + f"; on a node launched for the claim's run of {early.plan} with the probe of {probed.plan}, at "
+                + f"; on a node launched for the claim's run of {run.plan} with the probe of {probed.plan}, at "
                 f"once with it (the run then takes it, replanned): worth ${gain:,.2f} against the ${adds:,.2f} it "
                 f"adds ({self.worth.says})"
             )
             action = Action(key=c.key, kind="probe", expected_usd=usd, expected_s=seconds, needs_deploy=True,
                             reason=why, value=float(self.value[j]), rides=True)  # fmt: skip
-            best = (gain - adds, Rider(action, node_usd))
+            best = (gain - adds, action)
         return best[1] if best else None
 
     def _priced(

@@ -153,12 +153,9 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
         held = held_offers(s)
         # as agent/graph.decide: a held node takes a new candidate on its offer; one left on a full run's offer joins it
         keep = {a.key for a in decision.actions if not a.redeploy}
-        left = [k for k in s.deployed if k not in keep]
-        for a in decision.actions:
-            if a.needs_deploy and not a.redeploy:
-                taken = next((k for k in left if offer_of(k) == offer_of(a.key)), None)
-                left = [k for k in left if k != taken]
-        joined = lanes.freed_lanes(decision.actions, left)
+        unused = {k: k for k in s.deployed if k not in keep}
+        lanes.reused_nodes(decision.actions, unused)  # (takes the nodes it reuses out of `unused`)
+        joined = lanes.freed_lanes(decision.actions, list(unused))
         s = s.model_copy(update={"spare_lanes": lanes.kept_spares(s.spare_lanes, decision.actions) + joined})
         spares: list[str] = []
         ends = []

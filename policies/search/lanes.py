@@ -36,7 +36,7 @@ today's one-lane search stays inside it (measured on the twin: benchmarks/main_j
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -49,6 +49,7 @@ MAX_LANES = 8  # the most deployments one claim's run rents at once
 DEFAULT_ANSWER_S = 3600.0  # without `answer within`: aim at a verified answer within the hour...
 DEFAULT_EXTRA = 0.60  # ...at no more than this share of extra GPU-hours
 SAFETY = 1.25  # as every action's modelled cost (candidates.action_cost)
+T = TypeVar("T")
 KNEE = 1.10  # when no lane count reaches the time: the fewest lanes within this factor of the fastest's time
 
 
@@ -223,6 +224,20 @@ def kept_spares(spare: list[str], actions: list[Action]) -> list[str]:
     return kept
 
 
+def reused_nodes(actions: list[Action], spare: dict[str, T]) -> dict[str, T]:
+    """Candidate key -> a live node on the same offer that the decision no longer needs as it is (`spare`: key ->
+    its node, taken out as used): the node is kept and its plan changed in place (replan, a warm load) instead of
+    a new deployment with its provisioning and cold load. A retry gets a fresh node."""
+    moved: dict[str, T] = {}
+    for a in actions:
+        if a.redeploy or not a.needs_deploy:
+            continue
+        old = next((k for k in spare if offer_of(k) == offer_of(a.key)), None)
+        if old is not None:
+            moved[a.key] = spare.pop(old)
+    return moved
+
+
 def freed_lanes(actions: list[Action], left: list[str]) -> list[str]:
     """Of the live nodes a decision no longer needs as they are (`left`: not kept, not taken by a probe on their
     offer), those a full run of the decision on their offer takes as lanes (replanned: a warm load) instead of
@@ -270,8 +285,13 @@ class EarlyLanes(NamedTuple):
     usd: float  # the new lanes' start (and wait for the run), billed with the probe
     spare: int  # spare nodes already up on the offer, kept through the probe for the run
     why: str
-    plan: Plan
+    run: Candidate  # the run's candidate: its nodes start under its plan
     after_s: float  # modelled seconds into the probe at which they are launched
+    node_usd: float  # one new node's start, billed with the probe
+
+    @property
+    def plan(self) -> Plan:
+        return self.run.plan
 
 
 def run_after(probe: int, cands: list[Candidate], p_best: np.ndarray, lead: int | None) -> int:
@@ -321,7 +341,8 @@ def early_lanes(
     if not launch and probe_s >= cold:
         spare = 0  # holding them through this probe costs more than starting them again
     new = choice.lanes - 1 - spare if launch else 0
-    usd = run.offer.usd_per_hour * (new * cold + spare * probe_s) / 3600.0
+    node_usd = run.offer.usd_per_hour * cold / 3600.0
+    usd = new * node_usd + run.offer.usd_per_hour * spare * probe_s / 3600.0
     if new > 0:  # against starting them after the probe: what they spare the run (its cost, or its time)
         end = state.elapsed_s + head
         later = choose(state, run, requests, own, not own, left_usd, end)
@@ -347,4 +368,4 @@ def early_lanes(
         f"the claim's run (P(optimum on this offer) {on_offer:.0%}): {choice.why}"
     )
     after = max(0.0, probe_s - cold) / SAFETY
-    return EarlyLanes(choice, max(0.0, cold - probe_s) if new else 0.0, usd, spare, why, plan, after)
+    return EarlyLanes(choice, max(0.0, cold - probe_s) if new else 0.0, usd, spare, why, run, after, node_usd)

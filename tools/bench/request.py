@@ -70,20 +70,16 @@ def benchmark_spec(
     from worldtune.tools.plans.estimate import estimate as predict
 
     endpoints = ready_endpoints(deployment)
-    expected = predict(
-        model=deployment.model, gpu=deployment.gpu, plan=deployment.plan, steps=steps, workload=workload
-    ).latency_s
+
+    def latency_at(count: int) -> float | None:
+        plan = deployment.plan
+        return predict(model=deployment.model, gpu=deployment.gpu, plan=plan, steps=count, workload=workload).latency_s
+
+    expected = latency_at(steps)
     if api == "auto":
         queue = math.ceil(max(concurrency, default=1) / max(1, len(endpoints)))  # clients spread over replicas
-        longest = max([steps] * full + list(probe_steps), default=steps)  # a probe may ask at the goal's steps
-        slowest = (
-            expected
-            if longest <= steps
-            else predict(
-                model=deployment.model, gpu=deployment.gpu, plan=deployment.plan, steps=longest, workload=workload
-            ).latency_s
-        )
-        api = api_for(slowest, queue if full else 1)
+        longest = max(([steps] if full else []) + list(probe_steps), default=steps)  # a probe asks the goal's steps
+        api = api_for(expected if longest <= steps else latency_at(longest), queue if full else 1)
     return BenchmarkSpec(
         endpoints=endpoints,
         workload=workload,

@@ -8,7 +8,6 @@ import functools
 import pytest
 
 from worldtune.agent.goal_parser import parse_goal
-from worldtune.agent.graph import _reused_nodes
 from worldtune.policies.search import (
     Action,
     SearchState,
@@ -18,6 +17,7 @@ from worldtune.policies.search import (
     held_offers,
     initial_state,
     nodes,
+    reused_nodes,
     spend_estimate,
 )
 from worldtune.tools.plans.offers import list_offers
@@ -75,9 +75,9 @@ def test_a_spare_node_on_the_same_offer_moves_to_the_next_candidate() -> None:
         return Action(key=key, kind="probe", expected_usd=1, expected_s=1, needs_deploy=True, reason="", **kw)
 
     spare = {"nebius/x/H200:8/spot|tp8": "wt-1", "aws/y/H200:8/spot|tp8": "wt-2"}
-    moved = _reused_nodes([act("nebius/x/H200:8/spot|cfg2-u4-hsdp8"), act("lambda/z/H200:8|tp8")], dict(spare))
+    moved = reused_nodes([act("nebius/x/H200:8/spot|cfg2-u4-hsdp8"), act("lambda/z/H200:8|tp8")], dict(spare))
     assert moved == {"nebius/x/H200:8/spot|cfg2-u4-hsdp8": "wt-1"}
-    assert _reused_nodes([act("nebius/x/H200:8/spot|u8", redeploy=True)], dict(spare)) == {}  # a retry: fresh node
+    assert reused_nodes([act("nebius/x/H200:8/spot|u8", redeploy=True)], dict(spare)) == {}  # a retry: fresh node
 
 
 def test_answer_within_is_read_refused_and_respected() -> None:
