@@ -164,13 +164,13 @@ def _production_value(
     goal: Goal, best: Candidate, d: Draws, open_: np.ndarray, margin: float, drawn: int | None = None
 ) -> Worth | None:
     """Once an answer is verified, a measurement is bought only when what it may find is worth more than it costs:
-    the objective's expected improvement over the answer, counted where it is beyond the margin (a plan within
-    the margin is no better an answer), plus the share of the others' it would resolve (rho^2, as _values), times
-    the production's cost. Before (`best` the plan in view, index `drawn` in the draws), finding any verified
-    answer is what a decision's first measurement is for, and the probabilities decide it alone; a second one
-    bought beside it (--parallel) must be worth its cost by what it may find itself against the plan in view (drawn as
-    the others are: where every plan is faster, so is that one); what it would tell about the others, the first one
-    tells too (their draws move together)."""
+    the objective's expected improvement over the answer beyond the margin (a plan within the margin is no better
+    an answer, so only what a plan gains past it counts: 10% better is worth 7% at a 3% margin), plus the share
+    of the others' it would resolve (rho^2, as _values), times the production's cost. Before (`best` the plan in
+    view, index `drawn` in the draws), finding any verified answer is what a decision's first measurement is for,
+    and the probabilities decide it alone; a second one bought beside it (--parallel) must be worth its cost by
+    what it may find itself against the plan in view (drawn as the others are: where every plan is faster, so is
+    that one); what it would tell about the others, the first one tells too (their draws move together)."""
     if best.usd_per_clip <= 0 or not math.isfinite(best.usd_per_clip):
         return None
     verified = drawn is None
@@ -178,7 +178,7 @@ def _production_value(
     value_best = objective_value(goal, best) if verified else d.objective[drawn][None, :]
     size = np.maximum(np.abs(value_best), 1e-12)
     better = d.feasible & (d.objective < value_best - margin * size) & open_[:, None]
-    gain = np.where(better, value_best - d.objective, 0.0) / size
+    gain = np.where(better, value_best - margin * size - d.objective, 0.0) / size
     own = gain.mean(axis=1)
     share = _with_others(d, own) if verified else own
     clips, whence = goal.production()
@@ -190,7 +190,7 @@ def _production_value(
     }
     over = "" if verified else f" over {best.plan}, drawn as the others are (nothing verified yet)"
     says = (
-        f"value = the expected improvement in {unit[goal.objective]}{over} where beyond the {margin:.0%} margin x "
+        f"value = the expected improvement in {unit[goal.objective]}{over} beyond the {margin:.0%} margin x "
         f"{clips:,.0f} production clips ({whence}) x ${best.usd_per_clip:.3f}/clip"
     )
     return Worth(usd, share, says, gain if verified else None)

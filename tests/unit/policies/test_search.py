@@ -18,6 +18,7 @@ from worldtune.policies.search import (
     record,
     tolerance_bound,
 )
+from worldtune.policies.search.words import STOP_LEVEL
 from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.plan import Plan
@@ -192,12 +193,16 @@ def test_many_near_equal_plans_do_not_keep_a_search_probing_without_ever_verifyi
 
 
 def test_once_an_answer_is_verified_a_measurement_is_bought_only_when_worth_its_cost() -> None:
-    """Issue 39 item 3: after the first verified answer (a challenger still worth a probe at the default 20,000
-    clips), the same state stops when the answer will make 10 clips (what any improvement is worth is below the
-    cheapest measurement's cost) and probes when it will make ten million; each decision says its dollars."""
+    """Issue 39 item 3: after the first verified answer (the chance a rival beats it by the margin still above the
+    stop level), the same state stops when the answer will make 10 clips (what any improvement is worth is below
+    the cheapest measurement's cost) and probes when it will make ten million; each decision says its dollars.
+    The value counts only the improvement beyond the margin: at the default 20,000 clips the likeliest rival may
+    beat the answer by about the margin alone, which is worth less than its probe."""
     state = _simulate(initial_state(_goal(), all_offers("snapshot")), {g: shipped_profile(g) for g in ("H200", "B200")},
                       seed=2, until_verified=True, riders=False)  # fmt: skip
-    assert decide(state).actions  # the premise: at the default production a challenger is still worth a probe
+    default = decide(state)
+    assert default.p_beaten is not None and default.p_beaten >= STOP_LEVEL  # the premise: not settled by chance
+    assert not default.actions and "nothing left is worth its cost" in (default.stop_reason or "")
     few, many = (state.model_copy(update={"goal": _goal(production_clips=n)}) for n in (10, 10_000_000))
     stop = decide(few)
     assert stop.stop_kind == "converged" and not stop.actions
@@ -205,6 +210,22 @@ def test_once_an_answer_is_verified_a_measurement_is_bought_only_when_worth_its_
     go = decide(many)
     assert go.actions and go.actions[0].kind == "probe" and not go.stop_reason
     assert "worth $" in go.actions[0].reason and "10,000,000 production clips (the goal's)" in go.actions[0].reason
+
+
+def test_a_verified_answer_values_a_rival_by_its_improvement_beyond_the_margin_only() -> None:
+    """Issue 39 item 3: "the objective's improvement beyond the margin": a rival 10% cheaper than the answer in one
+    draw counts 7% there, 4% cheaper counts 1%, 2% cheaper (within the 3% margin) nothing; times the production."""
+    from worldtune.policies.search.acquisition import _production_value
+    from worldtune.policies.search.draws import Draws
+
+    goal = _goal(production_clips=1_000)
+    best = candidates(initial_state(goal, all_offers("snapshot")))[0].model_copy(update={"usd_per_clip": 2.0})
+    rival = np.array([[1.8, 1.92, 1.96, 2.1]])  # $/clip in four draws: 10%, 4%, 2% cheaper, then dearer
+    d = Draws(assessed=[], objective=rival, feasible=np.ones_like(rival, dtype=bool), log_latency=np.zeros_like(rival))
+    worth = _production_value(goal, best, d, np.array([True]), margin=0.03)
+    assert worth is not None and worth.usd == 2_000.0 and worth.gains is not None
+    assert np.allclose(worth.gains[0], [0.07, 0.01, 0.0, 0.0]) and np.isclose(worth.share[0], 0.02)
+    assert "beyond the 3% margin x 1,000 production clips" in worth.says
 
 
 def test_a_probe_after_an_answer_is_worth_what_acting_on_it_gains_net_of_the_claim_it_needs() -> None:
