@@ -193,4 +193,4 @@ def _production_value(
         f"value = the expected improvement in {unit[goal.objective]}{over} beyond the {margin:.0%} margin x "
         f"{clips:,.0f} production clips ({whence}) x ${best.usd_per_clip:.3f}/clip"
     )
-    return Worth(usd, share, says, gain if verified else None)
+    return Worth(usd, share, says, gain if verified else None, d.objective if verified else None)

@@ -45,6 +45,7 @@ from worldtune.policies.search.words import (
 from worldtune.tools.words.goal import Goal
 
 Why = Literal["retry", "lead", "displace", "value"]
+BINS = 8  # what a probe may show, one step ahead (Worth.informed): 512 draws in groups of 64
 RANK: dict[Why, int] = {"retry": 0, "lead": 1, "displace": 1, "value": 2}  # the order picks are taken in
 
 
@@ -65,15 +66,39 @@ class Worth(NamedTuple):
     share: np.ndarray  # per candidate: the expected improvement it may find, as a share of the answer's value
     says: str
     gains: np.ndarray | None = None  # once verified, per candidate and draw: its own improvement (share of value)
+    objective: np.ndarray | None = None  # once verified, per candidate and draw: the objective drawn
 
-    def net_of_acting(self, i: int, acting_usd: float) -> float:
-        """What probing candidate i is worth once an answer is verified (a Worth with `gains`): a better plan found
-        is acted on only through its own claim, so in each draw its improvement counts net of that claim's cost
-        (and nothing where that would not pay); what it tells about the others counts as before."""
-        assert self.gains is not None, "a Worth against a verified answer"
-        own = self.gains[i] * self.usd
-        others = max(0.0, float(self.share[i]) * self.usd - float(own.mean()))
-        return float(np.maximum(own - acting_usd, 0.0).mean()) + others
+    def informed(self, i: int, acting: Callable[[int], tuple[float, float]], probed: np.ndarray) -> float:
+        """What probing candidate i is worth once an answer is verified, one step ahead: a better plan replaces the
+        answer only through its own claim (a plan not yet probed, through its probe and claim: `acting(j)` gives
+        both, USD), so what the probe is worth is how much better the search can then act, in expectation over
+        what it may show, than it can now. What it may show: the draws split by i's objective into BINS equal
+        groups (a probe pins its plan); in each group the search acts on the plan of the largest expected
+        saving net of acting (the production's improvement beyond the margin, less the claim and any probe it
+        still needs), or on none. Less: the same with i already probed but nothing learned (the groups drawn at
+        random, which also takes out what the maximum over noisy group means adds by itself), and what acting
+        now is worth (i's probe then counted in acting on i). Draws move together, so what it tells about the
+        others is counted once, not once per correlated rival."""
+        assert self.gains is not None and self.objective is not None, "a Worth against a verified answer"
+        saved = self.gains * self.usd
+        live = [j for j in range(len(saved)) if saved[j].max() > 0.0 or j == i]
+        priced = {j: acting(j) for j in live}
+        rows = [j for j in live if saved[j].max() > priced[j][0]]  # a plan that cannot repay its claim never acts
+        if not rows:
+            return 0.0
+        net = saved[rows] - np.asarray([[priced[j][0]] for j in rows])
+        probe = np.asarray([0.0 if probed[j] else priced[j][1] for j in rows])
+        after = probe * np.asarray([j != i for j in rows])  # once i is probed, acting on i needs only its claim
+
+        def acted(groups: list[np.ndarray], extra: np.ndarray) -> float:
+            return float(np.mean([max(0.0, float((net[:, g].mean(axis=1) - extra).max())) for g in groups]))
+
+        n = saved.shape[1]
+        shown = np.array_split(np.argsort(self.objective[i], kind="stable"), BINS)
+        blind = np.array_split(np.random.default_rng(i).permutation(n), BINS)
+        everything = [np.arange(n)]
+        noise = acted(blind, after) - acted(everything, after)  # what the maximum over group means adds by itself
+        return max(0.0, acted(shown, after) - noise - acted(everything, probe))
 
 
 def ready_for_full(state: SearchState, cands: list[Candidate]) -> set[str]:
@@ -188,6 +213,7 @@ class _Round:
     skipped: int = 0  # over the budget left
     late: int = 0  # past the goal's time to answer
     unworthy: list[tuple[float, float, int]] = field(default_factory=list)  # (value $, cost $, index)
+    _acting_usd: dict[int, tuple[float, float]] = field(default_factory=dict)  # _acting's, per candidate
 
     def __post_init__(self) -> None:
         masked = np.where(self.d.feasible, self.d.objective, np.inf)
@@ -226,6 +252,20 @@ class _Round:
             return usd
         _, later = action_cost(c, "probe", deployed, node_held=True)
         return usd - float(self.p_best[i]) * later
+
+    def _acting(self, j: int) -> tuple[float, float]:
+        """What replacing the answer by candidate j costs (USD): its claim (on its own node, deployed by its probe)
+        and the probe it needs first if not yet probed (once a round: Worth.informed asks each live candidate)."""
+        if j not in self._acting_usd:
+            c = self.d.cands[j]
+            claim = self._priced(c, "full", True, False)[2]
+            probe = action_cost(c, "probe", c.key in self.state.deployed, node_held=c.offer.id in self.held)[1]
+            self._acting_usd[j] = (claim, probe)
+        return self._acting_usd[j]
+
+    @property
+    def _probed(self) -> np.ndarray:
+        return np.asarray([c.key in self.ready or c.stage == "measured" for c in self.d.cands])
 
     def _challenger(self) -> int | None:
         """Once something is verified, only a probed challenger that wins at least as many draws displaces it, and
@@ -268,9 +308,11 @@ class _Round:
             gain = max(float(self.worth.share[i]), float(self.worth.share[pick.i])) * self.worth.usd
             acting = ""
             if kind == "probe" and self.worth.gains is not None:  # verified: a better plan needs its own claim
-                claim_usd = self._priced(cand, "full", True, False)[2]  # what acting on a better plan costs
-                gain = self.worth.net_of_acting(i, claim_usd)
-                acting = f", net of the ${claim_usd:,.2f} claim acting on it needs"
+                gain = self.worth.informed(i, self._acting, self._probed)
+                claim_usd = self._acting(i)[0]
+                acting = (
+                    f", one step ahead, net of the claims acting on what it shows needs (${claim_usd:,.2f} its own)"
+                )
             if gain <= usd:
                 self.unworthy.append((gain, usd, i))
                 return

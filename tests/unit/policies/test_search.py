@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+import pytest
 
 from worldtune.policies import perf_model
 from worldtune.policies.calibration import shipped_profile
@@ -228,23 +231,39 @@ def test_a_verified_answer_values_a_rival_by_its_improvement_beyond_the_margin_o
     assert "beyond the 3% margin x 1,000 production clips" in worth.says
 
 
-def test_a_probe_after_an_answer_is_worth_what_acting_on_it_gains_net_of_the_claim_it_needs() -> None:
-    """A better plan a probe finds replaces the answer only through its own claim: in each draw its improvement
-    counts net of that claim's cost, and nothing where the claim would not pay; what it tells about the others
-    counts as before. The decision line says the claim it priced."""
+def test_a_probe_after_an_answer_is_worth_how_much_better_the_search_can_then_act() -> None:
+    """Issue 39 item 3, one step ahead: a better plan replaces the answer only through its own claim (and its probe,
+    if not yet probed), so a probe is worth the expected saving of acting on what it shows, net of those costs,
+    less what acting now would save. What it tells about the others counts once: a second rival that moves with
+    the first adds nothing, where summing each rival's share (rho^2) counted it twice. The decision line says it."""
     from worldtune.policies.search.choose import Worth
 
-    # candidate 0 beats the answer by 10% of a $1,000 production in one draw of four, and tells nothing else
-    worth = Worth(1000.0, np.array([0.025, 0.0]), "test", gains=np.array([[0.1, 0.0, 0.0, 0.0], [0.0] * 4]))
-    assert worth.net_of_acting(0, 0.0) == 25.0  # with a free claim: the expected improvement, as before
-    assert worth.net_of_acting(0, 60.0) == 10.0  # (100 - 60) / 4
-    assert worth.net_of_acting(0, 150.0) == 0.0  # a claim dearer than what it may find: worth nothing
-    told = Worth(1000.0, np.array([0.035, 0.0]), "test", gains=worth.gains)  # +1% of the value about the others
-    assert told.net_of_acting(0, 150.0) == 10.0
+    n = 64  # draws; candidate 0's objective ranks them (a probe pins it): its 16 best draws are where it gains 10%
+    objective = np.tile(np.arange(n, dtype=float), (3, 1))
+    objective[1] = np.random.default_rng(0).permutation(n)  # candidate 1's draws rank them otherwise
+    lucky = (np.arange(n) < 16).astype(float)
+    probed = np.array([False, True, True])
+
+    def worth(gains: np.ndarray) -> Worth:
+        return Worth(1000.0, gains.mean(axis=1), "test", gains=gains, objective=objective)
+
+    def priced(claim: float) -> Callable[[int], tuple[float, float]]:
+        return lambda j: (claim, 5.0)
+
+    own = worth(np.stack([0.1 * lucky, np.zeros(n), np.zeros(n)]))
+    # now: 25% x $100, less a $60 claim and its $5 probe, is nothing; shown: in 2 of 8 groups $100 - $60
+    assert own.informed(0, priced(60.0), probed) == pytest.approx(10.0)
+    assert own.informed(0, priced(150.0), probed) == 0.0  # a claim dearer than what it may find: worth nothing
+    assert own.informed(1, priced(60.0), probed) == 0.0  # a probe whose draws do not rank candidate 0's: nothing
+    # candidate 0 gains nothing itself but shows where the probed candidate 1 gains 10%: the same $10
+    told = worth(np.stack([np.zeros(n), 0.1 * lucky, np.zeros(n)]))
+    assert told.informed(0, priced(60.0), probed) == pytest.approx(10.0)
+    twice = worth(np.stack([np.zeros(n), 0.1 * lucky, 0.1 * lucky]))  # candidate 2 moves with candidate 1
+    assert twice.informed(0, priced(60.0), probed) == pytest.approx(10.0)
     state = _simulate(initial_state(_goal(), all_offers("snapshot")), {g: shipped_profile(g) for g in ("H200", "B200")},
                       seed=2, until_verified=True, riders=False)  # fmt: skip
     probe = decide(state.model_copy(update={"goal": _goal(production_clips=10_000_000)})).actions[0]
-    assert probe.kind == "probe" and ", net of the $" in probe.reason and " claim acting on it needs" in probe.reason
+    assert probe.kind == "probe" and "one step ahead, net of the claims acting on what it shows needs" in probe.reason
 
 
 def test_recalibration_learns_a_larger_fixed_cost() -> None:
