@@ -44,6 +44,7 @@ from worldtune.tools.words.vllm_omni import PINNED
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0
+KILL_WAIT_S = 30.0  # how long a teardown waits for the kernel to take a SIGKILLed process down (bounded, not timed)
 PROGRESS_EVERY_S = 2.0  # progress while loading, even unchanged
 
 # Processes this process started (pid -> Popen), so it can reap them; another process finds them by pgid.
@@ -469,6 +470,11 @@ class LocalBackend(BenchmarksFromHere):
             if _alive(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+        # a SIGKILL is delivered, not done: the process lives on while the kernel takes it down (longer on a busy
+        # machine), so a teardown returns once its processes are gone (or zombies), not when the signal is sent
+        deadline = time.monotonic() + KILL_WAIT_S
+        while any(_alive(pid) for pid in ours) and time.monotonic() < deadline:
+            time.sleep(0.01)
         for pid in pids:
             child = _CHILDREN.pop(pid, None)
             if child is not None:
