@@ -358,9 +358,10 @@ class _Round:
                 early_after_s=early.after_s if early else 0.0,
             )
         )
-        if rider is not None:
+        if rider is not None:  # its node's start was taken off with the first probe's lanes: not again
+            assert early is not None
             self.actions.append(rider)
-            self.left -= rider.expected_usd
+            self.left -= rider.expected_usd - early.node_usd
             self.used.add(hardware_key(rider.key))
 
     def _late(self, seconds: float) -> bool:
@@ -393,7 +394,9 @@ class _Round:
             seconds, usd = action_cost(c, "probe", False)  # a new node: provisioning, a cold load, the probe
             adds = usd - early.node_usd + replan_usd
             gain = float(self.worth.share[j]) * self.worth.usd
-            if gain <= adds or usd > self.left or self._late(seconds) or (best is not None and gain - adds <= best[0]):
+            # its node's start is in what the round has already taken off the budget (the first probe's lanes)
+            fits = usd - early.node_usd <= self.left
+            if gain <= adds or not fits or self._late(seconds) or (best is not None and gain - adds <= best[0]):
                 continue
             why = (
                 _why(self, j, "value", "probe", 0)

@@ -430,3 +430,22 @@ def test_without_a_deadline_no_lane_is_added_that_would_start_longer_than_it_ser
     monkeypatch.setattr(lanes, "_mostly_start", lambda *_: False)
     greedy = lanes.choose(late, cand, 59, True, False, 300.0)
     assert greedy.lanes > run.lanes and min(greedy.requests) * cand.latency_s < start
+
+
+def test_what_a_round_has_left_is_the_budget_less_what_it_bought(monkeypatch: object) -> None:
+    """With a rider, the first probe's price holds all its new nodes' starts and the rider's the start of the node
+    it rides: the round takes that start off the budget once (the actions' prices sum to what it took), so the
+    rider and later buys of the round (--parallel) see all the budget that is left."""
+    import pytest
+
+    from worldtune.policies.search import choose
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    rounds: list[choose._Round] = []
+    buy = choose._Round.buy
+    monkeypatch.setattr(choose._Round, "buy", lambda self, *a: (rounds.append(self), buy(self, *a))[1])
+    goal = Goal(latency_bound_s=150, gpus=["H200", "B200"], capacities=["spot", "on-demand"], budget_usd=300,
+                workload=anchor_workload("cosmos3-super"))  # fmt: skip
+    actions = search.decide(search.initial_state(goal, all_offers())).actions
+    assert any(a.rides for a in actions)  # the premise: the main job's first decision buys a rider
+    assert 300 - rounds[-1].left == pytest.approx(sum(a.expected_usd for a in actions))
