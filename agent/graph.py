@@ -198,10 +198,7 @@ async def decide(state: TuneState, runtime: Runtime[Context]) -> dict[str, Any]:
         else:
             await teardown(runtime, deployment_id)
             freed[deployment_id] = ""
-    keep = {a.key for a in decision.actions if not a.redeploy}  # a retry gets a fresh deployment
-    spare = {k: d for k, d in live.items() if k not in keep}
-    moved = policy.reused_nodes(decision.actions, spare) if options.reuse_nodes else {}
-    joined = set(policy.freed_lanes(decision.actions, list(spare))) if options.reuse_nodes else set()
+    keep, moved, joined = policy.hand_over(decision.actions, live, options.reuse_nodes)
     removed: dict[str, str] = {}
     for key, deployment_id in live.items():
         if key not in keep:

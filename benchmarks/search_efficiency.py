@@ -109,13 +109,10 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             out.stop = decision.stop_kind or ""
             break
         cands = {c.key: c for c in search.candidates(state)}
-        keep = {a.key for a in decision.actions if not a.redeploy}
-        # agent/graph.decide's own rule: a node no longer needed as it is takes the next candidate on its offer
-        spare = {k: k for k in state.deployed if k not in keep}
-        moved = search.reused_nodes(decision.actions, spare) if state.reuse_nodes else {}
-        # the graph's rule for spare nodes launched with a probe: kept only for a run (or probe) on their offer;
-        # a node left on a full run's offer (a rival probed beside the first probe) joins that run
-        joined = search.freed_lanes(decision.actions, list(spare)) if state.reuse_nodes else []
+        # agent/graph.decide's own rule: a node no longer needed as it is takes the next candidate on its offer, or
+        # joins a full run on its offer as a lane (a rival probed beside the first probe)
+        keep, moved, joined = search.hand_over(decision.actions, {k: k for k in state.deployed}, state.reuse_nodes)
+        # the graph's rule for spare nodes launched with a probe: kept only for a run (or probe) on their offer
         spares = search.kept_spares(state.spare_lanes, decision.actions) + joined
         state = state.model_copy(update={"deployed": [k for k in state.deployed if k in keep], "spare_lanes": spares})
         walls = [0.0]

@@ -54,7 +54,7 @@ from worldtune.policies.search.candidates import (
 from worldtune.policies.search.estimates import claim_lanes, deadline_refusal, spend_estimate
 from worldtune.policies.search.evidence import recalibrated, record, record_failure
 from worldtune.policies.search.forecast import Forecast, forecast
-from worldtune.policies.search.lanes import LanePlan, freed_lanes, kept_spares, reused_nodes
+from worldtune.policies.search.lanes import LanePlan, freed_lanes, hand_over, kept_spares, reused_nodes
 from worldtune.policies.search.nodes import SearchPlan, lanes_for_deadline, search_plan
 from worldtune.policies.search.words import (
     CONFIDENCE,
@@ -122,6 +122,7 @@ __all__ = [
     "freed_lanes",
     "full_requests",
     "full_seconds",
+    "hand_over",
     "hardware_key",
     "held_offers",
     "initial_state",

@@ -152,10 +152,7 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
         by_key = {c.key: c for c in candidates(s)}
         held = held_offers(s)
         # as agent/graph.decide: a held node takes a new candidate on its offer; one left on a full run's offer joins it
-        keep = {a.key for a in decision.actions if not a.redeploy}
-        unused = {k: k for k in s.deployed if k not in keep}
-        lanes.reused_nodes(decision.actions, unused)  # (takes the nodes it reuses out of `unused`)
-        joined = lanes.freed_lanes(decision.actions, list(unused))
+        _, _, joined = lanes.hand_over(decision.actions, {k: k for k in s.deployed})
         s = s.model_copy(update={"spare_lanes": lanes.kept_spares(s.spare_lanes, decision.actions) + joined})
         spares: list[str] = []
         ends = []

@@ -45,11 +45,11 @@ from worldtune.policies.search.candidates import start_seconds
 from worldtune.policies.search.words import Action, Candidate, SearchState, offer_of
 from worldtune.tools.words.plan import Plan
 
+T = TypeVar("T")  # a live node as its caller names it (a deployment id, or the key itself)
 MAX_LANES = 8  # the most deployments one claim's run rents at once
 DEFAULT_ANSWER_S = 3600.0  # without `answer within`: aim at a verified answer within the hour...
 DEFAULT_EXTRA = 0.60  # ...at no more than this share of extra GPU-hours
 SAFETY = 1.25  # as every action's modelled cost (candidates.action_cost)
-T = TypeVar("T")
 KNEE = 1.10  # when no lane count reaches the time: the fewest lanes within this factor of the fastest's time
 
 
@@ -236,6 +236,21 @@ def reused_nodes(actions: list[Action], spare: dict[str, T]) -> dict[str, T]:
         if old is not None:
             moved[a.key] = spare.pop(old)
     return moved
+
+
+def hand_over(
+    actions: list[Action], live: dict[str, T], reuse: bool = True
+) -> tuple[set[str], dict[str, T], list[str]]:
+    """What a decision does with the live nodes (`live`: candidate key -> its node), as agent/graph.decide does it and
+    the forecast and the rehearsal's twin model it: the keys it keeps as they are (a retry gets a fresh node), the
+    nodes a new candidate on their offer takes (reused_nodes), and the keys of those a full run on their offer takes
+    as lanes (freed_lanes); the rest are torn down. Without `reuse`, no node changes plan."""
+    keep = {a.key for a in actions if not a.redeploy}
+    spare = {k: v for k, v in live.items() if k not in keep}
+    if not reuse:
+        return keep, {}, []
+    moved = reused_nodes(actions, spare)  # (takes the nodes it reuses out of `spare`)
+    return keep, moved, freed_lanes(actions, list(spare))
 
 
 def freed_lanes(actions: list[Action], left: list[str]) -> list[str]:
