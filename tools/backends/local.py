@@ -147,6 +147,13 @@ def _alive(pid: int) -> bool:
     return state is not None and state != "Z"
 
 
+def _wait_gone(pids: list[int], seconds: float) -> None:
+    """Until none of `pids` is alive (gone, or a zombie), at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def _is_our_twin(pid: int) -> bool:
     """Never signal a stranger: a recycled pid would not be running `worldtune ... twin`."""
     try:
@@ -463,18 +470,14 @@ class LocalBackend(BenchmarksFromHere):
         if pgid and ours:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while any(_alive(pid) for pid in ours) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_gone(ours, STOP_GRACE_S)
         for pid in ours:
             if _alive(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
         # a SIGKILL is delivered, not done: the process lives on while the kernel takes it down (longer on a busy
         # machine), so a teardown returns once its processes are gone (or zombies), not when the signal is sent
-        deadline = time.monotonic() + KILL_WAIT_S
-        while any(_alive(pid) for pid in ours) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_gone(ours, KILL_WAIT_S)
         for pid in pids:
             child = _CHILDREN.pop(pid, None)
             if child is not None:
