@@ -33,11 +33,7 @@ def _probe(asked: tuple[int, ...]) -> search.Measurement:
 
 @pytest.mark.parametrize("asked", [(4, 35), (4, 8), (8, 20)])
 def test_fit_noise_is_the_simulated_spread_of_a_probes_fit(asked: tuple[int, int]) -> None:
-    points = [(s, FIXED + s * PER_STEP) for s in asked for _ in range(2)]
-    m = search.Measurement(
-        key="k|tp8", kind="probe", per_step_s=PER_STEP, fixed_s=FIXED, repeats=2, probe_points=points
-    )
-    got = fit_noise(m, 35, CV)
+    got = fit_noise(_probe(asked), 35, CV)
     want = _simulated_sd(asked, 2, 35)
     assert (got.latency, got.per_step, got.fixed) == pytest.approx(want, rel=0.05)
 
