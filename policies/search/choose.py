@@ -127,7 +127,9 @@ def worth_first(
 
     What a probe first spares is that second run in the draws where it alone settles which plan the search ends
     on: the chance the run now is not the answer, less the chance that, the candidate probed first (the run then
-    goes to the better of the two), the plan run is still not the answer (`_unsettled`)."""
+    goes to the better of the two), the plan run is still not the answer (`_unsettled`). Without `answer within`,
+    each run is priced with its lateness past the default aim (lanes.late_usd): the second run, after the first,
+    mostly ends past the hour."""
     cands = d.cands
     target = cands[full]
     deployed, on_node = target.key in state.deployed, target.offer.id in held
@@ -149,10 +151,12 @@ def worth_first(
         after_probe = deal_lanes(
             state, target, requests, deployed and not moved, on_node or moved, left - probe_usd,
             elapsed_s=state.elapsed_s + head,
-        ).usd  # fmt: skip
+        )  # fmt: skip
         rest = left - now.usd - probe_usd
         second = deal_lanes(state, c, requests, True, False, rest, elapsed_s=state.elapsed_s + now.seconds + head)
-        gain = probe_first_gain(p, probe_usd, now.usd, after_probe, second.usd)
+        gain = probe_first_gain(
+            p, probe_usd, now.usd + now.late_usd, after_probe.usd + after_probe.late_usd, second.usd + second.late_usd
+        )
         if gain > 0.0:
             worth.append((gain, i))
     return worth

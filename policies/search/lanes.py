@@ -10,9 +10,14 @@ the offer's provisioning and price, x the actions' safety factor): nothing is me
 How many lanes (`choose`): the fewest whose run ends inside the time the goal leaves for an answer (held with
 the safety factor) and whose cost fits what is left of the budget; with no `answer within`, the fewest that
 bring the modelled answer inside DEFAULT_ANSWER_S while the extra GPU-hours stay within DEFAULT_EXTRA of the
-search's (so far plus this run on one lane); when no count reaches the time, the fewest within KNEE of the
-fastest allowed. The search's full-run Action carries the choice (`lanes`, `lane_requests`); the estimate
-(policies/search.claim_lanes) and the forecast (policies/search/forecast.py) cost it.
+search's (so far plus this run on one lane). When no count reaches the time: with `answer within`, the fewest
+within KNEE of the fastest allowed; without it, the lanes whose cost plus their lateness past the hour is least,
+lateness priced at LATE_NODES node-hours of the run's offer per hour late (`late_usd`, an ASSUMPTION: nobody
+measured what a user loses by a late answer). The plan carries that price (`LanePlan.late_usd`), so that the search
+weighs a path whose run ends late (a probe first, a second claim) with it: a hard aim where it can be met and a
+late run priced at its lanes alone made a late run look cheaper than an on-time one. The search's full-run Action
+carries the choice (`lanes`, `lane_requests`); the estimate (policies/search.claim_lanes) and the forecast
+(policies/search/forecast.py) cost it.
 
 Lanes launched early: the probe the search makes just before the claim's run it has in view launches the
 run's extra nodes during it (policies/search/lanes.early_lanes), late enough to be up when it ends, so that
@@ -50,7 +55,8 @@ MAX_LANES = 8  # the most deployments one claim's run rents at once
 DEFAULT_ANSWER_S = 3600.0  # without `answer within`: aim at a verified answer within the hour...
 DEFAULT_EXTRA = 0.60  # ...at no more than this share of extra GPU-hours
 SAFETY = 1.25  # as every action's modelled cost (candidates.action_cost)
-KNEE = 1.10  # when no lane count reaches the time: the fewest lanes within this factor of the fastest's time
+KNEE = 1.10  # `answer within` out of reach: the fewest lanes within this factor of the fastest's time
+LATE_NODES = 1.0  # the default aim: an hour past it costs as much as one more node of the run's offer for an hour
 
 
 class LanePlan(BaseModel):
@@ -63,6 +69,7 @@ class LanePlan(BaseModel):
     usd: float
     gpu_hours: float
     why: str = ""
+    late_usd: float = Field(0.0, description="without `answer within`: what its lateness past the default aim costs")
 
 
 def deal(starts: list[float], requests: int, replicas: int, latency_s: float) -> list[int]:
@@ -159,7 +166,8 @@ def choose(
             why = f"{ready.lanes} lane(s) of {cand.plan} on {cand.offer.id}, every node up for it already"
             return ready.model_copy(update={"why": f"{why} ({'/'.join(map(str, ready.requests))} requests)"})
     if fits(one) or requests <= cand.plan.replicas:
-        return one.model_copy(update={"why": "one lane: the run fits the time to an answer"})
+        late = 0.0 if bounded else late_usd(cand, one, elapsed)
+        return one.model_copy(update={"why": "one lane: the run fits the time to an answer", "late_usd": late})
     allowed = [one]
     for lanes in range(2, MAX_LANES + 1):
         p = plan(cand, requests, lanes, deployed, node_held, head_s=head_s, spare=spare)
@@ -171,7 +179,9 @@ def choose(
         if fits(p):
             break
     best = allowed[-1]
-    if not fits(best):  # out of reach: the fewest lanes within KNEE of the fastest (the rest buy little time)
+    if not bounded and not fits(best):  # the default aim out of reach: least cost and lateness (late_usd) together
+        best = min(allowed, key=lambda p: (p.usd + late_usd(cand, p, elapsed), p.lanes))
+    elif not fits(best):  # out of reach: the fewest lanes within KNEE of the fastest (the rest buy little time)
         fastest = min(p.seconds for p in allowed)
         best = min((p for p in allowed if p.seconds <= KNEE * fastest), key=lambda p: p.lanes)
     limit = (
@@ -182,13 +192,31 @@ def choose(
             f"+{DEFAULT_EXTRA:.0%} GPU-hours"
         )
     )
-    met = "meets" if fits(best) else f"is within {KNEE - 1:.0%} of the fastest allowed, short of"
+    late = 0.0 if bounded else late_usd(cand, best, elapsed)
+    if fits(best):
+        met = "meets"
+    elif bounded:
+        met = f"is within {KNEE - 1:.0%} of the fastest allowed, short of"
+    else:
+        met = (
+            f"ends {late / cand.offer.usd_per_hour / LATE_NODES:.2f} h late (priced ${late:,.2f}: "
+            f"{LATE_NODES:g} node-hour of its offer per hour late, an assumption; more lanes cost more than the "
+            f"time they buy) for"
+        )
     why = (
         f"{best.lanes} lane(s) of {cand.plan} on {cand.offer.id} ({'/'.join(map(str, best.requests))} requests): "
         f"{best.seconds / 3600:.2f} h modelled instead of {one.seconds / 3600:.2f} h on one, "
         f"+{best.gpu_hours - one.gpu_hours:.2f} GPU-h; {met} {limit}"
     )
-    return best.model_copy(update={"why": why})
+    return best.model_copy(update={"why": why, "late_usd": late})
+
+
+def late_usd(cand: Candidate, p: LanePlan, elapsed_s: float) -> float:
+    """What answering past the default aim costs, as the search prices time (an ASSUMPTION nobody measured):
+    LATE_NODES node-hours of the run's offer per hour its modelled answer (without the safety factor, as in_time
+    holds it) ends after DEFAULT_ANSWER_S. Zero when it meets the aim."""
+    late_s = max(0.0, elapsed_s + p.seconds / SAFETY - DEFAULT_ANSWER_S)
+    return LATE_NODES * cand.offer.usd_per_hour * late_s / 3600.0
 
 
 def _mostly_start(cand: Candidate, p: LanePlan, head_s: float, spare: list[str]) -> bool:

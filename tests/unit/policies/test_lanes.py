@@ -449,3 +449,95 @@ def test_what_a_round_has_left_is_the_budget_less_what_it_bought(monkeypatch: ob
     actions = search.decide(search.initial_state(goal, all_offers())).actions
     assert any(a.rides for a in actions)  # the premise: the main job's first decision buys a rider
     assert 300 - rounds[-1].left == pytest.approx(sum(a.expected_usd for a in actions))
+
+
+def test_past_the_default_aim_a_lane_is_bought_only_when_the_lateness_it_spares_is_worth_its_price() -> None:
+    """Without `answer within`, a run that can still meet the hour takes the fewest lanes that do; one that cannot
+    takes the lanes whose cost plus their lateness, priced (lanes.late_usd: LATE_NODES node-hours of the run's offer
+    per hour past the aim), is least, not the fewest within 10% of the fastest (which bought 6 lanes where the
+    one-hour oracle took 3). The price is on the plan it returns, for the search to weigh the paths it compares."""
+    state, cand = candidate(Goal(**GOAL))
+    one = lanes.plan(cand, 59, 1, True)
+    cap = lanes.DEFAULT_EXTRA * one.gpu_hours
+    late_runs = 0
+    for elapsed in (0.0, 1800.0, 2700.0, 3300.0, 3600.0, 7200.0):
+        at = state.model_copy(update={"elapsed_s": elapsed})
+        run = lanes.choose(at, cand, 59, True, False, 300.0)
+        options = [
+            p
+            for n in range(1, lanes.MAX_LANES + 1)
+            if (p := lanes.plan(cand, 59, n, True)).lanes == n
+            and p.gpu_hours - one.gpu_hours <= cap
+            and (n == 1 or not lanes._mostly_start(cand, p, 0.0, []))
+        ]
+        if lanes.in_time(at, run, elapsed):
+            assert run.late_usd == 0.0 and "meets" in run.why
+            assert not any(lanes.in_time(at, p, elapsed) for p in options if p.lanes < run.lanes)
+            continue
+        late_runs += 1
+        assert not any(lanes.in_time(at, p, elapsed) for p in options)
+        assert run.late_usd == lanes.late_usd(cand, run, elapsed) > 0.0 and "h late" in run.why
+        for p in options:  # nothing allowed is cheaper once its lateness is priced
+            assert run.usd + run.late_usd <= p.usd + lanes.late_usd(cand, p, elapsed) + 1e-9, (elapsed, p.lanes)
+        fastest = min(options, key=lambda p: p.seconds)
+        assert run.lanes < fastest.lanes  # the last lanes buy less time than they cost
+    assert late_runs >= 2
+    # an hour later costs one node-hour of the offer more; a deadline (`answer within`) is not priced, it is held
+    assert (
+        abs(
+            lanes.late_usd(cand, one, 7200.0)
+            - lanes.late_usd(cand, one, 3600.0)
+            - lanes.LATE_NODES * cand.offer.usd_per_hour
+        )
+        < 1e-6
+    )
+    deadline = state.model_copy(update={"goal": state.goal.model_copy(update={"answer_within_s": 3 * 3600.0})})
+    assert lanes.choose(deadline.model_copy(update={"elapsed_s": 7200.0}), cand, 59, True, False, 300.0).late_usd == 0.0
+
+
+def test_a_probe_first_is_weighed_with_the_lateness_of_each_paths_run(monkeypatch: object) -> None:
+    """worth_first prices each path's claim with its lateness past the default aim: the run now, the run after
+    the probe, and the rival's own run after the run now (which ends late when the hour is spent on a plan the
+    search does not end on). Without it, a run that just meets the hour was never worth delaying by a probe even
+    when the second run it risks would answer an hour late (three B200 truths on seed 11: 2.2x the oracle)."""
+    import numpy as np
+    import pytest
+
+    from worldtune.policies.search import choose as choosing
+    from worldtune.policies.search.candidates import assess
+    from worldtune.policies.search.draws import draws
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    state, cand = candidate(Goal(**GOAL))
+    state = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
+                                                    fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
+    state = state.model_copy(update={"deployed": [cand.key], "elapsed_s": 1200.0})
+    assessed = assess(state)
+    d = draws(state, assessed)
+    cands = [a.cand for a in assessed]
+    full = next(i for i, c in enumerate(cands) if c.key == cand.key)
+    plans: list[lanes.LanePlan] = []
+    weighed: list[tuple[float, float, float]] = []
+    real_deal, real_gain = choosing.deal_lanes, choosing.probe_first_gain
+
+    def deal(*args: object, **kwargs: object) -> lanes.LanePlan:
+        plans.append(real_deal(*args, **kwargs))  # type: ignore[arg-type]
+        return plans[-1]
+
+    def gain(p: float, probe: float, now: float, after: float, second: float) -> float:
+        weighed.append((now, after, second))
+        return real_gain(p, probe, now, after, second)
+
+    monkeypatch.setattr(choosing, "deal_lanes", deal)
+    monkeypatch.setattr(choosing, "probe_first_gain", gain)
+    open_ = np.asarray([c.stage != "measured" and c.key != cand.key for c in cands])
+    choosing.worth_first(state, d, full, {cand.key}, open_, {cand.offer.id}, 59, 0.03)
+    assert weighed
+    now, rest = plans[0], plans[1:]
+    pairs = [(rest[2 * k], rest[2 * k + 1]) for k in range(len(rest) // 2)]  # (after the probe, the rival's run)
+    assert len(pairs) == len(weighed)
+    for (after, second), (w_now, w_after, w_second) in zip(pairs, weighed, strict=True):
+        assert w_now == pytest.approx(now.usd + now.late_usd)
+        assert w_after == pytest.approx(after.usd + after.late_usd)
+        assert w_second == pytest.approx(second.usd + second.late_usd)
+    assert any(second.late_usd > 0.0 for _, second in pairs)  # the rival's run after the run now ends late
