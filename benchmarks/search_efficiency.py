@@ -124,18 +124,11 @@ def run_worldtune(scenario: Scenario, goal: Goal, seed: int) -> Outcome:
             wall_s = seconds
             if action.kind == "probe":
 
-                def probe(cand: search.Candidate = cand) -> tuple[list[tuple[int, float]], float]:
-                    # the fit reads the server's clock (as the agent's); the node is busy for the client's
-                    asked = search.probe_steps(goal.workload.steps)
-                    served = [(s, *twin.served(cand, s)) for s in asked for _ in range(search.PROBE_REPEATS)]
-                    warm = sum(twin.latency(cand, min(asked)) for _ in range(search.PROBE_WARMUP))
-                    return [(s, server) for s, server, _ in served], warm + sum(client for _, _, client in served)
+                def probe(cand: search.Candidate = cand) -> tuple[search.Measurement, float]:
+                    return search.served_probe(cand.key, goal.workload.steps, lambda s: twin.served(cand, s))
 
-                points, seconds = twin.attempt(cand, seconds, probe)  # run again whole on a node taken back
+                m, seconds = twin.attempt(cand, seconds, probe)  # run again whole on a node taken back
                 wall_s = seconds
-                slope, intercept = np.polyfit([s for s, _ in points], [lat for _, lat in points], 1)
-                m = search.Measurement(key=cand.key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept),
-                                   repeats=search.PROBE_REPEATS, probe_points=points)  # fmt: skip
                 if started is not None:  # the node it started: its start as the twin took it and as believed
                     believed = search.believed_start_s(cand, held)
                     m = m.model_copy(update={"start_s": started, "start_predicted_s": believed})

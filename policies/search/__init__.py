@@ -53,7 +53,7 @@ from worldtune.policies.search.candidates import (
 )
 from worldtune.policies.search.estimates import claim_lanes, deadline_refusal, spend_estimate
 from worldtune.policies.search.evidence import recalibrated, record, record_failure
-from worldtune.policies.search.forecast import Forecast, forecast
+from worldtune.policies.search.forecast import Forecast, forecast, served_probe
 from worldtune.policies.search.lanes import LanePlan, freed_lanes, hand_over, kept_spares, reused_nodes
 from worldtune.policies.search.nodes import SearchPlan, lanes_for_deadline, search_plan
 from worldtune.policies.search.words import (
@@ -140,6 +140,7 @@ __all__ = [
     "record_failure",
     "reused_nodes",
     "search_plan",
+    "served_probe",
     "spend_estimate",
     "start_seconds",
     "tolerance_bound",

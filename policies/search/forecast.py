@@ -12,6 +12,8 @@ by side (their longest is the round's wall time). Everything here is SIMULATED: 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from pydantic import BaseModel, Field
 
@@ -95,6 +97,22 @@ def _as_truth(truth: Profile, cand: Candidate, state: SearchState) -> Candidate:
     return cand.model_copy(update={"load_s": warm, "cold_load_s": cold, "start_factor": 1.0})
 
 
+def served_probe(key: str, steps: int, served: Callable[[int], tuple[float, float]]) -> tuple[Measurement, float]:
+    """A probe as a twin serves it (SIMULATED; the forecast's truth, or the rehearsal's): PROBE_REPEATS requests at
+    each of the probe's step counts, then PROBE_WARMUP at the fewest before them (drawn after, so that a seeded
+    stream gives what it always has). `served(steps)`: one request's seconds, (the server's, the client's). The fit
+    reads the server's clock, as the agent's (agent/verify.py); the node is busy for the client's. (The probe's
+    measurement, the seconds the node is busy.)"""
+    asked = probe_steps(steps)
+    runs = [(s, *served(s)) for s in asked for _ in range(PROBE_REPEATS)]
+    warm = sum(served(min(asked))[1] for _ in range(PROBE_WARMUP))
+    points = [(s, server) for s, server, _ in runs]
+    slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
+    m = Measurement(key=key, kind="probe", per_step_s=float(slope), fixed_s=float(intercept), repeats=PROBE_REPEATS,
+                    probe_points=points)  # fmt: skip
+    return m, warm + sum(client for _, _, client in runs)
+
+
 def _measure(
     truth: Profile,
     cand: Candidate,
@@ -108,22 +126,8 @@ def _measure(
     its wall seconds and node-seconds (a full run over its lanes, stopped once decided: policies/search/lanes.py).
     `true_cand`: the candidate with the truth's starts (_as_truth), which its other lanes take."""
     if action.kind == "probe":
-        # the fit reads the server's clock (as the agent's); the node is busy for the client's
-        asked = probe_steps(state.goal.workload.steps)
-        served = [(s, *_served(truth, cand, s, state, rng)) for s in asked for _ in range(PROBE_REPEATS)]
-        points = [(s, server) for s, server, _ in served]
-        warm = sum(_latency(truth, cand, min(asked), state, rng) for _ in range(PROBE_WARMUP))
-        slope, intercept = np.polyfit([s for s, _ in points], [v for _, v in points], 1)
-        m = Measurement(
-            key=cand.key,
-            kind="probe",
-            per_step_s=float(slope),
-            fixed_s=float(intercept),
-            repeats=PROBE_REPEATS,
-            probe_points=points,
-        )
-        wall = start + warm + sum(client for _, _, client in served)
-        return m, wall, wall
+        m, busy = served_probe(cand.key, state.goal.workload.steps, lambda s: _served(truth, cand, s, state, rng))
+        return m, start + busy, start + busy
     n = action.requests or full_requests(state.goal)
     shares = action.lane_requests or [n]
     steps = state.goal.workload.steps
@@ -152,7 +156,7 @@ def simulate(state: SearchState, parallel: int, rng: np.random.Generator) -> tup
         by_key = {c.key: c for c in candidates(s)}
         held = held_offers(s)
         # as agent/graph.decide: a held node takes a new candidate on its offer; one left on a full run's offer joins it
-        _, _, joined = lanes.hand_over(decision.actions, {k: k for k in s.deployed})
+        _, _, joined = lanes.hand_over(decision.actions, {k: k for k in s.deployed}, s.reuse_nodes)
         s = s.model_copy(update={"spare_lanes": lanes.kept_spares(s.spare_lanes, decision.actions) + joined})
         spares: list[str] = []
         ends = []

@@ -79,3 +79,23 @@ def test_a_simulated_search_bills_node_starts_as_the_truth_takes_them_and_learns
         ratio = first.start_s / first.start_predicted_s
         assert (ratio == 1.0) if name == "belief" else ratio > 2.0
     assert costs["slow loads"] > costs["belief"] * 1.05
+
+
+def test_the_forecast_hands_nodes_over_as_the_search_it_forecasts_would(monkeypatch) -> None:
+    """Without node reuse (`--no-reuse-nodes`) no live node changes plan or joins a run: the forecast hands nodes over
+    with the state's setting, as agent/graph.decide and the rehearsal's twin do (it once always reused them)."""
+    from worldtune.policies.search import lanes
+
+    seen: list[bool] = []
+    real = lanes.hand_over
+
+    def spy(actions, live, reuse=True):  # type: ignore[no-untyped-def]
+        seen.append(reuse)
+        return real(actions, live, reuse)
+
+    monkeypatch.setattr(lanes, "hand_over", spy)
+    state = search.initial_state(_goal(), all_offers("snapshot"))
+    for reuse in (True, False):
+        seen.clear()
+        search.forecast(state.model_copy(update={"reuse_nodes": reuse}), runs=1)
+        assert seen and set(seen) == {reuse}
