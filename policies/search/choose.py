@@ -209,6 +209,7 @@ class _Round:
     p_stop: float | None  # before anything is verified: P(the lead's verification ends the search)
     p_best: np.ndarray = field(init=False)
     ready: set[str] = field(init=False)
+    probed: np.ndarray = field(init=False)  # per candidate: probed or measured (Worth.informed: no probe to act on it)
     requests: int = field(init=False)
     held: set[str] = field(init=False)  # nodes the search holds: a candidate there pays a warm load
     left: float = field(init=False)  # USD left of the budget after what is bought
@@ -225,6 +226,7 @@ class _Round:
         draws = self.d.objective.shape[1]
         self.p_best = np.bincount(winner[np.isfinite(masked.min(axis=0))], minlength=len(self.d.cands)) / draws
         self.ready = ready_for_full(self.state, self.d.cands)
+        self.probed = np.asarray([c.key in self.ready or c.stage == "measured" for c in self.d.cands])
         self.requests = full_requests(self.state.goal)
         self.held = held_offers(self.state)
         self.left = self.state.goal.budget_usd - self.state.spent_usd
@@ -242,9 +244,21 @@ class _Round:
             picks.append(Pick(max(ahead, key=lambda g: g[0])[1], "displace") if ahead else Pick(full, "lead"))
         for i, c in enumerate(cands):
             if self.open_[i] and self.value[i] > 0:
-                picks.append(Pick(i, "value", float(self.value[i] / max(self._net_usd(i, c), 1e-6))))
+                picks.append(Pick(i, "value", self._per_usd(i, c)))
         picks.sort(key=lambda p: (RANK[p.why], -p.per_usd))
         return picks, full
+
+    def _per_usd(self, i: int, c: Candidate) -> float:
+        """What orders the `value` picks: worth per expected dollar (net of what it spares, _net_usd). Once an answer
+        is verified, the worth buy() checks it against: a probe's one step ahead (Worth.informed), a full run's
+        share of the production; before, the acquisition's value (the decision's own units)."""
+        usd = max(self._net_usd(i, c), 1e-6)
+        w = self.worth
+        if w is None or w.gains is None:
+            return float(self.value[i] / usd)
+        if c.key in self.ready or c.stage == "measured":
+            return float(w.share[i]) * w.usd / usd
+        return w.informed(i, self._acting, self.probed) / usd
 
     def _net_usd(self, i: int, c: Candidate) -> float:
         """What measuring candidate i costs, net of what it spares: a probe is also the probe its own full run
@@ -266,10 +280,6 @@ class _Round:
             probe = action_cost(c, "probe", c.key in self.state.deployed, node_held=c.offer.id in self.held)[1]
             self._acting_usd[j] = (claim, probe)
         return self._acting_usd[j]
-
-    @property
-    def _probed(self) -> np.ndarray:
-        return np.asarray([c.key in self.ready or c.stage == "measured" for c in self.d.cands])
 
     def _challenger(self) -> int | None:
         """Once something is verified, only a probed challenger that wins at least as many draws displaces it, and
@@ -312,7 +322,7 @@ class _Round:
             gain = max(float(self.worth.share[i]), float(self.worth.share[pick.i])) * self.worth.usd
             acting = ""
             if kind == "probe" and self.worth.gains is not None:  # verified: a better plan needs its own claim
-                gain = self.worth.informed(i, self._acting, self._probed)
+                gain = self.worth.informed(i, self._acting, self.probed)
                 claim_usd = self._acting(i)[0]
                 acting = (
                     f", one step ahead, net of the claims acting on what it shows needs (${claim_usd:,.2f} its own)"

@@ -266,6 +266,43 @@ def test_a_probe_after_an_answer_is_worth_how_much_better_the_search_can_then_ac
     assert probe.kind == "probe" and "one step ahead, net of the claims acting on what it shows needs" in probe.reason
 
 
+def test_once_verified_the_probe_bought_is_the_one_worth_most_per_dollar_one_step_ahead() -> None:
+    """Issue 39 item 3: once an answer is verified, each probe is checked against its one-step worth (USD), and the
+    probes are taken in that order too, per expected dollar: by the acquisition's value per dollar (the units of
+    the decision before an answer) a long shot on other hardware went first and tore down the node where a rival
+    worth several times more per dollar would have been replanned (random 9 on seed 7: 1.76x the oracle). Two
+    rivals: A first by the acquisition's value, B worth more per dollar one step ahead; B is bought."""
+    from worldtune.policies.search import choose as choosing
+    from worldtune.policies.search.candidates import assess, hardware_key
+    from worldtune.policies.search.draws import draws
+
+    state = _simulate(initial_state(_goal(), all_offers("snapshot")), {g: shipped_profile(g) for g in ("H200", "B200")},
+                      seed=2, until_verified=True, riders=False)  # fmt: skip
+    best = recommendation(state)
+    assert best is not None and best.stage == "measured"
+    d = draws(state, assess(state))
+    cands = d.cands
+    open_ = np.asarray([c.stage != "measured" and c.key not in state.failed for c in cands])
+    rivals = [i for i, c in enumerate(cands) if open_[i] and c.stage != "probed" and d.feasible[i].mean() > 0.5]
+    a = rivals[0]
+    b = next(i for i in rivals if hardware_key(cands[i].key) != hardware_key(cands[a].key))
+    n, production = d.objective.shape[1], 1_000_000.0
+    value = np.zeros(len(cands))
+    value[a], value[b] = 1.0, 1e-3  # the acquisition's order: A far ahead
+    r = choosing._Round(state, d, np.zeros(len(cands)), value, open_, best, 0.03, None, None)
+    gains = np.zeros((len(cands), n))
+    for i, times in ((a, 2.0), (b, 4.0)):  # in the quarter of draws where its objective is least: its claim x times
+        claim = r._acting(i)[0]
+        gains[i, np.argsort(d.objective[i])[: n // 4]] = times * claim / production
+    worth = choosing.Worth(production, gains.mean(axis=1), "test", gains=gains, objective=d.objective)
+    decision = choosing.choose(state, d, np.zeros(len(cands)), value, open_, best, parallel=1, p_beaten=0.5,
+                               p_any=1.0, worth=worth)  # fmt: skip
+    r = choosing._Round(state, d, np.zeros(len(cands)), value, open_, best, 0.03, worth, None)
+    per_usd = {i: worth.informed(i, r._acting, r.probed) / r._net_usd(i, cands[i]) for i in (a, b)}
+    assert per_usd[b] > per_usd[a] > 1.0  # the premise: both worth their cost, B more per dollar
+    assert [hardware_key(x.key) for x in decision.actions] == [hardware_key(cands[b].key)]
+
+
 def test_recalibration_learns_a_larger_fixed_cost() -> None:
     shipped = shipped_profile("H200")
     # the VAE share of the fixed part is ~40% since issue 13: x4 makes the whole fixed part ~2.2x larger
