@@ -200,8 +200,8 @@ def choose(
     else:
         met = (
             f"ends {late / cand.offer.usd_per_hour / LATE_NODES:.2f} h late (priced ${late:,.2f}: "
-            f"{LATE_NODES:g} node-hour of its offer per hour late, an assumption; more lanes cost more than the "
-            f"time they buy) for"
+            f"{LATE_NODES:g} node-hour of its offer per hour late, an assumption; no other lane count allowed "
+            f"costs less with it) for"
         )
     why = (
         f"{best.lanes} lane(s) of {cand.plan} on {cand.offer.id} ({'/'.join(map(str, best.requests))} requests): "
