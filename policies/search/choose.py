@@ -219,6 +219,7 @@ class _Round:
     late: int = 0  # past the goal's time to answer
     unworthy: list[tuple[float, float, int]] = field(default_factory=list)  # (value $, cost $, index)
     _acting_usd: dict[int, tuple[float, float]] = field(default_factory=dict)  # _acting's, per candidate
+    _informed_usd: dict[int, float] = field(default_factory=dict)  # _informed's, per candidate
 
     def __post_init__(self) -> None:
         masked = np.where(self.d.feasible, self.d.objective, np.inf)
@@ -258,7 +259,7 @@ class _Round:
             return float(self.value[i] / usd)
         if c.key in self.ready or c.stage == "measured":
             return float(w.share[i]) * w.usd / usd
-        return w.informed(i, self._acting, self.probed) / usd
+        return self._informed(i) / usd
 
     def _net_usd(self, i: int, c: Candidate) -> float:
         """What measuring candidate i costs, net of what it spares: a probe is also the probe its own full run
@@ -280,6 +281,14 @@ class _Round:
             probe = action_cost(c, "probe", c.key in self.state.deployed, node_held=c.offer.id in self.held)[1]
             self._acting_usd[j] = (claim, probe)
         return self._acting_usd[j]
+
+    def _informed(self, i: int) -> float:
+        """What probing candidate i is worth against the verified answer, one step ahead (Worth.informed), once a
+        round: picks() orders the probes by it and buy() checks the one it prices against it."""
+        assert self.worth is not None
+        if i not in self._informed_usd:
+            self._informed_usd[i] = self.worth.informed(i, self._acting, self.probed)
+        return self._informed_usd[i]
 
     def _challenger(self) -> int | None:
         """Once something is verified, only a probed challenger that wins at least as many draws displaces it, and
@@ -322,7 +331,7 @@ class _Round:
             gain = max(float(self.worth.share[i]), float(self.worth.share[pick.i])) * self.worth.usd
             acting = ""
             if kind == "probe" and self.worth.gains is not None:  # verified: a better plan needs its own claim
-                gain = self.worth.informed(i, self._acting, self.probed)
+                gain = self._informed(i)
                 claim_usd = self._acting(i)[0]
                 acting = (
                     f", one step ahead, net of the claims acting on what it shows needs (${claim_usd:,.2f} its own)"

@@ -157,6 +157,9 @@ def choose(
     def fits(p: LanePlan) -> bool:
         return in_time(state, p, elapsed)
 
+    def lateness(p: LanePlan) -> float:  # a deadline (`answer within`) is held, not priced
+        return 0.0 if bounded else late_usd(cand, p, elapsed)
+
     # spare nodes up under this plan already: their start is sunk, so a lane on each only moves requests off the
     # others (the same node-seconds, sooner); the run takes them all
     up = 1 + sum(1 for key in spare if key == cand.key)
@@ -166,8 +169,7 @@ def choose(
             why = f"{ready.lanes} lane(s) of {cand.plan} on {cand.offer.id}, every node up for it already"
             return ready.model_copy(update={"why": f"{why} ({'/'.join(map(str, ready.requests))} requests)"})
     if fits(one) or requests <= cand.plan.replicas:
-        late = 0.0 if bounded else late_usd(cand, one, elapsed)
-        return one.model_copy(update={"why": "one lane: the run fits the time to an answer", "late_usd": late})
+        return one.model_copy(update={"why": "one lane: the run fits the time to an answer", "late_usd": lateness(one)})
     allowed = [one]
     for lanes in range(2, MAX_LANES + 1):
         p = plan(cand, requests, lanes, deployed, node_held, head_s=head_s, spare=spare)
@@ -180,7 +182,7 @@ def choose(
             break
     best = allowed[-1]
     if not bounded and not fits(best):  # the default aim out of reach: least cost and lateness (late_usd) together
-        best = min(allowed, key=lambda p: (p.usd + late_usd(cand, p, elapsed), p.lanes))
+        best = min(allowed, key=lambda p: (p.usd + lateness(p), p.lanes))
     elif not fits(best):  # out of reach: the fewest lanes within KNEE of the fastest (the rest buy little time)
         fastest = min(p.seconds for p in allowed)
         best = min((p for p in allowed if p.seconds <= KNEE * fastest), key=lambda p: p.lanes)
@@ -192,7 +194,7 @@ def choose(
             f"+{DEFAULT_EXTRA:.0%} GPU-hours"
         )
     )
-    late = 0.0 if bounded else late_usd(cand, best, elapsed)
+    late = lateness(best)
     if fits(best):
         met = "meets"
     elif bounded:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from worldtune.policies import search
 from worldtune.policies.search import lanes
+from worldtune.policies.search.candidates import assess
+from worldtune.policies.search.draws import Draws, draws
 from worldtune.tools.plans.offers import all_offers
 from worldtune.tools.words.goal import Goal
 from worldtune.tools.words.workload import anchor_workload
@@ -16,6 +18,17 @@ def candidate(goal: Goal) -> tuple[search.SearchState, search.Candidate]:
     state = search.initial_state(goal, all_offers())
     cand = next(c for c in search.candidates(state) if str(c.plan) == "cfg2-u4-vae8" and c.offer.gpu_count == 8)
     return state, cand
+
+
+def probed_and_live(elapsed_s: float) -> tuple[search.SearchState, search.Candidate, Draws, int]:
+    """The main job's candidate probed and live on its node `elapsed_s` into the search, the round's draws, and its
+    index in them: the run worth_first weighs a probe first against."""
+    state, cand = candidate(Goal(**GOAL))
+    state = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
+                                                    fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
+    state = state.model_copy(update={"deployed": [cand.key], "elapsed_s": elapsed_s})
+    d = draws(state, assess(state))
+    return state, cand, d, next(i for i, c in enumerate(d.cands) if c.key == cand.key)
 
 
 def test_lanes_cut_the_wall_time_and_pay_one_start_each() -> None:
@@ -155,9 +168,8 @@ def test_a_challenger_within_the_margin_of_the_verified_best_gets_no_full_run() 
     best by more than the margin (P >= STOP_LEVEL): a plan 1% better is no better an answer, a plan 10% better is."""
     import numpy as np
 
-    from worldtune.policies.search.candidates import assess, best_verified
+    from worldtune.policies.search.candidates import best_verified
     from worldtune.policies.search.choose import Pick, _Round
-    from worldtune.policies.search.draws import Draws, draws
 
     state, best = candidate(Goal(**GOAL))
     rival = next(
@@ -245,9 +257,8 @@ def test_a_probe_is_priced_net_of_the_later_probe_it_spares_the_likeliest_optimu
     a probe later (on a node the search then holds); a plan that is never the optimum spares nothing."""
     import numpy as np
 
-    from worldtune.policies.search.candidates import action_cost, assess
+    from worldtune.policies.search.candidates import action_cost
     from worldtune.policies.search.choose import _Round
-    from worldtune.policies.search.draws import draws
 
     state, _ = candidate(Goal(**GOAL))
     assessed = assess(state)
@@ -328,18 +339,10 @@ def test_a_rival_probed_on_the_runs_node_leaves_the_run_a_warm_load(monkeypatch:
     import pytest
 
     from worldtune.policies.search import choose as choosing
-    from worldtune.policies.search.candidates import assess
-    from worldtune.policies.search.draws import draws
 
     assert isinstance(monkeypatch, pytest.MonkeyPatch)
-    state, cand = candidate(Goal(**GOAL))
-    state = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
-                                                    fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
-    state = state.model_copy(update={"deployed": [cand.key]})
-    assessed = assess(state)
-    d = draws(state, assessed)
-    cands = [a.cand for a in assessed]
-    full = next(i for i, c in enumerate(cands) if c.key == cand.key)
+    state, cand, d, full = probed_and_live(0.0)
+    cands = d.cands
     seen: list[tuple[str, bool, bool, float | None]] = []
     real = choosing.deal_lanes
 
@@ -504,18 +507,10 @@ def test_a_probe_first_is_weighed_with_the_lateness_of_each_paths_run(monkeypatc
     import pytest
 
     from worldtune.policies.search import choose as choosing
-    from worldtune.policies.search.candidates import assess
-    from worldtune.policies.search.draws import draws
 
     assert isinstance(monkeypatch, pytest.MonkeyPatch)
-    state, cand = candidate(Goal(**GOAL))
-    state = search.record(state, search.Measurement(key=cand.key, kind="probe", per_step_s=cand.per_step_s,
-                                                    fixed_s=cand.fixed_s, repeats=4))  # fmt: skip
-    state = state.model_copy(update={"deployed": [cand.key], "elapsed_s": 1200.0})
-    assessed = assess(state)
-    d = draws(state, assessed)
-    cands = [a.cand for a in assessed]
-    full = next(i for i, c in enumerate(cands) if c.key == cand.key)
+    state, cand, d, full = probed_and_live(1200.0)
+    cands = d.cands
     plans: list[lanes.LanePlan] = []
     weighed: list[tuple[float, float, float]] = []
     real_deal, real_gain = choosing.deal_lanes, choosing.probe_first_gain
