@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -113,6 +114,7 @@ def deploy_request(cand: Candidate, options: TuneOptions, task: Any, hours: floa
         hours=hours,
         run_id=task["run_id"],
         noise_seed=noise_seed(options, role, cand.key, task["iteration"]),
+        guardrails=task["goal"].workload.guardrails,  # the server runs the guardrails the goal's workload asks
     )
 
 
@@ -223,17 +225,46 @@ def samples_of(record: ResultRecord) -> list[Sample]:
     return [Sample.of(s) for s in record.samples or []]
 
 
-def waited_behind_others(stored: Sample | dict[str, Any]) -> bool:
-    """An answer sent with nothing of ours ahead on its endpoint whose server time exceeds its own forward pass
-    (the stage durations the server reports) by more than half a clip: it queued at the server behind load
-    that was not this benchmark's. The client's latency is not used: on a busy machine, or through a twin's
-    time scale, the client's own overhead would read as queueing."""
+def pipeline_work_s(stages: Mapping[str, Any]) -> float | None:
+    """The pipeline's own time for one request (s), from the stage durations vLLM-Omni 0.30 reports: a whole-pipeline
+    `<Pipeline>.forward` where one is sent, else the sum of its stages (`<Pipeline>.diffuse`, `.vae.decode`,
+    `.vae.encode`, `.text_encoder.forward`: Cosmos3's server sends `diffuse` and `vae.decode`, Wan's adds the text
+    encoder). The engine's clocks (`queue_wait_ms`, `stage_N_gen_ms`, milliseconds, no dot) are not stages."""
+    seconds = {str(k): float(v) for k, v in stages.items() if "." in str(k) and _number(v)}
+    whole = [v for k, v in seconds.items() if k.count(".") == 1 and k.endswith(".forward")]
+    if whole:
+        return max(whole)
+    return sum(seconds.values()) or None
+
+
+def server_wait_s(stored: Sample | dict[str, Any]) -> float | None:
+    """How long the server held a request beyond its pipeline's own work (s): the diffusion stage's clock from submit
+    to output (`stage_0_gen_ms`, where sent: its scheduler queue included, the API server's MP4 encode not) less the
+    pipeline's stages, else the server's inference time (X-Inference-Time-S) less them. None without stage times."""
     sample = Sample.of(stored)
-    server, stages = sample.server_time_s, sample.stage_durations
-    if not sample.ok or server is None or (sample.queue_ahead or 0) > 0:
+    work = pipeline_work_s(sample.stage_durations)
+    if work is None:
+        return None
+    stages = sample.stage_durations
+    gen = [float(v) for k, v in stages.items() if re.fullmatch(r"stage_\d+_gen_ms", str(k)) and _number(v)]
+    held = max(gen) / 1000.0 if gen else sample.server_time_s
+    return None if held is None else float(held) - work
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def waited_behind_others(stored: Sample | dict[str, Any]) -> bool:
+    """An answer sent with nothing of ours ahead on its endpoint that the server held beyond its own pipeline work
+    (server_wait_s) by more than half that work: it queued at the server behind load that was not this benchmark's.
+    The client's latency is not used: on a busy machine, or through a twin's time scale, the client's own overhead
+    would read as queueing."""
+    sample = Sample.of(stored)
+    if not sample.ok or (sample.queue_ahead or 0) > 0:
         return False
-    forward = max((float(v) for k, v in stages.items() if str(k).endswith(".forward")), default=None)
-    return forward is not None and forward > 0 and float(server) - forward > 0.5 * forward
+    work, wait = pipeline_work_s(sample.stage_durations), server_wait_s(sample)
+    return work is not None and wait is not None and work > 0 and wait > 0.5 * work
 
 
 async def engine_check(tools: Tools, deployment_id: str) -> str:

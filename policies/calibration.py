@@ -407,6 +407,15 @@ def shipped_profile(gpu: str) -> Profile:
             f"a GPU with a calibrated profile ({', '.join(shipped)})",
             f"run `worldtune calibrate --gpu {spec.name}` or pass --profile FILE",
         )
+    info = path.stat()
+    # a copy of the file's parse, read again only when the file changes: parsing the YAML took 42 ms a call, and one
+    # deploy preview asks for the profile several times (rendering every plan for the real-engine parser took 10 min)
+    return _parsed(str(path), info.st_mtime_ns, info.st_size).model_copy(deep=True)
+
+
+@lru_cache(maxsize=16)
+def _parsed(path: str, mtime_ns: int, size: int) -> Profile:
+    del mtime_ns, size  # the cache key: a rewritten file is read again
     return Profile.load(path)
 
 

@@ -45,6 +45,14 @@ if [ "$(id -u)" = 0 ] && ! slurm status 2>/dev/null | grep -q "slurmctld        
     trap 'slurm down > /dev/null 2>&1 || true' EXIT
 fi
 
+# ---- the real vLLM-Omni 0.30.0 (tests/integration/test_real_engine_*.py): its own venv outside the checkout, reused
+# when there (scripts/engine-setup.sh); installed in the background while ruff and mypy run. A failed install fails
+# the run here, in one line: the real-engine tests never skip. ----
+engine_began=$(date +%s)
+bash scripts/engine-setup.sh > .cache/engine-setup.log 2>&1 &
+engine_pid=$!
+# ---- end real engine ----
+
 WORLDTUNE_CHECK_NO_UNIT=1 bash scripts/check.sh
 
 if [ -n "$npm_pid" ] && ! wait "$npm_pid"; then
@@ -55,6 +63,14 @@ fi
 if [ -n "$slurm_pid" ] && ! wait "$slurm_pid"; then
     tail -40 .cache/slurm-up.log >&2  # the fixture tries again and fails the Slurm tests with the reason
 fi
+
+if ! wait "$engine_pid"; then
+    tail -3 .cache/engine-setup.log >&2
+    echo "test.sh: the real vLLM-Omni engine did not install (log: .cache/engine-setup.log)" >&2
+    exit 1
+fi
+grep "^engine-setup:" .cache/engine-setup.log || true
+echo "test.sh: the real engine was ready $(( $(date +%s) - engine_began )) s after its setup started"
 
 echo "== tests: unit and integration, ${WORLDTUNE_TEST_WORKERS:-3} workers"
 # the machine's busy CPU seconds over the tests (every process, SkyPilot's daemons included): /proc/stat's first line

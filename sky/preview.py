@@ -108,6 +108,20 @@ def preview_deploy(
     )
 
 
+def shell_text(argv: list[str]) -> str:
+    """A container's command as a line of /bin/sh (serve-commands.sh): each argument quoted, and the kubelet's
+    `$(VAR)` (expanded from the container's env, the API key's Secret) written as the shell's "$VAR": left as it is,
+    /bin/sh would run a command named VAR."""
+    import re
+    import shlex
+
+    def one(arg: str) -> str:
+        found = re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", arg)
+        return f'"${found.group(1)}"' if found else shlex.quote(arg)
+
+    return " ".join(one(a) for a in argv)
+
+
 def _preview_kubernetes(
     deployment: Deployment, opts: render.RenderOptions, k8s_options: Any, allowance: int, reference: Offer | None
 ) -> DeployPreview:
@@ -127,7 +141,7 @@ def _preview_kubernetes(
     else:
         validated.append("task.yaml (SkyPilot on Kubernetes) rendered, not checked by SkyPilot here")
     commands = [
-        " ".join(c["command"])
+        shell_text(c["command"])
         for m in manifests
         if m["kind"] == "Deployment"
         for c in m["spec"]["template"]["spec"]["containers"]

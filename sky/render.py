@@ -50,6 +50,7 @@ from worldtune.tools.words.deployment import API_KEY_ENV, Deployment
 from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.gpus import get_gpu
 from worldtune.tools.words.models import get_model
+from worldtune.tools.words.vllm_omni import PINNED
 
 __all__ = [
     "ALL_READY_MARKER",
@@ -141,7 +142,9 @@ def _setup(deployment: Deployment, options: RenderOptions) -> str:
     revision = f', revision="{options.model_revision}"' if options.model_revision else ""
     lines = ["set -euo pipefail"]
     if options.install == "pip":
-        lines.append(f"python3 -m pip install --quiet 'vllm-omni=={VLLM_OMNI_VERSION}' huggingface_hub")
+        # vllm-omni alone has no `vllm serve`: vLLM itself and the torch it pins come with it (tools/words/vllm_omni.py)
+        pins = " ".join(shlex.quote(p) for p in [*PINNED.pip_requirements(), "huggingface_hub"])
+        lines.append(f"python3 -m pip install --quiet {pins}")
     lines += _worldtune_setup(options)
     # huggingface_hub reads HF_TOKEN from the environment (a SkyPilot secret); the token is never echoed.
     lines.append(

@@ -244,6 +244,7 @@ def print_result(result: Any) -> None:
     table.add_column("what")
     table.add_column("value", justify="right")
     rows: list[tuple[str, str]] = [
+        ("model served (X-Model)", result.served_model or "-"),
         ("time scale (model s per wall s)", f"{result.time_scale:g}"),
         ("completed / failed", f"{result.completed_requests} / {result.failed_requests}"),
         ("latency mean (s) [95% CI]", _f(result.latency_mean) + _ci(result.latency_ci)),

@@ -38,6 +38,14 @@ def deploy(
     spot_fallback: Annotated[bool, typer.Option(help="spot: fall back to on-demand if none")] = False,
     namespace: Annotated[str, typer.Option(help="Kubernetes namespace")] = "default",
     hours: Annotated[float, typer.Option(help="hours to keep it up once ready: what is committed; the autodown")] = 1.0,
+    guardrails: Annotated[
+        bool,
+        typer.Option(
+            "--guardrails/--no-guardrails",
+            help="run Cosmos3's guardrails (vLLM-Omni's default; +~20 s at start and 2-18 s per clip); off by default, "
+            "as the workload",
+        ),
+    ] = False,
     usd_per_hour: Annotated[
         float | None, typer.Option("--usd-per-hour", help="your own cluster's price per node-hour (slurm, kubernetes)")
     ] = None,
@@ -70,6 +78,7 @@ def deploy(
             capacity=capacity,
             time_scale=time_scale,
             twin_profile=twin_profile,
+            guardrails=guardrails,
         )
         options = render_options_for(deployment).model_copy(
             update={"spot_fallback": spot_fallback, "install": install, **({"image": image} if image else {})}
@@ -122,6 +131,7 @@ def deploy(
         usd_per_hour=usd_per_hour,
         time_scale=time_scale,
         twin_profile=twin_profile,
+        guardrails=guardrails,
     )
     _launch(request, store, lambda: _backend(infra, store, k8s, options), yes=yes, as_json=as_json)
 

@@ -256,6 +256,8 @@ class LocalBackend(BenchmarksFromHere):
                 ]
                 if deployment.twin_profile:
                     cmd += ["--profile", deployment.twin_profile]
+                if not deployment.guardrails:  # as the rendered server: guardrails only when the deployment asks
+                    cmd.append(PINNED.no_guardrails)
                 if preempt_s is not None:  # the node's replicas go together, at the drawn moment
                     cmd += ["--preempt-after", repr(preempt_s)]
                 cmd += exit_with
@@ -312,9 +314,11 @@ class LocalBackend(BenchmarksFromHere):
         import httpx
 
         profile = profile or self._profile(deployment)
-        # the twin loads for the profile's load time of this plan (+ guardrail start-up) divided by its time scale
+        # the twin loads for the profile's load time of this plan (+ guardrail start-up when it runs them) divided by
+        # its time scale
         plan = deployment.plan
-        load_s = perf_model.load_time_s(get_model(deployment.model), profile, cold, plan) + profile.guardrail_startup_s
+        guard = profile.guardrail_startup_s if deployment.guardrails else 0.0
+        load_s = perf_model.load_time_s(get_model(deployment.model), profile, cold, plan) + guard
         timeout = self.ready_timeout_s or (2.0 * load_s / deployment.time_scale + 60.0)
         deadline = time.monotonic() + timeout
         pending = list(deployment.endpoints)

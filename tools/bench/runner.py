@@ -110,10 +110,33 @@ class Runner:
                 if self.progress and int(waited / 10) != int((waited - 0.2) / 10):
                     self.progress(f"waiting for {endpoint}/health ({waited:.0f} s)", None)
                 await asyncio.sleep(0.2)
+            await self._check_key(client, endpoint)
         if len(set(scales.values())) > 1:
             raise InvalidInput("endpoints", scales, "endpoints running at one time scale")
         self.scale = next(iter(scales.values()))
         self.t0 = time.monotonic()
+
+    async def _check_key(self, client: Any, endpoint: str) -> None:
+        """Once /health answers (it needs no key): a server started with --api-key refuses every /v1 route without
+        it (401), so a benchmark would fail every request; refuse it before any is sent, naming the key, never its
+        value."""
+        import httpx
+
+        try:
+            answer = await client.get(f"{endpoint}/v1/models", timeout=10.0)
+        except httpx.TransportError:
+            return  # the requests will say what is wrong with the endpoint
+        if answer.status_code in (401, 403):
+            from worldtune.tools.words.deployment import API_KEY_ENV
+
+            sent = "Authorization" in client.headers
+            raise InvalidInput(
+                API_KEY_ENV,
+                "set, and refused by the server" if sent else "not set",
+                f"the API key {endpoint} was started with (vllm serve --api-key): /v1/models answered "
+                f"{answer.status_code}",
+                f"export {API_KEY_ENV}=<the server's key> and run the benchmark again",
+            )
 
     # ---- one request ----------------------------------------------------------------------------
     async def request(
@@ -236,6 +259,7 @@ class Runner:
             sample.detail = error_message(content)
             return None
         sample.server_time_s = float_or_none(job.get("inference_time_s"))
+        sample.served_model = content.headers.get("X-Model") or (str(job["model"]) if job.get("model") else None)
         engine_clock(sample, content.headers)
         sample.peak_memory_mb = float_or_none(job.get("peak_memory_mb"))
         sample.stage_durations = job.get("stage_durations") or {}
@@ -244,6 +268,7 @@ class Runner:
 
     def _accept_headers(self, sample: Sample, headers: Any) -> None:
         sample.request_id = headers.get("X-Request-Id")
+        sample.served_model = headers.get("X-Model")
         sample.server_time_s = float_or_none(headers.get("X-Inference-Time-S"))
         sample.peak_memory_mb = float_or_none(headers.get("X-Peak-Memory-MB"))
         sample.stage_durations = json_or_empty(headers.get("X-Stage-Durations"))

@@ -162,6 +162,7 @@ def deploy(
         twin_profile=str(truth_path) if truth_path else None,
         time_scale=float(request.time_scale),
         noise_seed=request.noise_seed,
+        guardrails=request.guardrails,
         state="pending",
     )
     host = backend or backend_for(str(where), store)

@@ -59,6 +59,7 @@ def build_deployment(
     time_scale: float = 1.0,
     twin_profile: str | None = None,
     run_id: str | None = None,
+    guardrails: bool = False,
 ) -> Deployment:
     """A pending Deployment after the deploy capability's checks (tools/deployments/checks.py, the same as a real
     deploy's), on the offer the spend quote prices: at its peak for serverless (every replica's node up)."""
@@ -76,6 +77,7 @@ def build_deployment(
         usd_per_hour=peak_usd_per_hour(offer, inputs.plan, capacity) if offer else 0.0,
         time_scale=inputs.time_scale,
         twin_profile=twin_profile,
+        guardrails=guardrails,
     )
 
 
@@ -86,8 +88,10 @@ def predicted_cold_load_s(gpu: str, model: str) -> float:
 
 
 def deployment_cold_load_s(deployment: Deployment) -> float:
-    """predicted_cold_load_s for the deployment's GPU type and model (what a backend is given to wait by)."""
-    return predicted_cold_load_s(deployment.gpu, deployment.model)
+    """predicted_cold_load_s for the deployment's GPU type and model (what a backend is given to wait by), plus the
+    guardrails' start-up when the deployment runs them."""
+    guard = resolve_profile(deployment.gpu).guardrail_startup_s if deployment.guardrails else 0.0
+    return predicted_cold_load_s(deployment.gpu, deployment.model) + guard
 
 
 def predicted_service_s(deployment: Deployment) -> float:

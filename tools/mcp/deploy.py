@@ -105,6 +105,13 @@ async def deploy(
         int | None,
         Field(ge=0, lt=2**62, description="twin only: seed of its run-to-run noise (default: its own, from its id)"),
     ] = None,
+    guardrails: Annotated[
+        bool,
+        Field(
+            description="run Cosmos3's guardrails (vLLM-Omni's default; they load at start and check every request); "
+            "off (the default, as the workload's) renders --no-guardrails"
+        ),
+    ] = False,
     twin_profiles: Annotated[
         list[str] | None,
         Field(
@@ -128,7 +135,7 @@ async def deploy(
     given = DeployRequest(
         gpu=gpu, plan=plan, infra=infra, engine=engine, capacity=capacity, model=model, twin_profile=twin_profile,
         twin_profiles=twin_profiles or [], time_scale=time_scale, hours=hours, usd_per_hour=usd_per_hour,
-        run_id=run_id, noise_seed=noise_seed,
+        run_id=run_id, noise_seed=noise_seed, guardrails=guardrails,
     )  # fmt: skip
     with refusals():
         request = deploying.with_profile_for(given, session.origin)

@@ -124,6 +124,17 @@ def level_result(samples: list[Sample], phase: str, concurrency: int, rate: floa
     )
 
 
+def served_model(samples: Sequence[Sample], asked: str, notes: list[str]) -> str | None:
+    """The model the server says it served (the X-Model of the answered requests, the most frequent); a note when
+    the answers named more than one (endpoints serving different checkpoints)."""
+    named = Counter(s.served_model for s in samples if s.ok and s.served_model)
+    if not named:
+        return None
+    if len(named) > 1:
+        notes.append(f"the answers name {len(named)} served models ({', '.join(sorted(named))}), not one")
+    return named.most_common(1)[0][0]
+
+
 def compute_result(
     stored: Sequence[Sample | Mapping[str, Any]],
     *,
@@ -159,6 +170,7 @@ def compute_result(
     for name, claim in latency.percentiles.items():
         claims[name] = f"{claim.value:.3f}" if claim.value is not None else (claim.note or "not claimable")
     best = max(full_levels, key=lambda lv: lv.clips_per_hour, default=None)
+    served = served_model(samples, model, notes)
     return BenchmarkResult(
         duration=duration,
         completed_requests=len(full_ok),
@@ -179,6 +191,7 @@ def compute_result(
         benchmark_id=benchmark_id,
         endpoints=list(endpoints),
         model=model,
+        served_model=served,
         steps=steps,
         time_scale=time_scale,
         wall_duration=wall_duration,

@@ -314,7 +314,7 @@ class TwinEngine:
         return Generated(
             video=video,
             inference_time_s=queued_s + timing.server,
-            stage_durations=self._stages(timing),
+            stage_durations=self._stages(timing, queued_s),
             peak_memory_mb=timing.prediction.memory_gib_per_gpu * 1024.0,
             num_frames=workload.num_frames,
             fps=float(workload.fps),
@@ -402,19 +402,24 @@ class TwinEngine:
         await sleep(timing.vae + timing.mux + timing.client - tail)
         return queued_s
 
-    def _stages(self, timing: _Timing) -> dict[str, float]:
-        """What the pipeline profiler reports, and only when it is on ({} otherwise, as vLLM-Omni sends)."""
+    def _stages(self, timing: _Timing, queued_s: float) -> dict[str, float]:
+        """What vLLM-Omni 0.30 reports for Cosmos3's pipeline with the profiler on ({} with it off, as it sends), by
+        the names the real server sends (tests/integration/test_real_engine_server.py holds the twin to them): the
+        pipeline's stages in seconds, with no text-encoder stage (Cosmos3's text runs inside its transformer, so
+        inside `diffuse`) and no `<Pipeline>.forward` (only the server's log shows it); then the engine's own clocks
+        in milliseconds: `queue_wait_ms`, the orchestrator's hand-over to the stage (the twin has none: 0), and
+        `stage_0_gen_ms`, the diffusion stage from submit to output (its scheduler queue, the guardrail and the
+        pipeline)."""
         if not self.config.stage_profiler:
             return {}
-        stages = {
-            f"{PIPELINE}.text_encoder.forward": timing.text,
-            f"{PIPELINE}.diffuse": timing.diffuse,
-            f"{PIPELINE}.vae.decode": timing.vae,
-            f"{PIPELINE}.forward": timing.text + timing.encode + timing.diffuse + timing.vae,
-        }
-        if timing.encode:
+        stages = {f"{PIPELINE}.diffuse": timing.text + timing.diffuse, f"{PIPELINE}.vae.decode": timing.vae}
+        if timing.encode:  # ASSUMED name: image-to-video was not run on the real server (REAL_ENGINE.md)
             stages[f"{PIPELINE}.vae.encode"] = timing.encode
-        return {k: round(v, 6) for k, v in stages.items()}
+        work = timing.guard + timing.text + timing.encode + timing.diffuse + timing.vae
+        stages = {k: round(v, 6) for k, v in stages.items()}
+        stages["queue_wait_ms"] = 0.0
+        stages["stage_0_gen_ms"] = round((queued_s + work) * 1000.0, 3)
+        return stages
 
 
 def _blocked(prompt: str) -> bool:

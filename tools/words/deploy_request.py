@@ -33,3 +33,8 @@ class DeployRequest(BaseModel):
     usd_per_hour: float | None = Field(default=None, description="the price of your own GPUs (no offer)")
     run_id: str | None = Field(default=None, description="tuning run that owns the deployment")
     noise_seed: int | None = Field(default=None, description="twin only: seed of its run-to-run noise")
+    guardrails: bool = Field(
+        default=False,
+        description="run the server with Cosmos3's guardrails (vLLM-Omni's default is on; off renders "
+        "--no-guardrails): the workload's, so the deployment runs what its predictions and benchmarks assume",
+    )

@@ -119,6 +119,10 @@ class Deployment(BaseModel):
     endpoints: list[str] = Field(default_factory=list, description="base URLs, one per replica")
     cluster: str | None = Field(default=None, description="SkyPilot cluster / Kubernetes name / local pid group")
     twin_profile: str | None = Field(default=None, description="profile file the twin engine runs with")
+    guardrails: bool = Field(
+        default=False,
+        description="the server runs Cosmos3's guardrails (loaded at start, checked per request); off: --no-guardrails",
+    )
     time_scale: float = Field(default=1.0, gt=0, description="twin only: sleeps divided by this")
     noise_seed: int | None = Field(
         default=None,

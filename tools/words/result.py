@@ -221,7 +221,12 @@ class BenchmarkResult(BaseModel):
     # ---- worldtune's richer fields ----------------------------------------------------------
     benchmark_id: str = ""
     endpoints: list[str] = Field(default_factory=list)
-    model: str = ""
+    model: str = Field(default="", description="the workload's model: what the requests asked and were predicted as")
+    served_model: str | None = Field(
+        default=None,
+        description="what the server says it served (X-Model of the answered requests): a checkpoint path or Hugging "
+        "Face id; None when no answer named one",
+    )
     steps: int = 0
     time_scale: float = Field(default=1.0, description="wall times were multiplied by this (twin rehearsal)")
     wall_duration: float = Field(default=0.0, description="wall seconds of the whole benchmark")

@@ -63,6 +63,9 @@ class Sample(BaseModel):
 
     # ---- what came back: reported by the server (simulated by a twin) ----------------------------------------
     request_id: str | None = Field(default=None, description="the server's id (X-Request-Id, or the job id)")
+    served_model: str | None = Field(
+        default=None, description="the model the server says it served (X-Model, or the job's `model`)"
+    )
     server_time_s: float | None = Field(
         default=None, description="the server's inference time incl. its queue (X-Inference-Time-S), model s"
     )

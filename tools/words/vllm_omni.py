@@ -18,6 +18,12 @@ class Release(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     version: str
+    vllm: str | None = Field(
+        default=None,
+        description="the vLLM release installed beside it: vllm-omni declares no dependency on vllm, yet `vllm serve "
+        "--omni` is the server (None: not read for this release)",
+    )
+    torch: str | None = Field(default=None, description="the torch release that vLLM pins (None: not read)")
     final: bool = Field(description="a final release (not a release candidate)")
     tensor_parallel: str = "--tensor-parallel-size"
     cfg_parallel: str = "--cfg-parallel-size"
@@ -33,9 +39,20 @@ class Release(BaseModel):
     attention_backend: str = "--diffusion-attention-backend"
     stage_profiler: str = "--enable-diffusion-pipeline-profiler"
     init_timeout: str = "--init-timeout"
+    # Cosmos3's guardrails are on unless the server is started with this (vllm_omni/entrypoints/cli/serve.py): they
+    # load a guard model at start (~20 s, from the hub) and check each request; a request's extra_params
+    # {"guardrails": false} skips the check but not the load, and cannot turn on what the server did not load
+    no_guardrails: str = "--no-guardrails"
     # fp8 attention (Q/K/V precision): on CUDA only from 0.32 (FA3 FP8 kernels, Hopper SM90)
     fp8_attention: tuple[str, ...] | None = None
     changes: tuple[str, ...] = Field(default=(), description="what differs from the release before, as read")
+
+    def pip_requirements(self) -> list[str]:
+        """What `pip install` needs for a working `vllm serve --omni` of this release on a bare host (the same three
+        pins scripts/engine-requirements.txt installs for the real-engine tests)."""
+        if self.vllm is None or self.torch is None:
+            raise ValueError(f"vLLM-Omni {self.version}: the vllm and torch it runs with were not read")
+        return [f"vllm-omni=={self.version}", f"vllm=={self.vllm}", f"torch=={self.torch}"]
 
     @property
     def image(self) -> str:
@@ -45,7 +62,7 @@ class Release(BaseModel):
 RELEASES: dict[str, Release] = {
     r.version: r
     for r in (
-        Release(version="0.30.0", final=True),
+        Release(version="0.30.0", vllm="0.30.0", torch="2.13.0", final=True),
         Release(
             version="0.32.0rc1",
             final=False,

@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from worldtune.agent.configuration import TuneOptions
 from worldtune.agent.record import build_summary
 from worldtune.agent.state import Outcome, TuneState, merge_deployments
@@ -81,6 +83,36 @@ def test_a_non_anchor_workload_is_tuned_and_measured_as_the_goal_says() -> None:
     assert goal_for("Nano, 50 steps, cheapest", TuneOptions()).goal.workload.steps == 50
     assert anchor_changes(goal_for("Nano, 50 steps, cheapest", TuneOptions()).goal.workload) == {}
     assert goal_for("cheapest", TuneOptions(infra="nebius")).goal.infras == ["nebius"]
+
+
+# X-Stage-Durations as the real vLLM-Omni 0.30.0 sent them (tests/integration/test_real_engine_server.py; the tiny
+# Cosmos3 pipeline on one CPU rank, and REAL_ENGINE.md's Wan pipeline): seconds per stage, the engine's clocks in ms
+REAL_COSMOS3 = {
+    "Cosmos3OmniDiffusersPipeline.diffuse": 0.0267,
+    "Cosmos3OmniDiffusersPipeline.vae.decode": 0.0406,
+    "queue_wait_ms": 0.387,
+    "stage_0_gen_ms": 74.68,
+}
+REAL_WAN = {"Wan22Pipeline.text_encoder.forward": 0.01, "Wan22Pipeline.diffuse": 0.08, "Wan22Pipeline.vae.decode": 0.03}
+
+
+def test_the_queued_check_reads_the_real_servers_stage_names() -> None:
+    """Issue 55 item 1: on the real server every unqueued sample was flagged (no `<Pipeline>.forward` key: the check
+    read the client-side inference time against nothing), and on Cosmos3's pipeline the check could never fire."""
+    from worldtune.agent.steps import pipeline_work_s, server_wait_s, waited_behind_others
+
+    assert pipeline_work_s(REAL_COSMOS3) == pytest.approx(0.0673)  # the ms clocks are not stages
+    assert pipeline_work_s(REAL_WAN) == pytest.approx(0.12)  # the text encoder is a stage of Wan's
+    alone = {"ok": True, "server_time_s": 0.214, "queue_ahead": 0, "stage_durations": REAL_COSMOS3}
+    # the API server's MP4 encode is in X-Inference-Time-S (0.214 s) but not in the stage's clock (74.7 ms)
+    assert server_wait_s(alone) == pytest.approx(0.0747 - 0.0673, abs=1e-4)
+    assert not waited_behind_others(alone)
+    behind = {**alone, "stage_durations": {**REAL_COSMOS3, "stage_0_gen_ms": 141.0}}  # another clip ran first
+    assert waited_behind_others(behind)
+    assert not waited_behind_others({**behind, "queue_ahead": 1})
+    # a server that sends no stage clock: its inference time, less its stages
+    wan = {"ok": True, "server_time_s": 0.13, "queue_ahead": 0, "stage_durations": REAL_WAN}
+    assert not waited_behind_others(wan) and waited_behind_others({**wan, "server_time_s": 0.3})
 
 
 def test_an_answer_that_queued_behind_other_load_is_flagged_and_client_overhead_is_not() -> None:

@@ -19,6 +19,7 @@ from worldtune.tools.words.errors import InvalidInput
 from worldtune.tools.words.plan import Plan
 
 PROFILER = "--enable-diffusion-pipeline-profiler"  # stage durations in every answer
+NO_GUARDRAILS = "--no-guardrails"  # the workload's default: vLLM-Omni runs Cosmos3's guardrails unless told not to
 RECIPE = ["--cfg-parallel-size", "2", "--ulysses-degree", "4", "--use-hsdp", "--hsdp-shard-size", "8"]
 API_KEY = ["--api-key", '"$WORLDTUNE_API_KEY"']  # public servers take the key from a SkyPilot secret
 
@@ -32,14 +33,22 @@ def test_cfg2_u4_hsdp8_on_h200_carries_the_reference_recipe_exactly() -> None:
     dep = build_deployment("H200", "cfg2-u4-hsdp8", infra="nebius")
     (command,) = render.serve_commands(dep)
     assert command.startswith("CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 vllm serve nvidia/Cosmos3-Super --omni ")
-    assert _argv_after_port(command) == [*RECIPE, "--init-timeout", "1800", PROFILER, *API_KEY]
+    assert _argv_after_port(command) == [*RECIPE, "--init-timeout", "1800", PROFILER, NO_GUARDRAILS, *API_KEY]
     assert Plan.parse("cfg2-u4-hsdp8").serve_flags() == RECIPE
 
 
 def test_tp8_on_b200_is_one_server_with_tensor_parallel_8() -> None:
     dep = build_deployment("B200", "tp8", infra="nebius")
     (command,) = render.serve_commands(dep)
-    assert _argv_after_port(command) == ["--tensor-parallel-size", "8", "--init-timeout", "1800", PROFILER, *API_KEY]
+    assert _argv_after_port(command) == [
+        "--tensor-parallel-size",
+        "8",
+        "--init-timeout",
+        "1800",
+        PROFILER,
+        NO_GUARDRAILS,
+        *API_KEY,
+    ]
     task = render.render_task(dep, render_options(dep))
     assert task["resources"]["accelerators"] == "B200:8"
     assert task["resources"]["image_id"] == f"docker:{render.VLLM_OMNI_IMAGE}"
@@ -53,7 +62,7 @@ def test_8x1gpu_on_b200_runs_eight_servers_on_disjoint_gpus_and_distinct_ports()
     ports = [c.split()[c.split().index("--port") + 1] for c in commands]
     assert gpus == [str(i) for i in range(8)]
     assert ports == [str(8000 + i) for i in range(8)] and len(set(ports)) == 8
-    assert all(_argv_after_port(c) == ["--init-timeout", "1800", PROFILER, *API_KEY] for c in commands)
+    assert all(_argv_after_port(c) == ["--init-timeout", "1800", PROFILER, NO_GUARDRAILS, *API_KEY] for c in commands)
     run = render.render_task(dep, render_options(dep))["run"]
     assert run.count("vllm serve") == 8 and render.ALL_READY_MARKER in run
 

@@ -33,9 +33,9 @@ def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subpro
 @pytest.mark.parametrize(
     ("gpu", "plan", "price", "servers", "flags"),
     [
-        ("H200", "cfg2-u4-hsdp8", 28.0, 1, f"{RECIPE} {PROFILER}"),
-        ("B200", "tp8", 44.0, 1, f"--tensor-parallel-size 8 --init-timeout 1800 {PROFILER}"),
-        ("B200", "8x1gpu", 44.0, 8, f"--init-timeout 1800 {PROFILER}"),
+        ("H200", "cfg2-u4-hsdp8", 28.0, 1, f"{RECIPE} {PROFILER} --no-guardrails"),
+        ("B200", "tp8", 44.0, 1, f"--tensor-parallel-size 8 --init-timeout 1800 {PROFILER} --no-guardrails"),
+        ("B200", "8x1gpu", 44.0, 8, f"--init-timeout 1800 {PROFILER} --no-guardrails"),
     ],
 )
 def test_dry_run_passes_skypilot_validation_and_names_the_cheapest_offer(
