@@ -141,11 +141,15 @@ def _setup(deployment: Deployment, options: RenderOptions) -> str:
     spec = get_model(deployment.model)
     revision = f', revision="{options.model_revision}"' if options.model_revision else ""
     lines = ["set -euo pipefail"]
+    if options.model_path:  # the checkpoint is on the nodes: say so early if it is not
+        lines.append(f"test -f {shlex.quote(options.model_path)}/model_index.json")
     if options.install == "pip":
         # vllm-omni alone has no `vllm serve`: vLLM itself and the torch it pins come with it (tools/words/vllm_omni.py)
         pins = " ".join(shlex.quote(p) for p in [*PINNED.pip_requirements(), "huggingface_hub"])
         lines.append(f"python3 -m pip install --quiet {pins}")
     lines += _worldtune_setup(options)
+    if options.model_path:
+        return "\n".join(lines) + "\n"
     # huggingface_hub reads HF_TOKEN from the environment (a SkyPilot secret); the token is never echoed.
     lines.append(
         "python3 -c "
@@ -197,7 +201,7 @@ def render_task(deployment: Deployment, options: RenderOptions | None = None) ->
     task: dict[str, Any] = {
         "name": cluster_name(deployment),
         "resources": _resources(deployment, opts, f"{get_gpu(deployment.gpu).sky_accelerator}:{node_gpus(deployment)}"),
-        "envs": server_envs(deployment),
+        "envs": {**server_envs(deployment), **opts.server_env},
         "setup": _setup(deployment, opts),
         "run": _run(deployment, opts),
     }
@@ -248,7 +252,7 @@ def render_service(deployment: Deployment, options: RenderOptions | None = None)
             "ports": opts.base_port,
         },
         "resources": resources,
-        "envs": server_envs(deployment),
+        "envs": {**server_envs(deployment), **service_opts.server_env},
         "setup": _setup(single, service_opts),
         "run": _run(single, service_opts),
     }

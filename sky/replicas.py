@@ -38,8 +38,19 @@ class RenderOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    install: Literal["docker", "pip"] = Field(
-        default="docker", description="vLLM-Omni from its image, or a pinned pip install on the host"
+    install: Literal["docker", "pip", "host"] = Field(
+        default="docker",
+        description="vLLM-Omni from its image, a pinned pip install on the host, or already on the nodes (`host`: "
+        "nothing is installed; `vllm` must be on the servers' PATH, e.g. through server_env)",
+    )
+    model_path: str | None = Field(
+        default=None,
+        description="serve this checkpoint folder, already on the nodes (a shared filesystem, an air-gapped cluster), "
+        "instead of downloading the model's Hugging Face id; its layout is the Hugging Face one",
+    )
+    server_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="more environment of every server (HF_HUB_OFFLINE=1, NCCL_* settings, PATH); not secrets",
     )
     image: str = Field(default=VLLM_OMNI_IMAGE, description="docker image (install=docker)")
     base_port: int = Field(default=DEFAULT_PORT, ge=1024, le=65000, description="replica i listens on base+i")
@@ -114,11 +125,20 @@ def serve_argv(deployment: Deployment, replica: ReplicaSlice, options: RenderOpt
             argv += ["--profile", deployment.twin_profile]
         # the twin sends stage durations only under the real flag's name, as vLLM-Omni does
         return [*argv, PINNED.stage_profiler, *guardrail_flags(deployment)]
-    argv = ["vllm", "serve", spec.hf_id, "--omni", "--host", options.host, "--port", str(replica.port)]
+    argv = [
+        "vllm",
+        "serve",
+        options.model_path or spec.hf_id,
+        "--omni",
+        "--host",
+        options.host,
+        "--port",
+        str(replica.port),
+    ]
     argv += plan.single_replica().serve_flags(PINNED)
     if spec.total_params_b > 40:
         argv += [PINNED.init_timeout, str(SUPER_INIT_TIMEOUT_S)]
-    if options.model_revision:
+    if options.model_revision and not options.model_path:
         argv += ["--revision", options.model_revision]
     # stage durations (text encode, diffuse, VAE decode) in every answer: the evidence a result reports;
     # without the flag vLLM-Omni sends X-Stage-Durations: {} (worldtune's benchmark and search do not need them)

@@ -34,7 +34,17 @@ def deploy(
     time_scale: Annotated[float, typer.Option(help="twin only: divide its sleeps by K")] = 1.0,
     twin_profile: Annotated[str | None, typer.Option(help="twin only: profile YAML it runs with")] = None,
     image: Annotated[str | None, typer.Option(help="vLLM-Omni docker image (default: pinned release)")] = None,
-    install: Annotated[str, typer.Option(help="docker | pip (pinned vllm-omni on the host)")] = "docker",
+    install: Annotated[
+        str, typer.Option(help="docker | pip (pinned vllm-omni, vllm and torch on the host) | host (already there)")
+    ] = "docker",
+    model_path: Annotated[
+        str | None,
+        typer.Option(help="serve this checkpoint folder, already on the nodes, instead of downloading the model"),
+    ] = None,
+    server_env: Annotated[
+        list[str] | None,
+        typer.Option(help="KEY=VALUE in every server's environment (repeat): HF_HUB_OFFLINE=1, NCCL_*, PATH"),
+    ] = None,
     spot_fallback: Annotated[bool, typer.Option(help="spot: fall back to on-demand if none")] = False,
     namespace: Annotated[str, typer.Option(help="Kubernetes namespace")] = "default",
     hours: Annotated[float, typer.Option(help="hours to keep it up once ready: what is committed; the autodown")] = 1.0,
@@ -81,7 +91,13 @@ def deploy(
             guardrails=guardrails,
         )
         options = render_options_for(deployment).model_copy(
-            update={"spot_fallback": spot_fallback, "install": install, **({"image": image} if image else {})}
+            update={
+                "spot_fallback": spot_fallback,
+                "install": install,
+                "model_path": model_path,
+                "server_env": server_environment(server_env or []),
+                **({"image": image} if image else {}),
+            }
         )
         options = type(options).model_validate(options.model_dump())
         if is_skypilot_infra(infra):  # local and Kubernetes leave SkyPilot's home alone
@@ -168,6 +184,26 @@ def _launch(request: Any, store: Any, backend_for: Callable[[], Any], *, yes: bo
     else:
         console.print(f"[bold green]ready[/] {ready.id} on {ready.cluster}: " + ", ".join(ready.endpoints))
         console.print(f"tear down: worldtune gc --yes   (or keep it: it costs ${ready.usd_per_hour:.2f}/h)")
+
+
+def server_environment(pairs: list[str]) -> dict[str, str]:
+    """--server-env KEY=VALUE pairs as a dict; a malformed pair, or a secret's name (the API key and the Hugging Face
+    token reach the servers as SkyPilot secrets, never as plain text in the task), is refused naming it."""
+    import re
+
+    from worldtune.sky.render import HF_TOKEN
+    from worldtune.tools.words.deployment import API_KEY_ENV
+    from worldtune.tools.words.errors import InvalidInput
+
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise InvalidInput("server_env", key if sep else "(no =)", "KEY=VALUE, KEY a shell variable name")
+        if key in (API_KEY_ENV, HF_TOKEN):
+            raise InvalidInput("server_env", key, "not a secret", f"set ${key} in your environment: it is sent as one")
+        env[key] = value
+    return env
 
 
 def _backend(infra: str, store: Any, k8s: Any, options: Any) -> Any:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
+import hashlib
 import hmac
 import json
 import time
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.datastructures import UploadFile
+from starlette.datastructures import MutableHeaders, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -234,13 +236,13 @@ class TwinApi:
         has_more = limit is not None and len(found) > int(limit)
         found = found[: int(limit)] if limit is not None else found
         data = [dict(j.record) for j in found]
-        return JSONResponse(
+        return JSONResponse(  # the real server's key order
             {
-                "object": "list",
-                "data": data,
-                "has_more": has_more,
                 "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None,
+                "has_more": has_more,
+                "data": data,
+                "object": "list",
             }
         )
 
@@ -274,7 +276,16 @@ class TwinApi:
             return error_body(422, "Video generation failed. Check job status for error details.")
         if job.video is None:
             return error_body(404, "Generation is still in-progress")
-        headers = {"Content-Disposition": f'attachment; filename="{job.record["file_name"]}"', **job.done_at}
+        # vLLM-Omni serves the stored file (a FileResponse): its range, date and entity-tag headers come with it
+        done = float(job.record.get("completed_at") or time.time())
+        tag = hashlib.md5(f"{done}-{len(job.video)}".encode(), usedforsecurity=False).hexdigest()
+        headers = {
+            "Accept-Ranges": "bytes",
+            "Content-Disposition": f'attachment; filename="{job.record["file_name"]}"',
+            "Last-Modified": email.utils.formatdate(done, usegmt=True),
+            "ETag": f'"{tag}"',
+            **job.done_at,
+        }
         return Response(job.video, media_type="video/mp4", headers=headers)
 
     @staticmethod
@@ -295,6 +306,25 @@ class TwinApi:
             Route("/v1/videos/{video_id}", self.delete, methods=["DELETE"]),
             Route("/v1/videos/{video_id}/content", self.content, methods=["GET"]),
         ]
+
+
+class _VaryOrigin:
+    """The real server's answers past its key check carry `vary: Origin` (its CORS middleware); its 401s do not."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_vary(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).append("vary", "Origin")
+            await send(message)
+
+        await self.app(scope, receive, with_vary)
 
 
 class _ApiKey:
@@ -320,7 +350,7 @@ def create_app(
     """The ASGI app of one loaded replica and its engine; `terminate` stops the server (a dead engine)."""
     engine = TwinEngine(config, profile)
     api = TwinApi(config, engine, terminate)
-    app: ASGIApp = Starlette(routes=api.routes(), exception_handlers={HTTPException: api.not_found})
+    app: ASGIApp = _VaryOrigin(Starlette(routes=api.routes(), exception_handlers={HTTPException: api.not_found}))
     if config.api_key:
         app = _ApiKey(app, config.api_key)
     return _TimeScaleHeader(app, config.time_scale), engine
