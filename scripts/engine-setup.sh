@@ -18,17 +18,29 @@ cd "$(dirname "$0")/.."
 ENGINE=${WORLDTUNE_ENGINE_VENV:-/opt/worldtune/engine-vllm-omni-0.30.0}
 REQS=$PWD/scripts/engine-requirements.txt
 UV_VERSION=0.13.9  # as scripts/setup.sh
-PY=${PYTHON:-python3}
+# The system Python where it is 3.11 (Debian 12's): a venv's interpreter is a link to its base, and a cluster's job
+# user (the local Slurm cluster's skyuser) cannot execute one under /root (pyenv's), so the engine would not start
+# there. Elsewhere the Python on PATH.
+if [ -z "${PYTHON:-}" ] && [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import sys, venv, ensurepip; assert sys.version_info[:2] == (3, 11)' 2>/dev/null; then
+  PY=/usr/bin/python3
+else
+  PY=${PYTHON:-python3}
+fi
 stamp=$ENGINE/.worldtune-engine
+want() { cat "$REQS"; echo "# python: $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"; }
 fail() { echo "engine-setup: the real vLLM-Omni engine did not install in $ENGINE: $*" >&2; exit 1; }
 
-if [ -f "$stamp" ] && cmp -s "$stamp" "$REQS"; then
+if [ -f "$stamp" ] && cmp -s "$stamp" <(want); then
   echo "engine-setup: reusing $ENGINE ($(du -sh "$ENGINE" 2>/dev/null | cut -f1))"
   exit 0
 fi
 began=$(date +%s)
+# a venv of another interpreter is made anew (its links point at the old one)
+if [ -x "$ENGINE/bin/python" ] && [ "$(readlink -f "$ENGINE/bin/python")" != "$(readlink -f "$(command -v "$PY")")" ]; then
+  rm -rf "$ENGINE"
+fi
 mkdir -p "$(dirname "$ENGINE")"
-[ -x "$ENGINE/bin/python" ] || "$PY" -m venv "$ENGINE" || fail "python -m venv failed"
+[ -x "$ENGINE/bin/python" ] || "$PY" -m venv "$ENGINE" || fail "$PY -m venv failed"
 # the installer itself: uv, pinned, from PyPI through the venv's own pip (the machine's pip config is fine for uv)
 "$ENGINE/bin/python" -m pip install -q "uv==$UV_VERSION" >/dev/null 2>&1 || fail "pip install uv==$UV_VERSION failed"
 log=$ENGINE/install.log
@@ -48,5 +60,5 @@ from diffusers import AutoencoderKLWan  # noqa: F401
 for name in ("vllm", "vllm-omni", "torch"):
     print(f"engine-setup: {name} {md.version(name)}")
 EOF
-cp "$REQS" "$stamp"
+want > "$stamp"
 echo "engine-setup: installed in $(( $(date +%s) - began )) s, $(du -sh "$ENGINE" | cut -f1) in $ENGINE"

@@ -115,3 +115,58 @@ def test_one_claim_over_two_lanes_each_its_own_cluster_both_torn_down(
     store = Store(db)
     assert store.list_deployments(alive_only=True) == [] and store.ledger(open_only=True) == []
     assert slurm_jobs_of(db) == []
+
+
+def test_cli_deploys_the_real_vllm_omni_on_slurm_over_two_ranks_benchmarks_and_tears_it_down(
+    slurm_env: dict[str, str], slurm_db: Path
+) -> None:
+    """Issue 55: `worldtune deploy --engine vllm-omni` through SkyPilot on the local Slurm cluster: the rendered task
+    runs the real `vllm serve` (engine venv: scripts/engine-setup.sh) of the tiny Cosmos3 checkpoint under plan cfg2
+    (2 ranks; the test-only CPU platform stands in for the GPUs, through --server-env), guarded by the key; `worldtune
+    bench` measures it; `worldtune gc` tears it down and nothing of it keeps running."""
+    import psutil
+    from real_engine import CPU_PLATFORM_DIR, KEY, engine_bin, tiny_cosmos3
+
+    db = slurm_db
+    checkpoint = tiny_cosmos3()
+    env = {**slurm_env, "WORLDTUNE_DB": str(db), "WORLDTUNE_API_KEY": KEY}
+    worldtune = str(Path(sys.executable).parent / "worldtune")
+    infra = env.get("WORLDTUNE_SLURM_INFRA", "slurm/worldtune-local")
+    server_env = {"PATH": f"{engine_bin('vllm').parent}:/usr/local/bin:/usr/bin:/bin",
+                  "PYTHONPATH": str(CPU_PLATFORM_DIR), "WORLDTUNE_CPU_RANKS": "2", "HF_HUB_OFFLINE": "1",
+                  "TRANSFORMERS_OFFLINE": "1",
+                  "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    command = [worldtune, "deploy", "--gpu", "H200", "--plan", "cfg2", "--model", "cosmos3-nano", "--infra", infra,
+               "--engine", "vllm-omni", "--install", "host", "--model-path", str(checkpoint),
+               *(a for k, v in server_env.items() for a in ("--server-env", f"{k}={v}")),
+               "--yes", "--json"]  # fmt: skip
+    up = run_step(command, env, timeout=900)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:] + sky_request_logs()
+    deployment = json.loads(up.stdout)
+    assert deployment["state"] == "ready" and deployment["engine"] == "vllm-omni" and not deployment["guardrails"]
+    (endpoint,) = deployment["endpoints"]
+    assert endpoint.startswith("http://127.0.0.1:")
+
+    bench = run_step([worldtune, "bench", "--endpoint", endpoint, "--model", "cosmos3-nano", "--size", "256x256",
+                      "--frames", "5", "--steps", "3", "--repeats", "2", "--probe-steps", "2", "--warmup", "1",
+                      "--db", str(db), "--json"], env, timeout=600)  # fmt: skip
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-3000:]
+    result = json.loads(bench.stdout)
+    assert (result["completed_requests"], result["failed_requests"]) == (2, 0)
+    assert result["served_model"] == str(checkpoint)  # the real server, serving the checkpoint on the node
+    assert "Cosmos3OmniDiffusersPipeline.diffuse" in result["stage_durations_mean"]
+    port = int(endpoint.rsplit(":", 1)[1])
+    serving = [
+        c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.status == "LISTEN"
+    ]
+    assert serving, "nothing listens on the endpoint"
+
+    gone = subprocess.run([worldtune, "gc", "--yes", "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert gone.returncode == 0, gone.stderr[-3000:]
+    assert [r["result"] for r in json.loads(gone.stdout)["torn_down"]] == ["down"]
+    store = Store(db)
+    stored = store.get_deployment(deployment["id"])
+    assert stored is not None and stored.state == "terminated" and store.ledger(open_only=True) == []
+    assert slurm_jobs_of(db) == []
+    left = [p for p in serving if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert left == [], f"the real server still runs after the teardown: {left}"

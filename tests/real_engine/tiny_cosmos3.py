@@ -130,6 +130,9 @@ def build(out: Path) -> None:
     meta = json.loads(index.read_text())
     meta["_class_name"] = "Cosmos3OmniDiffusersPipeline"  # the name vLLM-Omni's registry serves Cosmos3 under
     index.write_text(json.dumps(meta, indent=2))
+    # readable by every user (safetensors are written 0600): a cluster's job user serves it too
+    for path in [out, *out.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def main() -> None:

@@ -61,3 +61,30 @@ def test_the_deployments_guardrails_reach_the_servers_flag(engine: str) -> None:
     # the start-up allowance counts the guard model's load when the server runs it
     guard = resolve_profile("H200").guardrail_startup_s
     assert deployment_cold_load_s(on) == pytest.approx(deployment_cold_load_s(off) + guard) and guard > 0
+
+
+def test_a_checkpoint_already_on_the_nodes_is_served_without_a_download() -> None:
+    """--install host --model-path DIR --server-env K=V: vLLM-Omni already on the nodes, the checkpoint too (the
+    real-engine Slurm test serves the tiny Cosmos3 checkpoint this way)."""
+    dep = build_deployment("H200", "cfg2", model="cosmos3-nano", infra="slurm/c")
+    opts = render_options(dep).model_copy(
+        update={"install": "host", "model_path": "/data/ckpt", "server_env": {"HF_HUB_OFFLINE": "1"}}
+    )
+    task = render.render_task(dep, opts)
+    (command,) = render.serve_commands(dep, opts)
+    assert " vllm serve /data/ckpt --omni " in command and "nvidia/" not in command
+    assert "snapshot_download" not in task["setup"] and "pip install" not in task["setup"]
+    assert "test -f /data/ckpt/model_index.json" in task["setup"]
+    assert "image_id" not in task["resources"] and task["envs"]["HF_HUB_OFFLINE"] == "1"
+
+
+def test_server_env_takes_pairs_and_refuses_secrets_by_name() -> None:
+    from worldtune.cli_deploy import server_environment
+    from worldtune.tools.words.errors import InvalidInput
+
+    assert server_environment(["A=1", "PATH=/x:/y", "B=c=d"]) == {"A": "1", "PATH": "/x:/y", "B": "c=d"}
+    for bad, named in (("WORLDTUNE_API_KEY=s3cret", "WORLDTUNE_API_KEY"), ("HF_TOKEN=hf_x", "HF_TOKEN"),
+                       ("no-equals-sign", "(no =)"), ("1X=2", "1X")):  # fmt: skip
+        with pytest.raises(InvalidInput) as refused:
+            server_environment([bad])
+        assert named in str(refused.value) and "s3cret" not in str(refused.value) and "hf_x" not in str(refused.value)
