@@ -26,6 +26,7 @@ atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)  # each worke
 LONGEST_FIRST = (
     "test_slurm_skypilot.py",  # ~13 min of SkyPilot launches on the local Slurm cluster, one worker
     "test_tune.py",
+    "test_real_engine_server.py",  # the real vLLM-Omni on CPU ranks: several server starts of 20-120 s each
     "test_faults.py",
     "test_tune_rehearsal.py",
     "test_remote_traffic.py",
@@ -33,6 +34,8 @@ LONGEST_FIRST = (
     "test_mcp_stdio.py",
     "test_bench_twin.py",
     "test_langgraph_dev.py",
+    "test_real_engine_parser.py",  # renders every plan, then the real parser: ~80 s
+    "test_real_engine_twin_diff.py",
 )
 
 
