@@ -70,6 +70,15 @@ def benchmark_spec(
     from worldtune.tools.plans.estimate import estimate as predict
 
     endpoints = ready_endpoints(deployment)
+    if workload.guardrails and not deployment.guardrails:
+        # vLLM-Omni cannot check what it did not load: the request would run unguarded and be measured as guarded
+        raise InvalidInput(
+            "guardrails",
+            True,
+            f"a deployment started with guardrails ({deployment.id} runs with --no-guardrails: the server would skip "
+            "the check, so the clip would be measured without it)",
+            "deploy with guardrails (the goal's 'with guardrails', deploy --guardrails), or benchmark without them",
+        )
 
     def latency_at(count: int) -> float | None:
         plan = deployment.plan

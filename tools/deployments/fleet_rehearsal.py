@@ -133,6 +133,7 @@ def rehearse_fleet(
                 twin_profile=twin_profile,
                 time_scale=time_scale,
                 run_id=run_id,
+                guardrails=workload.guardrails,  # the servers run the guardrails the rehearsed workload asks
             )
             dep = deploy(request, store)
             started.append(dep.id)

@@ -76,6 +76,7 @@ def ready_deployment(store: Store, url: str, plan: str = "cfg2-u4-hsdp8") -> Dep
     dep = Deployment(
         gpu="H200", plan=plan, infra="local", engine="twin", state="ready", endpoints=[url],
         time_scale=SCALE, ready_at=time.time(), handle=Handle(pids=[os.getpid()]),
+        guardrails=True,  # the fixture's twin runs them, so a guarded workload may be measured on it
     )  # fmt: skip
     store.save_deployment(dep)
     return dep

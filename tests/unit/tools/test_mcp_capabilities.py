@@ -59,6 +59,17 @@ def test_benchmark_workload_changes_only_what_is_given() -> None:
         benchmark_workload("cosmos3-super", fps=7)
 
 
+def test_a_guarded_workload_is_refused_on_a_deployment_without_guardrails() -> None:
+    """vLLM-Omni started with --no-guardrails skips a request's guardrails: it would be measured as guarded."""
+    ready = Deployment(gpu="H200", plan="cfg2-u4-hsdp8", state="ready", endpoints=["http://127.0.0.1:1"])
+    guarded = benchmark_workload("cosmos3-super", guardrails=True)
+    with pytest.raises(InvalidInput, match=r"guardrails=True is not valid: a deployment started with guardrails"):
+        benchmark_spec(ready, guarded, 35, 2, (1,), (4,), 0)
+    on = ready.model_copy(update={"guardrails": True})
+    assert benchmark_spec(on, guarded, 35, 2, (1,), (4,), 0).workload.guardrails
+    assert not benchmark_spec(on, benchmark_workload("cosmos3-super"), 35, 2, (1,), (4,), 0).workload.guardrails
+
+
 def test_benchmark_spec_needs_a_ready_deployment_and_predicts_its_timeout() -> None:
     pending = Deployment(gpu="H200", plan="cfg2-u4-hsdp8", run_id="run-1")
     with pytest.raises(InvalidInput, match=r"deployment_id='wt-.*' is not valid: it is pending, not ready"):
