@@ -145,3 +145,20 @@ def test_the_real_engine_accepts_every_rendered_command(tmp_path: Path) -> None:
                  "--diffusion-attention-backend", "--no-guardrails", "--api-key", "--init-timeout"):  # fmt: skip
         assert flag in flags, flag
     assert any("--no-guardrails" not in it["argv"] for it in items)  # guardrails on: the flag left out
+
+
+def test_the_engine_under_test_is_the_release_worldtune_pins() -> None:
+    """The venv the real-engine tests run (scripts/engine-setup.sh) holds exactly what `--install pip` renders
+    (PINNED.pip_requirements): the parser, the server and the Slurm deploy here test that install's `vllm serve`."""
+    import subprocess
+
+    from real_engine import engine_env, engine_python
+
+    from worldtune.tools.words.vllm_omni import PINNED
+
+    names = "('vllm-omni', 'vllm', 'torch')"
+    script = f"import importlib.metadata as m; print(' '.join(f'{{n}}=={{m.version(n)}}' for n in {names}))"
+    done = subprocess.run([str(engine_python()), "-c", script], capture_output=True, text=True, env=engine_env(),
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == PINNED.pip_requirements()
