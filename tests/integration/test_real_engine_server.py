@@ -72,14 +72,22 @@ def stored_samples(db: Path, benchmark_id: str) -> list[dict[str, Any]]:
     return [dict(s) if not hasattr(s, "model_dump") else s.model_dump() for s in Store(db).samples(benchmark_id)]
 
 
+def measured(server: RealServer, db: Path, checkpoint: Path, completed: int, *args: str) -> dict[str, Any]:
+    """`worldtune bench` with `args`: it succeeded, every request answered, the served model (X-Model: the
+    checkpoint's path) and Cosmos3's stage names recorded; its result."""
+    done = bench(server, db, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    assert (result["completed_requests"], result["failed_requests"]) == (completed, 0)
+    assert result["model"] == "cosmos3-super" and result["served_model"] == str(checkpoint)
+    assert set(result["stage_durations_mean"]) == STAGES
+    return result
+
+
 def test_worldtune_bench_measures_the_real_server_sync(server: RealServer, checkpoint: Path, tmp_path: Path) -> None:
     db = tmp_path / "wt.db"
-    done = bench(server, db, "--steps", "4", "--repeats", "2", "--concurrency", "1,2", "--probe-steps", "2,3")
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
-    assert (result["completed_requests"], result["failed_requests"]) == (6, 0)
-    assert result["model"] == "cosmos3-super" and result["served_model"] == str(checkpoint)  # X-Model: the path
-    assert set(result["stage_durations_mean"]) == STAGES
+    result = measured(server, db, checkpoint, 6, "--steps", "4", "--repeats", "2", "--concurrency", "1,2",
+                      "--probe-steps", "2,3")  # fmt: skip
     assert result["fit"] is not None and set(result["probes"]) == {"2", "3"}
     samples = stored_samples(db, result["benchmark_id"])
     full = [s for s in samples if s["phase"] == "full"]
@@ -94,12 +102,8 @@ def test_worldtune_bench_measures_the_real_server_sync(server: RealServer, check
 
 
 def test_worldtune_bench_measures_the_real_server_async(server: RealServer, checkpoint: Path, tmp_path: Path) -> None:
-    db = tmp_path / "wt.db"
-    done = bench(server, db, "--api", "async", "--steps", "3", "--repeats", "2", "--probe-steps", "2")
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
-    assert (result["completed_requests"], result["failed_requests"]) == (2, 0)
-    assert result["served_model"] == str(checkpoint) and set(result["stage_durations_mean"]) == STAGES
+    measured(server, tmp_path / "wt.db", checkpoint, 2, "--api", "async", "--steps", "3", "--repeats", "2",
+             "--probe-steps", "2")  # fmt: skip
     # the client deletes every job it made: nothing is left on the server
     listed = httpx.get(f"{server.url}/v1/videos", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).json()
     assert listed["data"] == []
