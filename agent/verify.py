@@ -186,7 +186,14 @@ async def _benchmarked(
         return await full_run(v, deployment, charged_s, ahead)
     request = probe_request(goal)
     emit(runtime, Probing(key=cand.key, deployment=deployment_id))
-    status = await tools.start_benchmark(deployment_id, task["run_id"], request)
+    try:
+        status = await tools.start_benchmark(deployment_id, task["run_id"], request)
+    except ToolCallFailed as exc:
+        # the engine died, or its node was taken back, between its readiness and this benchmark (issue 56): this
+        # action fails, billed its start, and the run goes on to its next decision, as a claim's lane does
+        await teardown(runtime, deployment_id)
+        why = f"benchmark refused: {exc}"
+        return failed_update(action, cand, why, bill(cand, min(cap_s, charged_s)), removed=True)
     bench_id = status.id
     bench_started = looked = time.time()
     over = "stopped: this action reached its share of the budget"
