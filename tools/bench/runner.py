@@ -360,7 +360,7 @@ class Runner:
             delay = start + at / self.scale - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            extra = {"rate_per_hour": rate_per_hour}
+            extra = {"rate_per_hour": rate_per_hour, "arrival_model_s": at}
             tasks.append(asyncio.create_task(self.request(client, "poisson", self.spec.steps, 0, extra=extra)))
         await asyncio.gather(*tasks)
 

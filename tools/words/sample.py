@@ -37,6 +37,11 @@ class Sample(BaseModel):
     concurrency: int = Field(default=1, description="closed-loop clients of its level; 0 for open-loop arrivals")
     endpoint: str = Field(default="", description="base URL of the replica it went to")
     rate_per_hour: float | None = Field(default=None, description="open-loop arrival rate (poisson phase only)")
+    arrival_model_s: float | None = Field(
+        default=None,
+        description="poisson phase: its arrival in the seeded schedule, model s from the phase's start; a busy "
+        "client sends it late (sent_at_model says when it went), never early",
+    )
     video_seconds: float = Field(default=0.0, description="seconds of video the request asks for")
     attempt: int | None = Field(default=None, description="attempt of a benchmark relaunched after a preemption")
     queue_ahead: int | None = Field(default=None, description="our requests in flight to its endpoint when sent")
