@@ -27,7 +27,7 @@ import httpx
 import pytest
 from real_engine import KEY, RealServer, tiny_cosmos3
 
-from worldtune.agent.steps import pipeline_work_s, waited_behind_others
+from worldtune.agent.steps import pipeline_work_s, server_wait_s
 from worldtune.tools.store.database import Store
 from worldtune.tools.twin.video import check_mp4
 
@@ -93,11 +93,10 @@ def test_worldtune_bench_measures_the_real_server_sync(server: RealServer, check
     full = [s for s in samples if s["phase"] == "full"]
     assert len(full) == 6 and all(s["ok"] and s["served_model"] == str(checkpoint) for s in full)
     assert all((s["video_frames"], s["video_width"], s["video_height"]) == (FRAMES, 256, 256) for s in full)
-    # the queued check on Cosmos3's real stage names: no unqueued answer is flagged, and one that waited behind
-    # another request is (here the other request is the benchmark's own, so the check itself leaves it out)
-    assert not any(waited_behind_others(s) for s in full)
-    queued = [s for s in full if (s["queue_ahead"] or 0) > 0]
-    assert queued and any(waited_behind_others({**s, "queue_ahead": 0}) for s in queued)
+    # the queued check reads Cosmos3's real stage names: the pipeline's work and the stage's clock are found in every
+    # answer (whether a given sample waited long enough to be flagged is timing on a loaded CPU: the unit test
+    # test_tune_graph.py::test_the_queued_check_reads_the_real_servers_stage_names holds the rule to these headers)
+    assert all(server_wait_s(s) is not None for s in full)
     assert all(pipeline_work_s(s["stage_durations"]) for s in full)
 
 
