@@ -124,7 +124,7 @@ def serve_argv(deployment: Deployment, replica: ReplicaSlice, options: RenderOpt
         if deployment.twin_profile:
             argv += ["--profile", deployment.twin_profile]
         # the twin sends stage durations only under the real flag's name, as vLLM-Omni does
-        return [*argv, PINNED.stage_profiler, *guardrail_flags(deployment)]
+        return [*argv, PINNED.stage_profiler, *PINNED.guardrail_flags(deployment.guardrails)]
     argv = [
         "vllm",
         "serve",
@@ -143,14 +143,8 @@ def serve_argv(deployment: Deployment, replica: ReplicaSlice, options: RenderOpt
     # stage durations (text encode, diffuse, VAE decode) in every answer: the evidence a result reports;
     # without the flag vLLM-Omni sends X-Stage-Durations: {} (worldtune's benchmark and search do not need them)
     argv.append(PINNED.stage_profiler)
-    return [*argv, *guardrail_flags(deployment), *options.extra_serve_flags]
-
-
-def guardrail_flags(deployment: Deployment) -> list[str]:
-    """The server runs the guardrails the deployment asks (its workload's): vLLM-Omni's default is on, so off must be
-    said (`--no-guardrails`); on, the server loads them at start and the model counts their start-up and per-clip
-    time. The twin takes the same flag with the same default."""
-    return [] if deployment.guardrails else [PINNED.no_guardrails]
+    # the guardrails the deployment asks (its workload's); on, the model counts their start-up and per-clip time
+    return [*argv, *PINNED.guardrail_flags(deployment.guardrails), *options.extra_serve_flags]
 
 
 def serve_command(deployment: Deployment, replica: ReplicaSlice, options: RenderOptions) -> str:

@@ -256,8 +256,7 @@ class LocalBackend(BenchmarksFromHere):
                 ]
                 if deployment.twin_profile:
                     cmd += ["--profile", deployment.twin_profile]
-                if not deployment.guardrails:  # as the rendered server: guardrails only when the deployment asks
-                    cmd.append(PINNED.no_guardrails)
+                cmd += PINNED.guardrail_flags(deployment.guardrails)  # as the rendered server's
                 if preempt_s is not None:  # the node's replicas go together, at the drawn moment
                     cmd += ["--preempt-after", repr(preempt_s)]
                 cmd += exit_with

@@ -124,7 +124,7 @@ def level_result(samples: list[Sample], phase: str, concurrency: int, rate: floa
     )
 
 
-def served_model(samples: Sequence[Sample], asked: str, notes: list[str]) -> str | None:
+def served_model(samples: Sequence[Sample], notes: list[str]) -> str | None:
     """The model the server says it served (the X-Model of the answered requests, the most frequent); a note when
     the answers named more than one (endpoints serving different checkpoints)."""
     named = Counter(s.served_model for s in samples if s.ok and s.served_model)
@@ -170,7 +170,7 @@ def compute_result(
     for name, claim in latency.percentiles.items():
         claims[name] = f"{claim.value:.3f}" if claim.value is not None else (claim.note or "not claimable")
     best = max(full_levels, key=lambda lv: lv.clips_per_hour, default=None)
-    served = served_model(samples, model, notes)
+    served = served_model(samples, notes)
     return BenchmarkResult(
         duration=duration,
         completed_requests=len(full_ok),

@@ -404,7 +404,7 @@ class TwinEngine:
 
     def _stages(self, timing: _Timing, queued_s: float) -> dict[str, float]:
         """What vLLM-Omni 0.30 reports for Cosmos3's pipeline with the profiler on ({} with it off, as it sends), by
-        the names the real server sends (tests/integration/test_real_engine_server.py holds the twin to them): the
+        the names the real server sends (tests/integration/test_real_engine_twin_diff.py holds the twin to them): the
         pipeline's stages in seconds, with no text-encoder stage (Cosmos3's text runs inside its transformer, so
         inside `diffuse`) and no `<Pipeline>.forward` (only the server's log shows it); then the engine's own clocks
         in milliseconds: `queue_wait_ms`, the orchestrator's hand-over to the stage (the twin has none: 0), and

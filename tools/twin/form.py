@@ -73,7 +73,7 @@ def validation_error(exc: ValidationError, where: str) -> ApiError:
         err["loc"] = ".".join(str(p) for p in (where, *raw["loc"]))
         if raw["type"] == "missing":
             # FastAPI validates each form field alone; vLLM-Omni 0.30's answer shows a missing one's input as the
-            # string 'None' (seen on the real server: tests/integration/test_real_engine_server.py)
+            # string 'None' (seen on the real server: tests/integration/test_real_engine_twin_diff.py)
             err["input"] = "None"
         ctx = {k: v for k, v in (raw.get("ctx") or {}).items() if k != "error"}  # no exception reprs on the wire
         if ctx:

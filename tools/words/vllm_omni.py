@@ -47,6 +47,11 @@ class Release(BaseModel):
     fp8_attention: tuple[str, ...] | None = None
     changes: tuple[str, ...] = Field(default=(), description="what differs from the release before, as read")
 
+    def guardrail_flags(self, on: bool) -> list[str]:
+        """The flags that make a server run Cosmos3's guardrails or not: its default is on, so off must be said (the
+        twin takes the same flag with the same default)."""
+        return [] if on else [self.no_guardrails]
+
     def pip_requirements(self) -> list[str]:
         """What `pip install` needs for a working `vllm serve --omni` of this release on a bare host (the same three
         pins scripts/engine-requirements.txt installs for the real-engine tests)."""
